@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs when it is missing (a fresh Debian machine passes).
+# Idempotent; each block checks before it installs. Sourced by scripts/test.sh.
+set -euo pipefail
+
+apt_updated=0
+apt_install() { # apt_install PACKAGE... (only when missing)
+  if [ "$apt_updated" = 0 ]; then
+    apt-get update -qq >/dev/null
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# curl: tests and scripts fetch from the server over HTTP.
+command -v curl >/dev/null || apt_install curl
+# promtool + prometheus: metrics exposition check, alert rule unit tests, dashboard e2e.
+command -v promtool >/dev/null || apt_install prometheus
+command -v prometheus >/dev/null || apt_install prometheus
+# Python test runner for the platform-wide tests in e2e/.
+python3 -m pytest --version >/dev/null 2>&1 || python3 -m pip install -q pytest

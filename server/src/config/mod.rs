@@ -1,0 +1,404 @@
+//! The server's configuration: the one contract shared by `content-server` and `content-operator`.
+//!
+//! Owns the serde/schemars types of the TOML file, their defaults, and validation
+//! ([`Config::validate`]). The operator renders these same types into ConfigMaps, so a field is
+//! defined here once and nowhere else. This module must not start anything or touch the
+//! filesystem beyond reading the file it is asked to load.
+
+mod validate;
+
+pub use validate::{ConfigError, FieldError};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A complete server configuration (`content-server serve --config FILE`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Sockets that accept HTTP traffic. At least one.
+    #[serde(default = "default_listeners")]
+    pub listeners: Vec<Listener>,
+    /// Event-loop worker threads; 0 means one per CPU core.
+    #[serde(default)]
+    pub workers: usize,
+    /// Connection and request limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// HTTP behaviour (index files).
+    #[serde(default)]
+    pub http: Http,
+    /// The admin listener (/metrics, /healthz, /readyz, /config).
+    #[serde(default)]
+    pub admin: Admin,
+    /// Logging (format, level, access log).
+    #[serde(default)]
+    pub logging: Logging,
+    /// Graceful shutdown: how long in-flight responses may take after SIGTERM/SIGINT.
+    #[serde(default = "default_shutdown_timeout_secs")]
+    pub shutdown_timeout_secs: u64,
+    /// Mounted volumes; each has its own bounded thread pool. At least one.
+    pub volumes: Vec<Volume>,
+    /// URI prefix -> volume. Empty with exactly one volume means `/` -> that volume.
+    #[serde(default)]
+    pub routes: Vec<Route>,
+}
+
+/// One listening socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Listener {
+    /// IP address to bind (IPv4 or IPv6 literal).
+    #[serde(default = "default_address")]
+    pub address: String,
+    /// TCP port.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// listen(2) backlog; the kernel caps it at net.core.somaxconn.
+    #[serde(default = "default_backlog")]
+    pub backlog: u32,
+}
+
+/// Connection and request limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Open client connections across all workers; more are refused (closed at once) and counted.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Idle time allowed between requests on a keep-alive connection.
+    #[serde(default = "default_keepalive_timeout_secs")]
+    pub keepalive_timeout_secs: u64,
+    /// Time allowed to receive a complete request head once its first byte arrived.
+    #[serde(default = "default_header_read_timeout_secs")]
+    pub header_read_timeout_secs: u64,
+    /// Largest request head (request line + headers) in bytes; larger gets 414 or 431.
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
+    /// Largest single sendfile/read chunk in bytes (nginx `sendfile_max_chunk`, default 2 MiB).
+    #[serde(default = "default_sendfile_max_chunk")]
+    pub sendfile_max_chunk: usize,
+    /// Time a response may wait for the client to accept more bytes before the connection is closed.
+    #[serde(default = "default_send_timeout_secs")]
+    pub send_timeout_secs: u64,
+}
+
+/// HTTP behaviour.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Http {
+    /// Files tried, in order, when a request names a directory. Empty: directories are 404.
+    #[serde(default = "default_index")]
+    pub index: Vec<String>,
+}
+
+/// The admin HTTP listener.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    /// `ADDR:PORT` of the admin listener; an empty string disables it.
+    #[serde(default = "default_admin_listen")]
+    pub listen: String,
+}
+
+/// Log output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Logging {
+    /// `text` or `json`.
+    #[serde(default)]
+    pub format: LogFormat,
+    /// A tracing filter such as `info` or `content_server=debug`; RUST_LOG overrides it.
+    #[serde(default = "default_log_level")]
+    pub level: String,
+    /// One line per response (off by default, as it costs a write per request).
+    #[serde(default)]
+    pub access_log: bool,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// A mounted directory and its thread pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Volume {
+    /// Unique name; also the name of the volume's thread pool (metrics label `volume`).
+    pub name: String,
+    /// Absolute path of the directory served.
+    pub path: PathBuf,
+    /// Where blocking file work runs.
+    #[serde(default)]
+    pub offload: Offload,
+    /// The volume's thread pool.
+    #[serde(default)]
+    pub pool: Pool,
+}
+
+/// Where a volume's blocking file operations (open, stat, read, sendfile) run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Offload {
+    /// Every blocking file operation goes to the volume's pool (nginx `aio threads`).
+    #[default]
+    Always,
+    /// Everything inline on the event loop (nginx without thread pools; a baseline).
+    Never,
+    /// Page-cache hits inline, misses to the pool (preadv2 RWF_NOWAIT, openat2 RESOLVE_CACHED).
+    Auto,
+}
+
+impl Offload {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Offload::Always => "always",
+            Offload::Never => "never",
+            Offload::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for Offload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "always" => Ok(Offload::Always),
+            "never" => Ok(Offload::Never),
+            "auto" => Ok(Offload::Auto),
+            other => Err(format!(
+                "unknown offload mode {other:?}: expected always, never or auto"
+            )),
+        }
+    }
+}
+
+/// A bounded thread pool (nginx `thread_pool NAME threads=N max_queue=M`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Pool {
+    /// Worker threads, at least 1.
+    #[serde(default = "default_threads")]
+    pub threads: usize,
+    /// Tasks allowed to wait beyond the busy threads; 0 = none may wait (as nginx). Excess gets 503.
+    #[serde(default = "default_max_queue")]
+    pub max_queue: usize,
+}
+
+/// Which volume serves a URI prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// URI path prefix, starting with `/`. The longest matching prefix wins.
+    pub prefix: String,
+    /// Serve the prefix from this one volume. Exactly one of `volume` and `split`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    /// Spread the prefix over several volumes by a stable hash of the URI path (nginx `split_clients`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub split: Vec<SplitTarget>,
+    /// Remove the prefix before looking the path up in the volume (nginx `alias`);
+    /// false keeps the whole URI path under the volume root (nginx `root`).
+    #[serde(default)]
+    pub strip_prefix: bool,
+}
+
+/// One share of a split route.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SplitTarget {
+    /// Volume name.
+    pub volume: String,
+    /// Share in percent (0 < percent <= 100). Omitted on at most one (the last) target: "the rest".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<f64>,
+}
+
+fn default_listeners() -> Vec<Listener> {
+    vec![Listener::default()]
+}
+fn default_address() -> String {
+    "0.0.0.0".into()
+}
+fn default_port() -> u16 {
+    8080
+}
+fn default_backlog() -> u32 {
+    4096
+}
+fn default_max_connections() -> usize {
+    20_000
+}
+fn default_keepalive_timeout_secs() -> u64 {
+    75
+}
+fn default_header_read_timeout_secs() -> u64 {
+    10
+}
+fn default_max_header_bytes() -> usize {
+    8192
+}
+fn default_sendfile_max_chunk() -> usize {
+    2 * 1024 * 1024
+}
+fn default_send_timeout_secs() -> u64 {
+    60
+}
+fn default_index() -> Vec<String> {
+    vec!["index.html".into()]
+}
+fn default_admin_listen() -> String {
+    "127.0.0.1:9190".into()
+}
+fn default_log_level() -> String {
+    "info".into()
+}
+fn default_shutdown_timeout_secs() -> u64 {
+    30
+}
+/// nginx's default pool size.
+pub const DEFAULT_THREADS: usize = 32;
+/// nginx's default queue bound.
+pub const DEFAULT_MAX_QUEUE: usize = 65536;
+fn default_threads() -> usize {
+    DEFAULT_THREADS
+}
+fn default_max_queue() -> usize {
+    DEFAULT_MAX_QUEUE
+}
+
+impl Default for Listener {
+    fn default() -> Self {
+        Listener {
+            address: default_address(),
+            port: default_port(),
+            backlog: default_backlog(),
+        }
+    }
+}
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: default_max_connections(),
+            keepalive_timeout_secs: default_keepalive_timeout_secs(),
+            header_read_timeout_secs: default_header_read_timeout_secs(),
+            max_header_bytes: default_max_header_bytes(),
+            sendfile_max_chunk: default_sendfile_max_chunk(),
+            send_timeout_secs: default_send_timeout_secs(),
+        }
+    }
+}
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            index: default_index(),
+        }
+    }
+}
+impl Default for Admin {
+    fn default() -> Self {
+        Admin {
+            listen: default_admin_listen(),
+        }
+    }
+}
+impl Default for Logging {
+    fn default() -> Self {
+        Logging {
+            format: LogFormat::Text,
+            level: default_log_level(),
+            access_log: false,
+        }
+    }
+}
+impl Default for Pool {
+    fn default() -> Self {
+        Pool {
+            threads: default_threads(),
+            max_queue: default_max_queue(),
+        }
+    }
+}
+
+/// Name of the volume `serve --root DIR` creates.
+pub const DEFAULT_VOLUME: &str = "root";
+
+impl Config {
+    /// The embedded first-run configuration: DIR on 0.0.0.0:8080, one volume `root`, one pool
+    /// of 32 threads and max_queue 65536, offload `always`.
+    pub fn for_root(root: impl Into<PathBuf>) -> Config {
+        Config {
+            listeners: default_listeners(),
+            workers: 0,
+            limits: Limits::default(),
+            http: Http::default(),
+            admin: Admin::default(),
+            logging: Logging::default(),
+            shutdown_timeout_secs: default_shutdown_timeout_secs(),
+            volumes: vec![Volume {
+                name: DEFAULT_VOLUME.into(),
+                path: root.into(),
+                offload: Offload::default(),
+                pool: Pool::default(),
+            }],
+            routes: Vec::new(),
+        }
+    }
+
+    /// Parse TOML text. Syntax and type errors name the line and the field; call
+    /// [`Config::validate`] for the semantic checks.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))
+    }
+
+    /// Read, parse and validate a file; the result is normalized (see [`Config::normalize`]).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.to_owned(),
+            source: e,
+        })?;
+        let mut cfg = Config::from_toml(&text)?;
+        cfg.normalize();
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Fill what defaults depend on other fields: the implicit `/` route of a single volume.
+    pub fn normalize(&mut self) {
+        if self.routes.is_empty() && self.volumes.len() == 1 {
+            self.routes.push(Route {
+                prefix: "/".into(),
+                volume: Some(self.volumes[0].name.clone()),
+                split: Vec::new(),
+                strip_prefix: false,
+            });
+        }
+    }
+
+    /// Render as TOML (what `check-config` prints and what the operator puts in ConfigMaps).
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        toml::to_string_pretty(self).map_err(|e| ConfigError::Render(e.to_string()))
+    }
+
+    /// The number of event-loop workers to run (`workers`, or the CPU count when 0).
+    pub fn effective_workers(&self) -> usize {
+        if self.workers > 0 {
+            self.workers
+        } else {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        }
+    }
+
+    /// The JSON schema of the file format.
+    pub fn json_schema() -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(Config)).unwrap_or_default()
+    }
+}

@@ -1,0 +1,266 @@
+//! Semantic checks of a parsed [`Config`]: every problem is reported with the field path that
+//! holds it (`volumes[1].pool.threads`) and what is wrong. Pure: no filesystem access, so the
+//! operator can run the same checks on a ContentServer before rendering it.
+
+use super::{Config, Route};
+use std::collections::HashSet;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// One invalid field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// Dotted path of the field, e.g. `routes[0].split[2].percent`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid TOML: {0}")]
+    Parse(String),
+    #[error("cannot render configuration: {0}")]
+    Render(String),
+    #[error("invalid configuration:\n{}", .0.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<FieldError>),
+}
+
+struct Errors(Vec<FieldError>);
+
+impl Errors {
+    fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError {
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+}
+
+impl Config {
+    /// Check every semantic rule; all violations are returned together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let errors = self.field_errors();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(errors))
+        }
+    }
+
+    /// The violations as a list (empty when valid).
+    pub fn field_errors(&self) -> Vec<FieldError> {
+        let mut e = Errors(Vec::new());
+        if self.listeners.is_empty() {
+            e.push("listeners", "at least one listener is required");
+        }
+        let mut seen_sockets = HashSet::new();
+        for (i, l) in self.listeners.iter().enumerate() {
+            if l.address.parse::<IpAddr>().is_err() {
+                e.push(
+                    format!("listeners[{i}].address"),
+                    format!("{:?} is not an IP address", l.address),
+                );
+            }
+            if l.backlog == 0 {
+                e.push(format!("listeners[{i}].backlog"), "must be at least 1");
+            }
+            if !seen_sockets.insert((l.address.clone(), l.port)) {
+                e.push(
+                    format!("listeners[{i}]"),
+                    format!("{}:{} is listed twice", l.address, l.port),
+                );
+            }
+        }
+        if self.workers > 1024 {
+            e.push("workers", "must be at most 1024 (0 = one per CPU core)");
+        }
+        let lim = &self.limits;
+        if lim.max_connections == 0 {
+            e.push("limits.max_connections", "must be at least 1");
+        }
+        if lim.keepalive_timeout_secs == 0 {
+            e.push("limits.keepalive_timeout_secs", "must be at least 1");
+        }
+        if lim.header_read_timeout_secs == 0 {
+            e.push("limits.header_read_timeout_secs", "must be at least 1");
+        }
+        if lim.send_timeout_secs == 0 {
+            e.push("limits.send_timeout_secs", "must be at least 1");
+        }
+        if !(256..=1024 * 1024).contains(&lim.max_header_bytes) {
+            e.push(
+                "limits.max_header_bytes",
+                "must be between 256 and 1048576 bytes",
+            );
+        }
+        if !(4096..=1 << 30).contains(&lim.sendfile_max_chunk) {
+            e.push(
+                "limits.sendfile_max_chunk",
+                "must be between 4096 bytes and 1 GiB",
+            );
+        }
+        for (i, name) in self.http.index.iter().enumerate() {
+            if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+                e.push(
+                    format!("http.index[{i}]"),
+                    format!("{name:?} must be a plain file name"),
+                );
+            }
+        }
+        if !self.admin.listen.is_empty()
+            && self.admin.listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            e.push(
+                "admin.listen",
+                format!(
+                    "{:?} is not ADDR:PORT (empty disables the admin listener)",
+                    self.admin.listen
+                ),
+            );
+        }
+        if self.volumes.is_empty() {
+            e.push("volumes", "at least one volume is required");
+        }
+        let mut names = HashSet::new();
+        for (i, v) in self.volumes.iter().enumerate() {
+            let f = format!("volumes[{i}]");
+            if !valid_name(&v.name) {
+                e.push(
+                    format!("{f}.name"),
+                    format!(
+                        "{:?} must be 1-63 characters of a-z, 0-9 and '-', starting with a letter",
+                        v.name
+                    ),
+                );
+            }
+            if !names.insert(v.name.as_str()) {
+                e.push(
+                    format!("{f}.name"),
+                    format!("volume {:?} is defined twice", v.name),
+                );
+            }
+            if !v.path.is_absolute() {
+                e.push(
+                    format!("{f}.path"),
+                    format!("{} must be an absolute path", v.path.display()),
+                );
+            }
+            if v.pool.threads == 0 || v.pool.threads > 4096 {
+                e.push(format!("{f}.pool.threads"), "must be between 1 and 4096");
+            }
+            if v.pool.max_queue > 16 * 1024 * 1024 {
+                e.push(format!("{f}.pool.max_queue"), "must be at most 16777216");
+            }
+        }
+        if self.routes.is_empty() && self.volumes.len() > 1 {
+            e.push(
+                "routes",
+                "with more than one volume, routes must say which prefix each volume serves",
+            );
+        }
+        let mut prefixes = HashSet::new();
+        for (i, r) in self.routes.iter().enumerate() {
+            check_route(&mut e, i, r, &names);
+            if !prefixes.insert(r.prefix.as_str()) {
+                e.push(
+                    format!("routes[{i}].prefix"),
+                    format!("{:?} is routed twice", r.prefix),
+                );
+            }
+        }
+        e.0
+    }
+}
+
+fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
+    let f = format!("routes[{i}]");
+    if !r.prefix.starts_with('/') {
+        e.push(
+            format!("{f}.prefix"),
+            format!("{:?} must start with '/'", r.prefix),
+        );
+    }
+    if r.prefix.split('/').any(|seg| seg == ".." || seg == ".") || r.prefix.contains('\0') {
+        e.push(
+            format!("{f}.prefix"),
+            format!("{:?} must not contain '.' or '..' segments", r.prefix),
+        );
+    }
+    match (&r.volume, r.split.is_empty()) {
+        (Some(_), false) => e.push(f.clone(), "set either volume or split, not both"),
+        (None, true) => e.push(f.clone(), "set volume or split"),
+        _ => {}
+    }
+    if let Some(v) = &r.volume {
+        if !volumes.contains(v.as_str()) {
+            e.push(
+                format!("{f}.volume"),
+                format!("no volume is named {v:?}"),
+            );
+        }
+    }
+    let mut total = 0.0;
+    let mut rest = 0;
+    for (j, t) in r.split.iter().enumerate() {
+        let sf = format!("{f}.split[{j}]");
+        if !volumes.contains(t.volume.as_str()) {
+            e.push(
+                format!("{sf}.volume"),
+                format!("no volume is named {:?}", t.volume),
+            );
+        }
+        match t.percent {
+            Some(p) if !(p > 0.0 && p <= 100.0) => e.push(
+                format!("{sf}.percent"),
+                format!("{p} must be greater than 0 and at most 100"),
+            ),
+            Some(p) => total += p,
+            None => {
+                rest += 1;
+                if j + 1 != r.split.len() {
+                    e.push(
+                        format!("{sf}.percent"),
+                        "only the last target may omit percent (it takes the rest)",
+                    );
+                }
+            }
+        }
+    }
+    if !r.split.is_empty() {
+        if total > 100.0 + 1e-9 {
+            e.push(
+                format!("{f}.split"),
+                format!("percentages add up to {total}, more than 100"),
+            );
+        } else if rest == 0 && (total - 100.0).abs() > 1e-9 {
+            e.push(
+                format!("{f}.split"),
+                format!("percentages add up to {total}: make them 100 or leave the last target's percent out to take the rest"),
+            );
+        }
+    }
+}
+
+/// A DNS-label-like name: it becomes a metrics label and, in the operator, part of object names.
+pub(crate) fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+        && !s.ends_with('-')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}

@@ -1,0 +1,1 @@
+//! Bounded cache of open file descriptors with stat data (owned by the offload-auto work; placeholder).

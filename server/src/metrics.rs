@@ -1,0 +1,208 @@
+//! Every Prometheus series the server exports, defined in one place (names, types, labels, help).
+//!
+//! Owns the registry and the handles; the data path only increments them. Every series known to
+//! exist (per volume, per worker, per operation) is created at start-up so it reads 0 before the
+//! first event. Labels are bounded: `volume`, `op`, `worker`, `method`, `code` — never a URL.
+//! Dashboards and alert rules in `dashboards/` are written against these names; rename nothing
+//! without updating them (a lint test checks they match).
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Operations a pool task performs (label `op`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolOp {
+    Open,
+    Read,
+    Sendfile,
+}
+
+impl PoolOp {
+    pub const ALL: [PoolOp; 3] = [PoolOp::Open, PoolOp::Read, PoolOp::Sendfile];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolOp::Open => "open",
+            PoolOp::Read => "read",
+            PoolOp::Sendfile => "sendfile",
+        }
+    }
+}
+
+/// Page-cache probe kinds for `offload = auto` (label `op`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOp {
+    Open,
+    Read,
+}
+
+impl CacheOp {
+    pub const ALL: [CacheOp; 2] = [CacheOp::Open, CacheOp::Read];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheOp::Open => "open",
+            CacheOp::Read => "read",
+        }
+    }
+}
+
+/// Buckets for latencies from tens of microseconds to tens of seconds.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
+/// All handles. Cheap to clone (the prometheus types are Arc inside).
+#[derive(Clone)]
+pub struct Metrics {
+    pub registry: Registry,
+    // pools (label volume; op where noted)
+    pub pool_threads: IntGaugeVec,
+    pub pool_busy_threads: IntGaugeVec,
+    pub pool_queue_depth: IntGaugeVec,
+    pub pool_queue_capacity: IntGaugeVec,
+    pub pool_tasks_total: IntCounterVec,
+    pub pool_rejected_total: IntCounterVec,
+    pub pool_queue_wait_seconds: HistogramVec,
+    pub pool_task_duration_seconds: HistogramVec,
+    pub pool_busy_seconds_total: prometheus::CounterVec,
+    // event loop (label worker)
+    pub event_loop_lag_seconds: HistogramVec,
+    pub event_loop_stalls_total: IntCounterVec,
+    // HTTP
+    pub http_requests_total: IntCounterVec,
+    pub http_request_duration_seconds: Histogram,
+    pub http_requests_in_flight: IntGauge,
+    pub http_response_bytes_total: IntCounter,
+    pub connections_accepted_total: IntCounter,
+    pub connections_active: IntGauge,
+    pub connections_refused_total: IntCounter,
+    // page cache (offload = auto; labels volume, op)
+    pub page_cache_hits_total: IntCounterVec,
+    pub page_cache_misses_total: IntCounterVec,
+    pub build_info: IntGaugeVec,
+}
+
+fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
+    // Names are static and unique, so registration cannot collide; a failure would be a bug
+    // caught by the unit test below, never an input-driven path.
+    r.register(Box::new(c.clone()))
+        .expect("metric names are unique");
+    c
+}
+
+fn opts(name: &str, help: &str) -> Opts {
+    Opts::new(name, help).namespace("contentserver")
+}
+
+fn hopts(name: &str, help: &str) -> HistogramOpts {
+    HistogramOpts::new(name, help)
+        .namespace("contentserver")
+        .buckets(LATENCY_BUCKETS.to_vec())
+}
+
+impl Metrics {
+    /// Create every series for the given volumes and worker count, at zero.
+    pub fn new(volumes: &[&str], workers: usize) -> Metrics {
+        let r = Registry::new();
+        let v = &["volume"];
+        let vo = &["volume", "op"];
+        let m = Metrics {
+            pool_threads: reg(&r, IntGaugeVec::new(opts("pool_threads", "Configured threads of the volume's pool."), v).unwrap()),
+            pool_busy_threads: reg(&r, IntGaugeVec::new(opts("pool_busy_threads", "Pool threads running a task now."), v).unwrap()),
+            pool_queue_depth: reg(&r, IntGaugeVec::new(opts("pool_queue_depth", "Tasks waiting in the pool's queue."), v).unwrap()),
+            pool_queue_capacity: reg(&r, IntGaugeVec::new(opts("pool_queue_capacity", "Most tasks the queue holds (max_queue) before rejecting."), v).unwrap()),
+            pool_tasks_total: reg(&r, IntCounterVec::new(opts("pool_tasks_total", "Tasks completed by the pool, by operation."), vo).unwrap()),
+            pool_rejected_total: reg(&r, IntCounterVec::new(opts("pool_rejected_total", "Tasks rejected because the queue was full (answered 503)."), v).unwrap()),
+            pool_queue_wait_seconds: reg(&r, HistogramVec::new(hopts("pool_queue_wait_seconds", "Time tasks waited in the queue before a thread took them."), v).unwrap()),
+            pool_task_duration_seconds: reg(&r, HistogramVec::new(hopts("pool_task_duration_seconds", "Time a pool thread spent on a task, by operation."), vo).unwrap()),
+            pool_busy_seconds_total: reg(&r, prometheus::CounterVec::new(opts("pool_busy_seconds_total", "Thread-seconds the pool spent running tasks."), v).unwrap()),
+            event_loop_lag_seconds: reg(&r, HistogramVec::new(hopts("event_loop_lag_seconds", "Lateness of a periodic tick on each event-loop worker."), &["worker"]).unwrap()),
+            event_loop_stalls_total: reg(&r, IntCounterVec::new(opts("event_loop_stalls_total", "Ticks later than 100 ms on each event-loop worker."), &["worker"]).unwrap()),
+            http_requests_total: reg(&r, IntCounterVec::new(opts("http_requests_total", "Responses sent, by request method and status code."), &["method", "code"]).unwrap()),
+            http_request_duration_seconds: reg(&r, Histogram::with_opts(hopts("http_request_duration_seconds", "Time from a complete request head to the last byte of its response.")).unwrap()),
+            http_requests_in_flight: reg(&r, IntGauge::with_opts(opts("http_requests_in_flight", "Requests being answered now.")).unwrap()),
+            http_response_bytes_total: reg(&r, IntCounter::with_opts(opts("http_response_bytes_total", "Bytes of responses written to clients (headers and bodies).")).unwrap()),
+            connections_accepted_total: reg(&r, IntCounter::with_opts(opts("connections_accepted_total", "Client connections accepted.")).unwrap()),
+            connections_active: reg(&r, IntGauge::with_opts(opts("connections_active", "Client connections open now.")).unwrap()),
+            connections_refused_total: reg(&r, IntCounter::with_opts(opts("connections_refused_total", "Client connections closed at once because max_connections was reached.")).unwrap()),
+            page_cache_hits_total: reg(&r, IntCounterVec::new(opts("page_cache_hits_total", "offload=auto: opens and reads served inline on the event loop (no I/O needed)."), vo).unwrap()),
+            page_cache_misses_total: reg(&r, IntCounterVec::new(opts("page_cache_misses_total", "offload=auto: opens and reads that needed I/O and went to the pool."), vo).unwrap()),
+            build_info: reg(&r, IntGaugeVec::new(opts("build_info", "Always 1; the version label says which build runs."), &["version"]).unwrap()),
+            registry: r,
+        };
+        m.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        for vol in volumes {
+            for g in [
+                &m.pool_threads,
+                &m.pool_busy_threads,
+                &m.pool_queue_depth,
+                &m.pool_queue_capacity,
+            ] {
+                g.with_label_values(&[vol]);
+            }
+            m.pool_rejected_total.with_label_values(&[vol]);
+            m.pool_queue_wait_seconds.with_label_values(&[vol]);
+            m.pool_busy_seconds_total.with_label_values(&[vol]);
+            for op in PoolOp::ALL {
+                m.pool_tasks_total.with_label_values(&[vol, op.as_str()]);
+                m.pool_task_duration_seconds
+                    .with_label_values(&[vol, op.as_str()]);
+            }
+            for op in CacheOp::ALL {
+                m.page_cache_hits_total.with_label_values(&[vol, op.as_str()]);
+                m.page_cache_misses_total
+                    .with_label_values(&[vol, op.as_str()]);
+            }
+        }
+        for w in 0..workers {
+            let w = w.to_string();
+            m.event_loop_lag_seconds.with_label_values(&[&w]);
+            m.event_loop_stalls_total.with_label_values(&[&w]);
+        }
+        m
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let families = self.registry.gather();
+        if TextEncoder::new().encode(&families, &mut buf).is_err() {
+            return String::new();
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// The `method` label: GET and HEAD by name, everything else folded into `other` (bounded).
+pub fn method_label(method: &str) -> &'static str {
+    match method {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_series_exists_at_start() {
+        let m = Metrics::new(&["disk1", "disk2"], 2);
+        let text = m.render();
+        for needle in [
+            "contentserver_pool_queue_depth{volume=\"disk2\"} 0",
+            "contentserver_pool_tasks_total{op=\"sendfile\",volume=\"disk1\"} 0",
+            "contentserver_event_loop_stalls_total{worker=\"1\"} 0",
+            "contentserver_page_cache_misses_total{op=\"read\",volume=\"disk2\"} 0",
+            "contentserver_connections_refused_total 0",
+            "contentserver_build_info{version=",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+}
