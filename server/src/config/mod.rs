@@ -402,3 +402,6 @@ impl Config {
         serde_json::to_value(schemars::schema_for!(Config)).unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+mod tests;

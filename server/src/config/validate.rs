@@ -207,10 +207,7 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
     }
     if let Some(v) = &r.volume {
         if !volumes.contains(v.as_str()) {
-            e.push(
-                format!("{f}.volume"),
-                format!("no volume is named {v:?}"),
-            );
+            e.push(format!("{f}.volume"), format!("no volume is named {v:?}"));
         }
     }
     let mut total = 0.0;
