@@ -1,0 +1,391 @@
+//! The admin HTTP listener: `/metrics`, `/healthz`, `/readyz` and `/config` on its own port.
+//!
+//! Owns the axum router and the thread it runs on. The listener runs on a dedicated thread with
+//! its own single-threaded tokio runtime, so a stalled event-loop worker can never starve it: it
+//! is exactly the thing that must still answer when the data plane is in trouble. It only reads
+//! shared state (metrics, lag probe clocks, lifecycle flags, the configuration); it must not serve
+//! content or change anything in the data plane.
+//!
+//! - `/metrics`: Prometheus text exposition of [`Metrics::render`].
+//! - `/healthz`: 200 while every worker's lag probe ticked recently (process alive and every
+//!   event loop responsive), else 503 naming the stuck workers.
+//! - `/readyz`: 200 when the listeners are bound, the server is not draining and every volume
+//!   root is an accessible directory; else 503 with the reasons (one per line).
+//! - `/config`: the effective configuration as JSON (it holds no secrets).
+
+pub mod lag;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use lag::LagProbe;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The content type of the Prometheus text format.
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// How long `/readyz` waits for a volume root check (a hung mount must not hang the probe).
+const VOLUME_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What `/readyz` needs to know about the data plane's lifecycle.
+pub trait ServingState: Send + Sync + 'static {
+    /// Every configured listener is bound and accepting.
+    fn listeners_bound(&self) -> bool;
+    /// Shutdown has begun (SIGTERM/SIGINT): no new work should be routed here.
+    fn draining(&self) -> bool;
+}
+
+/// Errors starting the admin listener.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("admin.listen {0:?} is not an ADDR:PORT socket address")]
+    Address(String),
+    #[error("cannot bind the admin listener on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the admin thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Everything the admin endpoints read.
+#[derive(Clone)]
+pub struct AdminState {
+    /// The effective configuration (served by `/config`; volume roots checked by `/readyz`).
+    pub config: Arc<Config>,
+    pub metrics: Metrics,
+    pub lag: LagProbe,
+    pub serving: Arc<dyn ServingState>,
+}
+
+/// A running admin listener. Dropping it leaves the listener running until the process exits.
+pub struct AdminServer {
+    addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl AdminServer {
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stop serving and wait for the admin thread to finish.
+    pub fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Bind `state.config.admin.listen` and serve on a dedicated thread. `Ok(None)` when the admin
+/// listener is disabled (empty `listen`). The socket is bound before this returns, so a bind
+/// error is reported at start-up.
+pub fn start(state: AdminState) -> Result<Option<AdminServer>, AdminError> {
+    let listen = state.config.admin.listen.trim();
+    if listen.is_empty() {
+        return Ok(None);
+    }
+    let addr: SocketAddr = listen
+        .parse()
+        .map_err(|_| AdminError::Address(listen.to_string()))?;
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|source| AdminError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| AdminError::Bind { addr, source })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| AdminError::Bind { addr, source })?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("admin-blocking")
+        .build()
+        .map_err(AdminError::Thread)?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let app = router(state);
+    let thread = std::thread::Builder::new()
+        .name("admin".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!("admin listener on {bound} failed: {e}");
+                        return;
+                    }
+                };
+                let served = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = rx.await;
+                    })
+                    .await;
+                if let Err(e) = served {
+                    tracing::error!("admin listener on {bound} stopped: {e}");
+                }
+            });
+        })
+        .map_err(AdminError::Thread)?;
+    tracing::info!("admin listening on http://{bound} (/metrics /healthz /readyz /config)");
+    Ok(Some(AdminServer {
+        addr: bound,
+        shutdown: Some(tx),
+        thread: Some(thread),
+    }))
+}
+
+/// The admin routes (public for tests that drive it without a socket).
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/config", get(config))
+        .with_state(state)
+}
+
+async fn metrics(State(s): State<AdminState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
+        s.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn healthz(State(s): State<AdminState>) -> Response {
+    let stale = s.lag.stale_workers(Instant::now());
+    if stale.is_empty() {
+        return (StatusCode::OK, "ok\n").into_response();
+    }
+    let mut body = String::new();
+    for (worker, age) in stale {
+        match age {
+            Some(age) => body.push_str(&format!(
+                "worker {worker}: event loop has not ticked for {:.1}s\n",
+                age.as_secs_f64()
+            )),
+            None => body.push_str(&format!("worker {worker}: event loop has not started\n")),
+        }
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+}
+
+async fn readyz(State(s): State<AdminState>) -> Response {
+    let mut problems = Vec::new();
+    if s.serving.draining() {
+        problems.push("draining: shutting down".to_string());
+    }
+    if !s.serving.listeners_bound() {
+        problems.push("listeners not bound yet".to_string());
+    }
+    for v in &s.config.volumes {
+        if let Err(e) = check_volume_root(v.path.clone()).await {
+            problems.push(format!("volume {:?}: {e}", v.name));
+        }
+    }
+    if problems.is_empty() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        let mut body = problems.join("\n");
+        body.push('\n');
+        (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+    }
+}
+
+async fn config(State(s): State<AdminState>) -> Json<Config> {
+    Json(Config::clone(&s.config))
+}
+
+/// The root must be a directory this process can open; checked off the admin loop with a bound.
+async fn check_volume_root(path: PathBuf) -> Result<(), String> {
+    let shown = path.display().to_string();
+    let check = tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let meta = std::fs::metadata(&path).map_err(|e| e.to_string())?;
+        if !meta.is_dir() {
+            return Err("not a directory".into());
+        }
+        std::fs::read_dir(&path).map_err(|e| e.to_string())?;
+        Ok(())
+    });
+    match tokio::time::timeout(VOLUME_CHECK_TIMEOUT, check).await {
+        Ok(Ok(r)) => r.map_err(|e| format!("{shown}: {e}")),
+        Ok(Err(e)) => Err(format!("{shown}: check failed: {e}")),
+        Err(_) => Err(format!(
+            "{shown}: no answer within {}s",
+            VOLUME_CHECK_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    struct Flags {
+        bound: AtomicBool,
+        draining: AtomicBool,
+    }
+    impl ServingState for Flags {
+        fn listeners_bound(&self) -> bool {
+            self.bound.load(Ordering::SeqCst)
+        }
+        fn draining(&self) -> bool {
+            self.draining.load(Ordering::SeqCst)
+        }
+    }
+
+    fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read");
+        let code = out[9..12].parse().expect("status code");
+        let body = out.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+        (code, body.to_string())
+    }
+
+    fn setup(root: &std::path::Path) -> (AdminServer, Arc<Flags>, LagProbe, Config) {
+        let mut cfg = Config::for_root(root);
+        cfg.admin.listen = "127.0.0.1:0".into();
+        cfg.normalize();
+        let metrics = Metrics::new(&["root"], 1);
+        let lag = LagProbe::with_stale_after(&metrics, 1, Duration::from_millis(300));
+        let flags = Arc::new(Flags {
+            bound: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+        });
+        let state = AdminState {
+            config: Arc::new(cfg.clone()),
+            metrics,
+            lag: lag.clone(),
+            serving: flags.clone(),
+        };
+        let server = start(state).expect("start").expect("enabled");
+        (server, flags, lag, cfg)
+    }
+
+    #[test]
+    fn endpoints_follow_state() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (server, flags, lag, cfg) = setup(dir.path());
+        let addr = server.local_addr();
+
+        // Not bound yet, worker never ticked.
+        let (code, body) = get(addr, "/readyz");
+        assert_eq!(code, 503, "{body}");
+        assert!(body.contains("listeners not bound"), "{body}");
+        let (code, body) = get(addr, "/healthz");
+        assert_eq!(code, 503, "{body}");
+        assert!(body.contains("worker 0"), "{body}");
+
+        flags.bound.store(true, Ordering::SeqCst);
+        let w = lag.worker(0).expect("worker 0");
+        w.observe(Instant::now(), Instant::now());
+        assert_eq!(get(addr, "/readyz").0, 200);
+        assert_eq!(get(addr, "/healthz").0, 200);
+
+        // The worker stops ticking: unhealthy after the bound.
+        std::thread::sleep(Duration::from_millis(400));
+        assert_eq!(get(addr, "/healthz").0, 503);
+
+        flags.draining.store(true, Ordering::SeqCst);
+        let (code, body) = get(addr, "/readyz");
+        assert_eq!(code, 503);
+        assert!(body.contains("draining"), "{body}");
+        flags.draining.store(false, Ordering::SeqCst);
+
+        // /config is the configuration as JSON.
+        let (code, body) = get(addr, "/config");
+        assert_eq!(code, 200);
+        let got: Config = serde_json::from_str(&body).expect("config JSON");
+        assert_eq!(got, cfg);
+        server.shutdown();
+
+        // A volume root that disappears makes the server unready.
+        let sub = dir.path().join("gone");
+        std::fs::create_dir(&sub).expect("mkdir");
+        let mut cfg2 = Config::for_root(&sub);
+        cfg2.admin.listen = "127.0.0.1:0".into();
+        let metrics = Metrics::new(&["root"], 1);
+        let state = AdminState {
+            config: Arc::new(cfg2),
+            metrics: metrics.clone(),
+            lag: LagProbe::new(&metrics, 1),
+            serving: flags.clone(),
+        };
+        let server2 = start(state).expect("start").expect("enabled");
+        assert_eq!(get(server2.local_addr(), "/readyz").0, 200);
+        std::fs::remove_dir(&sub).expect("rmdir");
+        let (code, body) = get(server2.local_addr(), "/readyz");
+        assert_eq!(code, 503);
+        assert!(body.contains("volume \"root\""), "{body}");
+
+        server2.shutdown();
+    }
+
+    #[test]
+    fn metrics_are_prometheus_text() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (server, _, _, _) = setup(dir.path());
+        let mut s = std::net::TcpStream::connect(server.local_addr()).expect("connect");
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read");
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert!(
+            out.to_ascii_lowercase()
+                .contains("content-type: text/plain; version=0.0.4"),
+            "{out}"
+        );
+        assert!(out.contains("contentserver_pool_queue_depth{volume=\"root\"} 0"));
+        assert_eq!(get(server.local_addr(), "/nope").0, 404);
+        server.shutdown();
+    }
+
+    #[test]
+    fn disabled_and_bad_addresses() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cfg = Config::for_root(dir.path());
+        let metrics = Metrics::new(&["root"], 1);
+        let flags: Arc<dyn ServingState> = Arc::new(Flags {
+            bound: AtomicBool::new(true),
+            draining: AtomicBool::new(false),
+        });
+        let mk = |cfg: &Config| AdminState {
+            config: Arc::new(cfg.clone()),
+            metrics: metrics.clone(),
+            lag: LagProbe::new(&metrics, 1),
+            serving: flags.clone(),
+        };
+        cfg.admin.listen = String::new();
+        assert!(start(mk(&cfg)).expect("disabled is fine").is_none());
+        cfg.admin.listen = "localhost".into();
+        assert!(matches!(start(mk(&cfg)), Err(AdminError::Address(_))));
+        // A port in use is a bind error, not a panic.
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        cfg.admin.listen = taken.local_addr().expect("addr").to_string();
+        assert!(matches!(start(mk(&cfg)), Err(AdminError::Bind { .. })));
+    }
+}
