@@ -1,0 +1,79 @@
+{{/* Names, labels and image references shared by every template of the chart. */}}
+
+{{- define "cso.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "cso.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "cso.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "cso.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "cso.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "cso.labels" -}}
+helm.sh/chart: {{ include "cso.chart" . }}
+{{ include "cso.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: content-platform
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "cso.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "cso.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "cso.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "cso.serverImage" -}}
+{{- printf "%s:%s" .Values.serverImage.repository (default .Chart.AppVersion .Values.serverImage.tag) }}
+{{- end }}
+
+{{/*
+The operator's RBAC rules live in files/rbac-rules.yaml (plain YAML, no templating) so tests can
+compare them with the operator's code. Usage: include "cso.rules" (list . "watchedNamespaces").
+*/}}
+{{- define "cso.rules" -}}
+{{- $ctx := index . 0 }}
+{{- $key := index . 1 }}
+{{- $all := $ctx.Files.Get "files/rbac-rules.yaml" | fromYaml }}
+{{- if hasKey $all "Error" }}{{ fail (printf "files/rbac-rules.yaml: %s" $all.Error) }}{{ end }}
+{{- if not (hasKey $all $key) }}{{ fail (printf "files/rbac-rules.yaml: missing key %s" $key) }}{{ end }}
+{{- with (index $all $key) }}{{ toYaml . }}{{ end }}
+{{- end }}
+
+{{/* content-operator's command line (see operator/src/main.rs). */}}
+{{- define "cso.operatorArgs" -}}
+- --metrics-addr=0.0.0.0:{{ .Values.metrics.port }}
+- --server-image={{ include "cso.serverImage" . }}
+- --log-format={{ .Values.logFormat }}
+{{- range .Values.watchNamespaces }}
+- --namespace={{ . }}
+{{- end }}
+{{- end }}
+
+{{- define "cso.readinessPath" -}}
+/readyz
+{{- end }}
