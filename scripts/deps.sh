@@ -19,3 +19,10 @@ command -v promtool >/dev/null || apt_install prometheus
 command -v prometheus >/dev/null || apt_install prometheus
 # Python test runner for the platform-wide tests in e2e/.
 python3 -m pytest --version >/dev/null 2>&1 || python3 -m pip install -q pytest
+# Packaging tests (e2e/test_helm.py, e2e/test_packaging.py): cffi loads Helm's Go code, jsonschema
+# validates examples/ against the CRD and values against values.schema.json, PyYAML reads both.
+python3 -c 'import cffi' 2>/dev/null || python3 -m pip install -q cffi
+python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install -q jsonschema
+python3 -c 'import yaml' 2>/dev/null || python3 -m pip install -q pyyaml
+# Real `helm lint`: the helm-sdkpy wheel (libhelm_sdkpy.so) unpacked into e2e/.cache (idempotent).
+python3 e2e/helm_native.py ensure >/dev/null
