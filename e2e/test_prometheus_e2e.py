@@ -1,0 +1,215 @@
+"""Every dashboard query returns data from a real content-server scraped by a real Prometheus.
+
+Starts content-server (built with the `failpoints` feature) with two volumes: `slow`, whose pool
+tasks the `pool_task` failpoint stalls so its small pool overflows and answers 503, and `fast`
+(offload = auto, page-cache hits inline). Starts the Debian `prometheus` scraping its admin
+listener every second with the target labels a Kubernetes scrape adds (namespace, pod,
+contentserver) and the alert rules loaded. Runs bounded load from Python threads (normal hits and
+overflowing bursts), then resolves the dashboard variables through the Prometheus API the way
+Grafana does, substitutes them into every panel query of contentserver.json, and fails if any
+query returns no data (no series, or only NaN, over the load window).
+
+operator.json is not evaluated here: the operator's /metrics only runs next to a Kubernetes API.
+Its queries are linted in test_dashboards.py (metric names checked against
+operator/src/metrics.rs).
+"""
+
+import math
+import pathlib
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from lib import dashboards as D  # noqa: E402
+from lib import stack  # noqa: E402
+
+TARGET_LABELS = {"namespace": "e2e", "contentserver": "films", "pod": "films-0"}
+STALL_MS = 300
+LOAD_SECONDS = 8
+# Grafana's $__rate_interval for a 1 s scrape interval: max($__interval + 1s, 4 * 1s).
+RATE_INTERVAL = "4s"
+
+
+def fetch(url, counts, lock):
+    try:
+        with urllib.request.urlopen(url, timeout=15) as r:
+            r.read()
+            code = r.status
+    except urllib.error.HTTPError as e:
+        code = e.code
+    except OSError:
+        code = "error"
+    with lock:
+        counts[code] = counts.get(code, 0) + 1
+
+
+def run_load(srv):
+    """Bounded load: 3 threads of hot requests to `fast`, and bursts of 10 concurrent requests
+    to `slow` every 0.5 s (its pool holds 2 running + 2 queued; the rest are rejected)."""
+    counts, lock = {}, threading.Lock()
+    stop = time.monotonic() + LOAD_SECONDS
+
+    def hot(i):
+        n = 0
+        while time.monotonic() < stop:
+            fetch(srv.url(f"/fast/f{(i + n) % 8}.bin"), counts, lock)
+            n += 1
+            time.sleep(0.002)
+
+    def bursts():
+        while time.monotonic() < stop:
+            ts = [threading.Thread(target=fetch, args=(srv.url("/slow/big.bin"), counts, lock))
+                  for _ in range(10)]
+            for t in ts:
+                t.start()
+            time.sleep(0.5)
+            for t in ts:
+                t.join(timeout=20)
+        fetch(srv.url("/fast/missing"), counts, lock)  # a 404 too
+
+    threads = [threading.Thread(target=hot, args=(i,)) for i in range(3)]
+    threads.append(threading.Thread(target=bursts))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=LOAD_SECONDS + 30)
+    return counts
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    stack.build_bins()
+    tmp = tmp_path_factory.mktemp("prom-e2e")
+    slow, fast = tmp / "slow", tmp / "fast"
+    slow.mkdir()
+    fast.mkdir()
+    (slow / "big.bin").write_bytes(b"s" * 256 * 1024)
+    for i in range(8):
+        (fast / f"f{i}.bin").write_bytes(bytes([65 + i]) * 16 * 1024)
+    srv = stack.ContentServer(
+        tmp, [("slow", slow, "always", 2, 2), ("fast", fast, "auto", 4, 64)],
+        env_extra={"FAILPOINTS": f"pool_task=return(slow:{STALL_MS})"})
+    prom = None
+    try:
+        prom = stack.Prometheus(
+            tmp, [("content-server", f"127.0.0.1:{srv.admin_port}", TARGET_LABELS)],
+            rule_files=[D.ALERTS])
+        stack.wait_until(
+            "first scrape of content-server",
+            lambda: prom.api("query", query='up{job="content-server"} == 1')["result"],
+            timeout=15, proc=prom.proc.p, log=prom.proc.log)
+        start = time.time()
+        counts = run_load(srv)
+        time.sleep(3)  # the last scrapes and rule evaluations
+        end = time.time()
+        yield {"srv": srv, "prom": prom, "start": start, "end": end, "counts": counts}
+    finally:
+        if prom is not None:
+            prom.stop()
+        srv.stop()
+
+
+def test_load_overflowed_the_slow_pool(env):
+    c = env["counts"]
+    assert c.get(200, 0) > 50, c
+    assert c.get(503, 0) > 0, f"no pool overflow (503) during the load: {c}"
+    assert "error" not in c, c
+
+
+def resolve_variables(prom, dash, start, end):
+    """Each query variable's values, resolved in order like Grafana (label values API)."""
+    chosen, values = {}, {}
+    for v in D.variables(dash)[1:]:
+        selector, label = D.label_values_query(D.variable_query(v))
+        sel = D.substitute(selector, chosen)
+        vals = prom.api(f"label/{label}/values", **{"match[]": sel, "start": start, "end": end})
+        assert vals, f"variable {v['name']}: {selector} -> no values"
+        values[v["name"]] = vals
+        chosen[v["name"]] = vals[0] if len(vals) == 1 else "|".join(vals)
+    return values
+
+
+def has_data(result):
+    return any(not math.isnan(float(val)) for series in result for _, val in series["values"])
+
+
+def evaluate(prom, expr, env):
+    return prom.api("query_range", query=expr, start=env["start"], end=env["end"], step="1")[
+        "result"]
+
+
+def test_variables_resolve_to_the_target_labels(env):
+    dash = D.load("contentserver.json")
+    values = resolve_variables(env["prom"], dash, env["start"], env["end"])
+    assert values["namespace"] == ["e2e"]
+    assert values["contentserver"] == ["films"]
+    assert values["pod"] == ["films-0"]
+    assert sorted(values["volume"]) == ["fast", "slow"]
+
+
+def test_every_contentserver_panel_query_returns_data(env):
+    prom = env["prom"]
+    dash = D.load("contentserver.json")
+    values = resolve_variables(prom, dash, env["start"], env["end"])
+    base = {k: v[0] for k, v in values.items() if k != "volume"}
+    empty, checked = [], 0
+    for panel, target in D.queries(dash):
+        uses_volume = "volume" in D.variables_used(target["expr"])
+        for vol in (values["volume"] if uses_volume else [None]):
+            vals = dict(base, **({"volume": vol} if vol else {}))
+            expr = D.substitute(target["expr"], vals, rate_interval=RATE_INTERVAL)
+            assert "$" not in expr.replace("${1}", ""), f"unsubstituted variable in {expr}"
+            checked += 1
+            if not has_data(evaluate(prom, expr, env)):
+                empty.append(f"{panel['title']} [{target['refId']}] volume={vol}: {expr}")
+    assert checked >= 25
+    assert not empty, "panel queries with no data:\n" + "\n".join(empty)
+
+
+def panel_expr(dash, title, ref="A"):
+    for p, t in D.queries(dash):
+        if p["title"] == title and t["refId"] == ref:
+            return t["expr"]
+    raise AssertionError(f"no panel {title!r} {ref}")
+
+
+def max_value(result):
+    vals = [float(v) for s in result for _, v in s["values"] if not math.isnan(float(v))]
+    return max(vals) if vals else None
+
+
+def test_panels_show_the_overflow_on_the_slow_volume_only(env):
+    prom = env["prom"]
+    dash = D.load("contentserver.json")
+    vals = dict(TARGET_LABELS)
+
+    def peak(title, vol, ref="A"):
+        expr = D.substitute(panel_expr(dash, title, ref), dict(vals, volume=vol),
+                            rate_interval=RATE_INTERVAL)
+        return max_value(evaluate(prom, expr, env))
+
+    assert peak("Overflow rejects/s", "slow") > 0
+    assert peak("Overflow rejects/s", "fast") == 0
+    # Tasks queued behind 300 ms stalls wait at least one stall.
+    assert peak("p99 queue wait", "slow") >= STALL_MS / 1000 / 2
+    assert peak("5xx ratio", "slow") > 0
+    assert peak("Pool utilisation", "slow", ref="B") > 0.5
+
+
+def test_alert_rules_evaluate_against_real_metrics(env):
+    prom = env["prom"]
+    groups = prom.api("rules")["groups"]
+    rules = [r for g in groups for r in g["rules"]]
+    assert len(rules) >= 5
+    for r in rules:
+        assert r["health"] == "ok", f"{r['name']}: {r.get('lastError')}"
+    alerts = prom.api("alerts")["alerts"]
+    rejecting = [a for a in alerts if a["labels"].get("alertname") == "ContentServerPoolRejecting"]
+    assert rejecting, f"ContentServerPoolRejecting not pending after overflow; alerts: {alerts}"
+    assert {a["labels"]["volume"] for a in rejecting} == {"slow"}
+    assert all(a["labels"]["pod"] == "films-0" for a in rejecting)
