@@ -36,6 +36,8 @@ int helm_sdkpy_config_create(const char *namespace, const char *kubeconfig,
     const char *kubecontext, const char *options_json, helm_sdkpy_handle *handle_out);
 void helm_sdkpy_config_destroy(helm_sdkpy_handle handle);
 int helm_sdkpy_lint(helm_sdkpy_handle handle, const char *chart_path, char **result_json);
+int helm_sdkpy_install(helm_sdkpy_handle handle, const char *release_name, const char *chart_path,
+    const char *values_json, const char *version, const char *options_json, char **result_json);
 const char *helm_sdkpy_last_error(void);
 void helm_sdkpy_free(void *ptr);
 const char *helm_sdkpy_version_string(void);
@@ -200,6 +202,61 @@ class _captured_stderr:
         text = self._file.read().decode(errors="replace")
         self._file.close()
         self.lines.extend(line for line in text.splitlines() if line.strip())
+
+
+def install(
+    kubeconfig: Path | str, namespace: str, release: str, chart_dir: Path | str, values: dict[str, Any]
+) -> dict[str, Any]:
+    """Helm's install action (client-side apply, no wait) against the cluster of `kubeconfig`."""
+    ffi, lib = _load()
+    handle = ffi.new("helm_sdkpy_handle *")
+    rc = lib.helm_sdkpy_config_create(
+        namespace.encode(), str(kubeconfig).encode(), ffi.NULL, b"{}", handle
+    )
+    if rc != 0:
+        raise HelmNativeError(f"helm_sdkpy_config_create: rc={rc}: {_last_error(ffi, lib)}")
+    options = {
+        "create_namespace": False,
+        "wait": False,
+        "timeout_seconds": 60,
+        "server_side_apply": "false",
+        "disable_openapi_validation": True,
+        "skip_schema_validation": False,
+    }
+    try:
+        out = ffi.new("char **")
+        with _captured_stderr() as log:
+            rc = lib.helm_sdkpy_install(
+                handle[0], release.encode(), str(chart_dir).encode(),
+                json.dumps(values).encode(), b"", json.dumps(options).encode(), out,
+            )
+        if rc != 0:
+            raise HelmNativeError(f"helm_sdkpy_install: rc={rc}: {_last_error(ffi, lib)}\n{log}")
+        try:
+            return json.loads(ffi.string(out[0]).decode()) if out[0] != ffi.NULL else {}
+        finally:
+            if out[0] != ffi.NULL:
+                lib.helm_sdkpy_free(out[0])
+    finally:
+        lib.helm_sdkpy_config_destroy(handle[0])
+
+
+def render(
+    chart_dir: Path | str, values: dict[str, Any], namespace: str = "contentserver-system",
+    release: str = "csop",
+) -> list[dict[str, Any]]:
+    """The manifests `helm install` sends to a cluster: Helm's real install against the
+    in-memory API server of fake_apiserver.py (the chart's crds/ are left out: Helm installs
+    them before rendering and they are checked against crds/ directly)."""
+    from fake_apiserver import FakeApiServer
+
+    chart_dir = Path(chart_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy_dir = Path(tmp) / chart_dir.name
+        shutil.copytree(chart_dir, copy_dir, ignore=shutil.ignore_patterns("crds"))
+        with FakeApiServer(Path(tmp)) as api:
+            install(api.kubeconfig, namespace, release, copy_dir, values)
+            return api.manifests()
 
 
 def _last_error(ffi: Any, lib: Any) -> str:
