@@ -1,5 +1,11 @@
-//! The `content-server` command line (placeholder until the server core lands).
-fn main() {
-    eprintln!("content-server: not implemented yet");
-    std::process::exit(2);
+//! The `content-server` binary: fault-injection setup (FAILPOINTS, with the `failpoints`
+//! feature) around the command line in [`content_server::cli`].
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let scenario = fail::FailScenario::setup();
+    let code = content_server::cli::main();
+    scenario.teardown();
+    code
 }

@@ -1,0 +1,161 @@
+//! Listening sockets and the accept loop of one worker.
+//!
+//! Each worker binds its own socket per listener with SO_REUSEPORT (the kernel spreads new
+//! connections across workers, as nginx `reuseport`). Accept never blocks: accept4 with
+//! SOCK_NONBLOCK on a non-blocking listener driven by epoll. Over `limits.max_connections`
+//! (counted across all workers) a new connection is closed at once, counted in
+//! `connections_refused_total` and logged (at most once per second). It must not parse HTTP.
+
+use crate::config::Config;
+use crate::conn;
+use crate::runtime::Shared;
+use crate::socket::Socket;
+use anyhow::Context;
+use rustix::io::Errno;
+use rustix::net::{AddressFamily, SocketFlags, SocketType};
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::unix::AsyncFd;
+
+/// Bind one non-blocking SO_REUSEPORT listening socket.
+pub fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket_with(
+        family,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::sockopt::set_socket_reuseaddr(&fd, true)?;
+    rustix::net::sockopt::set_socket_reuseport(&fd, true)?;
+    if addr.is_ipv6() {
+        rustix::net::sockopt::set_ipv6_v6only(&fd, true)?;
+    }
+    rustix::net::bind(&fd, &addr)?;
+    rustix::net::listen(&fd, backlog.min(i32::MAX as u32) as i32)?;
+    Ok(TcpListener::from(fd))
+}
+
+/// Bind every listener once per worker: `result[worker][listener]`. A listener with port 0 gets
+/// a kernel-chosen port on the first bind, which the other workers then share.
+pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Vec<Vec<TcpListener>>> {
+    let mut out: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+    for (i, l) in cfg.listeners.iter().enumerate() {
+        let ip: IpAddr = l
+            .address
+            .parse()
+            .with_context(|| format!("listeners[{i}].address {:?}", l.address))?;
+        let mut addr = SocketAddr::new(ip, l.port);
+        for (w, slot) in out.iter_mut().enumerate() {
+            let sock = bind(addr, l.backlog)
+                .with_context(|| format!("cannot listen on {addr} (listeners[{i}], worker {w})"))?;
+            if w == 0 {
+                addr = sock
+                    .local_addr()
+                    .context("local_addr of a bound listener")?;
+                tracing::info!(addr = %addr, workers, backlog = l.backlog, "listening");
+            }
+            slot.push(sock);
+        }
+    }
+    Ok(out)
+}
+
+static LAST_REFUSAL_LOG: AtomicU64 = AtomicU64::new(0);
+static LAST_EMFILE_LOG: AtomicU64 = AtomicU64::new(0);
+
+/// True at most once per second per `slot`.
+fn rate_limited(slot: &AtomicU64) -> bool {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let last = slot.load(Ordering::Relaxed);
+    last != now
+        && slot
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+}
+
+/// Accept connections on `listener` until draining starts, spawning one task per connection on
+/// the current (worker) runtime. Returning drops the listener, which closes it.
+pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::Result<()> {
+    // SAFETY: the TcpListener owns its descriptor, which stays open and unchanged until the
+    // AsyncFd (its only owner) is dropped.
+    let afd = unsafe { AsyncFd::register(listener) }
+        .map_err(std::io::Error::from)
+        .context("register listener with epoll")?;
+    let mut drain = shared.lifecycle.subscribe_drain();
+    let max = shared.config.limits.max_connections;
+    loop {
+        let mut guard = tokio::select! {
+            g = afd.readable() => g.context("listener readiness")?,
+            _ = drain.wait_for(|d| *d) => return Ok(()),
+        };
+        // Accept a batch, then yield so connections on this worker make progress too.
+        for _ in 0..64 {
+            match rustix::net::accept_with(
+                afd.get_ref().as_fd(),
+                SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+            ) {
+                Ok(fd) => {
+                    if !shared.lifecycle.try_add_connection(max) {
+                        drop(fd);
+                        shared.metrics.connections_refused_total.inc();
+                        if rate_limited(&LAST_REFUSAL_LOG) {
+                            tracing::warn!(
+                                max_connections = max,
+                                refused_total = shared.metrics.connections_refused_total.get(),
+                                "connection refused: max_connections reached"
+                            );
+                        }
+                        continue;
+                    }
+                    shared.metrics.connections_accepted_total.inc();
+                    shared.metrics.connections_active.inc();
+                    let _ = rustix::net::sockopt::set_tcp_nodelay(&fd, true);
+                    let peer = rustix::net::getpeername(&fd)
+                        .ok()
+                        .flatten()
+                        .and_then(|a| SocketAddr::try_from(a).ok())
+                        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+                    match Socket::new(fd) {
+                        Ok(sock) => {
+                            tokio::spawn(conn::run(shared.clone(), sock, peer));
+                        }
+                        Err(e) => {
+                            shared.lifecycle.remove_connection();
+                            shared.metrics.connections_active.dec();
+                            tracing::error!(error = %e, "cannot register connection with epoll");
+                        }
+                    }
+                }
+                Err(Errno::AGAIN) => {
+                    guard.clear_ready();
+                    break;
+                }
+                Err(Errno::CONNABORTED) | Err(Errno::INTR) | Err(Errno::PROTO) => continue,
+                Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)) => {
+                    if rate_limited(&LAST_EMFILE_LOG) {
+                        tracing::error!(error = %e, "accept failed: out of descriptors or memory; pausing accept");
+                    }
+                    drop(guard);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    break;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "accept failed");
+                    break;
+                }
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+}

@@ -1,0 +1,185 @@
+//! The `content-server` command line: `serve --root DIR`, `serve --config FILE` (with overrides)
+//! and `check-config FILE`. Turns arguments into a validated [`Config`] and hands it to
+//! [`crate::runtime::run`]; it must not contain server logic.
+
+use crate::config::{Config, ConfigError, Listener, Offload};
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "content-server",
+    version,
+    about = "Static content server: event loop plus one bounded thread pool per volume"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve a directory (--root) or a full configuration (--config).
+    Serve(ServeArgs),
+    /// Validate a configuration file and print it normalized (exit 1 and the errors if invalid).
+    CheckConfig {
+        /// The TOML configuration file.
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Serve this directory with the embedded defaults (one volume `root`, port 8080).
+    #[arg(
+        long,
+        value_name = "DIR",
+        conflicts_with = "config",
+        required_unless_present = "config"
+    )]
+    pub root: Option<PathBuf>,
+    /// Run this TOML configuration file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Listen on this port (replaces the listeners with one on --listen's address or 0.0.0.0).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Listen on ADDR or ADDR:PORT (replaces the configured listeners).
+    #[arg(long, value_name = "ADDR[:PORT]")]
+    pub listen: Option<String>,
+    /// Pool threads of every volume.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Pool max_queue of every volume (0 = no task waits beyond the threads).
+    #[arg(long)]
+    pub max_queue: Option<usize>,
+    /// Offload mode of every volume: always, never or auto.
+    #[arg(long)]
+    pub offload: Option<Offload>,
+    /// Event-loop workers (0 = one per CPU core).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Admin listener ADDR:PORT; an empty string disables it.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub admin_listen: Option<String>,
+}
+
+/// Parse a `--listen` value: `ADDR:PORT`, `[V6]:PORT`, or a bare address.
+fn parse_listen(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
+    if let Ok(sa) = s.parse::<SocketAddr>() {
+        return Ok((sa.ip(), Some(sa.port())));
+    }
+    let bare = s.trim_start_matches('[').trim_end_matches(']');
+    let ip = bare
+        .parse::<IpAddr>()
+        .with_context(|| format!("--listen {s:?} is neither ADDR nor ADDR:PORT"))?;
+    Ok((ip, None))
+}
+
+impl ServeArgs {
+    /// The configuration to run: file or embedded defaults, then the overrides, normalized and
+    /// validated.
+    pub fn config(&self) -> anyhow::Result<Config> {
+        let mut cfg = match (&self.root, &self.config) {
+            (Some(root), _) => {
+                let root = std::path::absolute(root)
+                    .with_context(|| format!("--root {}", root.display()))?;
+                Config::for_root(root)
+            }
+            (None, Some(file)) => {
+                let text = std::fs::read_to_string(file)
+                    .with_context(|| format!("cannot read {}", file.display()))?;
+                Config::from_toml(&text).with_context(|| format!("in {}", file.display()))?
+            }
+            (None, None) => anyhow::bail!("serve needs --root DIR or --config FILE"),
+        };
+        if self.listen.is_some() || self.port.is_some() {
+            let (ip, port) = match &self.listen {
+                Some(l) => parse_listen(l)?,
+                None => (
+                    cfg.listeners
+                        .first()
+                        .and_then(|l| l.address.parse().ok())
+                        .unwrap_or(IpAddr::from([0, 0, 0, 0])),
+                    None,
+                ),
+            };
+            let backlog = cfg
+                .listeners
+                .first()
+                .map_or(Listener::default().backlog, |l| l.backlog);
+            cfg.listeners = vec![Listener {
+                address: ip.to_string(),
+                port: self.port.or(port).unwrap_or(Listener::default().port),
+                backlog,
+            }];
+        }
+        for v in &mut cfg.volumes {
+            if let Some(t) = self.threads {
+                v.pool.threads = t;
+            }
+            if let Some(q) = self.max_queue {
+                v.pool.max_queue = q;
+            }
+            if let Some(o) = self.offload {
+                v.offload = o;
+            }
+        }
+        if let Some(w) = self.workers {
+            cfg.workers = w;
+        }
+        if let Some(a) = &self.admin_listen {
+            cfg.admin.listen = a.clone();
+        }
+        cfg.normalize();
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// `check-config FILE`: print the normalized TOML, or the errors; the exit code says which.
+fn check_config(file: &std::path::Path) -> ExitCode {
+    match Config::load(file).and_then(|c| c.to_toml()) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e @ ConfigError::Invalid(_)) => {
+            eprintln!("{}: {e}", file.display());
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", file.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { file } => check_config(&file),
+        Command::Serve(args) => {
+            let cfg = match args.config() {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("content-server: {e:#}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            crate::logging::init(&cfg.logging);
+            match crate::runtime::run(cfg) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("fatal: {e:#}");
+                    eprintln!("content-server: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! HTTP dates (IMF-fixdate, RFC 9110 §5.6.7): formatting `Sun, 06 Nov 1994 08:49:37 GMT` and
+//! parsing it back (plus the obsolete RFC 850 and asctime forms). Pure functions, no clock
+//! except [`now_header`], which caches the formatted current second per thread.
+
+use std::cell::RefCell;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+/// Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = m as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Format seconds since the epoch as an IMF-fixdate.
+pub fn format(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{}, {:02} {} {:04} {:02}:{:02}:{:02} GMT",
+        DAYS[days.rem_euclid(7) as usize],
+        d,
+        MONTHS[(m - 1) as usize],
+        y,
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+fn month(s: &str) -> Option<u32> {
+    MONTHS.iter().position(|m| *m == s).map(|i| i as u32 + 1)
+}
+
+fn hms(s: &str) -> Option<i64> {
+    let mut it = s.split(':').map(|p| p.parse::<i64>().ok());
+    let (h, m, sec) = (it.next()??, it.next()??, it.next()??);
+    if it.next().is_some() || h > 23 || m > 59 || sec > 60 {
+        return None;
+    }
+    Some(h * 3600 + m * 60 + sec)
+}
+
+fn assemble(y: i64, m: u32, d: u32, t: i64) -> Option<i64> {
+    if !(1..=31).contains(&d) {
+        return None;
+    }
+    Some(days_from_civil(y, m, d) * 86_400 + t)
+}
+
+/// Parse an HTTP date to seconds since the epoch; None when malformed.
+pub fn parse(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let parts: Vec<&str> = s.split_ascii_whitespace().collect();
+    match parts.as_slice() {
+        // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
+        [_wd, d, mon, y, t, "GMT"] => {
+            assemble(y.parse().ok()?, month(mon)?, d.parse().ok()?, hms(t)?)
+        }
+        // RFC 850: Sunday, 06-Nov-94 08:49:37 GMT
+        [_wd, dmy, t, "GMT"] => {
+            let mut it = dmy.split('-');
+            let (d, mon, y) = (it.next()?, it.next()?, it.next()?);
+            let y: i64 = y.parse().ok()?;
+            let y = if y < 70 {
+                2000 + y
+            } else if y < 100 {
+                1900 + y
+            } else {
+                y
+            };
+            assemble(y, month(mon)?, d.parse().ok()?, hms(t)?)
+        }
+        // asctime: Sun Nov  6 08:49:37 1994
+        [_wd, mon, d, t, y] => assemble(y.parse().ok()?, month(mon)?, d.parse().ok()?, hms(t)?),
+        _ => None,
+    }
+}
+
+thread_local! {
+    static CACHED: RefCell<(i64, String)> = const { RefCell::new((i64::MIN, String::new())) };
+}
+
+/// The `Date` header value for now, formatted at most once per second per thread.
+pub fn now_header() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    CACHED.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.0 != now {
+            *c = (now, format(now));
+        }
+        c.1.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_and_parses_rfc_example() {
+        assert_eq!(format(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(parse("Sun, 06 Nov 1994 08:49:37 GMT"), Some(784_111_777));
+        assert_eq!(parse("Sunday, 06-Nov-94 08:49:37 GMT"), Some(784_111_777));
+        assert_eq!(parse("Sun Nov  6 08:49:37 1994"), Some(784_111_777));
+        assert_eq!(parse("yesterday"), None);
+        assert_eq!(parse("Sun, 06 Nov 1994 25:49:37 GMT"), None);
+    }
+
+    #[test]
+    fn round_trips_many_dates() {
+        for secs in (0..4_000_000_000i64).step_by(86_400 * 37 + 3_601) {
+            assert_eq!(parse(&format(secs)), Some(secs), "{}", format(secs));
+        }
+    }
+}

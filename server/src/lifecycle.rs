@@ -1,0 +1,89 @@
+//! Process lifecycle flags shared by the workers, the signal handler and the admin endpoints:
+//! listeners bound, ready, draining, and the count of open client connections.
+//!
+//! Owns only state and the drain broadcast; it must not start or stop anything itself.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use tokio::sync::watch;
+
+/// Shared through `Arc<Lifecycle>`.
+pub struct Lifecycle {
+    ready: AtomicBool,
+    draining: AtomicBool,
+    listeners_bound: AtomicUsize,
+    connections: AtomicUsize,
+    drain_tx: watch::Sender<bool>,
+}
+
+impl Default for Lifecycle {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Lifecycle {
+    pub fn new() -> Lifecycle {
+        let (drain_tx, _) = watch::channel(false);
+        Lifecycle {
+            ready: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            listeners_bound: AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
+            drain_tx,
+        }
+    }
+
+    /// True once every worker accepts connections, until draining starts.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !self.is_draining()
+    }
+
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// True after SIGTERM/SIGINT: no new connections, in-flight responses finish.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Start draining (idempotent): workers stop accepting, idle connections close.
+    pub fn begin_drain(&self) {
+        self.draining.store(true, Ordering::Release);
+        self.drain_tx.send_replace(true);
+    }
+
+    /// A receiver that changes to `true` when draining starts.
+    pub fn subscribe_drain(&self) -> watch::Receiver<bool> {
+        self.drain_tx.subscribe()
+    }
+
+    /// Listening sockets bound (one per listener per worker).
+    pub fn listeners_bound(&self) -> usize {
+        self.listeners_bound.load(Ordering::Acquire)
+    }
+
+    pub fn add_listeners_bound(&self, n: usize) {
+        self.listeners_bound.fetch_add(n, Ordering::AcqRel);
+    }
+
+    /// Open client connections across all workers.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Acquire)
+    }
+
+    /// Count a new connection if fewer than `max` are open; false means refuse it.
+    pub fn try_add_connection(&self, max: usize) -> bool {
+        let prev = self.connections.fetch_add(1, Ordering::AcqRel);
+        if prev >= max {
+            self.connections.fetch_sub(1, Ordering::AcqRel);
+            false
+        } else {
+            true
+        }
+    }
+
+    pub fn remove_connection(&self) {
+        self.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}

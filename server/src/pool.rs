@@ -1,0 +1,259 @@
+//! The bounded thread pool of one volume (nginx `thread_pool NAME threads=N max_queue=M`).
+//!
+//! Owns the pool threads, the task queue and the overflow rule: a task is accepted when a thread
+//! is idle or fewer than `max_queue` tasks are already waiting; otherwise [`Pool::submit`] fails at
+//! once (the caller answers 503) and the error log says
+//! `thread pool "NAME" queue overflow: N tasks waiting`. Results return through a tokio oneshot.
+//! It must not know about HTTP or files: a task is any blocking closure.
+
+use crate::metrics::{Metrics, PoolOp};
+use prometheus::{Counter, Histogram, IntCounter, IntGauge};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// The queue was full: the task was not accepted.
+#[derive(Debug, thiserror::Error)]
+#[error("thread pool {pool:?} queue overflow: {waiting} tasks waiting")]
+pub struct Overflow {
+    pub pool: String,
+    pub waiting: usize,
+}
+
+/// The pool dropped an accepted task without running it (only when a task panicked).
+#[derive(Debug, thiserror::Error)]
+#[error("thread pool {0:?} lost a task")]
+pub struct TaskLost(pub String);
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+struct Queued {
+    job: Job,
+    op: PoolOp,
+    queued_at: Instant,
+}
+
+struct State {
+    queue: VecDeque<Queued>,
+    /// Threads blocked waiting for work (not yet claimed by a queued task).
+    idle: usize,
+}
+
+struct OpMetrics {
+    tasks: IntCounter,
+    duration: Histogram,
+}
+
+struct PoolMetrics {
+    busy: IntGauge,
+    depth: IntGauge,
+    rejected: IntCounter,
+    wait: Histogram,
+    busy_seconds: Counter,
+    ops: [OpMetrics; 3],
+}
+
+impl PoolMetrics {
+    fn op(&self, op: PoolOp) -> &OpMetrics {
+        match op {
+            PoolOp::Open => &self.ops[0],
+            PoolOp::Read => &self.ops[1],
+            PoolOp::Sendfile => &self.ops[2],
+        }
+    }
+}
+
+struct Inner {
+    name: String,
+    max_queue: usize,
+    state: Mutex<State>,
+    work: Condvar,
+    m: PoolMetrics,
+}
+
+/// A handle to a running pool; cheap to clone.
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<Inner>,
+}
+
+impl Pool {
+    /// Start `threads` threads named `pool-NAME-i`. Metrics are the volume's series.
+    pub fn start(
+        name: &str,
+        threads: usize,
+        max_queue: usize,
+        metrics: &Metrics,
+    ) -> std::io::Result<Pool> {
+        let v = [name];
+        let op_metrics = |op: PoolOp| OpMetrics {
+            tasks: metrics
+                .pool_tasks_total
+                .with_label_values(&[name, op.as_str()]),
+            duration: metrics
+                .pool_task_duration_seconds
+                .with_label_values(&[name, op.as_str()]),
+        };
+        let m = PoolMetrics {
+            busy: metrics.pool_busy_threads.with_label_values(&v),
+            depth: metrics.pool_queue_depth.with_label_values(&v),
+            rejected: metrics.pool_rejected_total.with_label_values(&v),
+            wait: metrics.pool_queue_wait_seconds.with_label_values(&v),
+            busy_seconds: metrics.pool_busy_seconds_total.with_label_values(&v),
+            ops: [
+                op_metrics(PoolOp::Open),
+                op_metrics(PoolOp::Read),
+                op_metrics(PoolOp::Sendfile),
+            ],
+        };
+        metrics
+            .pool_threads
+            .with_label_values(&v)
+            .set(threads as i64);
+        metrics
+            .pool_queue_capacity
+            .with_label_values(&v)
+            .set(max_queue as i64);
+        let inner = Arc::new(Inner {
+            name: name.to_owned(),
+            max_queue,
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                idle: 0,
+            }),
+            work: Condvar::new(),
+            m,
+        });
+        for i in 0..threads.max(1) {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name(format!("pool-{name}-{i}"))
+                .spawn(move || inner.run())?;
+        }
+        Ok(Pool { inner })
+    }
+
+    /// The pool's (volume's) name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Queue `f`; the receiver yields its result. Fails at once, counting and logging the
+    /// overflow, when no thread is idle and `max_queue` tasks already wait.
+    pub fn submit<F, R>(&self, op: PoolOp, f: F) -> Result<oneshot::Receiver<R>, Overflow>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move || {
+            // The receiver may be gone (connection closed); the result is then dropped.
+            let _ = tx.send(f());
+        });
+        let inner = &self.inner;
+        let mut st = inner.lock();
+        let waiting = st.queue.len();
+        if waiting >= st.idle + inner.max_queue {
+            drop(st);
+            inner.m.rejected.inc();
+            tracing::error!(
+                "thread pool \"{}\" queue overflow: {} tasks waiting",
+                inner.name,
+                waiting
+            );
+            return Err(Overflow {
+                pool: inner.name.clone(),
+                waiting,
+            });
+        }
+        st.queue.push_back(Queued {
+            job,
+            op,
+            queued_at: Instant::now(),
+        });
+        let depth = st.queue.len().saturating_sub(st.idle);
+        drop(st);
+        inner.m.depth.set(depth as i64);
+        inner.work.notify_one();
+        Ok(rx)
+    }
+
+    /// Submit and wait for the result.
+    pub async fn run<F, R>(&self, op: PoolOp, f: F) -> Result<R, PoolError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let rx = self.submit(op, f)?;
+        rx.await
+            .map_err(|_| PoolError::Lost(TaskLost(self.inner.name.clone())))
+    }
+}
+
+/// Why a pool task produced no result.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error(transparent)]
+    Overflow(#[from] Overflow),
+    #[error(transparent)]
+    Lost(#[from] TaskLost),
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock only means a task panicked while we held it (we never do); keep going.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn run(&self) {
+        loop {
+            let task = {
+                let mut st = self.lock();
+                st.idle += 1;
+                loop {
+                    if let Some(t) = st.queue.pop_front() {
+                        st.idle -= 1;
+                        let depth = st.queue.len().saturating_sub(st.idle);
+                        self.m.depth.set(depth as i64);
+                        break t;
+                    }
+                    st = self.work.wait(st).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            let start = Instant::now();
+            self.m
+                .wait
+                .observe(start.duration_since(task.queued_at).as_secs_f64());
+            self.m.busy.inc();
+            failpoint_stall(&self.name);
+            let job = task.job;
+            // A panicking task must not kill the thread; its oneshot sender is dropped, so the
+            // caller sees TaskLost.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+                tracing::error!(pool = %self.name, "thread pool task panicked");
+            }
+            let secs = start.elapsed().as_secs_f64();
+            self.m.busy.dec();
+            self.m.busy_seconds.inc_by(secs);
+            let om = self.m.op(task.op);
+            om.tasks.inc();
+            om.duration.observe(secs);
+        }
+    }
+}
+
+/// Failpoint `pool_task`: `FAILPOINTS="pool_task=return(VOLUME:MS)"` stalls every task of pool
+/// VOLUME for MS milliseconds before it runs (other pools are untouched).
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+fn failpoint_stall(pool: &str) {
+    fail::fail_point!("pool_task", |arg: Option<String>| {
+        if let Some((vol, ms)) = arg.as_deref().and_then(|a| a.split_once(':')) {
+            if vol == pool {
+                if let Ok(ms) = ms.parse::<u64>() {
+                    std::thread::sleep(std::time::Duration::from_millis(ms));
+                }
+            }
+        }
+    });
+}

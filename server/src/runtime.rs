@@ -1,0 +1,186 @@
+//! Start-up and shutdown of the whole server, in one place: raise RLIMIT_NOFILE, build the
+//! metrics and the lifecycle, open volumes and start their pools, bind the listeners, start one
+//! event-loop worker thread per core (each a tokio current-thread runtime with its own
+//! SO_REUSEPORT sockets), then wait for SIGTERM/SIGINT and drain.
+//!
+//! Other subsystems (admin listener, event-loop lag probe) hook in here: [`Server`] holds the
+//! `Metrics` and `Arc<Lifecycle>` they need. It must not handle requests itself.
+
+use crate::accept;
+use crate::config::Config;
+use crate::lifecycle::Lifecycle;
+use crate::metrics::Metrics;
+use crate::resolve::Router;
+use crate::volume::Volume;
+use anyhow::Context;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Everything a connection needs, shared by all workers.
+pub struct Shared {
+    pub config: Config,
+    pub metrics: Metrics,
+    pub lifecycle: Arc<Lifecycle>,
+    pub router: Router,
+    /// Same order as `config.volumes`.
+    pub volumes: Vec<Volume>,
+}
+
+/// A started server: workers are accepting.
+pub struct Server {
+    pub shared: Arc<Shared>,
+    pub metrics: Metrics,
+    pub lifecycle: Arc<Lifecycle>,
+    pub workers: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Raise the soft RLIMIT_NOFILE to the hard limit and log both.
+pub fn raise_nofile_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let old = getrlimit(Resource::Nofile);
+    let new = Rlimit {
+        current: old.maximum,
+        maximum: old.maximum,
+    };
+    let fmt = |v: Option<u64>| v.map_or("unlimited".to_string(), |n| n.to_string());
+    match setrlimit(Resource::Nofile, new) {
+        Ok(()) => tracing::info!(
+            soft_before = %fmt(old.current),
+            soft = %fmt(old.maximum),
+            hard = %fmt(old.maximum),
+            "RLIMIT_NOFILE raised to the hard limit"
+        ),
+        Err(e) => tracing::warn!(
+            soft = %fmt(old.current),
+            hard = %fmt(old.maximum),
+            error = %e,
+            "cannot raise RLIMIT_NOFILE"
+        ),
+    }
+}
+
+/// Build everything and start the workers (returns once they run).
+pub fn start(mut config: Config) -> anyhow::Result<Server> {
+    config.normalize();
+    config.validate()?;
+    raise_nofile_limit();
+    let workers = config.effective_workers();
+    let names: Vec<&str> = config.volumes.iter().map(|v| v.name.as_str()).collect();
+    let metrics = Metrics::new(&names, workers);
+    let lifecycle = Arc::new(Lifecycle::new());
+    let volumes = config
+        .volumes
+        .iter()
+        .map(|v| Volume::start(v, &config, &metrics))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for v in &config.volumes {
+        tracing::info!(
+            volume = %v.name, path = %v.path.display(), offload = v.offload.as_str(),
+            threads = v.pool.threads, max_queue = v.pool.max_queue, "volume ready"
+        );
+    }
+    let router = Router::new(&config);
+    let listeners = accept::bind_all(&config, workers)?;
+    lifecycle.add_listeners_bound(listeners.iter().map(Vec::len).sum());
+    let shared = Arc::new(Shared {
+        config,
+        metrics: metrics.clone(),
+        lifecycle: lifecycle.clone(),
+        router,
+        volumes,
+    });
+    let mut handles = Vec::with_capacity(workers);
+    for (w, socks) in listeners.into_iter().enumerate() {
+        let shared = shared.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("worker-{w}"))
+            .spawn(move || worker_main(w, shared, socks))
+            .context("spawn worker thread")?;
+        handles.push(h);
+    }
+    lifecycle.set_ready();
+    Ok(Server {
+        shared,
+        metrics,
+        lifecycle,
+        workers: handles,
+    })
+}
+
+/// One event-loop worker: a current-thread runtime running the accept loops of its sockets and
+/// every connection they accept. Runs until the process exits.
+fn worker_main(worker: usize, shared: Arc<Shared>, listeners: Vec<TcpListener>) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(worker, error = %e, "cannot build worker runtime");
+            std::process::exit(1);
+        }
+    };
+    rt.block_on(async move {
+        for l in listeners {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                if let Err(e) = accept::accept_loop(shared, l).await {
+                    tracing::error!(worker, error = %e, "accept loop ended");
+                }
+            });
+        }
+        std::future::pending::<()>().await;
+    });
+}
+
+/// Run until SIGTERM/SIGINT, then drain: stop accepting, close idle connections, let in-flight
+/// responses finish up to `shutdown_timeout_secs`. Returns Ok (exit 0) after draining.
+pub fn run(config: Config) -> anyhow::Result<()> {
+    let control = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("build control runtime")?;
+    control.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Install the handlers before anything starts, so an early signal drains too.
+        let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+        let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+        let server = start(config)?;
+        tracing::info!(workers = server.workers.len(), "content-server ready");
+        let sig = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        drain(&server, sig).await;
+        Ok(())
+    })
+}
+
+async fn drain(server: &Server, signal: &str) {
+    let timeout = Duration::from_secs(server.shared.config.shutdown_timeout_secs);
+    let lc = &server.lifecycle;
+    tracing::info!(
+        signal,
+        open_connections = lc.connections(),
+        timeout_secs = timeout.as_secs(),
+        "draining: no longer accepting"
+    );
+    lc.begin_drain();
+    let start = Instant::now();
+    while lc.connections() > 0 && start.elapsed() < timeout {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = lc.connections();
+    if left > 0 {
+        tracing::warn!(
+            connections = left,
+            "shutdown timeout reached; closing remaining connections"
+        );
+    } else {
+        tracing::info!(
+            elapsed_ms = start.elapsed().as_millis() as u64,
+            "drained; exiting"
+        );
+    }
+}
