@@ -161,3 +161,172 @@ def test_readme_values_reference_lists_every_top_level_value() -> None:
     for key in load(CHART / "values.yaml"):
         assert f"`{key}" in section, f"README values reference misses {key}"
     assert "kubectl apply --server-side -f crds/" in section
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendered manifests: Helm's real install action against e2e/fake_apiserver.py records exactly
+# the objects Helm sends to a cluster.
+
+NS = "contentserver-system"
+RELEASE = "csop"
+FULLNAME = f"{RELEASE}-contentserver-operator"
+
+
+def render(values: dict) -> list[dict]:
+    return helm_native.render(CHART, values, namespace=NS, release=RELEASE)
+
+
+def by_kind(manifests: list[dict], kind: str) -> list[dict]:
+    return [m for m in manifests if m["kind"] == kind]
+
+
+def one(manifests: list[dict], kind: str) -> dict:
+    found = by_kind(manifests, kind)
+    assert len(found) == 1, f"expected one {kind}, got {[m['metadata']['name'] for m in found]}"
+    return found[0]
+
+
+def rbac_rules() -> dict:
+    return load(CHART / "files" / "rbac-rules.yaml")
+
+
+@pytest.fixture(scope="module")
+def default_manifests() -> list[dict]:
+    return render({})
+
+
+@pytest.fixture(scope="module")
+def full_manifests() -> list[dict]:
+    return render(load(ALL_ENABLED))
+
+
+def test_default_install_creates_only_the_core_objects(default_manifests: list[dict]) -> None:
+    kinds = sorted(m["kind"] for m in default_manifests)
+    assert kinds == sorted(
+        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
+         "Deployment"] + ["ConfigMap"] * len(list((CHART / "files" / "dashboards").glob("*.json")))
+    )
+    for m in default_manifests:
+        if m["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert m["metadata"].get("namespace", NS) == NS
+
+
+def test_operator_pod_is_locked_down(default_manifests: list[dict]) -> None:
+    dep = one(default_manifests, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert dep["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert pod["serviceAccountName"] == one(default_manifests, "ServiceAccount")["metadata"]["name"]
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["runAsNonRoot"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert "add" not in sc["capabilities"]
+    chart = load(CHART / "Chart.yaml")
+    assert c["image"] == f"content-operator:{chart['appVersion']}"
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+    assert c["resources"]["limits"]["memory"]
+    port_names = {p["name"]: p["containerPort"] for p in c["ports"]}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"]["port"] in port_names, probe
+    svc = one(default_manifests, "Service")
+    assert svc["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["spec"]["ports"][0]["targetPort"] in port_names
+
+
+def test_cluster_wide_rbac_is_exactly_the_rules_file(default_manifests: list[dict]) -> None:
+    rules = rbac_rules()
+    role = one(default_manifests, "ClusterRole")
+    assert role["rules"] == (rules["clusterScoped"] or []) + rules["watchedNamespaces"]
+    binding = one(default_manifests, "ClusterRoleBinding")
+    sa = one(default_manifests, "ServiceAccount")["metadata"]["name"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NS}]
+    self_role = one(default_manifests, "Role")
+    assert self_role["metadata"]["namespace"] == NS
+    assert self_role["rules"] == rules["operatorNamespace"]
+    for m in by_kind(default_manifests, "ClusterRole") + by_kind(default_manifests, "Role"):
+        for rule in m["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+
+
+def test_namespaced_rbac_has_one_role_per_watched_namespace(full_manifests: list[dict]) -> None:
+    values = load(ALL_ENABLED)
+    rules = rbac_rules()
+    roles = {m["metadata"]["namespace"]: m for m in by_kind(full_manifests, "Role")
+             if m["metadata"]["name"] == FULLNAME}
+    assert sorted(roles) == sorted(values["watchNamespaces"])
+    for role in roles.values():
+        assert role["rules"] == rules["watchedNamespaces"]
+    bindings = {m["metadata"]["namespace"] for m in by_kind(full_manifests, "RoleBinding")
+                if m["metadata"]["name"] == FULLNAME}
+    assert bindings == set(values["watchNamespaces"])
+    # Nothing cluster-wide unless the operator needs cluster-scoped resources.
+    cluster_roles = by_kind(full_manifests, "ClusterRole")
+    if rules["clusterScoped"]:
+        assert [r["rules"] for r in cluster_roles] == [rules["clusterScoped"]]
+    else:
+        assert cluster_roles == [] and by_kind(full_manifests, "ClusterRoleBinding") == []
+    args = one(full_manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    for ns in values["watchNamespaces"]:
+        assert any(a.endswith(f"={ns}") for a in args), (ns, args)
+
+
+def test_service_monitor_selects_the_metrics_service(full_manifests: list[dict]) -> None:
+    sm = one(full_manifests, "ServiceMonitor")
+    svc = one(full_manifests, "Service")
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert sm["metadata"]["namespace"] == "monitoring"
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [NS]}
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    (ep,) = sm["spec"]["endpoints"]
+    assert ep["port"] in {p["name"] for p in svc["spec"]["ports"]}
+    assert ep["interval"] == "15s" and ep["scrapeTimeout"] == "5s"
+
+
+def test_prometheus_rule_carries_the_alerts_file(full_manifests: list[dict]) -> None:
+    rule = one(full_manifests, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert rule["spec"]["groups"] == load(ROOT / "dashboards" / "alerts.yaml")["groups"]
+
+
+def test_dashboards_are_configmaps_with_the_sidecar_label(
+    default_manifests: list[dict], full_manifests: list[dict]
+) -> None:
+    sources = {p.name: p.read_text() for p in (ROOT / "dashboards").glob("*.json")}
+    assert sources, "dashboards/*.json missing"
+    for manifests in (default_manifests, full_manifests):
+        cms = by_kind(manifests, "ConfigMap")
+        data = {}
+        for cm in cms:
+            assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+            data.update(cm["data"])
+        assert set(data) == set(sources)
+        for name, text in data.items():
+            assert json.loads(text) == json.loads(sources[name]), name
+    for cm in by_kind(full_manifests, "ConfigMap"):
+        assert cm["metadata"]["annotations"]["grafana_folder"] == "Content platform"
+    custom = render({"dashboards": {"labels": {"grafana_dashboard": None, "dashboards": "media"}}})
+    for cm in by_kind(custom, "ConfigMap"):
+        assert cm["metadata"]["labels"]["dashboards"] == "media"
+        assert "grafana_dashboard" not in cm["metadata"]["labels"]
+    assert by_kind(render({"dashboards": {"enabled": False}}), "ConfigMap") == []
+
+
+def test_network_policy_opens_only_the_metrics_port(full_manifests: list[dict]) -> None:
+    np_ = one(full_manifests, "NetworkPolicy")
+    dep = one(full_manifests, "Deployment")
+    assert np_["spec"]["podSelector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert sorted(np_["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+    (ingress,) = np_["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": "http-metrics", "protocol": "TCP"}]
+    assert ingress["from"] == load(ALL_ENABLED)["networkPolicy"]["metricsFrom"]
+    egress_ports = sorted(p["port"] for rule in np_["spec"]["egress"] for p in rule["ports"])
+    assert egress_ports == [53, 53, 443, 6443]
+    cidrs = [t["ipBlock"]["cidr"] for rule in np_["spec"]["egress"] for t in rule.get("to", [])]
+    assert cidrs == load(ALL_ENABLED)["networkPolicy"]["egress"]["apiServerCIDRs"]
