@@ -73,7 +73,7 @@ def test_lint_cluster_wide_with_optional_parts() -> None:
         {"serviceMonitor": {"enabled": True, "lables": {"release": "x"}}},  # nested typo
         {"dashboards": {"label": {"grafana_dashboard": "1"}}},
         {"replicaCount": "two"},  # wrong type
-        {"logFormat": "xml"},  # not in the enum
+        {"metrics": {"service": {"type": "Ingress"}}},  # not in the enum
         {"watchNamespaces": ["Not_A_Namespace"]},
     ],
     ids=["top-level-typo", "nested-typo", "dashboards-typo", "wrong-type", "bad-enum", "bad-ns"],
@@ -213,6 +213,9 @@ def test_default_install_creates_only_the_core_objects(default_manifests: list[d
 
 def test_operator_pod_is_locked_down(default_manifests: list[dict]) -> None:
     dep = one(default_manifests, "Deployment")
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "run" and not any(a.startswith("--namespaces") for a in args)
+    assert f"--metrics-listen=0.0.0.0:{load(CHART / 'values.yaml')['metrics']['port']}" in args
     pod = dep["spec"]["template"]["spec"]
     assert dep["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -227,7 +230,7 @@ def test_operator_pod_is_locked_down(default_manifests: list[dict]) -> None:
     assert sc["capabilities"]["drop"] == ["ALL"]
     assert "add" not in sc["capabilities"]
     chart = load(CHART / "Chart.yaml")
-    assert c["image"] == f"content-operator:{chart['appVersion']}"
+    assert c["image"] == f"ghcr.io/content-platform/content-operator:{chart['appVersion']}"
     assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
     assert c["resources"]["limits"]["memory"]
     port_names = {p["name"]: p["containerPort"] for p in c["ports"]}
@@ -273,8 +276,8 @@ def test_namespaced_rbac_has_one_role_per_watched_namespace(full_manifests: list
     else:
         assert cluster_roles == [] and by_kind(full_manifests, "ClusterRoleBinding") == []
     args = one(full_manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
-    for ns in values["watchNamespaces"]:
-        assert any(a.endswith(f"={ns}") for a in args), (ns, args)
+    assert args[0] == "run"
+    assert f"--namespaces={','.join(values['watchNamespaces'])}" in args, args
 
 
 def test_service_monitor_selects_the_metrics_service(full_manifests: list[dict]) -> None:

@@ -96,7 +96,6 @@ log "helm upgrade --install $RELEASE"
   --namespace "$OPERATOR_NAMESPACE" --create-namespace \
   --set image.repository=content-operator --set image.tag="$TAG" \
   --set image.pullPolicy=Never \
-  --set serverImage.repository=content-server --set serverImage.tag="$TAG" \
   --wait --timeout "$TIMEOUT"
 "${KUBECTL[@]}" -n "$OPERATOR_NAMESPACE" rollout status "deployment/$RELEASE" --timeout="$TIMEOUT"
 

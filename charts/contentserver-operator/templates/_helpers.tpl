@@ -47,10 +47,6 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
-{{- define "cso.serverImage" -}}
-{{- printf "%s:%s" .Values.serverImage.repository (default .Chart.AppVersion .Values.serverImage.tag) }}
-{{- end }}
-
 {{/*
 The operator's RBAC rules live in files/rbac-rules.yaml (plain YAML, no templating) so tests can
 compare them with the operator's code. Usage: include "cso.rules" (list . "watchedNamespaces").
@@ -64,16 +60,12 @@ compare them with the operator's code. Usage: include "cso.rules" (list . "watch
 {{- with (index $all $key) }}{{ toYaml . }}{{ end }}
 {{- end }}
 
-{{/* content-operator's command line (see operator/src/main.rs). */}}
+{{/* content-operator's command line (operator/src/main.rs: `content-operator run ...`). */}}
 {{- define "cso.operatorArgs" -}}
-- --metrics-addr=0.0.0.0:{{ .Values.metrics.port }}
-- --server-image={{ include "cso.serverImage" . }}
-- --log-format={{ .Values.logFormat }}
-{{- range .Values.watchNamespaces }}
-- --namespace={{ . }}
+- run
+- --metrics-listen=0.0.0.0:{{ .Values.metrics.port }}
+- --lease-name={{ include "cso.fullname" . }}
+{{- with .Values.watchNamespaces }}
+- --namespaces={{ join "," . }}
 {{- end }}
-{{- end }}
-
-{{- define "cso.readinessPath" -}}
-/readyz
 {{- end }}
