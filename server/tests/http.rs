@@ -1,0 +1,366 @@
+//! HTTP/1.1 behaviour of the real server over raw sockets: GET/HEAD, 405, keep-alive,
+//! pipelining, 400/414/431, timeouts, validators and 304, ranges, index files, bodies larger
+//! than a sendfile chunk (offload always and never), and max_connections.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+
+fn site() -> tempfile::TempDir {
+    let d = tempdir();
+    std::fs::write(d.path().join("hello.txt"), b"hello world\n").unwrap();
+    std::fs::write(d.path().join("clip.MP4"), bytes(1000, 1)).unwrap();
+    std::fs::write(d.path().join("blob"), bytes(100, 2)).unwrap();
+    std::fs::create_dir(d.path().join("docs")).unwrap();
+    std::fs::write(d.path().join("docs/index.html"), b"<p>docs</p>").unwrap();
+    std::fs::create_dir(d.path().join("empty")).unwrap();
+    d
+}
+
+#[test]
+fn get_and_head_with_headers() {
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let r = s.get("/hello.txt");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"hello world\n");
+    assert_eq!(r.header("Content-Length"), Some("12"));
+    assert_eq!(r.header("Content-Type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(r.header("Accept-Ranges"), Some("bytes"));
+    assert!(r.header("ETag").unwrap().starts_with('"'));
+    assert!(r.header("Last-Modified").unwrap().ends_with(" GMT"));
+    assert!(r.header("Date").is_some());
+    assert_eq!(s.get("/clip.MP4").header("Content-Type"), Some("video/mp4"));
+    assert_eq!(
+        s.get("/blob").header("Content-Type"),
+        Some("application/octet-stream")
+    );
+
+    let mut c = s.connect();
+    c.send(b"HEAD /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    let h = c.response(true).unwrap();
+    assert_eq!(h.status, 200);
+    assert_eq!(h.header("Content-Length"), Some("12"));
+    // No body follows a HEAD response: the next response starts right after the head.
+    c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().body, b"hello world\n");
+}
+
+#[test]
+fn other_methods_get_405_with_allow() {
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    for m in ["POST", "PUT", "DELETE", "OPTIONS", "BREW"] {
+        let mut c = s.connect();
+        c.send(format!("{m} /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let r = c.response(false).unwrap();
+        assert_eq!(r.status, 405, "{m}");
+        assert_eq!(r.header("Allow"), Some("GET, HEAD"));
+    }
+}
+
+#[test]
+fn keep_alive_and_pipelining() {
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let mut c = s.connect();
+    for _ in 0..3 {
+        c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = c.response(false).unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("Connection"), Some("keep-alive"));
+    }
+    // Three requests in one write, answered in order.
+    c.send(
+        b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\nGET /docs/ HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(c.response(false).unwrap().body, b"hello world\n");
+    assert_eq!(c.response(false).unwrap().status, 404);
+    let last = c.response(false).unwrap();
+    assert_eq!(last.body, b"<p>docs</p>");
+    assert_eq!(last.header("Connection"), Some("close"));
+    assert!(c.closed_within(Duration::from_secs(2)));
+    // HTTP/1.0 without keep-alive closes.
+    let mut c = s.connect();
+    c.send(b"GET /hello.txt HTTP/1.0\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().status, 200);
+    assert!(c.closed_within(Duration::from_secs(2)));
+}
+
+#[test]
+fn malformed_and_oversized_requests() {
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let cases: Vec<(Vec<u8>, u16)> = vec![
+        (b"GARBAGE\r\n\r\n".to_vec(), 400),
+        (b"GET /hello.txt HTTP/1.1\r\n\r\n".to_vec(), 400), // no Host
+        (b"GET hello.txt HTTP/1.1\r\nHost: t\r\n\r\n".to_vec(), 400),
+        (
+            b"GET / HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n".to_vec(),
+            400,
+        ),
+        (b"GET / HTTP/2.0\r\nHost: t\r\n\r\n".to_vec(), 400),
+        (
+            format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(9000)).into_bytes(),
+            414,
+        ),
+        (
+            format!(
+                "GET / HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+                "b".repeat(9000)
+            )
+            .into_bytes(),
+            431,
+        ),
+        (
+            {
+                let mut v = b"GET / HTTP/1.1\r\nHost: t\r\n".to_vec();
+                for i in 0..150 {
+                    v.extend_from_slice(format!("X-{i}: y\r\n").as_bytes());
+                }
+                v.extend_from_slice(b"\r\n");
+                v
+            },
+            431,
+        ),
+    ];
+    for (raw, want) in cases {
+        let mut c = s.connect();
+        c.send(&raw);
+        let r = c.response(false).unwrap();
+        assert_eq!(
+            r.status,
+            want,
+            "{}",
+            String::from_utf8_lossy(&raw[..raw.len().min(60)])
+        );
+        assert!(
+            c.closed_within(Duration::from_secs(2)),
+            "connection stays open after {want}"
+        );
+    }
+    // The server is still fine.
+    assert_eq!(s.get("/hello.txt").status, 200);
+}
+
+#[test]
+fn header_read_and_keepalive_timeouts() {
+    let d = site();
+    let toml = format!(
+        "{}[limits]\nheader_read_timeout_secs = 1\nkeepalive_timeout_secs = 1\n[[volumes]]\nname = \"site\"\npath = \"{}\"\n",
+        config_head(1),
+        d.path().display()
+    );
+    let s = Server::with_config(d.path(), &toml, &[]);
+    // A slow client that never finishes its head gets 408 and is closed.
+    let mut c = s.connect();
+    c.send(b"GET /hello.txt HTTP/1.1\r\nHo");
+    let t = Instant::now();
+    let r = c.response(false).unwrap();
+    assert_eq!(r.status, 408);
+    assert!(
+        t.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(c.closed_within(Duration::from_secs(2)));
+    // An idle keep-alive connection is closed after the keep-alive timeout.
+    let mut c = s.connect();
+    c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().status, 200);
+    let t = Instant::now();
+    assert!(c.closed_within(Duration::from_secs(3)));
+    assert!(
+        t.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        t.elapsed()
+    );
+    // A connection that sends nothing at all is closed too.
+    let mut c = s.connect();
+    assert!(c.closed_within(Duration::from_secs(3)));
+}
+
+#[test]
+fn conditional_requests() {
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let r = s.get("/hello.txt");
+    let etag = r.header("ETag").unwrap().to_string();
+    let lm = r.header("Last-Modified").unwrap().to_string();
+    let ask = |hdr: &str| {
+        let mut c = s.connect();
+        c.send(format!("GET /hello.txt HTTP/1.1\r\nHost: t\r\n{hdr}\r\n\r\n").as_bytes());
+        c.response(false).unwrap()
+    };
+    let r = ask(&format!("If-None-Match: {etag}"));
+    assert_eq!(r.status, 304);
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("ETag"), Some(etag.as_str()));
+    assert_eq!(ask(&format!("If-None-Match: \"x\", W/{etag}")).status, 304);
+    assert_eq!(ask("If-None-Match: \"other\"").status, 200);
+    assert_eq!(ask(&format!("If-Modified-Since: {lm}")).status, 304);
+    assert_eq!(
+        ask("If-Modified-Since: Thu, 01 Jan 1970 00:00:00 GMT").status,
+        200
+    );
+    // If-None-Match wins over If-Modified-Since.
+    assert_eq!(
+        ask(&format!(
+            "If-None-Match: \"other\"\r\nIf-Modified-Since: {lm}"
+        ))
+        .status,
+        200
+    );
+}
+
+#[test]
+fn ranges() {
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let data = bytes(1000, 1);
+    let ask = |hdr: &str| {
+        let mut c = s.connect();
+        c.send(format!("GET /clip.MP4 HTTP/1.1\r\nHost: t\r\n{hdr}\r\n\r\n").as_bytes());
+        c.response(false).unwrap()
+    };
+    let r = ask("Range: bytes=10-19");
+    assert_eq!(r.status, 206);
+    assert_eq!(r.body, &data[10..20]);
+    assert_eq!(r.header("Content-Range"), Some("bytes 10-19/1000"));
+    assert_eq!(r.header("Content-Length"), Some("10"));
+    let r = ask("Range: bytes=990-");
+    assert_eq!((r.status, r.body.as_slice()), (206, &data[990..]));
+    let r = ask("Range: bytes=-5");
+    assert_eq!((r.status, r.body.as_slice()), (206, &data[995..]));
+    let r = ask("Range: bytes=1000-");
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("Content-Range"), Some("bytes */1000"));
+    // Multi-range requests get the whole file with 200.
+    let r = ask("Range: bytes=0-1,5-6");
+    assert_eq!((r.status, r.body.len()), (200, 1000));
+    // If-Range with a stale validator: whole file.
+    let r = ask("Range: bytes=0-1\r\nIf-Range: \"stale\"");
+    assert_eq!((r.status, r.body.len()), (200, 1000));
+    let etag = s.get("/clip.MP4").header("ETag").unwrap().to_string();
+    let r = ask(&format!("Range: bytes=0-1\r\nIf-Range: {etag}"));
+    assert_eq!((r.status, r.body.as_slice()), (206, &data[..2]));
+}
+
+#[test]
+fn directories_index_or_404() {
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let r = s.get("/docs/");
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, b"<p>docs</p>".as_slice())
+    );
+    assert_eq!(r.header("Content-Type"), Some("text/html; charset=utf-8"));
+    assert_eq!(s.get("/docs").status, 200);
+    assert_eq!(s.get("/empty/").status, 404);
+    assert_eq!(s.get("/").status, 404);
+    assert_eq!(s.get("/missing.txt").status, 404);
+    assert_eq!(s.get("/hello.txt/x").status, 404);
+}
+
+fn large_body(offload: &str) {
+    let d = tempdir();
+    let data = bytes(5 * 1024 * 1024 + 123, 7);
+    std::fs::write(d.path().join("big.bin"), &data).unwrap();
+    let toml = format!(
+        "{}[limits]\nsendfile_max_chunk = 65536\n[[volumes]]\nname = \"v\"\npath = \"{}\"\noffload = \"{offload}\"\n[volumes.pool]\nthreads = 2\n",
+        config_head(2),
+        d.path().display()
+    );
+    let s = Server::with_config(d.path(), &toml, &[]);
+    let mut c = s.connect();
+    for _ in 0..2 {
+        c.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = c.response(false).unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.body == data, "body differs ({offload})");
+    }
+    c.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=3000000-\r\n\r\n");
+    let r = c.response(false).unwrap();
+    assert_eq!(r.status, 206);
+    assert!(r.body == data[3_000_000..]);
+}
+
+#[test]
+fn large_body_offload_always() {
+    large_body("always");
+}
+
+#[test]
+fn large_body_offload_never() {
+    large_body("never");
+}
+
+#[test]
+fn slow_reader_gets_the_whole_body() {
+    // The socket buffer fills, sendfile returns short / EAGAIN, and sending resumes on writability.
+    let d = tempdir();
+    let data = bytes(8 * 1024 * 1024, 9);
+    std::fs::write(d.path().join("big.bin"), &data).unwrap();
+    let s = Server::root(d.path(), &[]);
+    let mut c = s.connect();
+    c.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    let all = c.read_to_end();
+    let head_end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(all[head_end..] == data[..]);
+}
+
+#[test]
+fn max_connections_refuses_extra_connections() {
+    let d = site();
+    let toml = format!(
+        "{}[limits]\nmax_connections = 2\n[[volumes]]\nname = \"site\"\npath = \"{}\"\n",
+        config_head(1),
+        d.path().display()
+    );
+    let s = Server::with_config(d.path(), &toml, &[]);
+    let mut a = s.connect();
+    let mut b = s.connect();
+    a.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    b.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(a.response(false).unwrap().status, 200);
+    assert_eq!(b.response(false).unwrap().status, 200);
+    let mut c = s.connect();
+    assert!(
+        c.closed_within(Duration::from_secs(2)),
+        "third connection not closed"
+    );
+    assert!(
+        s.wait_log("max_connections reached", Duration::from_secs(2)),
+        "{}",
+        s.logs()
+    );
+    drop(a);
+    // A slot frees up once a connection closes.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(s.get("/hello.txt").status, 200);
+}
+
+#[test]
+fn access_log_and_json_logs() {
+    let d = site();
+    let toml = format!(
+        "{}[logging]\nformat = \"json\"\naccess_log = true\n[[volumes]]\nname = \"site\"\npath = \"{}\"\n",
+        config_head(1),
+        d.path().display()
+    );
+    let s = Server::with_config(d.path(), &toml, &[]);
+    assert_eq!(s.get("/hello.txt").status, 200);
+    assert!(
+        s.wait_log("\"path\":\"/hello.txt\"", Duration::from_secs(2)),
+        "{}",
+        s.logs()
+    );
+    for line in s.logs().lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v.get("level").is_some(), "{line}");
+    }
+}
