@@ -1,5 +1,125 @@
-//! content-operator: placeholder until the operator lands (see ARCHITECTURE.md).
-fn main() {
-    eprintln!("content-operator: not implemented yet");
-    std::process::exit(2);
+//! The `content-operator` binary: `run` (default) starts the controller behind Lease-based leader
+//! election plus the /metrics and /healthz endpoint; `crd` prints the CRD YAML. Only argument
+//! parsing and process wiring live here.
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use content_operator::controller::{self, Scope};
+use content_operator::leader::LeaderElector;
+use content_operator::metrics::{self, Metrics};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use kube::Client;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(name = "content-operator", version, about = "Reconciles ContentServer resources into serving pods")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the controller (the default).
+    Run(RunArgs),
+    /// Print the ContentServer CustomResourceDefinition as YAML.
+    Crd,
+}
+
+#[derive(Parser, Debug)]
+struct RunArgs {
+    /// Namespaces to watch, comma separated; empty watches all namespaces.
+    #[arg(long, env = "WATCH_NAMESPACES", value_delimiter = ',', default_value = "")]
+    namespaces: Vec<String>,
+    /// Address of the /metrics and /healthz endpoint.
+    #[arg(long, env = "METRICS_LISTEN", default_value = "0.0.0.0:8080")]
+    metrics_listen: SocketAddr,
+    /// Disable Lease-based leader election (only for a single replica).
+    #[arg(long, env = "NO_LEADER_ELECTION")]
+    no_leader_election: bool,
+    /// Name of the Lease.
+    #[arg(long, env = "LEASE_NAME", default_value = "content-operator")]
+    lease_name: String,
+    /// Namespace of the Lease (the operator's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    /// This replica's identity in the Lease and on Events.
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Lease duration in seconds.
+    #[arg(long, default_value_t = 15)]
+    lease_duration_secs: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Crd) => {
+            print!("{}", content_operator::crd_yaml().context("rendering the CRD")?);
+            Ok(())
+        }
+        Some(Command::Run(args)) => run(args),
+        None => run(RunArgs::parse_from(["content-operator"])),
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    rt.block_on(async move {
+        let client = Client::try_default()
+            .await
+            .context("connecting to the Kubernetes API (in-cluster or kubeconfig)")?;
+        let metrics = Metrics::new();
+        let m = metrics.clone();
+        let addr = args.metrics_listen;
+        let server = tokio::spawn(async move { metrics::serve(addr, m).await });
+        let identity = args
+            .identity
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| format!("content-operator-{}", std::process::id()));
+        let ns: Vec<String> = args
+            .namespaces
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        let scope = if ns.is_empty() { Scope::All } else { Scope::Namespaces(ns) };
+        tracing::info!(?scope, identity, "starting content-operator");
+
+        if args.no_leader_election {
+            controller::run(client, scope, metrics, identity).await;
+        } else {
+            let lease_duration = Duration::from_secs(args.lease_duration_secs.max(3));
+            let retry = lease_duration / 3;
+            let elector = LeaderElector::new(
+                Api::<Lease>::namespaced(client.clone(), &args.lease_namespace),
+                &args.lease_name,
+                &identity,
+                lease_duration,
+            );
+            elector.acquire(retry).await;
+            tracing::info!(identity, "leading");
+            tokio::select! {
+                _ = controller::run(client, scope, metrics, identity.clone()) => {
+                    if let Err(e) = elector.release().await {
+                        tracing::warn!(error = %e, "releasing the leader lease");
+                    }
+                }
+                why = elector.hold(retry) => {
+                    anyhow::bail!("lost leadership: {why}");
+                }
+            }
+        }
+        server.abort();
+        Ok(())
+    })
 }

@@ -1,0 +1,119 @@
+//! Renders the server configuration of a ContentServer and the ConfigMap holding it.
+//!
+//! The file format is `content_server::config::Config`, rendered with `Config::to_toml()`: this
+//! module maps spec fields onto that type and never writes TOML by hand. The admin listener
+//! binds 0.0.0.0:<metrics.port> so kubelet probes and Prometheus reach it.
+
+use crate::builders::child_meta;
+use crate::crd::{ContentServer, ContentServerSpec, LogFormatSpec, OffloadMode};
+use content_server::config::{
+    Config, ConfigError, LogFormat, Offload, Pool, Route, SplitTarget, Volume,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// Directory the ConfigMap is mounted at.
+pub const CONFIG_DIR: &str = "/etc/content-server";
+/// Key (file name) of the config in the ConfigMap.
+pub const CONFIG_KEY: &str = "config.toml";
+
+/// The rendered config and its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedConfig {
+    pub toml: String,
+    /// First 16 hex digits of the SHA-256 of `toml`.
+    pub hash: String,
+}
+
+/// The server's configuration for a spec (not yet validated; see `validation.rs`).
+pub fn server_config(spec: &ContentServerSpec) -> Config {
+    let mut cfg = Config::for_root("/");
+    let s = &spec.server;
+    if let Some(l) = cfg.listeners.first_mut() {
+        l.address = "0.0.0.0".into();
+        l.port = u16::try_from(s.port).unwrap_or(0);
+        l.backlog = s.backlog;
+    }
+    cfg.workers = s.workers as usize;
+    cfg.limits.max_connections = s.limits.max_connections as usize;
+    cfg.limits.keepalive_timeout_secs = u64::from(s.limits.keepalive_timeout_secs);
+    cfg.limits.header_read_timeout_secs = u64::from(s.limits.header_read_timeout_secs);
+    cfg.limits.max_header_bytes = s.limits.max_header_bytes as usize;
+    cfg.limits.send_timeout_secs = u64::from(s.limits.send_timeout_secs);
+    cfg.limits.sendfile_max_chunk = usize::try_from(s.sendfile_max_chunk).unwrap_or(usize::MAX);
+    cfg.http.index = s.index.clone();
+    cfg.admin.listen = format!("0.0.0.0:{}", spec.metrics.port);
+    cfg.logging.format = match s.log_format {
+        LogFormatSpec::Text => LogFormat::Text,
+        LogFormatSpec::Json => LogFormat::Json,
+    };
+    cfg.logging.level = s.log_level.clone();
+    cfg.logging.access_log = s.access_log;
+    cfg.shutdown_timeout_secs = u64::from(s.shutdown_timeout_secs);
+    cfg.volumes = spec
+        .volumes
+        .iter()
+        .map(|v| Volume {
+            name: v.name.clone(),
+            path: ContentServerSpec::mount_path(v).into(),
+            offload: match v.pool.offload {
+                OffloadMode::Always => Offload::Always,
+                OffloadMode::Never => Offload::Never,
+                OffloadMode::Auto => Offload::Auto,
+            },
+            pool: Pool {
+                threads: v.pool.threads as usize,
+                max_queue: v.pool.max_queue as usize,
+            },
+        })
+        .collect();
+    cfg.routes = spec
+        .routes
+        .iter()
+        .map(|r| Route {
+            prefix: r.prefix.clone(),
+            volume: r.volume.clone(),
+            split: r
+                .split
+                .iter()
+                .map(|t| SplitTarget {
+                    volume: t.volume.clone(),
+                    percent: t.percent,
+                })
+                .collect(),
+            strip_prefix: r.strip_prefix,
+        })
+        .collect();
+    cfg
+}
+
+/// Render the config to TOML and hash it.
+pub fn render(spec: &ContentServerSpec) -> Result<RenderedConfig, ConfigError> {
+    let toml = server_config(spec).to_toml()?;
+    let hash = config_hash(&toml);
+    Ok(RenderedConfig { toml, hash })
+}
+
+/// First 16 hex digits of the SHA-256 of the text.
+pub fn config_hash(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The ConfigMap holding the rendered config.
+pub fn configmap(cs: &ContentServer, rendered: &RenderedConfig) -> ConfigMap {
+    let mut meta = child_meta(cs, crate::builders::configmap_name(cs));
+    meta.annotations = Some(BTreeMap::from([(
+        crate::builders::CONFIG_HASH_ANNOTATION.to_string(),
+        rendered.hash.clone(),
+    )]));
+    ConfigMap {
+        metadata: meta,
+        data: Some(BTreeMap::from([(
+            CONFIG_KEY.to_string(),
+            rendered.toml.clone(),
+        )])),
+        ..ConfigMap::default()
+    }
+}

@@ -1,0 +1,47 @@
+//! The Prometheus Operator ServiceMonitor (`monitoring.coreos.com/v1`), as a dynamic object so
+//! the operator needs no compiled-in Prometheus Operator types. Wanted only when
+//! `spec.metrics.serviceMonitor.enabled`; the reconciler also checks that its CRD exists. Pure.
+
+use crate::builders::{child_meta, selector_labels, workload_name};
+use crate::builders::service::ROLE_LABEL;
+use crate::crd::ContentServer;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::json;
+
+/// Name of the ServiceMonitor CRD.
+pub const SERVICEMONITOR_CRD: &str = "servicemonitors.monitoring.coreos.com";
+
+/// The API resource of ServiceMonitor.
+pub fn api_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor"),
+        "servicemonitors",
+    )
+}
+
+/// The ServiceMonitor, or None when disabled.
+pub fn servicemonitor(cs: &ContentServer) -> Option<DynamicObject> {
+    let sm = &cs.spec.metrics.service_monitor;
+    if !sm.enabled {
+        return None;
+    }
+    let mut meta = child_meta(cs, workload_name(cs));
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.extend(sm.labels.clone());
+    }
+    let mut endpoint = json!({"port": "metrics", "path": "/metrics"});
+    if let Some(interval) = &sm.interval {
+        endpoint["interval"] = json!(interval);
+    }
+    let mut select = selector_labels(cs);
+    select.insert(ROLE_LABEL.into(), "client".into());
+    let mut obj = DynamicObject::new(&workload_name(cs), &api_resource());
+    obj.metadata = meta;
+    obj.data = json!({
+        "spec": {
+            "selector": {"matchLabels": select},
+            "endpoints": [endpoint],
+        }
+    });
+    Some(obj)
+}

@@ -1,0 +1,386 @@
+//! The pod template and the workload running it: a Deployment, or a StatefulSet when any volume
+//! uses a per-pod claim template.
+//!
+//! Why two kinds: per-pod claims exist only as StatefulSet volumeClaimTemplates; without them a
+//! Deployment is preferred because it rolls with surge (maxSurge 25%, maxUnavailable 0), so a
+//! config change never lowers serving capacity, and it has no immutable claim templates. The
+//! StatefulSet uses `podManagementPolicy: Parallel` (pods are interchangeable replicas, not an
+//! ordered cluster) and keeps claims on scale-down and deletion (`Retain`).
+//!
+//! Pod hardening lives here: probes on the admin port (`/readyz`, `/healthz`), a preStop sleep so
+//! endpoints are removed before the server drains, a grace period longer than the server's
+//! `shutdown_timeout_secs`, non-root, read-only root filesystem, no capabilities, seccomp
+//! RuntimeDefault. Pure functions only.
+
+use crate::builders::configmap::{CONFIG_DIR, CONFIG_KEY};
+use crate::builders::{
+    child_meta, configmap_name, headless_service_name, pod_volume_name, selector_labels,
+    workload_name, CONFIG_HASH_ANNOTATION,
+};
+use crate::crd::{ContentServer, ContentServerSpec};
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment, StatefulSet,
+    StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
+    HTTPGetAction, HostPathVolumeSource, Lifecycle, LifecycleHandler, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, SeccompProfile, SecurityContext, SleepAction, Volume, VolumeMount,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use std::collections::BTreeMap;
+
+/// Name of the server container.
+pub const CONTAINER: &str = "content-server";
+/// Seconds the preStop hook waits so Service endpoints drop the pod before SIGTERM.
+pub const PRESTOP_SLEEP_SECS: i64 = 5;
+/// Extra seconds of grace beyond preStop + the server's drain timeout.
+pub const GRACE_MARGIN_SECS: i64 = 5;
+/// uid/gid the pods run as by default (distroless `nonroot`).
+pub const DEFAULT_UID: i64 = 65532;
+
+/// Which workload kind a spec needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadKind {
+    Deployment,
+    StatefulSet,
+}
+
+impl WorkloadKind {
+    pub fn of(spec: &ContentServerSpec) -> WorkloadKind {
+        if spec.uses_claim_templates() {
+            WorkloadKind::StatefulSet
+        } else {
+            WorkloadKind::Deployment
+        }
+    }
+}
+
+/// terminationGracePeriodSeconds: preStop sleep + server drain + margin.
+pub fn termination_grace_secs(spec: &ContentServerSpec) -> i64 {
+    PRESTOP_SLEEP_SECS + i64::from(spec.server.shutdown_timeout_secs) + GRACE_MARGIN_SECS
+}
+
+fn default_pod_security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(DEFAULT_UID),
+        run_as_group: Some(DEFAULT_UID),
+        fs_group: Some(DEFAULT_UID),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+fn container_security_context() -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        read_only_root_filesystem: Some(true),
+        allow_privilege_escalation: Some(false),
+        privileged: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+fn probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("metrics".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(2),
+        ..Probe::default()
+    }
+}
+
+/// Pod volumes for everything except claim templates (those come from the StatefulSet).
+fn pod_volumes(cs: &ContentServer) -> Vec<Volume> {
+    let mut vols = vec![
+        Volume {
+            name: "config".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: configmap_name(cs),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "tmp".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+    ];
+    for v in &cs.spec.volumes {
+        let name = pod_volume_name(&v.name);
+        let src = &v.source;
+        let vol = if let Some(pvc) = &src.persistent_volume_claim {
+            Volume {
+                name,
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: pvc.claim_name.clone(),
+                    read_only: Some(v.read_only),
+                }),
+                ..Volume::default()
+            }
+        } else if let Some(ed) = &src.empty_dir {
+            Volume {
+                name,
+                empty_dir: Some(EmptyDirVolumeSource {
+                    medium: ed.medium.map(|_| "Memory".to_string()),
+                    size_limit: ed.size_limit.clone().map(Quantity),
+                }),
+                ..Volume::default()
+            }
+        } else if let Some(hp) = &src.host_path {
+            Volume {
+                name,
+                host_path: Some(HostPathVolumeSource {
+                    path: hp.path.clone(),
+                    type_: hp.type_.clone(),
+                }),
+                ..Volume::default()
+            }
+        } else {
+            // claimTemplate: provided by volumeClaimTemplates under the same name.
+            continue;
+        };
+        vols.push(vol);
+    }
+    vols
+}
+
+/// The StatefulSet volumeClaimTemplates (empty for a Deployment).
+pub fn claim_templates(cs: &ContentServer) -> Vec<PersistentVolumeClaim> {
+    cs.spec
+        .volumes
+        .iter()
+        .filter_map(|v| {
+            let ct = v.source.claim_template.as_ref()?;
+            Some(PersistentVolumeClaim {
+                metadata: ObjectMeta {
+                    name: Some(pod_volume_name(&v.name)),
+                    labels: Some(selector_labels(cs)),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(PersistentVolumeClaimSpec {
+                    access_modes: Some(
+                        ct.access_modes
+                            .iter()
+                            .map(|m| m.as_str().to_string())
+                            .collect(),
+                    ),
+                    storage_class_name: ct.storage_class_name.clone(),
+                    resources: Some(VolumeResourceRequirements {
+                        requests: Some(BTreeMap::from([(
+                            "storage".to_string(),
+                            Quantity(ct.size.clone()),
+                        )])),
+                        ..VolumeResourceRequirements::default()
+                    }),
+                    ..PersistentVolumeClaimSpec::default()
+                }),
+                ..PersistentVolumeClaim::default()
+            })
+        })
+        .collect()
+}
+
+/// The pod template; `config_hash` goes into an annotation so a config change rolls the pods.
+pub fn pod_template(cs: &ContentServer, config_hash: &str) -> PodTemplateSpec {
+    let spec = &cs.spec;
+    let mut labels = spec.pod.labels.clone();
+    labels.extend(selector_labels(cs));
+    let mut annotations = spec.pod.annotations.clone();
+    annotations.insert(CONFIG_HASH_ANNOTATION.into(), config_hash.into());
+
+    let mut mounts = vec![
+        VolumeMount {
+            name: "config".into(),
+            mount_path: CONFIG_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+        VolumeMount {
+            name: "tmp".into(),
+            mount_path: "/tmp".into(),
+            ..VolumeMount::default()
+        },
+    ];
+    mounts.extend(spec.volumes.iter().map(|v| VolumeMount {
+        name: pod_volume_name(&v.name),
+        mount_path: ContentServerSpec::mount_path(v),
+        read_only: Some(v.read_only),
+        ..VolumeMount::default()
+    }));
+
+    let container = Container {
+        name: CONTAINER.into(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: Some(spec.image_pull_policy.as_str().into()),
+        args: Some(vec![
+            "serve".into(),
+            "--config".into(),
+            format!("{CONFIG_DIR}/{CONFIG_KEY}"),
+        ]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("http".into()),
+                container_port: spec.server.port,
+                protocol: Some("TCP".into()),
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some("metrics".into()),
+                container_port: spec.metrics.port,
+                protocol: Some("TCP".into()),
+                ..ContainerPort::default()
+            },
+        ]),
+        readiness_probe: Some(probe("/readyz", 5, 2)),
+        liveness_probe: Some(probe("/healthz", 10, 3)),
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(SleepAction {
+                    seconds: PRESTOP_SLEEP_SECS,
+                }),
+                ..LifecycleHandler::default()
+            }),
+            ..Lifecycle::default()
+        }),
+        resources: spec.resources.clone(),
+        security_context: Some(container_security_context()),
+        volume_mounts: Some(mounts),
+        ..Container::default()
+    };
+
+    let sched = &spec.scheduling;
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            containers: vec![container],
+            volumes: Some(pod_volumes(cs)),
+            security_context: Some(
+                spec.pod
+                    .security_context
+                    .clone()
+                    .unwrap_or_else(default_pod_security_context),
+            ),
+            service_account_name: spec.pod.service_account_name.clone(),
+            automount_service_account_token: Some(false),
+            termination_grace_period_seconds: Some(termination_grace_secs(spec)),
+            image_pull_secrets: (!spec.image_pull_secrets.is_empty())
+                .then(|| spec.image_pull_secrets.clone()),
+            node_selector: (!sched.node_selector.is_empty()).then(|| sched.node_selector.clone()),
+            affinity: sched.affinity.clone(),
+            tolerations: (!sched.tolerations.is_empty()).then(|| sched.tolerations.clone()),
+            topology_spread_constraints: (!sched.topology_spread_constraints.is_empty())
+                .then(|| sched.topology_spread_constraints.clone()),
+            priority_class_name: sched.priority_class_name.clone(),
+            ..PodSpec::default()
+        }),
+    }
+}
+
+fn selector(cs: &ContentServer) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(selector_labels(cs)),
+        ..LabelSelector::default()
+    }
+}
+
+/// The Deployment (no per-pod claims).
+pub fn deployment(cs: &ContentServer, config_hash: &str) -> Deployment {
+    Deployment {
+        metadata: child_meta(cs, workload_name(cs)),
+        spec: Some(DeploymentSpec {
+            replicas: Some(cs.spec.replicas),
+            selector: selector(cs),
+            template: pod_template(cs, config_hash),
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::String("25%".into())),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                }),
+            }),
+            revision_history_limit: Some(5),
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+/// The StatefulSet (some volume has a per-pod claim).
+pub fn statefulset(cs: &ContentServer, config_hash: &str) -> StatefulSet {
+    StatefulSet {
+        metadata: child_meta(cs, workload_name(cs)),
+        spec: Some(StatefulSetSpec {
+            replicas: Some(cs.spec.replicas),
+            selector: selector(cs),
+            service_name: Some(headless_service_name(cs)),
+            pod_management_policy: Some("Parallel".into()),
+            template: pod_template(cs, config_hash),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("RollingUpdate".into()),
+                ..StatefulSetUpdateStrategy::default()
+            }),
+            persistent_volume_claim_retention_policy: Some(
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some("Retain".into()),
+                    when_scaled: Some("Retain".into()),
+                },
+            ),
+            volume_claim_templates: Some(claim_templates(cs)),
+            revision_history_limit: Some(5),
+            ..StatefulSetSpec::default()
+        }),
+        ..StatefulSet::default()
+    }
+}
+
+/// A comparable summary of claim templates: what the API server forbids changing.
+pub fn claim_template_signature(templates: &[PersistentVolumeClaim]) -> Vec<String> {
+    let mut sig: Vec<String> = templates
+        .iter()
+        .map(|t| {
+            let spec = t.spec.clone().unwrap_or_default();
+            let size = spec
+                .resources
+                .and_then(|r| r.requests)
+                .and_then(|r| r.get("storage").map(|q| q.0.clone()))
+                .unwrap_or_default();
+            format!(
+                "{}|{}|{}|{}",
+                t.name_any(),
+                spec.storage_class_name.unwrap_or_default(),
+                spec.access_modes.unwrap_or_default().join(","),
+                size
+            )
+        })
+        .collect();
+    sig.sort();
+    sig
+}

@@ -1,0 +1,124 @@
+//! Wiring of the kube-runtime Controller: which objects are watched, where (all namespaces or a
+//! list), the reconcile and error-policy functions, the Event recorder and the gauge of managed
+//! ContentServers. Must not contain reconcile logic (see `reconcile.rs`).
+//!
+//! # API access (the Helm chart's RBAC is built from this list; keep it exact)
+//!
+//! | API group | resource | verbs | why |
+//! |---|---|---|---|
+//! | contentserver.dev | contentservers | get, list, watch | the primary resource |
+//! | contentserver.dev | contentservers/status | get, patch, update | status and conditions |
+//! | "" (core) | configmaps | get, list, watch, create, patch, delete | rendered server config (apply) |
+//! | "" (core) | services | get, list, watch, create, patch, delete | client + headless Services |
+//! | apps | deployments | get, list, watch, create, patch, delete | workload without per-pod claims |
+//! | apps | statefulsets | get, list, watch, create, patch, delete | workload with claim templates (orphan delete on immutable change) |
+//! | policy | poddisruptionbudgets | get, list, watch, create, patch, delete | PDB when replicas > 1 |
+//! | monitoring.coreos.com | servicemonitors | get, create, patch, delete | optional ServiceMonitor |
+//! | apiextensions.k8s.io | customresourcedefinitions | get | does the ServiceMonitor CRD exist |
+//! | events.k8s.io | events | create, patch | Events on the ContentServer |
+//! | coordination.k8s.io | leases | get, create, update | leader election (operator's own namespace) |
+//!
+//! Server-side apply is a PATCH (`create` is listed because apply creates missing objects).
+
+use crate::builders::servicemonitor;
+use crate::crd::ContentServer;
+use crate::metrics::Metrics;
+use crate::reconcile::{error_policy, reconcile, Context};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{watcher, Controller};
+use kube::Client;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Name reported on Events.
+pub const CONTROLLER_NAME: &str = "content-operator";
+
+/// Where to watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Namespaces(Vec<String>),
+}
+
+/// Run the controller(s) until a shutdown signal.
+pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: String) {
+    let reporter = Reporter {
+        controller: CONTROLLER_NAME.into(),
+        instance: Some(instance),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let ctx = Arc::new(Context::new(client.clone(), recorder, metrics.clone()));
+    let apis: Vec<(Api<ContentServer>, Option<String>)> = match scope {
+        Scope::All => vec![(Api::all(client.clone()), None)],
+        Scope::Namespaces(list) => list
+            .into_iter()
+            .map(|ns| (Api::namespaced(client.clone(), &ns), Some(ns)))
+            .collect(),
+    };
+    let mut runs = Vec::new();
+    let mut stores = Vec::new();
+    for (api, ns) in apis {
+        let child = |c: &Client| -> (Api<ConfigMap>, Api<Deployment>, Api<StatefulSet>, Api<Service>, Api<PodDisruptionBudget>) {
+            match &ns {
+                Some(ns) => (
+                    Api::namespaced(c.clone(), ns),
+                    Api::namespaced(c.clone(), ns),
+                    Api::namespaced(c.clone(), ns),
+                    Api::namespaced(c.clone(), ns),
+                    Api::namespaced(c.clone(), ns),
+                ),
+                None => (
+                    Api::all(c.clone()),
+                    Api::all(c.clone()),
+                    Api::all(c.clone()),
+                    Api::all(c.clone()),
+                    Api::all(c.clone()),
+                ),
+            }
+        };
+        let (cms, deps, stss, svcs, pdbs) = child(&client);
+        let owned = watcher::Config::default().labels(&format!(
+            "{}={}",
+            crate::builders::MANAGED_BY_LABEL,
+            crate::builders::FIELD_MANAGER
+        ));
+        let controller = Controller::new(api, watcher::Config::default().any_semantic())
+            .owns(cms, owned.clone())
+            .owns(deps, owned.clone())
+            .owns(stss, owned.clone())
+            .owns(svcs, owned.clone())
+            .owns(pdbs, owned)
+            .shutdown_on_signal();
+        stores.push(controller.store());
+        let ctx = ctx.clone();
+        runs.push(async move {
+            controller
+                .run(reconcile, error_policy, ctx)
+                .for_each(|res| async move {
+                    if let Err(e) = res {
+                        tracing::debug!(error = %e, "controller event");
+                    }
+                })
+                .await;
+        });
+    }
+    let gauge = metrics.managed.clone();
+    let counter = tokio::spawn(async move {
+        loop {
+            let n: usize = stores.iter().map(|s| s.state().len()).sum();
+            gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    });
+    tracing::info!(
+        servicemonitor_crd = servicemonitor::SERVICEMONITOR_CRD,
+        "controller running"
+    );
+    futures::future::join_all(runs).await;
+    counter.abort();
+}

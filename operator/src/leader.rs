@@ -1,0 +1,163 @@
+//! Lease-based leader election (coordination.k8s.io/v1 Lease), so two operator replicas never
+//! reconcile at once.
+//!
+//! A small loop: acquire the Lease when it is free or expired (optimistic concurrency through
+//! resourceVersion: a conflicting writer gets 409 and loses), renew it every `retry` period, and
+//! report loss when a renewal fails for longer than the lease duration. The caller stops
+//! reconciling (the binary exits) on loss. Must not reconcile anything itself.
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, PostParams};
+use std::time::Duration;
+
+/// One candidate for the lease.
+#[derive(Clone)]
+pub struct LeaderElector {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    lease_duration: Duration,
+}
+
+/// Outcome of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseState {
+    /// We hold the lease (acquired or renewed).
+    Leading,
+    /// Someone else holds a live lease.
+    Following { holder: String },
+}
+
+fn conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+impl LeaderElector {
+    pub fn new(api: Api<Lease>, name: &str, identity: &str, lease_duration: Duration) -> Self {
+        LeaderElector {
+            api,
+            name: name.into(),
+            identity: identity.into(),
+            lease_duration,
+        }
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    fn spec(&self, now: Timestamp, acquired: Option<MicroTime>, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(i32::try_from(self.lease_duration.as_secs()).unwrap_or(i32::MAX)),
+            acquire_time: Some(acquired.unwrap_or(MicroTime(now))),
+            renew_time: Some(MicroTime(now)),
+            lease_transitions: Some(transitions),
+            ..LeaseSpec::default()
+        }
+    }
+
+    /// Acquire or renew the lease once, at time `now`.
+    pub async fn try_acquire_or_renew(&self, now: Timestamp) -> Result<LeaseState, kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(self.spec(now, None, 0)),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(LeaseState::Leading),
+                Err(e) if conflict(&e) => self.following_from_get().await,
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
+        let expired = spec
+            .renew_time
+            .as_ref()
+            .is_none_or(|t| t.0 + duration < now);
+        let transitions = spec.lease_transitions.unwrap_or(0);
+        let new_spec = if holder == self.identity {
+            self.spec(now, spec.acquire_time.clone(), transitions)
+        } else if holder.is_empty() || expired {
+            self.spec(now, None, transitions + 1)
+        } else {
+            return Ok(LeaseState::Following { holder });
+        };
+        lease.spec = Some(new_spec);
+        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+            Ok(_) => Ok(LeaseState::Leading),
+            Err(e) if conflict(&e) => self.following_from_get().await,
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn following_from_get(&self) -> Result<LeaseState, kube::Error> {
+        let holder = self
+            .api
+            .get_opt(&self.name)
+            .await?
+            .and_then(|l| l.spec.and_then(|s| s.holder_identity))
+            .unwrap_or_default();
+        Ok(LeaseState::Following { holder })
+    }
+
+    /// Give the lease up (on shutdown) so another replica takes over at once.
+    pub async fn release(&self) -> Result<(), kube::Error> {
+        if let Some(mut lease) = self.api.get_opt(&self.name).await? {
+            let mine = lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref())
+                == Some(self.identity.as_str());
+            if mine {
+                if let Some(s) = lease.spec.as_mut() {
+                    s.holder_identity = None;
+                    s.renew_time = None;
+                }
+                self.api.replace(&self.name, &PostParams::default(), &lease).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Block until this candidate leads.
+    pub async fn acquire(&self, retry: Duration) {
+        loop {
+            match self.try_acquire_or_renew(Timestamp::now()).await {
+                Ok(LeaseState::Leading) => return,
+                Ok(LeaseState::Following { holder }) => {
+                    tracing::info!(holder, "waiting for the leader lease");
+                }
+                Err(e) => tracing::warn!(error = %e, "leader lease"),
+            }
+            tokio::time::sleep(retry).await;
+        }
+    }
+
+    /// Renew every `retry` until leadership is lost; returns why.
+    pub async fn hold(&self, retry: Duration) -> String {
+        let mut last_ok = std::time::Instant::now();
+        loop {
+            tokio::time::sleep(retry).await;
+            match self.try_acquire_or_renew(Timestamp::now()).await {
+                Ok(LeaseState::Leading) => last_ok = std::time::Instant::now(),
+                Ok(LeaseState::Following { holder }) => {
+                    return format!("lease taken over by {holder}");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "renewing the leader lease");
+                    if last_ok.elapsed() >= self.lease_duration * 2 / 3 {
+                        return format!("lease not renewed for {:?}: {e}", self.lease_duration);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The operator's own Prometheus metrics (prefix `contentoperator_`) and its HTTP endpoint
+//! (`/metrics`, `/healthz`). The names are a contract with the dashboards:
+//! `contentoperator_reconciles_total{result}`, `contentoperator_reconcile_errors_total`,
+//! `contentoperator_reconcile_duration_seconds` (histogram) and
+//! `contentoperator_managed_contentservers` (gauge). Must not reconcile anything.
+
+use anyhow::Context as _;
+use axum::{routing::get, Router};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+use std::net::SocketAddr;
+
+/// Result label values of `contentoperator_reconciles_total`.
+pub mod result {
+    pub const OK: &str = "ok";
+    pub const ERROR: &str = "error";
+    pub const INVALID: &str = "invalid";
+    pub const PAUSED: &str = "paused";
+}
+
+/// The operator's metrics.
+#[derive(Clone)]
+pub struct Metrics {
+    pub registry: Registry,
+    pub reconciles: IntCounterVec,
+    pub errors: IntCounter,
+    pub duration: Histogram,
+    pub managed: IntGauge,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let reconciles = IntCounterVec::new(
+            Opts::new(
+                "contentoperator_reconciles_total",
+                "Reconciles of ContentServer resources by result (ok, error, invalid, paused).",
+            ),
+            &["result"],
+        )
+        .expect("static metric definition");
+        let errors = IntCounter::new(
+            "contentoperator_reconcile_errors_total",
+            "Reconciles that failed with an error (API error, render failure).",
+        )
+        .expect("static metric definition");
+        let duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "contentoperator_reconcile_duration_seconds",
+                "Time taken by one reconcile.",
+            )
+            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+        )
+        .expect("static metric definition");
+        let managed = IntGauge::new(
+            "contentoperator_managed_contentservers",
+            "ContentServer resources currently watched.",
+        )
+        .expect("static metric definition");
+        for c in [
+            Box::new(reconciles.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(errors.clone()),
+            Box::new(duration.clone()),
+            Box::new(managed.clone()),
+        ] {
+            registry.register(c).expect("unique metric names");
+        }
+        for r in [result::OK, result::ERROR, result::INVALID, result::PAUSED] {
+            reconciles.with_label_values(&[r]);
+        }
+        Metrics {
+            registry,
+            reconciles,
+            errors,
+            duration,
+            managed,
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+/// The HTTP router: `/metrics`, `/healthz`.
+pub fn router(metrics: Metrics) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let m = metrics.clone();
+                async move {
+                    (
+                        [("content-type", "text/plain; version=0.0.4")],
+                        m.render(),
+                    )
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+}
+
+/// Serve the router on `addr` until the process ends.
+pub async fn serve(addr: SocketAddr, metrics: Metrics) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the metrics listener on {addr}"))?;
+    axum::serve(listener, router(metrics))
+        .await
+        .context("metrics server")
+}

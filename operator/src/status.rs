@@ -1,0 +1,226 @@
+//! Computing a ContentServer's status: conditions (Available, Progressing, Degraded, Reconciled),
+//! the phase shown by `kubectl get`, and which condition changes deserve an Event.
+//!
+//! Pure: the caller passes the current time and what it observed; a condition keeps its
+//! lastTransitionTime while its status does not change. Must not talk to the API server.
+
+use crate::crd::ContentServerStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+pub const AVAILABLE: &str = "Available";
+pub const PROGRESSING: &str = "Progressing";
+pub const DEGRADED: &str = "Degraded";
+pub const RECONCILED: &str = "Reconciled";
+
+/// What the workload reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkloadState {
+    pub desired: i32,
+    pub replicas: i32,
+    pub ready: i32,
+    pub updated: i32,
+    /// The workload controller has seen the latest workload spec.
+    pub observed_latest: bool,
+}
+
+impl WorkloadState {
+    pub fn rolled_out(&self) -> bool {
+        self.observed_latest
+            && self.updated >= self.desired
+            && self.ready >= self.desired
+            && self.replicas <= self.desired
+    }
+}
+
+/// A condition with its transition time carried over from `previous` when its status is unchanged.
+pub fn condition(
+    previous: &[Condition],
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let status = if status { "True" } else { "False" }.to_string();
+    let last = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    Condition {
+        type_: type_.into(),
+        status,
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: last,
+    }
+}
+
+/// Replace (or add) conditions by type, keeping the others.
+pub fn merge_conditions(previous: &[Condition], updates: Vec<Condition>) -> Vec<Condition> {
+    let mut out: Vec<Condition> = previous
+        .iter()
+        .filter(|c| !updates.iter().any(|u| u.type_ == c.type_))
+        .cloned()
+        .collect();
+    out.extend(updates);
+    let order = [AVAILABLE, PROGRESSING, DEGRADED, RECONCILED];
+    out.sort_by_key(|c| order.iter().position(|o| *o == c.type_).unwrap_or(order.len()));
+    out
+}
+
+/// Conditions after a successful apply, from the workload's state.
+pub fn workload_conditions(
+    previous: &[Condition],
+    w: &WorkloadState,
+    note: Option<&str>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let available = if w.desired == 0 {
+        condition(previous, AVAILABLE, false, "ScaledToZero", "spec.replicas is 0".into(), generation, now)
+    } else if w.ready > 0 {
+        condition(
+            previous,
+            AVAILABLE,
+            true,
+            "MinimumReplicasAvailable",
+            format!("{}/{} pods ready", w.ready, w.desired),
+            generation,
+            now,
+        )
+    } else {
+        condition(
+            previous,
+            AVAILABLE,
+            false,
+            "NoReadyReplicas",
+            format!("0/{} pods ready", w.desired),
+            generation,
+            now,
+        )
+    };
+    let progressing = if w.rolled_out() {
+        condition(
+            previous,
+            PROGRESSING,
+            false,
+            "RolloutComplete",
+            format!("{} pods up to date", w.updated),
+            generation,
+            now,
+        )
+    } else {
+        condition(
+            previous,
+            PROGRESSING,
+            true,
+            "RollingOut",
+            format!(
+                "{}/{} pods updated, {}/{} ready",
+                w.updated, w.desired, w.ready, w.desired
+            ),
+            generation,
+            now,
+        )
+    };
+    let degraded = if w.desired > 0 && w.ready < w.desired && w.observed_latest && w.updated >= w.desired
+    {
+        condition(
+            previous,
+            DEGRADED,
+            true,
+            "ReplicasUnavailable",
+            format!("{}/{} pods ready", w.ready, w.desired),
+            generation,
+            now,
+        )
+    } else {
+        condition(previous, DEGRADED, false, "AsExpected", String::new(), generation, now)
+    };
+    let reconciled = condition(
+        previous,
+        RECONCILED,
+        true,
+        "Applied",
+        note.unwrap_or("children applied").to_string(),
+        generation,
+        now,
+    );
+    merge_conditions(previous, vec![available, progressing, degraded, reconciled])
+}
+
+/// The phase printed in the Status column.
+pub fn phase(conditions: &[Condition]) -> String {
+    let get = |t: &str| conditions.iter().find(|c| c.type_ == t);
+    if let Some(r) = get(RECONCILED) {
+        if r.status == "False" {
+            return match r.reason.as_str() {
+                "Paused" => "Paused".into(),
+                "InvalidSpec" => "Invalid".into(),
+                _ => "Error".into(),
+            };
+        }
+    }
+    if get(DEGRADED).is_some_and(|c| c.status == "True") {
+        return "Degraded".into();
+    }
+    if get(PROGRESSING).is_some_and(|c| c.status == "True") {
+        return "Progressing".into();
+    }
+    if get(AVAILABLE).is_some_and(|c| c.status == "True") {
+        return "Ready".into();
+    }
+    "Unavailable".into()
+}
+
+/// A condition change worth an Event: (type, warning?, reason, message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub warning: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Transitions between two condition lists: a type whose status or reason changed. Progressing
+/// is left out (it flips on every rollout, the workload's own events cover it).
+pub fn transitions(old: &[Condition], new: &[Condition]) -> Vec<Transition> {
+    new.iter()
+        .filter(|c| c.type_ != PROGRESSING)
+        .filter(|c| {
+            !old.iter()
+                .any(|o| o.type_ == c.type_ && o.status == c.status && o.reason == c.reason)
+        })
+        .map(|c| {
+            let bad = match c.type_.as_str() {
+                DEGRADED => c.status == "True",
+                AVAILABLE => c.status == "False" && c.reason != "ScaledToZero",
+                RECONCILED => c.status == "False" && c.reason != "Paused",
+                _ => false,
+            };
+            Transition {
+                warning: bad,
+                reason: c.reason.clone(),
+                message: if c.message.is_empty() {
+                    format!("{} is {}", c.type_, c.status)
+                } else {
+                    format!("{} is {}: {}", c.type_, c.status, c.message)
+                },
+            }
+        })
+        .collect()
+}
+
+/// The status with new conditions; counts from `w` when given, else carried over.
+pub fn with_conditions(
+    previous: Option<&ContentServerStatus>,
+    conditions: Vec<Condition>,
+) -> ContentServerStatus {
+    let mut st = previous.cloned().unwrap_or_default();
+    st.phase = Some(phase(&conditions));
+    st.conditions = conditions;
+    st
+}

@@ -1,0 +1,232 @@
+//! The operator's own check of a ContentServer spec, run before anything is applied.
+//!
+//! A CRD may be installed without its CEL rules (or the apiserver may not enforce them), so the
+//! same rules are checked here: the spec is rendered into the server's `Config` and checked with
+//! `Config::field_errors()` (the server's rules, defined once), whose field paths are mapped back
+//! to spec paths (`volumes[1].pool.max_queue` -> `spec.volumes[1].pool.maxQueue`), plus the
+//! Kubernetes-side rules the server cannot know (one volume source, hostPath opt-in, ports,
+//! quantities). Pure: no API calls.
+
+use crate::builders::configmap::server_config;
+use crate::builders::configmap::CONFIG_DIR;
+use crate::crd::{ContentServerSpec, MAX_VOLUME_NAME};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::HashSet;
+use std::fmt;
+
+/// One invalid spec field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    /// Path in the resource, e.g. `spec.volumes[1].pool.threads`.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// All problems of a spec (empty when valid).
+pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
+    let mut errs = Vec::new();
+    let mut push = |field: String, message: String| errs.push(SpecError { field, message });
+
+    if spec.replicas < 0 {
+        push("spec.replicas".into(), "must be at least 0".into());
+    }
+    if spec.image.trim().is_empty() {
+        push("spec.image".into(), "must not be empty".into());
+    }
+    let mut mounts = HashSet::new();
+    for (i, v) in spec.volumes.iter().enumerate() {
+        let f = format!("spec.volumes[{i}]");
+        if v.name.len() > MAX_VOLUME_NAME {
+            push(
+                format!("{f}.name"),
+                format!("must be at most {MAX_VOLUME_NAME} characters"),
+            );
+        }
+        let s = &v.source;
+        let set = [
+            s.persistent_volume_claim.is_some(),
+            s.claim_template.is_some(),
+            s.empty_dir.is_some(),
+            s.host_path.is_some(),
+        ]
+        .iter()
+        .filter(|x| **x)
+        .count();
+        if set != 1 {
+            push(
+                format!("{f}.source"),
+                "set exactly one of persistentVolumeClaim, claimTemplate, emptyDir, hostPath"
+                    .into(),
+            );
+        }
+        if s.host_path.is_some() && !spec.allow_host_path {
+            push(
+                format!("{f}.source.hostPath"),
+                "hostPath volumes require spec.allowHostPath: true".into(),
+            );
+        }
+        if let Some(pvc) = &s.persistent_volume_claim {
+            if pvc.claim_name.is_empty() {
+                push(
+                    format!("{f}.source.persistentVolumeClaim.claimName"),
+                    "must not be empty".into(),
+                );
+            }
+        }
+        if let Some(ct) = &s.claim_template {
+            if !is_quantity(&ct.size) {
+                push(
+                    format!("{f}.source.claimTemplate.size"),
+                    format!("{:?} is not a quantity such as 500Gi", ct.size),
+                );
+            }
+            if ct.access_modes.is_empty() {
+                push(
+                    format!("{f}.source.claimTemplate.accessModes"),
+                    "at least one access mode".into(),
+                );
+            }
+        }
+        if let Some(limit) = s.empty_dir.as_ref().and_then(|e| e.size_limit.as_ref()) {
+            if !is_quantity(limit) {
+                push(
+                    format!("{f}.source.emptyDir.sizeLimit"),
+                    format!("{limit:?} is not a quantity such as 1Gi"),
+                );
+            }
+        }
+        if let Some(hp) = &s.host_path {
+            if !hp.path.starts_with('/') {
+                push(
+                    format!("{f}.source.hostPath.path"),
+                    "must be an absolute path".into(),
+                );
+            }
+        }
+        let mp = ContentServerSpec::mount_path(v);
+        let reserved = [CONFIG_DIR, "/tmp", "/"];
+        if reserved
+            .iter()
+            .any(|r| mp.trim_end_matches('/') == *r || (*r != "/" && mp.starts_with(&format!("{r}/"))))
+            || mp == "/"
+        {
+            push(
+                format!("{f}.mountPath"),
+                format!("{mp} is reserved (/, /tmp and {CONFIG_DIR} are used by the pod)"),
+            );
+        }
+        if !mounts.insert(mp.trim_end_matches('/').to_string()) {
+            push(
+                format!("{f}.mountPath"),
+                format!("{mp} is mounted twice"),
+            );
+        }
+    }
+    for (name, port) in [
+        ("spec.server.port", spec.server.port),
+        ("spec.metrics.port", spec.metrics.port),
+        ("spec.service.port", spec.service.port),
+    ] {
+        if !(1..=65535).contains(&port) {
+            push(name.into(), format!("{port} is not a port (1-65535)"));
+        }
+    }
+    if spec.metrics.port == spec.server.port {
+        push(
+            "spec.metrics.port".into(),
+            "must differ from spec.server.port".into(),
+        );
+    }
+    match &spec.pdb.max_unavailable {
+        IntOrString::Int(n) if *n < 0 => push(
+            "spec.pdb.maxUnavailable".into(),
+            "must be at least 0".into(),
+        ),
+        IntOrString::String(s)
+            if !(s.ends_with('%') && s[..s.len() - 1].parse::<u32>().is_ok_and(|p| p <= 100)) =>
+        {
+            push(
+                "spec.pdb.maxUnavailable".into(),
+                format!("{s:?} must be a number or a percentage such as 25%"),
+            )
+        }
+        _ => {}
+    }
+    let mut cfg = server_config(spec);
+    cfg.normalize();
+    for e in cfg.field_errors() {
+        // Ports out of u16 range were reported above (the config holds 0 then).
+        if e.field.starts_with("listeners") && !(1..=65535).contains(&spec.server.port) {
+            continue;
+        }
+        push(spec_path(&e.field), e.message);
+    }
+    errs
+}
+
+/// True for a Kubernetes quantity such as `500Gi`, `1.5T` or `1000`.
+pub fn is_quantity(s: &str) -> bool {
+    const SUFFIXES: [&str; 13] = [
+        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E", "",
+    ];
+    SUFFIXES.iter().any(|suf| {
+        s.strip_suffix(suf).is_some_and(|num| {
+            !num.is_empty()
+                && num.chars().all(|c| c.is_ascii_digit() || c == '.')
+                && num.matches('.').count() <= 1
+                && !num.starts_with('.')
+                && !num.ends_with('.')
+        })
+    })
+}
+
+fn camel(seg: &str) -> String {
+    let mut out = String::with_capacity(seg.len());
+    let mut upper = false;
+    for c in seg.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Map a server config field path onto the ContentServer field that produced it.
+pub fn spec_path(config_field: &str) -> String {
+    let (head, rest) = config_field
+        .split_once('.')
+        .map_or((config_field, None), |(h, r)| (h, Some(r)));
+    let head_name = head.split('[').next().unwrap_or(head);
+    let rest_camel = rest.map(|r| r.split('.').map(camel).collect::<Vec<_>>().join("."));
+    match (head_name, rest) {
+        ("listeners", Some("backlog")) => "spec.server.backlog".into(),
+        ("listeners", _) => "spec.server.port".into(),
+        ("workers", _) => "spec.server.workers".into(),
+        ("limits", Some("sendfile_max_chunk")) => "spec.server.sendfileMaxChunk".into(),
+        ("limits", _) => format!("spec.server.limits.{}", rest_camel.unwrap_or_default()),
+        ("http", Some(r)) => format!("spec.server.{r}"),
+        ("http", None) => "spec.server.index".into(),
+        ("admin", _) => "spec.metrics.port".into(),
+        ("logging", Some("format")) => "spec.server.logFormat".into(),
+        ("logging", Some("level")) => "spec.server.logLevel".into(),
+        ("logging", _) => "spec.server.accessLog".into(),
+        ("shutdown_timeout_secs", _) => "spec.server.shutdownTimeoutSecs".into(),
+        ("volumes", Some("path")) => format!("spec.{head}.mountPath"),
+        ("volumes", Some("offload")) => format!("spec.{head}.pool.offload"),
+        _ => match rest_camel {
+            Some(r) => format!("spec.{}.{r}", camel(head)),
+            None => format!("spec.{}", camel(head)),
+        },
+    }
+}
