@@ -55,6 +55,8 @@ fn map_errno(e: Errno) -> OpenError {
             OpenError::NotFound
         }
         Errno::ACCESS | Errno::PERM => OpenError::Forbidden("permission denied"),
+        // open(2) of a socket (ENXIO) or a device without a driver (ENODEV).
+        Errno::NXIO | Errno::NODEV => OpenError::Forbidden("not a regular file"),
         other => OpenError::Io(other.into()),
     }
 }

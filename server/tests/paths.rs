@@ -1,0 +1,228 @@
+//! Path handling over real sockets: percent-decoding, `..` and its encoded forms, NUL bytes,
+//! symlinks leaving the volume, non-regular files (a FIFO must not hang anything), and routing
+//! (longest prefix, strip_prefix, split by the documented MurmurHash2 of the decoded path).
+
+mod common;
+
+use common::*;
+use std::ffi::CString;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// base/vol (served) and base/outside/secret.txt (must never be served).
+fn layout() -> tempfile::TempDir {
+    let base = tempdir();
+    let vol = base.path().join("vol");
+    let out = base.path().join("outside");
+    std::fs::create_dir_all(vol.join("sub")).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("secret.txt"), b"SECRET").unwrap();
+    std::fs::write(vol.join("hello.txt"), b"hello").unwrap();
+    std::fs::write(vol.join("a b.txt"), b"space").unwrap();
+    std::fs::write(vol.join("sub/inner.txt"), b"inner").unwrap();
+    symlink("../outside/secret.txt", vol.join("escape.txt")).unwrap();
+    symlink(out.join("secret.txt"), vol.join("absolute.txt")).unwrap();
+    symlink("../outside", vol.join("outdir")).unwrap();
+    symlink("hello.txt", vol.join("alias.txt")).unwrap();
+    symlink("../hello.txt", vol.join("sub/up.txt")).unwrap();
+    base
+}
+
+fn raw_status(s: &Server, target: &str) -> (u16, Vec<u8>) {
+    let mut c = s.connect();
+    c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes());
+    let r = c.response(false).unwrap();
+    (r.status, r.body)
+}
+
+fn check_traversal(offload: &str) {
+    let base = layout();
+    let s = Server::root(&base.path().join("vol"), &["--offload", offload]);
+    assert_eq!(raw_status(&s, "/hello.txt"), (200, b"hello".to_vec()));
+    assert_eq!(raw_status(&s, "/a%20b.txt"), (200, b"space".to_vec()));
+    assert_eq!(
+        raw_status(&s, "/sub/../hello.txt"),
+        (200, b"hello".to_vec())
+    );
+    assert_eq!(
+        raw_status(&s, "/sub/%2e%2e/hello.txt"),
+        (200, b"hello".to_vec())
+    );
+    assert_eq!(raw_status(&s, "/sub%2finner.txt"), (200, b"inner".to_vec()));
+    assert_eq!(raw_status(&s, "/alias.txt"), (200, b"hello".to_vec()));
+    assert_eq!(raw_status(&s, "/sub/up.txt"), (200, b"hello".to_vec()));
+    for bad in [
+        "/../outside/secret.txt",
+        "/%2e%2e/outside/secret.txt",
+        "/%2E%2E%2Foutside%2Fsecret.txt",
+        "/sub/../../outside/secret.txt",
+        "/sub/%2e%2e%2f%2e%2e%2foutside/secret.txt",
+        "/..%2foutside%2fsecret.txt",
+        "/hello.txt%00.png",
+        "/%00",
+        "/bad%zzescape",
+        "/trunc%2",
+    ] {
+        let (st, body) = raw_status(&s, bad);
+        assert_eq!(st, 400, "{bad}");
+        assert!(!body.windows(6).any(|w| w == b"SECRET"), "{bad}");
+    }
+    for hidden in [
+        "/escape.txt",
+        "/absolute.txt",
+        "/outdir/secret.txt",
+        "/%2foutside/secret.txt",
+        "//etc/passwd",
+        "/..\\outside\\secret.txt",
+    ] {
+        let (st, body) = raw_status(&s, hidden);
+        assert_eq!(st, 404, "{hidden}");
+        assert!(!body.windows(6).any(|w| w == b"SECRET"), "{hidden}");
+    }
+}
+
+#[test]
+fn traversal_is_contained_offload_always() {
+    check_traversal("always");
+}
+
+#[test]
+fn traversal_is_contained_offload_never() {
+    check_traversal("never");
+}
+
+fn mkfifo(p: &Path) {
+    let c = CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+}
+
+fn check_special_files(offload: &str) {
+    let d = tempdir();
+    std::fs::write(d.path().join("ok.txt"), b"ok").unwrap();
+    mkfifo(&d.path().join("pipe"));
+    std::fs::create_dir(d.path().join("fifodir")).unwrap();
+    mkfifo(&d.path().join("fifodir/index.html"));
+    let _sock = std::os::unix::net::UnixListener::bind(d.path().join("sock")).unwrap();
+    // One pool thread: a FIFO that blocked it would stall every later request.
+    let s = Server::root(d.path(), &["--offload", offload, "--threads", "1"]);
+    for _ in 0..3 {
+        let t = Instant::now();
+        assert_eq!(raw_status(&s, "/pipe").0, 403);
+        assert!(t.elapsed() < Duration::from_secs(2));
+    }
+    assert_eq!(raw_status(&s, "/sock").0, 403);
+    assert_eq!(raw_status(&s, "/fifodir/").0, 404);
+    let t = Instant::now();
+    assert_eq!(raw_status(&s, "/ok.txt"), (200, b"ok".to_vec()));
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn fifo_and_socket_are_refused_without_hanging_always() {
+    check_special_files("always");
+}
+
+#[test]
+fn fifo_and_socket_are_refused_without_hanging_never() {
+    check_special_files("never");
+}
+
+#[test]
+fn routes_prefix_strip_and_split() {
+    let base = tempdir();
+    let mk = |name: &str| {
+        let p = base.path().join(name);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    };
+    let main = mk("main");
+    let media = mk("media");
+    let stat = mk("static");
+    std::fs::write(main.join("root.txt"), b"main root").unwrap();
+    std::fs::write(main.join("mediax.txt"), b"main mediax").unwrap();
+    std::fs::create_dir_all(media.join("media")).unwrap();
+    std::fs::write(media.join("media/m.txt"), b"media m").unwrap();
+    std::fs::write(stat.join("s.txt"), b"static s").unwrap();
+    let shards = ["s1", "s2", "s3"];
+    for sh in shards {
+        let p = mk(sh);
+        for i in 0..300 {
+            std::fs::write(p.join(format!("f{i}.bin")), sh.as_bytes()).unwrap();
+        }
+    }
+    let mut toml = config_head(1);
+    for (name, dir) in [("main", &main), ("media", &media), ("static", &stat)] {
+        toml += &format!(
+            "[[volumes]]\nname = \"{name}\"\npath = \"{}\"\n",
+            dir.display()
+        );
+    }
+    for sh in shards {
+        toml += &format!(
+            "[[volumes]]\nname = \"{sh}\"\npath = \"{}\"\n",
+            base.path().join(sh).display()
+        );
+    }
+    toml += r#"
+[[routes]]
+prefix = "/"
+volume = "main"
+[[routes]]
+prefix = "/media"
+volume = "media"
+[[routes]]
+prefix = "/static/"
+volume = "static"
+strip_prefix = true
+[[routes]]
+prefix = "/split"
+strip_prefix = true
+split = [{ volume = "s1", percent = 33.3 }, { volume = "s2", percent = 33.3 }, { volume = "s3" }]
+"#;
+    let s = Server::with_config(base.path(), &toml, &[]);
+    assert_eq!(raw_status(&s, "/root.txt"), (200, b"main root".to_vec()));
+    assert_eq!(raw_status(&s, "/media/m.txt"), (200, b"media m".to_vec()));
+    // "/media" matches whole segments only.
+    assert_eq!(
+        raw_status(&s, "/mediax.txt"),
+        (200, b"main mediax".to_vec())
+    );
+    assert_eq!(raw_status(&s, "/static/s.txt"), (200, b"static s".to_vec()));
+    assert_eq!(
+        raw_status(&s, "/static/../root.txt"),
+        (200, b"main root".to_vec())
+    );
+
+    let mut counts = [0usize; 3];
+    let mut c = s.connect();
+    for i in 0..300 {
+        let path = format!("/split/f{i}.bin");
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let r = c.response(false).unwrap();
+        assert_eq!(r.status, 200, "{path}");
+        let got = shards
+            .iter()
+            .position(|sh| sh.as_bytes() == r.body)
+            .unwrap();
+        // The documented rule: nginx split_clients over MurmurHash2 of the decoded path.
+        let h = content_server::resolve::murmur2(path.as_bytes()) as f64 / 4_294_967_296.0;
+        let want = if h < 0.333 {
+            0
+        } else if h < 0.666 {
+            1
+        } else {
+            2
+        };
+        assert_eq!(got, want, "{path} hash fraction {h}");
+        counts[got] += 1;
+    }
+    for (sh, n) in shards.iter().zip(counts) {
+        assert!((60..=140).contains(&n), "{sh} got {n} of 300: {counts:?}");
+    }
+    // Stable: the same path always lands on the same volume, encoded or not.
+    let a = raw_status(&s, "/split/f7.bin");
+    let b = raw_status(&s, "/split/%66%37.bin");
+    assert_eq!(a, b);
+}
