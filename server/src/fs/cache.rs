@@ -1,1 +1,453 @@
-//! Bounded cache of open file descriptors with stat data (owned by the offload-auto work; placeholder).
+//! The open-file cache of one volume (nginx `open_file_cache` analogue): request path ->
+//! an open descriptor plus its stat data, so hot files skip path resolution, open and stat.
+//!
+//! Bounded: at most `max_entries` entries (one descriptor and a few hundred bytes each), evicted
+//! by the clock (second-chance) algorithm, in independently locked shards. An evicted descriptor
+//! closes when the last response using it finishes (it is shared through an `Arc`).
+//!
+//! Staleness is the caller's to check with [`check`] (an fstat of the cached descriptor: no I/O
+//! on a local filesystem) and by re-resolving the path once an entry is older than `valid`
+//! ([`Lookup::Stale`]), comparing device and inode. This module does no path resolution and no
+//! I/O except that fstat and `close`; it must not decide where anything runs.
+
+use super::open::OpenedFile;
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::io;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// What the cache knows about a path.
+#[derive(Debug, Clone)]
+pub enum Lookup {
+    /// Path resolved less than `valid` ago: use the descriptor (after [`check`] where the mode allows).
+    Fresh(OpenedFile),
+    /// Resolved longer ago: re-resolve the path and compare with [`same_file`] before trusting it.
+    Stale(OpenedFile),
+    /// Not cached.
+    Miss,
+}
+
+/// Result of an fstat of a cached descriptor.
+#[derive(Debug, Clone)]
+pub enum Check {
+    /// Size and modification time as cached.
+    Same,
+    /// Same inode, modified in place: serve it with this stat data (and store it).
+    Changed(OpenedFile),
+    /// The inode has no name any more (deleted, or replaced by a rename): do not serve it.
+    Unlinked,
+}
+
+/// fstat the cached descriptor and compare with its cached stat data.
+pub fn check(file: &OpenedFile) -> io::Result<Check> {
+    let st = rustix::fs::fstat(&*file.fd)?;
+    if st.st_nlink == 0 {
+        return Ok(Check::Unlinked);
+    }
+    let (size, mtime, mtime_nsec) = (
+        st.st_size as u64,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+    );
+    if size == file.size && mtime == file.mtime && mtime_nsec == file.mtime_nsec {
+        Ok(Check::Same)
+    } else {
+        let mut changed = file.clone();
+        changed.size = size;
+        changed.mtime = mtime;
+        changed.mtime_nsec = mtime_nsec;
+        Ok(Check::Changed(changed))
+    }
+}
+
+/// True when `fresh` (just opened by path) is the same inode as `cached`.
+pub fn same_file(cached: &OpenedFile, fresh: &OpenedFile) -> bool {
+    cached.ino == fresh.ino && cached.dev == fresh.dev
+}
+
+struct Slot {
+    key: Box<[u8]>,
+    file: OpenedFile,
+    resolved_at: Instant,
+    referenced: bool,
+}
+
+struct Shard {
+    map: HashMap<Box<[u8]>, usize>,
+    slots: Vec<Slot>,
+    cap: usize,
+    hand: usize,
+}
+
+impl Shard {
+    /// Index of a slot for a new entry: a free one, or the clock's victim (evicted here).
+    fn victim(&mut self) -> usize {
+        if self.slots.len() < self.cap {
+            return self.slots.len();
+        }
+        loop {
+            let i = self.hand;
+            self.hand = (self.hand + 1) % self.slots.len();
+            if self.slots[i].referenced {
+                self.slots[i].referenced = false;
+            } else {
+                self.map.remove(&self.slots[i].key);
+                return i;
+            }
+        }
+    }
+}
+
+/// A bounded cache of open files for one volume.
+pub struct OpenFileCache {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    valid: Duration,
+}
+
+const MAX_SHARDS: usize = 16;
+
+impl OpenFileCache {
+    /// A cache of at most `max_entries` files whose path is re-resolved after `valid`.
+    /// `max_entries == 0` gives a cache that stores nothing.
+    pub fn new(max_entries: usize, valid: Duration) -> OpenFileCache {
+        let n = max_entries.clamp(1, MAX_SHARDS);
+        let shards = (0..n)
+            .map(|i| {
+                // Spread max_entries exactly over the shards (0 everywhere when disabled).
+                let cap = max_entries / n + usize::from(i < max_entries % n);
+                Mutex::new(Shard {
+                    map: HashMap::with_capacity(cap.min(1024)),
+                    slots: Vec::with_capacity(cap.min(1024)),
+                    cap,
+                    hand: 0,
+                })
+            })
+            .collect();
+        OpenFileCache {
+            shards,
+            hasher: RandomState::new(),
+            valid,
+        }
+    }
+
+    /// The most entries held at once.
+    pub fn capacity(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).cap).sum()
+    }
+
+    /// Entries held now.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).slots.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn shard(&self, key: &[u8]) -> &Mutex<Shard> {
+        let h = self.hasher.hash_one(key) as usize;
+        &self.shards[h % self.shards.len()]
+    }
+
+    /// Look `key` (the request's relative path) up at time `now`.
+    pub fn get(&self, key: &[u8], now: Instant) -> Lookup {
+        let mut s = lock(self.shard(key));
+        let Some(&i) = s.map.get(key) else {
+            return Lookup::Miss;
+        };
+        let slot = &mut s.slots[i];
+        slot.referenced = true;
+        if now.saturating_duration_since(slot.resolved_at) < self.valid {
+            Lookup::Fresh(slot.file.clone())
+        } else {
+            Lookup::Stale(slot.file.clone())
+        }
+    }
+
+    /// Store `file` as what `key` resolved to at `now` (replacing any entry; the old descriptor
+    /// closes when its last user drops it).
+    pub fn insert(&self, key: &[u8], file: OpenedFile, now: Instant) {
+        let mut s = lock(self.shard(key));
+        if s.cap == 0 {
+            return;
+        }
+        if let Some(&i) = s.map.get(key) {
+            let slot = &mut s.slots[i];
+            slot.file = file;
+            slot.resolved_at = now;
+            return;
+        }
+        let i = s.victim();
+        let slot = Slot {
+            key: key.into(),
+            file,
+            resolved_at: now,
+            referenced: false,
+        };
+        if i == s.slots.len() {
+            s.slots.push(slot);
+        } else {
+            s.slots[i] = slot;
+        }
+        s.map.insert(key.into(), i);
+    }
+
+    /// The path was re-resolved at `now` to the same inode as cached: keep the cached descriptor
+    /// with `file`'s (current) stat data and restart the validity window.
+    pub fn revalidated(&self, key: &[u8], file: &OpenedFile, now: Instant) {
+        let mut s = lock(self.shard(key));
+        if let Some(&i) = s.map.get(key) {
+            let slot = &mut s.slots[i];
+            if same_file(&slot.file, file) {
+                slot.file.size = file.size;
+                slot.file.mtime = file.mtime;
+                slot.file.mtime_nsec = file.mtime_nsec;
+                slot.resolved_at = now;
+            }
+        }
+    }
+
+    /// Store new stat data for the cached inode (it was modified in place); the window is kept.
+    pub fn update_stat(&self, key: &[u8], file: &OpenedFile) {
+        let mut s = lock(self.shard(key));
+        if let Some(&i) = s.map.get(key) {
+            let slot = &mut s.slots[i];
+            if same_file(&slot.file, file) {
+                slot.file.size = file.size;
+                slot.file.mtime = file.mtime;
+                slot.file.mtime_nsec = file.mtime_nsec;
+            }
+        }
+    }
+
+    /// Drop the entry for `key` if it still holds `file`'s inode.
+    pub fn remove(&self, key: &[u8], file: &OpenedFile) {
+        let mut s = lock(self.shard(key));
+        let Some(&i) = s.map.get(key) else {
+            return;
+        };
+        if !same_file(&s.slots[i].file, file) {
+            return;
+        }
+        s.map.remove(key);
+        let last = s.slots.len() - 1;
+        s.slots.swap_remove(i);
+        if i != last {
+            let moved = s.slots[i].key.clone();
+            s.map.insert(moved, i);
+        }
+        if s.hand >= s.slots.len() {
+            s.hand = 0;
+        }
+    }
+}
+
+/// Lock a shard; a panic while holding it cannot leave a shard inconsistent in a way that
+/// matters (worst case one stale slot), so poisoning is ignored.
+fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::nowait::tests::disk_tempdir;
+    use std::fs::File;
+    use std::io::Write;
+    use std::os::fd::OwnedFd;
+    use std::sync::Arc;
+
+    fn opened(path: &std::path::Path) -> OpenedFile {
+        let f = File::open(path).unwrap();
+        let st = rustix::fs::fstat(&f).unwrap();
+        OpenedFile {
+            fd: Arc::new(OwnedFd::from(f)),
+            size: st.st_size as u64,
+            mtime: st.st_mtime as i64,
+            mtime_nsec: st.st_mtime_nsec as i64,
+            ino: st.st_ino as u64,
+            dev: st.st_dev as u64,
+            via_index: None,
+        }
+    }
+
+    fn key(i: usize) -> Vec<u8> {
+        format!("dir/file-{i}").into_bytes()
+    }
+
+    #[test]
+    fn hit_fresh_then_stale_after_the_window() {
+        let dir = disk_tempdir();
+        let p = dir.path().join("a");
+        std::fs::write(&p, b"abc").unwrap();
+        let c = OpenFileCache::new(8, Duration::from_millis(100));
+        let t0 = Instant::now();
+        assert!(matches!(c.get(b"a", t0), Lookup::Miss));
+        c.insert(b"a", opened(&p), t0);
+        match c.get(b"a", t0 + Duration::from_millis(50)) {
+            Lookup::Fresh(f) => assert_eq!(f.size, 3),
+            other => panic!("{other:?}"),
+        }
+        let f = match c.get(b"a", t0 + Duration::from_millis(150)) {
+            Lookup::Stale(f) => f,
+            other => panic!("{other:?}"),
+        };
+        c.revalidated(b"a", &f, t0 + Duration::from_millis(150));
+        assert!(matches!(
+            c.get(b"a", t0 + Duration::from_millis(200)),
+            Lookup::Fresh(_)
+        ));
+    }
+
+    #[test]
+    fn bounded_by_max_entries_and_closes_evicted_descriptors() {
+        let dir = disk_tempdir();
+        let c = OpenFileCache::new(20, Duration::from_secs(60));
+        let now = Instant::now();
+        let mut weak = Vec::new();
+        for i in 0..200 {
+            let p = dir.path().join(format!("f{i}"));
+            std::fs::write(&p, b"x").unwrap();
+            let f = opened(&p);
+            weak.push(Arc::downgrade(&f.fd));
+            c.insert(&key(i), f, now);
+            assert!(c.len() <= 20, "len {} after {i}", c.len());
+        }
+        assert_eq!(c.len(), 20);
+        assert_eq!(c.capacity(), 20);
+        // Exactly the cached entries still hold a descriptor; the rest were closed.
+        assert_eq!(weak.iter().filter(|w| w.strong_count() > 0).count(), 20);
+        let hits = (0..200)
+            .filter(|&i| !matches!(c.get(&key(i), now), Lookup::Miss))
+            .count();
+        assert_eq!(hits, 20);
+    }
+
+    #[test]
+    fn clock_keeps_referenced_entries() {
+        let dir = disk_tempdir();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"x").unwrap();
+        // One shard so the clock order is deterministic.
+        let c = OpenFileCache::new(1, Duration::from_secs(60));
+        let now = Instant::now();
+        c.insert(b"hot", opened(&p), now);
+        assert!(matches!(c.get(b"hot", now), Lookup::Fresh(_)));
+        c.insert(b"cold", opened(&p), now);
+        // Capacity 1: the new entry evicts the old (second chance spent), never grows.
+        assert_eq!(c.len(), 1);
+        assert!(matches!(c.get(b"cold", now), Lookup::Fresh(_)));
+        assert!(matches!(c.get(b"hot", now), Lookup::Miss));
+    }
+
+    #[test]
+    fn disabled_cache_stores_nothing() {
+        let dir = disk_tempdir();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"x").unwrap();
+        let c = OpenFileCache::new(0, Duration::from_secs(60));
+        c.insert(b"f", opened(&p), Instant::now());
+        assert!(c.is_empty());
+        assert!(matches!(c.get(b"f", Instant::now()), Lookup::Miss));
+    }
+
+    #[test]
+    fn check_notices_in_place_modification_and_replacement() {
+        let dir = disk_tempdir();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"first").unwrap();
+        let f = opened(&p);
+        assert!(matches!(check(&f).unwrap(), Check::Same));
+        // Modified in place (same inode, new size).
+        let mut w = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        w.write_all(b" and more").unwrap();
+        drop(w);
+        match check(&f).unwrap() {
+            Check::Changed(n) => {
+                assert_eq!(n.size, 14);
+                assert_eq!(n.ino, f.ino);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Replaced by rename: the cached inode has no name left.
+        let tmp = dir.path().join("f.new");
+        std::fs::write(&tmp, b"second").unwrap();
+        std::fs::rename(&tmp, &p).unwrap();
+        assert!(matches!(check(&f).unwrap(), Check::Unlinked));
+        let fresh = opened(&p);
+        assert!(!same_file(&f, &fresh));
+    }
+
+    #[test]
+    fn remove_and_update_only_touch_the_same_inode() {
+        let dir = disk_tempdir();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        std::fs::write(&a, b"aaaa").unwrap();
+        std::fs::write(&b, b"bb").unwrap();
+        let c = OpenFileCache::new(4, Duration::from_secs(60));
+        let now = Instant::now();
+        let fa = opened(&a);
+        let fb = opened(&b);
+        c.insert(b"k", fa.clone(), now);
+        c.insert(b"other", fb.clone(), now);
+        // A different inode neither updates nor removes the entry.
+        c.update_stat(b"k", &fb);
+        c.remove(b"k", &fb);
+        match c.get(b"k", now) {
+            Lookup::Fresh(f) => assert_eq!((f.ino, f.size), (fa.ino, 4)),
+            other => panic!("{other:?}"),
+        }
+        let mut grown = fa.clone();
+        grown.size = 10;
+        c.update_stat(b"k", &grown);
+        match c.get(b"k", now) {
+            Lookup::Fresh(f) => assert_eq!(f.size, 10),
+            other => panic!("{other:?}"),
+        }
+        c.remove(b"k", &fa);
+        assert!(matches!(c.get(b"k", now), Lookup::Miss));
+        // The swap-removed neighbour is still found.
+        assert!(matches!(c.get(b"other", now), Lookup::Fresh(_)));
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn concurrent_use_stays_bounded() {
+        let dir = disk_tempdir();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"x").unwrap();
+        let base = opened(&p);
+        let c = Arc::new(OpenFileCache::new(50, Duration::from_secs(60)));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let c = c.clone();
+                let base = base.clone();
+                std::thread::spawn(move || {
+                    let now = Instant::now();
+                    for i in 0..2000 {
+                        let k = key((i * 7 + t) % 300);
+                        if let Lookup::Miss = c.get(&k, now) {
+                            c.insert(&k, base.clone(), now);
+                        }
+                        if i % 5 == 0 {
+                            c.remove(&k, &base);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(c.len() <= 50);
+        for i in 0..300 {
+            if let Lookup::Fresh(f) = c.get(&key(i), Instant::now()) {
+                assert_eq!(f.ino, base.ino);
+            }
+        }
+    }
+}
