@@ -120,7 +120,7 @@ impl Pool {
             max_queue,
             state: Mutex::new(State {
                 queue: VecDeque::new(),
-                idle: 0,
+                idle: threads.max(1),
             }),
             work: Condvar::new(),
             m,
@@ -206,21 +206,21 @@ impl Inner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A pool thread: counted idle from the start (so a pool accepts tasks as soon as
+    /// [`Pool::start`] returns), busy while it runs a task.
     fn run(&self) {
+        let mut st = self.lock();
         loop {
-            let task = {
-                let mut st = self.lock();
-                st.idle += 1;
-                loop {
-                    if let Some(t) = st.queue.pop_front() {
-                        st.idle -= 1;
-                        let depth = st.queue.len().saturating_sub(st.idle);
-                        self.m.depth.set(depth as i64);
-                        break t;
-                    }
-                    st = self.work.wait(st).unwrap_or_else(|p| p.into_inner());
+            let task = loop {
+                if let Some(t) = st.queue.pop_front() {
+                    st.idle -= 1;
+                    let depth = st.queue.len().saturating_sub(st.idle);
+                    self.m.depth.set(depth as i64);
+                    break t;
                 }
+                st = self.work.wait(st).unwrap_or_else(|p| p.into_inner());
             };
+            drop(st);
             let start = Instant::now();
             self.m
                 .wait
@@ -239,6 +239,8 @@ impl Inner {
             let om = self.m.op(task.op);
             om.tasks.inc();
             om.duration.observe(secs);
+            st = self.lock();
+            st.idle += 1;
         }
     }
 }

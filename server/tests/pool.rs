@@ -1,0 +1,187 @@
+//! The bounded pool through its public API: the nginx overflow rule (idle thread or fewer than
+//! max_queue waiting, else an immediate error), the error's text, and the pool metrics.
+
+use content_server::metrics::{Metrics, PoolOp};
+use content_server::pool::Pool;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn metric(m: &Metrics, needle: &str) -> f64 {
+    let text = m.render();
+    text.lines()
+        .find(|l| l.starts_with(needle))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{needle} not in\n{text}"))
+}
+
+/// Occupy the pool's threads (and queue) with tasks blocked until the returned senders drop.
+fn block(
+    pool: &Pool,
+    n: usize,
+) -> (
+    Vec<mpsc::Sender<()>>,
+    Vec<tokio::sync::oneshot::Receiver<usize>>,
+) {
+    let mut gates = Vec::new();
+    let mut results = Vec::new();
+    for i in 0..n {
+        let (tx, rx) = mpsc::channel::<()>();
+        gates.push(tx);
+        results.push(
+            pool.submit(PoolOp::Open, move || {
+                let _ = rx.recv();
+                i
+            })
+            .expect("accepted"),
+        );
+    }
+    (gates, results)
+}
+
+fn wait_busy(m: &Metrics, name: &str, busy: f64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(
+        m,
+        &format!("contentserver_pool_busy_threads{{volume=\"{name}\"}}"),
+    ) != busy
+    {
+        assert!(
+            Instant::now() < deadline,
+            "pool never reached {busy} busy threads"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn max_queue_zero_rejects_when_all_threads_are_busy() {
+    let m = Metrics::new(&["p"], 1);
+    let pool = Pool::start("p", 1, 0, &m).unwrap();
+    let (gates, results) = block(&pool, 1);
+    wait_busy(&m, "p", 1.0);
+    let t = Instant::now();
+    let err = pool.submit(PoolOp::Read, || 0usize).unwrap_err();
+    assert!(t.elapsed() < Duration::from_millis(50));
+    assert_eq!(err.waiting, 0);
+    assert_eq!(
+        err.to_string(),
+        "thread pool \"p\" queue overflow: 0 tasks waiting"
+    );
+    assert_eq!(
+        metric(&m, "contentserver_pool_rejected_total{volume=\"p\"}"),
+        1.0
+    );
+    drop(gates);
+    for r in results {
+        assert_eq!(r.blocking_recv().unwrap(), 0);
+    }
+    // Idle again: accepted.
+    assert_eq!(
+        pool.submit(PoolOp::Read, || 7usize)
+            .unwrap()
+            .blocking_recv()
+            .unwrap(),
+        7
+    );
+    assert_eq!(
+        metric(&m, "contentserver_pool_rejected_total{volume=\"p\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "contentserver_pool_tasks_total{op=\"open\",volume=\"p\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "contentserver_pool_tasks_total{op=\"read\",volume=\"p\"}"
+        ),
+        1.0
+    );
+    assert_eq!(metric(&m, "contentserver_pool_threads{volume=\"p\"}"), 1.0);
+    assert_eq!(
+        metric(&m, "contentserver_pool_queue_capacity{volume=\"p\"}"),
+        0.0
+    );
+}
+
+#[test]
+fn max_queue_bounds_waiting_tasks() {
+    let m = Metrics::new(&["q"], 1);
+    let pool = Pool::start("q", 2, 3, &m).unwrap();
+    let (gates, results) = block(&pool, 2);
+    wait_busy(&m, "q", 2.0);
+    let (more_gates, more) = block(&pool, 3);
+    assert_eq!(
+        metric(&m, "contentserver_pool_queue_depth{volume=\"q\"}"),
+        3.0
+    );
+    let err = pool.submit(PoolOp::Sendfile, || 0usize).unwrap_err();
+    assert_eq!(err.waiting, 3);
+    assert_eq!(
+        metric(&m, "contentserver_pool_rejected_total{volume=\"q\"}"),
+        1.0
+    );
+    drop(gates);
+    drop(more_gates);
+    let got: Vec<usize> = results
+        .into_iter()
+        .chain(more)
+        .map(|r| r.blocking_recv().unwrap())
+        .collect();
+    assert_eq!(got, vec![0, 1, 0, 1, 2]);
+    wait_busy(&m, "q", 0.0);
+    assert_eq!(
+        metric(&m, "contentserver_pool_queue_depth{volume=\"q\"}"),
+        0.0
+    );
+}
+
+#[test]
+fn many_tasks_all_complete_with_metrics() {
+    let m = Metrics::new(&["r"], 1);
+    let pool = Pool::start("r", 4, 10_000, &m).unwrap();
+    let rxs: Vec<_> = (0..1000u64)
+        .map(|i| pool.submit(PoolOp::Read, move || i * 2).unwrap())
+        .collect();
+    let sum: u64 = rxs.into_iter().map(|r| r.blocking_recv().unwrap()).sum();
+    assert_eq!(sum, 999 * 1000);
+    assert_eq!(
+        metric(
+            &m,
+            "contentserver_pool_tasks_total{op=\"read\",volume=\"r\"}"
+        ),
+        1000.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "contentserver_pool_task_duration_seconds_count{op=\"read\",volume=\"r\"}"
+        ),
+        1000.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "contentserver_pool_queue_wait_seconds_count{volume=\"r\"}"
+        ),
+        1000.0
+    );
+}
+
+#[test]
+fn a_panicking_task_does_not_kill_the_pool() {
+    let m = Metrics::new(&["s"], 1);
+    let pool = Pool::start("s", 1, 4, &m).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let r = rt.block_on(pool.run(PoolOp::Open, || -> usize { panic!("task failure") }));
+    assert!(r.is_err());
+    let r = rt.block_on(pool.run(PoolOp::Open, || 5usize));
+    assert_eq!(r.unwrap(), 5);
+}
