@@ -6,14 +6,14 @@
 //!
 //! | API group | resource | verbs | why |
 //! |---|---|---|---|
-//! | contentserver.dev | contentservers | get, list, watch | the primary resource |
-//! | contentserver.dev | contentservers/status | get, patch, update | status and conditions |
-//! | "" (core) | configmaps | get, list, watch, create, patch, delete | rendered server config (apply) |
-//! | "" (core) | services | get, list, watch, create, patch, delete | client + headless Services |
+//! | contentserver.dev | contentservers | list, watch | the primary resource |
+//! | contentserver.dev | contentservers/status | patch | status and conditions |
+//! | "" (core) | configmaps | list, watch, create, patch | rendered server config (apply; garbage-collected via owner reference) |
+//! | "" (core) | services | list, watch, create, patch, delete | client + headless Services |
 //! | apps | deployments | get, list, watch, create, patch, delete | workload without per-pod claims |
 //! | apps | statefulsets | get, list, watch, create, patch, delete | workload with claim templates (orphan delete on immutable change) |
-//! | policy | poddisruptionbudgets | get, list, watch, create, patch, delete | PDB when replicas > 1 |
-//! | monitoring.coreos.com | servicemonitors | get, create, patch, delete | optional ServiceMonitor |
+//! | policy | poddisruptionbudgets | list, watch, create, patch, delete | PDB when replicas > 1 |
+//! | monitoring.coreos.com | servicemonitors | create, patch, delete | optional ServiceMonitor |
 //! | apiextensions.k8s.io | customresourcedefinitions | get | does the ServiceMonitor CRD exist |
 //! | events.k8s.io | events | create, patch | Events on the ContentServer |
 //! | coordination.k8s.io | leases | get, create, update | leader election (operator's own namespace) |
