@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Reproduces the README's benchmark tables: nginx and content-server in ONE invocation of each
+# shared benchmark script (machines are noisy; compare ratios within a run, not across runs).
+#
+# Usage: bench/run.sh [media|small|c10k|all]   (needs root; installs wrk, nginx-light, apache2-utils)
+# Env: BENCH_DIR [../shared/bench]  OUT [bench/results/<date>.txt]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BENCH_DIR=${BENCH_DIR:-../shared/bench}
+what=${1:-all}
+mkdir -p bench/results
+OUT=${OUT:-bench/results/$(date -u +%Y%m%d-%H%M%S).txt}
+
+need() { command -v "$1" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2"; }; }
+need wrk wrk; need nginx nginx-light; need ab apache2-utils
+
+cargo build --release -p content-server
+BIN=$PWD/target/release/content-server
+ours() { # $1 = offload mode
+  echo "cmd:$BIN serve --root \$DOCROOT --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --offload $1"
+}
+
+media() {
+  bash "$BENCH_DIR/seedbench.sh" nginx-blocking nginx-threads "$(ours never)" "$(ours always)" "$(ours auto)"
+}
+small() {
+  DATA_DIR=/var/tmp/smallbench FILES=200000 FILE_KB=16 \
+    bash "$BENCH_DIR/seedbench.sh" nginx-threads "$(ours always)" "$(ours auto)"
+}
+c10k() {
+  bash "$BENCH_DIR/c10k.sh" nginx "$(ours always)" "$(ours auto)"
+  KEEPALIVE=1 bash "$BENCH_DIR/c10k.sh" nginx "$(ours always)" "$(ours auto)"
+}
+
+case "$what" in
+  media) media ;; small) small ;; c10k) c10k ;;
+  all) media; small; c10k ;;
+  *) echo "usage: bench/run.sh [media|small|c10k|all]" >&2; exit 2 ;;
+esac 2>&1 | tee "$OUT"
+echo "results: $OUT"
