@@ -26,3 +26,5 @@ python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install -q jsonsche
 python3 -c 'import yaml' 2>/dev/null || python3 -m pip install -q pyyaml
 # Real `helm lint`: the helm-sdkpy wheel (libhelm_sdkpy.so) unpacked into e2e/.cache (idempotent).
 python3 e2e/helm_native.py ensure >/dev/null
+# shellcheck: e2e/test_packaging.py lints e2e/kind/run.sh and scripts/sync-chart.sh.
+command -v shellcheck >/dev/null || apt_install shellcheck
