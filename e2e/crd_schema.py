@@ -7,8 +7,12 @@ enforces with strict field validation (kubectl's default):
 - `nullable: true` -> null is accepted too;
 - an object with `properties` rejects unknown fields unless `x-kubernetes-preserve-unknown-fields`
   (or `x-kubernetes-embedded-resource`) says otherwise;
-- other `x-kubernetes-*` extensions are dropped. CEL rules (`x-kubernetes-validations`) are not
-  evaluated here: `rules()` lists them for callers that want to check they exist.
+- other `x-kubernetes-*` extensions are dropped.
+
+CEL rules (`x-kubernetes-validations`) are evaluated separately, as the API server does: after
+structural defaulting (`default`), on each node with `self` bound to the node's value (rules on
+`oldSelf`, i.e. transition rules, only apply to updates and are skipped). The CEL runtime is the
+`common-expression-language` package plus the Kubernetes list extension `sum()`.
 
 It must not fetch anything or know about a particular CRD.
 """
@@ -69,20 +73,86 @@ def version_schema(crd: dict[str, Any], version: str) -> dict[str, Any]:
     raise KeyError(f"{crd['metadata']['name']} has no version {version}")
 
 
+_VALIDATORS: dict[tuple[int, str], tuple[dict[str, Any], jsonschema.Draft202012Validator]] = {}
+
+
 def validator(crd: dict[str, Any], version: str) -> jsonschema.Draft202012Validator:
-    schema = version_schema(crd, version)
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    """A checked validator for one version (cached per CRD object; do not mutate the CRD)."""
+    key = (id(crd), version)
+    if key not in _VALIDATORS:
+        schema = version_schema(crd, version)
+        jsonschema.Draft202012Validator.check_schema(schema)
+        _VALIDATORS[key] = (crd, jsonschema.Draft202012Validator(schema))
+    return _VALIDATORS[key][1]
+
+
+def raw_schema(crd: dict[str, Any], version: str) -> dict[str, Any]:
+    for v in crd["spec"]["versions"]:
+        if v["name"] == version:
+            return v["schema"]["openAPIV3Schema"]
+    raise KeyError(f"{crd['metadata']['name']} has no version {version}")
 
 
 def errors(crd: dict[str, Any], obj: dict[str, Any]) -> list[str]:
-    """Schema errors of a custom resource, as `path: message` strings (empty when valid)."""
+    """Schema and then CEL errors of a custom resource, as `path: message` strings (empty when
+    valid). CEL rules run only on an object that passed the structural schema, as in the API
+    server where a type error stops validation before CEL."""
     version = obj["apiVersion"].split("/", 1)[1]
     v = validator(crd, version)
-    return [
+    out = [
         f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
         for e in sorted(v.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
     ]
+    if out:
+        return out
+    schema = raw_schema(crd, version)
+    return cel_errors(schema, apply_defaults(schema, obj))
+
+
+def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
+    """Structural defaulting: missing properties with a `default` get it, recursively."""
+    value = copy.deepcopy(value)
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        for k, sub in props.items():
+            if k not in value and "default" in sub:
+                value[k] = copy.deepcopy(sub["default"])
+            if k in value:
+                value[k] = apply_defaults(sub, value[k])
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for k in value:
+                if k not in props:
+                    value[k] = apply_defaults(extra, value[k])
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        value = [apply_defaults(schema["items"], x) for x in value]
+    return value
+
+
+def cel_errors(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
+    """Every failing `x-kubernetes-validations` rule, as `path: message`."""
+    import cel  # common-expression-language
+
+    out: list[str] = []
+    for r in schema.get("x-kubernetes-validations", []):
+        if "oldSelf" in r["rule"]:
+            continue
+        ctx = cel.Context({"self": value}, {"sum": lambda xs: sum(xs)})
+        try:
+            ok = cel.evaluate(r["rule"], ctx)
+        except Exception as e:  # a rule that cannot run is a failure too
+            out.append(f"{path or '<root>'}: {r['rule']}: {e}")
+            continue
+        if ok is not True:
+            out.append(f"{path or '<root>'}{r.get('fieldPath', '')}: {r.get('message', r['rule'])}")
+    if isinstance(value, dict):
+        for k, sub in (schema.get("properties") or {}).items():
+            if k in value and value[k] is not None:
+                out += cel_errors(sub, value[k], f"{path}.{k}")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, x in enumerate(value):
+            out += cel_errors(schema["items"], x, f"{path}[{i}]")
+    return out
 
 
 def rules(schema: dict[str, Any]) -> list[str]:

@@ -28,3 +28,5 @@ python3 -c 'import yaml' 2>/dev/null || python3 -m pip install -q pyyaml
 python3 e2e/helm_native.py ensure >/dev/null
 # shellcheck: e2e/test_packaging.py lints e2e/kind/run.sh and scripts/sync-chart.sh.
 command -v shellcheck >/dev/null || apt_install shellcheck
+# CEL runtime for the CRD's x-kubernetes-validations rules (e2e/crd_schema.py).
+python3 -c 'import cel' 2>/dev/null || python3 -m pip install -q common-expression-language
