@@ -1,0 +1,481 @@
+//! Test support: an in-memory Kubernetes API server (a tower Service behind a real
+//! `kube::Client`) and fixtures loaded from `examples/`.
+//!
+//! The fake stores objects by collection path and name and answers GET, LIST, POST, PUT (with
+//! resourceVersion conflicts), PATCH (server-side apply as "replace the applied fields, keep
+//! status"; JSON merge patch; both on the main resource or `/status`) and DELETE, bumping
+//! `metadata.generation` when anything outside metadata/status changes. Every request is logged
+//! so tests can assert what the operator did — and what it did not do.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use content_operator::crd::ContentServer;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use kube::client::Body;
+use kube::Client;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct Logged {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub content_type: String,
+    pub body: Value,
+}
+
+impl Logged {
+    pub fn is_read(&self) -> bool {
+        self.method == "GET"
+    }
+    pub fn is_status(&self) -> bool {
+        self.path.ends_with("/status")
+    }
+    pub fn is_event(&self) -> bool {
+        self.path.contains("/events")
+    }
+    /// A write to anything but the ContentServer's status or Events: a child change.
+    pub fn is_child_write(&self) -> bool {
+        !self.is_read() && !self.is_status() && !self.is_event()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    objects: BTreeMap<(String, String), Value>,
+    log: Vec<Logged>,
+    rv: u64,
+    uid: u64,
+}
+
+/// The in-memory API server.
+#[derive(Clone, Default)]
+pub struct FakeApi {
+    state: Arc<Mutex<State>>,
+}
+
+/// Collection path of a namespaced resource, e.g. `coll("apps/v1", "default", "deployments")`.
+pub fn coll(group_version: &str, ns: &str, plural: &str) -> String {
+    if group_version == "v1" {
+        format!("/api/v1/namespaces/{ns}/{plural}")
+    } else {
+        format!("/apis/{group_version}/namespaces/{ns}/{plural}")
+    }
+}
+
+pub const NS: &str = "media-ns";
+
+pub fn deployments() -> String {
+    coll("apps/v1", NS, "deployments")
+}
+pub fn statefulsets() -> String {
+    coll("apps/v1", NS, "statefulsets")
+}
+pub fn configmaps() -> String {
+    coll("v1", NS, "configmaps")
+}
+pub fn services() -> String {
+    coll("v1", NS, "services")
+}
+pub fn pdbs() -> String {
+    coll("policy/v1", NS, "poddisruptionbudgets")
+}
+pub fn contentservers() -> String {
+    coll("contentserver.dev/v1alpha1", NS, "contentservers")
+}
+pub fn servicemonitors() -> String {
+    coll("monitoring.coreos.com/v1", NS, "servicemonitors")
+}
+pub fn crds() -> String {
+    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions".into()
+}
+
+/// Split a request path into (collection, name, subresource).
+fn split_path(path: &str) -> (String, Option<String>, Option<String>) {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let prefix = if segs.first() == Some(&"api") { 2 } else { 3 };
+    let rest = &segs[prefix.min(segs.len())..];
+    let (coll_len, rest2) = if rest.first() == Some(&"namespaces") && rest.len() >= 3 {
+        (prefix + 3, &rest[3..])
+    } else {
+        (prefix + 1, rest.get(1..).unwrap_or(&[]))
+    };
+    let collection = format!("/{}", segs[..coll_len.min(segs.len())].join("/"));
+    (
+        collection,
+        rest2.first().map(|s| s.to_string()),
+        rest2.get(1).map(|s| s.to_string()),
+    )
+}
+
+fn merge_patch(target: &mut Value, patch: &Value) {
+    if let Value::Object(p) = patch {
+        if !target.is_object() {
+            *target = json!({});
+        }
+        let t = target.as_object_mut().expect("object");
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    } else {
+        *target = patch.clone();
+    }
+}
+
+fn status_response(code: u16, reason: &str, message: String) -> (u16, Value) {
+    (
+        code,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": message, "reason": reason, "code": code}),
+    )
+}
+
+/// Everything except metadata and status: changes here bump the generation.
+fn spec_part(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("metadata");
+        o.remove("status");
+    }
+    v
+}
+
+impl FakeApi {
+    pub fn new() -> FakeApi {
+        FakeApi::default()
+    }
+
+    /// A kube Client talking to this fake.
+    pub fn client(&self) -> Client {
+        let fake = self.clone();
+        let svc = tower::service_fn(move |req: Request<Body>| {
+            let fake = fake.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let bytes = body
+                    .collect()
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
+                let (code, value) = fake.handle(
+                    parts.method.as_str(),
+                    parts.uri.path(),
+                    parts.uri.query().unwrap_or(""),
+                    parts
+                        .headers
+                        .get("content-type")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or(""),
+                    &bytes,
+                );
+                let resp = Response::builder()
+                    .status(StatusCode::from_u16(code).expect("status code"))
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(value.to_string())))
+                    .expect("response");
+                Ok::<_, Infallible>(resp)
+            }
+        });
+        Client::new(svc, NS)
+    }
+
+    fn handle(&self, method: &str, path: &str, query: &str, ct: &str, body: &[u8]) -> (u16, Value) {
+        let body_v: Value = if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(body)
+                .or_else(|_| serde_yaml_ng::from_slice(body))
+                .unwrap_or(Value::Null)
+        };
+        let mut st = self.state.lock().expect("fake state");
+        st.log.push(Logged {
+            method: method.into(),
+            path: path.into(),
+            query: query.into(),
+            content_type: ct.into(),
+            body: body_v.clone(),
+        });
+        let (collection, name, sub) = split_path(path);
+        let ns = path
+            .split("/namespaces/")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .map(str::to_string);
+        match (method, name) {
+            ("GET", None) => {
+                let items: Vec<Value> = st
+                    .objects
+                    .iter()
+                    .filter(|((c, _), _)| *c == collection)
+                    .map(|(_, v)| v.clone())
+                    .collect();
+                (200, json!({"kind": "List", "apiVersion": "v1",
+                             "metadata": {"resourceVersion": st.rv.to_string()}, "items": items}))
+            }
+            ("GET", Some(name)) => match st.objects.get(&(collection, name.clone())) {
+                Some(v) => (200, v.clone()),
+                None => status_response(404, "NotFound", format!("{name} not found")),
+            },
+            ("POST", None) => {
+                let mut obj = body_v;
+                let name = obj["metadata"]["name"].as_str().map(str::to_string).unwrap_or_else(|| {
+                    let base = obj["metadata"]["generateName"].as_str().unwrap_or("obj-").to_string();
+                    format!("{base}{}", st.uid + 1)
+                });
+                if st.objects.contains_key(&(collection.clone(), name.clone())) {
+                    return status_response(409, "AlreadyExists", format!("{name} already exists"));
+                }
+                Self::stamp_new(&mut st, &mut obj, &name, ns.as_deref());
+                st.objects.insert((collection, name), obj.clone());
+                (201, obj)
+            }
+            ("PUT", Some(name)) => {
+                let key = (collection, name.clone());
+                let Some(old) = st.objects.get(&key).cloned() else {
+                    return status_response(404, "NotFound", format!("{name} not found"));
+                };
+                if body_v["metadata"]["resourceVersion"] != old["metadata"]["resourceVersion"] {
+                    return status_response(409, "Conflict", "the object has been modified".into());
+                }
+                let mut obj = body_v;
+                if sub.as_deref() == Some("status") {
+                    let mut o = old.clone();
+                    o["status"] = obj["status"].take();
+                    obj = o;
+                }
+                Self::stamp_update(&mut st, &old, &mut obj);
+                st.objects.insert(key, obj.clone());
+                (200, obj)
+            }
+            ("PATCH", Some(name)) => {
+                let key = (collection, name.clone());
+                let old = st.objects.get(&key).cloned();
+                let mut obj;
+                if ct.contains("apply-patch") {
+                    match (&old, sub.as_deref()) {
+                        (Some(old), Some(_)) => {
+                            obj = old.clone();
+                            obj["status"] = body_v["status"].clone();
+                        }
+                        (None, Some(_)) => {
+                            return status_response(404, "NotFound", format!("{name} not found"))
+                        }
+                        (Some(old), None) => {
+                            obj = body_v;
+                            obj["status"] = old["status"].clone();
+                            for k in ["uid", "creationTimestamp", "resourceVersion", "generation", "deletionTimestamp"] {
+                                obj["metadata"][k] = old["metadata"][k].clone();
+                            }
+                        }
+                        (None, None) => {
+                            obj = body_v;
+                            Self::stamp_new(&mut st, &mut obj, &name, ns.as_deref());
+                            st.objects.insert(key, obj.clone());
+                            return (201, obj);
+                        }
+                    }
+                } else if ct.contains("merge-patch") {
+                    let Some(old) = &old else {
+                        return status_response(404, "NotFound", format!("{name} not found"));
+                    };
+                    obj = old.clone();
+                    if sub.as_deref() == Some("status") {
+                        let mut status = obj["status"].clone();
+                        merge_patch(&mut status, &body_v["status"]);
+                        obj["status"] = status;
+                    } else {
+                        merge_patch(&mut obj, &body_v);
+                    }
+                } else {
+                    return status_response(415, "UnsupportedMediaType", format!("patch type {ct}"));
+                }
+                let old = old.unwrap_or(Value::Null);
+                if let Some(o) = obj.as_object_mut() {
+                    o.retain(|_, v| !v.is_null());
+                }
+                Self::stamp_update(&mut st, &old, &mut obj);
+                st.objects.insert(key, obj.clone());
+                (200, obj)
+            }
+            ("DELETE", Some(name)) => match st.objects.remove(&(collection, name.clone())) {
+                Some(v) => (200, v),
+                None => status_response(404, "NotFound", format!("{name} not found")),
+            },
+            _ => status_response(405, "MethodNotAllowed", format!("{method} {path}")),
+        }
+    }
+
+    fn stamp_new(st: &mut State, obj: &mut Value, name: &str, ns: Option<&str>) {
+        st.rv += 1;
+        st.uid += 1;
+        let m = &mut obj["metadata"];
+        m["name"] = json!(name);
+        if let Some(ns) = ns {
+            m["namespace"] = json!(ns);
+        }
+        m["uid"] = json!(format!("uid-{}", st.uid));
+        m["resourceVersion"] = json!(st.rv.to_string());
+        m["generation"] = json!(1);
+        m["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    }
+
+    fn stamp_update(st: &mut State, old: &Value, obj: &mut Value) {
+        st.rv += 1;
+        let gen = old["metadata"]["generation"].as_i64().unwrap_or(1);
+        let changed = spec_part(old) != spec_part(obj);
+        obj["metadata"]["generation"] = json!(if changed { gen + 1 } else { gen });
+        obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
+        for k in ["uid", "creationTimestamp"] {
+            if !old["metadata"][k].is_null() {
+                obj["metadata"][k] = old["metadata"][k].clone();
+            }
+        }
+    }
+
+    /// Store an object as a create would (stamping uid, generation, resourceVersion).
+    pub fn insert(&self, collection: &str, mut obj: Value) -> Value {
+        let name = obj["metadata"]["name"].as_str().expect("name").to_string();
+        let ns = collection
+            .split("/namespaces/")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .map(str::to_string);
+        let mut st = self.state.lock().expect("fake state");
+        Self::stamp_new(&mut st, &mut obj, &name, ns.as_deref());
+        st.objects
+            .insert((collection.to_string(), name), obj.clone());
+        obj
+    }
+
+    pub fn get(&self, collection: &str, name: &str) -> Option<Value> {
+        self.state
+            .lock()
+            .expect("fake state")
+            .objects
+            .get(&(collection.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Overwrite an object's status (what a workload controller would report).
+    pub fn set_status(&self, collection: &str, name: &str, status: Value) {
+        let mut st = self.state.lock().expect("fake state");
+        if let Some(o) = st
+            .objects
+            .get_mut(&(collection.to_string(), name.to_string()))
+        {
+            o["status"] = status;
+        }
+    }
+
+    /// Edit an object in place (a user's `kubectl edit`), bumping its generation.
+    pub fn edit(&self, collection: &str, name: &str, f: impl FnOnce(&mut Value)) {
+        let mut st = self.state.lock().expect("fake state");
+        let key = (collection.to_string(), name.to_string());
+        let Some(old) = st.objects.get(&key).cloned() else {
+            panic!("edit: {collection}/{name} does not exist");
+        };
+        let mut obj = old.clone();
+        f(&mut obj);
+        Self::stamp_update(&mut st, &old, &mut obj);
+        st.objects.insert(key, obj);
+    }
+
+    pub fn names(&self, collection: &str) -> Vec<String> {
+        self.state
+            .lock()
+            .expect("fake state")
+            .objects
+            .keys()
+            .filter(|(c, _)| c == collection)
+            .map(|(_, n)| n.clone())
+            .collect()
+    }
+
+    pub fn log(&self) -> Vec<Logged> {
+        self.state.lock().expect("fake state").log.clone()
+    }
+
+    pub fn clear_log(&self) {
+        self.state.lock().expect("fake state").log.clear();
+    }
+
+    /// Events stored (events.k8s.io objects), as (type, reason, note).
+    pub fn events(&self) -> Vec<(String, String, String)> {
+        let st = self.state.lock().expect("fake state");
+        st.objects
+            .iter()
+            .filter(|((c, _), _)| c.contains("/events"))
+            .map(|(_, v)| {
+                (
+                    v["type"].as_str().unwrap_or("").to_string(),
+                    v["reason"].as_str().unwrap_or("").to_string(),
+                    v["note"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// Every YAML document of a file under `examples/`.
+pub fn example_docs(file: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(repo_root().join("examples").join(file))
+        .unwrap_or_else(|e| panic!("examples/{file}: {e}"));
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("yaml document"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// The ContentServer documents of every file in `examples/`, as (file, raw JSON, typed).
+pub fn example_contentservers() -> Vec<(String, Value, ContentServer)> {
+    let mut files: Vec<String> = std::fs::read_dir(repo_root().join("examples"))
+        .expect("examples/")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.ends_with(".yaml") || n.ends_with(".yml"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        for doc in example_docs(&f) {
+            if doc["kind"] == "ContentServer" {
+                let cs: ContentServer = serde_json::from_value(doc.clone())
+                    .unwrap_or_else(|e| panic!("examples/{f}: not a valid ContentServer: {e}"));
+                out.push((f.clone(), doc, cs));
+            }
+        }
+    }
+    assert!(out.len() >= 3, "expected at least 3 example ContentServers, found {}", out.len());
+    out
+}
+
+/// A ContentServer from one example file, with namespace and uid set (as the API returns it).
+pub fn example(file: &str) -> ContentServer {
+    let doc = example_docs(file)
+        .into_iter()
+        .find(|d| d["kind"] == "ContentServer")
+        .unwrap_or_else(|| panic!("no ContentServer in examples/{file}"));
+    let mut cs: ContentServer = serde_json::from_value(doc).expect("ContentServer");
+    cs.metadata.namespace = Some(NS.into());
+    cs.metadata.uid = Some(format!("uid-{file}"));
+    cs.metadata.generation = Some(1);
+    cs
+}
