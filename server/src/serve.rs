@@ -76,6 +76,8 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
             return simple(sock, 500, req, keep_alive, &[]).await;
         }
     };
+    // Draining may have started while the file was opened: say `close` from now on.
+    let keep_alive = keep_alive && !shared.lifecycle.is_draining();
     let tag = conditional::etag(file.mtime, file.size);
     let last_modified = date::format(file.mtime);
     let ctype = match file.via_index {

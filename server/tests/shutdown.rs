@@ -1,0 +1,144 @@
+//! Graceful shutdown of the real process: on SIGTERM/SIGINT it stops accepting, closes idle
+//! keep-alive connections, lets in-flight responses finish (up to shutdown_timeout_secs) and
+//! exits 0. In-flight requests are kept in flight with the `pool_task` failpoint.
+#![cfg(feature = "failpoints")]
+
+mod common;
+
+use common::*;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+fn server(stall_ms: u64, shutdown_timeout: u64) -> (tempfile::TempDir, Server, Vec<u8>) {
+    let base = tempdir();
+    let slow = base.path().join("slow");
+    let fast = base.path().join("fast");
+    std::fs::create_dir_all(&slow).unwrap();
+    std::fs::create_dir_all(&fast).unwrap();
+    let data = bytes(200_000, 5);
+    std::fs::write(slow.join("big.bin"), &data).unwrap();
+    std::fs::write(fast.join("x.txt"), b"x").unwrap();
+    let toml = format!(
+        r#"shutdown_timeout_secs = {shutdown_timeout}
+{}
+[[volumes]]
+name = "slow"
+path = "{}"
+[[volumes]]
+name = "fast"
+path = "{}"
+[[routes]]
+prefix = "/slow"
+volume = "slow"
+strip_prefix = true
+[[routes]]
+prefix = "/"
+volume = "fast"
+"#,
+        config_head(2),
+        slow.display(),
+        fast.display()
+    );
+    let fp = format!("pool_task=return(slow:{stall_ms})");
+    let s = Server::with_config(base.path(), &toml, &[("FAILPOINTS", fp.as_str())]);
+    (base, s, data)
+}
+
+fn refused(addr: std::net::SocketAddr) -> bool {
+    match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+        Err(_) => true,
+        Ok(mut s) => {
+            // Accepted by the kernel but never served: must be closed/reset, not answered.
+            use std::io::{Read, Write};
+            let _ = s.write_all(b"GET /x.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut b = [0u8; 16];
+            matches!(s.read(&mut b), Ok(0) | Err(_))
+        }
+    }
+}
+
+fn graceful(sig: i32) {
+    let (_d, mut s, data) = server(700, 30);
+    // An idle keep-alive connection.
+    let mut idle = s.connect();
+    idle.send(b"GET /x.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(idle.response(false).unwrap().status, 200);
+    // An in-flight response (open and each chunk stall 700 ms on the pool).
+    let mut busy = s.connect();
+    busy.send(b"GET /slow/big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    s.signal(sig);
+    assert!(
+        s.wait_log("draining", Duration::from_secs(2)),
+        "{}",
+        s.logs()
+    );
+    // Idle connections are closed promptly; new connections are refused.
+    assert!(
+        idle.closed_within(Duration::from_secs(1)),
+        "idle connection not closed"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(refused(s.addr), "new connection accepted while draining");
+    // The in-flight response completes in full, then the connection closes.
+    let r = busy.response(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.body == data, "in-flight body incomplete");
+    assert_eq!(r.header("Connection"), Some("close"));
+    let st = s
+        .wait_exit(Duration::from_secs(10))
+        .expect("server did not exit");
+    assert_eq!(st.code(), Some(0), "{}", s.logs());
+    assert!(t.elapsed() >= Duration::from_millis(400));
+    assert!(s.logs().contains("drained; exiting"), "{}", s.logs());
+}
+
+#[test]
+fn sigterm_drains_in_flight_and_exits_0() {
+    graceful(SIGTERM);
+}
+
+#[test]
+fn sigint_drains_in_flight_and_exits_0() {
+    graceful(SIGINT);
+}
+
+#[test]
+fn shutdown_deadline_cuts_stuck_responses_and_still_exits_0() {
+    let (_d, mut s, _) = server(5000, 1);
+    let mut busy = s.connect();
+    busy.send(b"GET /slow/big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    s.signal(SIGTERM);
+    let st = s
+        .wait_exit(Duration::from_secs(4))
+        .expect("server did not exit");
+    assert_eq!(st.code(), Some(0));
+    assert!(
+        t.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(
+        s.logs().contains("shutdown timeout reached"),
+        "{}",
+        s.logs()
+    );
+    assert!(busy.response(false).is_err());
+}
+
+#[test]
+fn idle_server_exits_at_once() {
+    let (_d, mut s, _) = server(0, 30);
+    assert_eq!(s.get("/x.txt").status, 200);
+    let t = Instant::now();
+    s.signal(SIGTERM);
+    let st = s
+        .wait_exit(Duration::from_secs(3))
+        .expect("server did not exit");
+    assert_eq!(st.code(), Some(0));
+    assert!(t.elapsed() < Duration::from_millis(1000));
+}
