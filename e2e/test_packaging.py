@@ -464,3 +464,16 @@ def test_kind_script_names_match_the_operator_and_server() -> None:
     assert {"pool_threads", "pool_tasks_total"} <= series
     for name in series:
         assert f'opts("{name}"' in metrics_rs, f"contentserver_{name} is not a server metric"
+
+
+def test_server_image_default_command_matches_the_operator_pods() -> None:
+    """The operator sets only `args` (serve --config FILE), so the image's ENTRYPOINT must be the
+    binary itself, and the image's default CMD reads the same file the operator mounts."""
+    lines = dockerfile_stages()["content-server"]
+    (cmd,) = [ln for ln in lines if ln.upper().startswith("CMD")]
+    configmap_rs = (OPERATOR_SRC / "builders" / "configmap.rs").read_text()
+    config_dir = re.search(r'CONFIG_DIR: &str = "([^"]+)"', configmap_rs).group(1)
+    config_key = re.search(r'CONFIG_KEY: &str = "([^"]+)"', configmap_rs).group(1)
+    assert cmd.split(None, 1)[1] == f'["serve", "--config", "{config_dir}/{config_key}"]'
+    workload_rs = (OPERATOR_SRC / "builders" / "workload.rs").read_text()
+    assert "args: Some(vec![" in workload_rs and "command: Some(" not in workload_rs

@@ -28,7 +28,7 @@ HELM=(helm --kube-context "kind-$CLUSTER")
 PF_PIDS=()
 cleanup() {
   local pid
-  for pid in "${PF_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in ${PF_PIDS[@]+"${PF_PIDS[@]}"}; do kill "$pid" 2>/dev/null || true; done
 }
 trap cleanup EXIT
 
@@ -97,7 +97,13 @@ log "helm upgrade --install $RELEASE"
   --set image.repository=content-operator --set image.tag="$TAG" \
   --set image.pullPolicy=Never \
   --wait --timeout "$TIMEOUT"
-"${KUBECTL[@]}" -n "$OPERATOR_NAMESPACE" rollout status "deployment/$RELEASE" --timeout="$TIMEOUT"
+# The chart's full name: the release name when it contains the chart name, else both.
+case "$RELEASE" in
+  *contentserver-operator*) OPERATOR_DEPLOYMENT=$RELEASE ;;
+  *) OPERATOR_DEPLOYMENT=$RELEASE-contentserver-operator ;;
+esac
+"${KUBECTL[@]}" -n "$OPERATOR_NAMESPACE" rollout status "deployment/$OPERATOR_DEPLOYMENT" \
+  --timeout="$TIMEOUT"
 
 # ---------------------------------------------------------------------------------------------
 "${KUBECTL[@]}" create namespace "$NAMESPACE" --dry-run=client -o yaml | "${KUBECTL[@]}" apply -f -
