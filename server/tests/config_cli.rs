@@ -1,0 +1,215 @@
+//! The command line of the real binary: `check-config` (normalized output, field-named errors,
+//! exit codes), `serve` overrides (--listen/--port/--threads/--max-queue/--offload) and bad
+//! input failing cleanly (exit 1, a message, never a panic).
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_config_prints_normalized_toml() {
+    let d = tempdir();
+    let f = d.path().join("c.toml");
+    std::fs::write(&f, "[[volumes]]\nname = \"disk1\"\npath = \"/srv/disk1\"\n").unwrap();
+    let (code, out, err) = run(&["check-config", f.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    // Defaults are filled in and the implicit route appears.
+    let back: toml::Value = toml::from_str(&out).unwrap();
+    assert_eq!(back["volumes"][0]["pool"]["threads"].as_integer(), Some(32));
+    assert_eq!(
+        back["volumes"][0]["pool"]["max_queue"].as_integer(),
+        Some(65536)
+    );
+    assert_eq!(back["volumes"][0]["offload"].as_str(), Some("always"));
+    assert_eq!(back["routes"][0]["prefix"].as_str(), Some("/"));
+    assert_eq!(back["routes"][0]["volume"].as_str(), Some("disk1"));
+    assert_eq!(
+        back["limits"]["sendfile_max_chunk"].as_integer(),
+        Some(2 * 1024 * 1024)
+    );
+    // The output is itself a valid config that normalizes to the same text.
+    let f2 = d.path().join("c2.toml");
+    std::fs::write(&f2, &out).unwrap();
+    let (code2, out2, _) = run(&["check-config", f2.to_str().unwrap()]);
+    assert_eq!((code2, out2), (0, out));
+}
+
+#[test]
+fn check_config_names_the_bad_fields() {
+    let d = tempdir();
+    let f = d.path().join("bad.toml");
+    std::fs::write(
+        &f,
+        r#"
+[limits]
+sendfile_max_chunk = 10
+[[volumes]]
+name = "Disk_1"
+path = "relative/dir"
+[volumes.pool]
+threads = 0
+[[routes]]
+prefix = "/media"
+volume = "nope"
+"#,
+    )
+    .unwrap();
+    let (code, out, err) = run(&["check-config", f.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(out.is_empty());
+    for field in [
+        "limits.sendfile_max_chunk",
+        "volumes[0].name",
+        "volumes[0].path",
+        "volumes[0].pool.threads",
+        "routes[0].volume",
+    ] {
+        assert!(err.contains(field), "{field} missing in:\n{err}");
+    }
+    assert!(!err.contains("panicked"));
+    // Syntax and unknown-field errors, and a missing file.
+    std::fs::write(&f, "[[volumes]]\nname = \"a\"\npath = \"/x\"\nbogus = 1\n").unwrap();
+    let (code, _, err) = run(&["check-config", f.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("bogus"), "{err}");
+    let (code, _, err) = run(&["check-config", "/nonexistent/c.toml"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot read"), "{err}");
+}
+
+#[test]
+fn serve_rejects_bad_input_cleanly() {
+    let d = tempdir();
+    for args in [
+        vec![
+            "serve",
+            "--root",
+            "/nonexistent/dir",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "",
+        ],
+        vec![
+            "serve",
+            "--root",
+            d.path().to_str().unwrap(),
+            "--offload",
+            "sometimes",
+        ],
+        vec![
+            "serve",
+            "--root",
+            d.path().to_str().unwrap(),
+            "--listen",
+            "not-an-addr",
+        ],
+        vec![
+            "serve",
+            "--root",
+            d.path().to_str().unwrap(),
+            "--threads",
+            "0",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        vec!["serve"],
+    ] {
+        let (code, _, err) = run(&args);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(
+            !err.is_empty() && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    // The missing directory is named.
+    let (_, _, err) = run(&[
+        "serve",
+        "--root",
+        "/nonexistent/dir",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "",
+    ]);
+    assert!(err.contains("/nonexistent/dir"), "{err}");
+    let (_, _, err) = run(&[
+        "serve",
+        "--root",
+        "/tmp",
+        "--threads",
+        "0",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert!(err.contains("volumes[0].pool.threads"), "{err}");
+}
+
+#[test]
+fn serve_root_with_overrides() {
+    let d = tempdir();
+    std::fs::write(d.path().join("f.txt"), b"f").unwrap();
+    let s = Server::spawn(
+        &[
+            "serve",
+            "--root",
+            d.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--threads",
+            "3",
+            "--max-queue",
+            "7",
+            "--offload",
+            "never",
+            "--admin-listen",
+            "",
+        ],
+        &[],
+    );
+    assert!(s.addr.ip().is_loopback());
+    assert_ne!(s.addr.port(), 0);
+    assert_eq!(s.get("/f.txt").body, b"f");
+    let logs = s.logs();
+    assert!(
+        logs.contains("threads=3") && logs.contains("max_queue=7"),
+        "{logs}"
+    );
+    assert!(logs.contains("offload=\"never\""), "{logs}");
+    assert!(logs.contains("RLIMIT_NOFILE"), "{logs}");
+}
+
+#[test]
+fn serve_config_file_with_ipv6_listener() {
+    let d = tempdir();
+    std::fs::write(d.path().join("f.txt"), b"six").unwrap();
+    let toml = format!(
+        "[[listeners]]\naddress = \"::1\"\nport = 0\n[admin]\nlisten = \"\"\n[[volumes]]\nname = \"v\"\npath = \"{}\"\n",
+        d.path().display()
+    );
+    let path = d.path().join("c.toml");
+    std::fs::write(&path, toml).unwrap();
+    // IPv6 loopback may be unavailable in some sandboxes; then the error must be clean.
+    let probe = std::net::TcpListener::bind("[::1]:0");
+    if probe.is_err() {
+        let (code, _, err) = run(&["serve", "--config", path.to_str().unwrap()]);
+        assert_eq!(code, 1);
+        assert!(err.contains("cannot listen on"), "{err}");
+        return;
+    }
+    let s = Server::spawn(&["serve", "--config", path.to_str().unwrap()], &[]);
+    assert!(s.addr.is_ipv6());
+    assert_eq!(s.get("/f.txt").body, b"six");
+}
