@@ -138,14 +138,21 @@ def code_access(src: Path) -> set[Triple]:
             for helper, verbs in helpers.items():
                 for var in re.findall(rf"\b{helper}\(\s*&(\w+)", fn):
                     kind = _var_kind(fn, var) or _var_kind(text, var)
-                    if kind:
-                        add(kind, verbs)
+                    if not kind:
+                        raise AssertionError(f"{f.name}: cannot tell the Api<K> of `{var}` passed to {helper}()")
+                    add(kind, verbs)
         # Struct fields used through `self.FIELD.method(`.
         for field, kind in re.findall(r"\b(\w+)\s*:\s*Api<\s*(\w+)\s*>\s*,", text):
             if kind[0].isupper() and len(kind) > 1:
                 verbs, status_verbs = _verbs_on(text, f"self.{field}")
                 add(kind, verbs)
                 add(kind, status_verbs, status=True)
+    # Every kind the code builds an Api for must have been resolved to some access.
+    resources = {(g, r.split("/")[0]) for g, r, _ in out}
+    for text in files.values():
+        for kind in re.findall(r"Api(?:::)?<\s*([A-Z]\w+)\s*>", text):
+            if kinds.get(kind) not in resources:
+                raise AssertionError(f"Api<{kind}> is used but no call on it was recognised")
     return out
 
 
