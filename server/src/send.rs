@@ -7,6 +7,7 @@
 //! headers or know about HTTP.
 
 use crate::config::Offload;
+use crate::fs::hot::InlineSend;
 use crate::metrics::PoolOp;
 use crate::pool::PoolError;
 use crate::socket::Socket;
@@ -55,6 +56,15 @@ pub async fn send_chunk(
     offset: u64,
     len: usize,
 ) -> Result<io::Result<usize>, BodyError> {
+    if vol.offload == Offload::Auto {
+        // Resident bytes are read (RWF_NOWAIT) and written here; only misses go to the pool.
+        match vol.hot.send_inline(sock, file, offset, len) {
+            Ok(InlineSend::Sent(n)) => return Ok(Ok(n)),
+            Ok(InlineSend::SocketFull) => return Ok(Err(io::ErrorKind::WouldBlock.into())),
+            Ok(InlineSend::Miss) => {}
+            Err(e) => return Ok(Err(e)),
+        }
+    }
     match vol.offload {
         Offload::Never => Ok(sendfile_chunk(sock, file, offset, len)),
         Offload::Always | Offload::Auto => {

@@ -21,6 +21,8 @@ pub struct Volume {
     pub index: Arc<[String]>,
     /// Largest sendfile chunk (`limits.sendfile_max_chunk`).
     pub max_chunk: usize,
+    /// Open-file cache and, for `offload = auto`, the page-cache-only fast path.
+    pub hot: crate::fs::hot::HotPath,
 }
 
 impl Volume {
@@ -44,7 +46,15 @@ impl Volume {
         })?;
         let pool = Pool::start(&v.name, v.pool.threads, v.pool.max_queue, metrics)
             .with_context(|| format!("volume {:?}: cannot start thread pool", v.name))?;
+        let hot = crate::fs::hot::HotPath::start(
+            &v.name,
+            std::os::fd::AsFd::as_fd(&root),
+            v.offload,
+            cfg,
+            metrics,
+        );
         Ok(Volume {
+            hot,
             name: v.name.clone(),
             root: Arc::new(root),
             offload: v.offload,

@@ -35,6 +35,9 @@ pub struct Config {
     /// Logging (format, level, access log).
     #[serde(default)]
     pub logging: Logging,
+    /// Cache of open file descriptors with their stat data (nginx `open_file_cache`).
+    #[serde(default)]
+    pub open_file_cache: OpenFileCache,
     /// Graceful shutdown: how long in-flight responses may take after SIGTERM/SIGINT.
     #[serde(default = "default_shutdown_timeout_secs")]
     pub shutdown_timeout_secs: u64,
@@ -91,6 +94,25 @@ pub struct Http {
     /// Files tried, in order, when a request names a directory. Empty: directories are 404.
     #[serde(default = "default_index")]
     pub index: Vec<String>,
+}
+
+/// The open-file cache (nginx `open_file_cache`): hot files skip path lookup, open and stat.
+/// Each volume has its own cache; an entry holds one file descriptor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpenFileCache {
+    /// Files kept open per volume (least recently used evicted); 0 disables the cache. The
+    /// server lowers it at start if all volumes' caches would take more than a quarter of the
+    /// process's file-descriptor limit (RLIMIT_NOFILE).
+    #[serde(default = "default_ofc_max_entries")]
+    pub max_entries: usize,
+    /// Milliseconds an entry is trusted before its path is looked up again and compared by
+    /// device and inode (a file renamed over the cached one is noticed within this time). With
+    /// `offload = auto` or `never` every use also fstats the cached descriptor (no I/O), so a file
+    /// modified in place, deleted or replaced is noticed at once; with `always` (no file system
+    /// call on the event loop) an entry is trusted unchecked for this long (nginx semantics).
+    #[serde(default = "default_ofc_valid_ms")]
+    pub valid_ms: u64,
 }
 
 /// The admin HTTP listener.
@@ -253,6 +275,12 @@ fn default_send_timeout_secs() -> u64 {
 fn default_index() -> Vec<String> {
     vec!["index.html".into()]
 }
+fn default_ofc_max_entries() -> usize {
+    2048
+}
+fn default_ofc_valid_ms() -> u64 {
+    1000
+}
 fn default_admin_listen() -> String {
     "127.0.0.1:9190".into()
 }
@@ -301,6 +329,14 @@ impl Default for Http {
         }
     }
 }
+impl Default for OpenFileCache {
+    fn default() -> Self {
+        OpenFileCache {
+            max_entries: default_ofc_max_entries(),
+            valid_ms: default_ofc_valid_ms(),
+        }
+    }
+}
 impl Default for Admin {
     fn default() -> Self {
         Admin {
@@ -340,6 +376,7 @@ impl Config {
             http: Http::default(),
             admin: Admin::default(),
             logging: Logging::default(),
+            open_file_cache: OpenFileCache::default(),
             shutdown_timeout_secs: default_shutdown_timeout_secs(),
             volumes: vec![Volume {
                 name: DEFAULT_VOLUME.into(),

@@ -113,6 +113,15 @@ impl Config {
                 "must be between 4096 bytes and 1 GiB",
             );
         }
+        if self.open_file_cache.max_entries > 1_000_000 {
+            e.push("open_file_cache.max_entries", "must be at most 1000000");
+        }
+        if self.open_file_cache.valid_ms > 86_400_000 {
+            e.push(
+                "open_file_cache.valid_ms",
+                "must be at most 86400000 (one day)",
+            );
+        }
         for (i, name) in self.http.index.iter().enumerate() {
             if name.is_empty() || name.contains('/') || name == "." || name == ".." {
                 e.push(

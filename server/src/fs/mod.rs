@@ -2,6 +2,7 @@
 //! puts it (a pool thread or, for `never`/`auto` hits, the event loop); it never decides that.
 
 pub mod cache;
+pub mod hot;
 pub mod nowait;
 pub mod open;
 

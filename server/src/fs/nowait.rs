@@ -331,7 +331,7 @@ pub(crate) mod tests {
         match read_at(f.as_fd(), &mut buf, 0).unwrap() {
             Nowait::Ready(n) => {
                 assert!(
-                    n >= 64 * 1024 && n < 512 * 1024,
+                    (64 * 1024..512 * 1024).contains(&n),
                     "short read expected, got {n}"
                 );
                 assert!(buf[..n].iter().all(|&b| b == 7));

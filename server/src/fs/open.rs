@@ -7,6 +7,7 @@
 //! inline, by offload mode). It must not know about HTTP beyond the error kinds it returns.
 
 use crate::config::Offload;
+use crate::fs::hot::InlineOpen;
 use crate::metrics::PoolOp;
 use crate::pool::PoolError;
 use crate::volume::Volume;
@@ -67,14 +68,18 @@ const OPEN_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::CLOEXEC)
     .union(OFlags::NOCTTY);
 
-fn open_beneath(root: BorrowedFd<'_>, rel: &[u8]) -> Result<OwnedFd, OpenError> {
+fn open_beneath(
+    root: BorrowedFd<'_>,
+    rel: &[u8],
+    resolve: ResolveFlags,
+) -> Result<OwnedFd, OpenError> {
     let path = if rel.is_empty() { b".".as_slice() } else { rel };
     rustix::fs::openat2(
         root,
         OsStr::from_bytes(path),
         OPEN_FLAGS,
         Mode::empty(),
-        RESOLVE,
+        resolve,
     )
     .map_err(map_errno)
 }
@@ -83,10 +88,10 @@ fn regular(fd: OwnedFd, st: &rustix::fs::Stat) -> OpenedFile {
     OpenedFile {
         fd: Arc::new(fd),
         size: st.st_size as u64,
-        mtime: st.st_mtime as i64,
+        mtime: st.st_mtime,
         mtime_nsec: st.st_mtime_nsec as i64,
-        ino: st.st_ino as u64,
-        dev: st.st_dev as u64,
+        ino: st.st_ino,
+        dev: st.st_dev,
         via_index: None,
     }
 }
@@ -98,8 +103,32 @@ pub fn open_file(
     rel: &[u8],
     index: &[String],
 ) -> Result<OpenedFile, OpenError> {
+    open_file_with(root, rel, index, RESOLVE)
+}
+
+/// [`open_file`] without I/O (`offload = auto`): RESOLVE_CACHED, so `WouldBlock` when any path
+/// lookup (the file, or a directory's index names) would have to read from disk.
+pub fn open_file_cached(
+    root: BorrowedFd<'_>,
+    rel: &[u8],
+    index: &[String],
+) -> Result<crate::fs::nowait::Nowait<OpenedFile>, OpenError> {
+    use crate::fs::nowait::Nowait;
+    match open_file_with(root, rel, index, RESOLVE | ResolveFlags::CACHED) {
+        Ok(f) => Ok(Nowait::Ready(f)),
+        Err(OpenError::Io(e)) if e.raw_os_error() == Some(libc::EAGAIN) => Ok(Nowait::WouldBlock),
+        Err(e) => Err(e),
+    }
+}
+
+fn open_file_with(
+    root: BorrowedFd<'_>,
+    rel: &[u8],
+    index: &[String],
+    resolve: ResolveFlags,
+) -> Result<OpenedFile, OpenError> {
     crate::fs::failpoint_open()?;
-    let fd = open_beneath(root, rel)?;
+    let fd = open_beneath(root, rel, resolve)?;
     let st = rustix::fs::fstat(&fd).map_err(map_errno)?;
     match FileType::from_raw_mode(st.st_mode) {
         FileType::RegularFile => Ok(regular(fd, &st)),
@@ -111,7 +140,7 @@ pub fn open_file(
                     p.push(b'/');
                 }
                 p.extend_from_slice(name.as_bytes());
-                let fd = match open_beneath(root, &p) {
+                let fd = match open_beneath(root, &p, resolve) {
                     Ok(fd) => fd,
                     Err(OpenError::NotFound) => continue,
                     Err(e) => return Err(e),
@@ -131,9 +160,20 @@ pub fn open_file(
     }
 }
 
-/// Open the file for a request on `vol`: on the volume's pool (`always`, and `auto` until its
-/// page-cache path lands) or inline on the event loop (`never`).
+/// Open the file for a request on `vol`: from the open-file cache or, for `auto`, a
+/// RESOLVE_CACHED open on the event loop when that needs no I/O ([`crate::fs::hot`]); otherwise
+/// on the volume's pool (`always`, `auto` misses) or inline on the event loop (`never`).
 pub async fn open_for_request(vol: &Volume, rel: Vec<u8>) -> Result<OpenedFile, OpenError> {
+    if let InlineOpen::Hit(f) = vol.hot.open_inline(vol.root.as_fd(), &rel, &vol.index)? {
+        return Ok(f);
+    }
+    let key = rel.clone();
+    let result = open_blocking(vol, rel).await;
+    vol.hot.opened(&key, &result);
+    result
+}
+
+async fn open_blocking(vol: &Volume, rel: Vec<u8>) -> Result<OpenedFile, OpenError> {
     match vol.offload {
         Offload::Never => open_file(vol.root.as_fd(), &rel, &vol.index),
         Offload::Always | Offload::Auto => {

@@ -1,0 +1,427 @@
+//! The hot path of one volume: the open-file cache in front of every open (all offload modes),
+//! and for `offload = auto` the page-cache-only attempts — opens with RESOLVE_CACHED and body
+//! chunks read with RWF_NOWAIT into a reusable per-thread buffer and written from the event loop —
+//! with everything that would need I/O handed to the volume's pool.
+//!
+//! Owns the decision "inline or pool" for `auto`, the per-volume support state and the
+//! page-cache hit/miss counters. The rule it keeps: nothing that may wait for a disk runs on the
+//! event loop in `auto` or `always` (only fstat of an already open descriptor, which is served from
+//! the in-memory inode on local filesystems, and only in `auto`/`never`). It must not know about
+//! HTTP; the blocking work itself is in [`super::open`] and [`crate::send`].
+
+use super::cache::{self, Check, Lookup, OpenFileCache};
+use super::nowait::{self, Nowait, VolumeSupport};
+use super::open::{OpenError, OpenedFile};
+use crate::config::{self, Offload};
+use crate::metrics::{CacheOp, Metrics};
+use prometheus::IntCounter;
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+/// Largest body piece read and written inline in one step. Bounds the event loop's time per step
+/// (about 60-100 µs of copying) and the per-thread buffer; see scripts/measure-copy-vs-sendfile.sh.
+pub const INLINE_CHUNK: usize = 256 * 1024;
+
+/// Per-volume hot-path state, created at start next to the volume's pool.
+pub struct HotPath {
+    offload: Offload,
+    cache: OpenFileCache,
+    /// `Some` only for `offload = auto`.
+    support: Option<VolumeSupport>,
+    open_hits: IntCounter,
+    open_misses: IntCounter,
+    read_hits: IntCounter,
+    read_misses: IntCounter,
+}
+
+/// What an inline open attempt found.
+pub enum InlineOpen {
+    /// Served without I/O (from the cache, or a RESOLVE_CACHED open).
+    Hit(OpenedFile),
+    /// The caller must run the blocking open (on the pool for `auto`/`always`, inline for
+    /// `never`) and then call [`HotPath::opened`].
+    NeedsOpen,
+}
+
+/// What an inline body attempt did.
+#[derive(Debug)]
+pub enum InlineSend {
+    /// `n` resident bytes were written from the event loop (`n > 0`).
+    Sent(usize),
+    /// The socket took nothing (EAGAIN): wait for writability and try again.
+    SocketFull,
+    /// The chunk is not (fully) resident, or this volume cannot tell: send it on the pool.
+    Miss,
+}
+
+thread_local! {
+    /// The event-loop thread's reusable body buffer (allocated on first use).
+    static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A per-volume share of the open-file cache that fits in a quarter of RLIMIT_NOFILE.
+fn cache_entries(cfg: &config::Config, volume: &str) -> usize {
+    let want = cfg.open_file_cache.max_entries;
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let share = (limit / 4 / cfg.volumes.len().max(1) as u64).min(usize::MAX as u64) as usize;
+    if want > share {
+        tracing::warn!(
+            volume,
+            max_entries = want,
+            used = share,
+            rlimit_nofile = limit,
+            "open_file_cache.max_entries lowered to fit a quarter of the file descriptor limit"
+        );
+        share
+    } else {
+        want
+    }
+}
+
+impl HotPath {
+    /// Build the volume's hot path; for `auto`, probe the kernel and filesystem once (a volume
+    /// without support falls back to pool opens/reads and says so in the log).
+    pub fn start(
+        name: &str,
+        root: BorrowedFd<'_>,
+        offload: Offload,
+        cfg: &config::Config,
+        metrics: &Metrics,
+    ) -> HotPath {
+        let support = (offload == Offload::Auto).then(|| VolumeSupport::probe(name, root));
+        if let Some(s) = &support {
+            if s.fully_unsupported() {
+                tracing::warn!(
+                    volume = name,
+                    "offload=auto is not supported on this volume; it runs as offload=always"
+                );
+            } else {
+                tracing::info!(
+                    volume = name,
+                    inline_open = s.open_inline(),
+                    inline_read = s.read_inline(),
+                    "offload=auto: page-cache hits served on the event loop"
+                );
+            }
+        }
+        let c =
+            |v: &prometheus::IntCounterVec, op: CacheOp| v.with_label_values(&[name, op.as_str()]);
+        HotPath {
+            offload,
+            cache: OpenFileCache::new(
+                cache_entries(cfg, name),
+                Duration::from_millis(cfg.open_file_cache.valid_ms),
+            ),
+            support,
+            open_hits: c(&metrics.page_cache_hits_total, CacheOp::Open),
+            open_misses: c(&metrics.page_cache_misses_total, CacheOp::Open),
+            read_hits: c(&metrics.page_cache_hits_total, CacheOp::Read),
+            read_misses: c(&metrics.page_cache_misses_total, CacheOp::Read),
+        }
+    }
+
+    /// The volume's support state (`None` unless `offload = auto`).
+    pub fn support(&self) -> Option<&VolumeSupport> {
+        self.support.as_ref()
+    }
+
+    /// The open-file cache.
+    pub fn cache(&self) -> &OpenFileCache {
+        &self.cache
+    }
+
+    /// Try to answer an open of `rel` without I/O: a cached descriptor (checked with fstat in
+    /// `auto`/`never`, trusted for `valid_ms` in `always`), else for `auto` a RESOLVE_CACHED open.
+    /// Errors are final answers (404, 403...) found without I/O.
+    pub fn open_inline(
+        &self,
+        root: BorrowedFd<'_>,
+        rel: &[u8],
+        index: &[String],
+    ) -> Result<InlineOpen, OpenError> {
+        let now = Instant::now();
+        let stale = match self.cache.get(rel, now) {
+            Lookup::Fresh(f) if self.offload == Offload::Always => return Ok(self.open_hit(f)),
+            Lookup::Fresh(f) => match cache::check(&f) {
+                Ok(Check::Same) => return Ok(self.open_hit(f)),
+                Ok(Check::Changed(f)) => {
+                    self.cache.update_stat(rel, &f);
+                    return Ok(self.open_hit(f));
+                }
+                Ok(Check::Unlinked) | Err(_) => {
+                    self.cache.remove(rel, &f);
+                    None
+                }
+            },
+            Lookup::Stale(f) => Some(f),
+            Lookup::Miss => None,
+        };
+        let Some(support) = self.support.as_ref().filter(|s| s.open_inline()) else {
+            return Ok(InlineOpen::NeedsOpen);
+        };
+        match super::open::open_file_cached(root, rel, index) {
+            Ok(Nowait::Ready(f)) => {
+                self.remember(rel, stale.as_ref(), &f, now);
+                Ok(self.open_hit(f))
+            }
+            Ok(Nowait::WouldBlock) => {
+                self.open_misses.inc();
+                Ok(InlineOpen::NeedsOpen)
+            }
+            Err(OpenError::Io(e)) if nowait::is_unsupported(&e) => {
+                support.open_unsupported(&e);
+                self.open_misses.inc();
+                Ok(InlineOpen::NeedsOpen)
+            }
+            Err(e) => {
+                if let Some(old) = &stale {
+                    self.cache.remove(rel, old);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn open_hit(&self, f: OpenedFile) -> InlineOpen {
+        if self.support.is_some() {
+            self.open_hits.inc();
+        }
+        InlineOpen::Hit(f)
+    }
+
+    /// Record the result of a blocking open of `rel` (pool or inline) in the cache.
+    pub fn opened(&self, rel: &[u8], result: &Result<OpenedFile, OpenError>) {
+        match result {
+            Ok(f) => {
+                let stale = match self.cache.get(rel, Instant::now()) {
+                    Lookup::Fresh(old) | Lookup::Stale(old) => Some(old),
+                    Lookup::Miss => None,
+                };
+                self.remember(rel, stale.as_ref(), f, Instant::now());
+            }
+            Err(_) => {
+                if let Lookup::Fresh(old) | Lookup::Stale(old) = self.cache.get(rel, Instant::now())
+                {
+                    self.cache.remove(rel, &old);
+                }
+            }
+        }
+    }
+
+    fn remember(&self, rel: &[u8], old: Option<&OpenedFile>, new: &OpenedFile, now: Instant) {
+        match old {
+            // Same inode: keep the cached descriptor, refresh stat data and window.
+            Some(old) if cache::same_file(old, new) => self.cache.revalidated(rel, new, now),
+            _ => self.cache.insert(rel, new.clone(), now),
+        }
+    }
+
+    /// True when body chunks of this volume are tried inline first.
+    pub fn reads_inline(&self) -> bool {
+        self.support.as_ref().is_some_and(|s| s.read_inline())
+    }
+
+    /// `auto`: send up to `len` bytes of `file` from `offset` if they are resident: read them with
+    /// RWF_NOWAIT into this thread's buffer and write them to the non-blocking socket. Bytes the
+    /// socket does not take are dropped (read again next time, from memory) rather than held per
+    /// connection. A short read before `len` still sends what was resident; a read of 0 bytes
+    /// (first page not resident, or the file shrank) is a miss, so the pool decides.
+    pub fn send_inline(
+        &self,
+        sock: &TcpStream,
+        file: &OwnedFd,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<InlineSend> {
+        let Some(support) = self.support.as_ref().filter(|s| s.read_inline()) else {
+            self.read_misses.inc();
+            return Ok(InlineSend::Miss);
+        };
+        let want = len.min(INLINE_CHUNK);
+        BUF.with_borrow_mut(|buf| {
+            if buf.len() < INLINE_CHUNK {
+                buf.resize(INLINE_CHUNK, 0);
+            }
+            let n = match nowait::read_at(file.as_fd(), &mut buf[..want], offset) {
+                Ok(Nowait::Ready(0)) | Ok(Nowait::WouldBlock) => {
+                    self.read_misses.inc();
+                    return Ok(InlineSend::Miss);
+                }
+                Ok(Nowait::Ready(n)) => n,
+                Err(e) if nowait::is_unsupported(&e) => {
+                    support.read_unsupported(&e);
+                    self.read_misses.inc();
+                    return Ok(InlineSend::Miss);
+                }
+                // EIO and the like: let the pool's sendfile meet (and report) it.
+                Err(_) => {
+                    self.read_misses.inc();
+                    return Ok(InlineSend::Miss);
+                }
+            };
+            self.read_hits.inc();
+            match rustix::net::send(sock, &buf[..n], rustix::net::SendFlags::NOSIGNAL) {
+                Ok(0) => Err(io::ErrorKind::WriteZero.into()),
+                Ok(m) => Ok(InlineSend::Sent(m)),
+                Err(rustix::io::Errno::AGAIN) => Ok(InlineSend::SocketFull),
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::nowait::tests::disk_tempdir;
+    use rustix::fs::{Mode, OFlags};
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    fn cfg(max_entries: usize, valid_ms: u64) -> config::Config {
+        let mut c = config::Config::for_root("/");
+        c.open_file_cache.max_entries = max_entries;
+        c.open_file_cache.valid_ms = valid_ms;
+        c
+    }
+
+    fn root_fd(p: &std::path::Path) -> OwnedFd {
+        rustix::fs::open(
+            p,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap()
+    }
+
+    fn hits(m: &Metrics, op: CacheOp) -> (u64, u64) {
+        (
+            m.page_cache_hits_total
+                .with_label_values(&["v", op.as_str()])
+                .get(),
+            m.page_cache_misses_total
+                .with_label_values(&["v", op.as_str()])
+                .get(),
+        )
+    }
+
+    #[test]
+    fn auto_open_hits_inline_then_from_the_cache_and_notices_replacement() {
+        let dir = disk_tempdir();
+        std::fs::write(dir.path().join("a.txt"), b"one").unwrap();
+        let root = root_fd(dir.path());
+        let m = Metrics::new(&["v"], 1);
+        let hot = HotPath::start("v", root.as_fd(), Offload::Auto, &cfg(16, 60_000), &m);
+        let open = |rel: &[u8]| match hot.open_inline(root.as_fd(), rel, &[]).unwrap() {
+            InlineOpen::Hit(f) => f,
+            InlineOpen::NeedsOpen => panic!("resident path should open inline"),
+        };
+        let first = open(b"a.txt");
+        assert_eq!(first.size, 3);
+        assert_eq!(hot.cache().len(), 1);
+        let second = open(b"a.txt");
+        // From the cache: the very same descriptor.
+        assert!(std::sync::Arc::ptr_eq(&first.fd, &second.fd));
+        assert_eq!(hits(&m, CacheOp::Open), (2, 0));
+        // Replace by rename: fstat of the cached descriptor sees nlink 0 at once.
+        std::fs::write(dir.path().join("a.new"), b"second").unwrap();
+        std::fs::rename(dir.path().join("a.new"), dir.path().join("a.txt")).unwrap();
+        let third = open(b"a.txt");
+        assert_eq!(third.size, 6);
+        assert_ne!(third.ino, first.ino);
+    }
+
+    #[test]
+    fn always_trusts_the_cache_only_within_the_window() {
+        let dir = disk_tempdir();
+        std::fs::write(dir.path().join("f"), b"abc").unwrap();
+        let root = root_fd(dir.path());
+        let m = Metrics::new(&["v"], 1);
+        let hot = HotPath::start("v", root.as_fd(), Offload::Always, &cfg(16, 100), &m);
+        assert!(matches!(
+            hot.open_inline(root.as_fd(), b"f", &[]).unwrap(),
+            InlineOpen::NeedsOpen
+        ));
+        let r = super::super::open::open_file(root.as_fd(), b"f", &[]);
+        hot.opened(b"f", &r);
+        assert!(matches!(
+            hot.open_inline(root.as_fd(), b"f", &[]).unwrap(),
+            InlineOpen::Hit(_)
+        ));
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(matches!(
+            hot.open_inline(root.as_fd(), b"f", &[]).unwrap(),
+            InlineOpen::NeedsOpen
+        ));
+        // No page-cache counting outside auto.
+        assert_eq!(hits(&m, CacheOp::Open), (0, 0));
+    }
+
+    #[test]
+    fn send_inline_sends_resident_bytes_and_misses_evicted_ones() {
+        let dir = disk_tempdir();
+        let path = dir.path().join("big");
+        let data: Vec<u8> = (0..600 * 1024).map(|i| (i % 241) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let root = root_fd(dir.path());
+        let m = Metrics::new(&["v"], 1);
+        let hot = HotPath::start("v", root.as_fd(), Offload::Auto, &cfg(16, 60_000), &m);
+        assert!(hot.reads_inline());
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let f = OwnedFd::from(std::fs::File::open(&path).unwrap());
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; 100 * 1024];
+            (&client).read_exact(&mut got).unwrap();
+            got
+        });
+        let mut sent = 0usize;
+        while sent < 100 * 1024 {
+            match hot
+                .send_inline(&server, &f, 1000 + sent as u64, 100 * 1024 - sent)
+                .unwrap()
+            {
+                InlineSend::Sent(n) => sent += n,
+                InlineSend::SocketFull => std::thread::sleep(Duration::from_millis(1)),
+                InlineSend::Miss => panic!("written just now: resident"),
+            }
+        }
+        assert_eq!(reader.join().unwrap(), &data[1000..1000 + 100 * 1024]);
+        let (h, miss) = hits(&m, CacheOp::Read);
+        assert!(h >= 1);
+        assert_eq!(miss, 0);
+        let file = std::fs::File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        assert!(matches!(
+            hot.send_inline(&server, &f, 300 * 1024, 4096).unwrap(),
+            InlineSend::Miss
+        ));
+        assert_eq!(hits(&m, CacheOp::Read).1, 1);
+    }
+
+    #[test]
+    fn unsupported_volume_sends_everything_to_the_pool() {
+        let shm = std::path::Path::new("/dev/shm");
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        let root = root_fd(dir.path());
+        let m = Metrics::new(&["v"], 1);
+        let hot = HotPath::start("v", root.as_fd(), Offload::Auto, &cfg(16, 60_000), &m);
+        assert!(!hot.reads_inline());
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        let f = OwnedFd::from(std::fs::File::open(dir.path().join("f")).unwrap());
+        assert!(matches!(
+            hot.send_inline(&server, &f, 0, 1).unwrap(),
+            InlineSend::Miss
+        ));
+    }
+}
