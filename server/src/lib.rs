@@ -1,16 +1,16 @@
 //! content-server: a static file server built around an event loop plus one bounded thread pool
 //! per volume. See ARCHITECTURE.md for the path of a request through these modules.
 
-pub mod admin;
-pub mod config;
-pub mod fs;
-pub mod metrics;
 pub mod accept;
+pub mod admin;
 pub mod cli;
+pub mod config;
 pub mod conn;
+pub mod fs;
 pub mod http;
 pub mod lifecycle;
 pub mod logging;
+pub mod metrics;
 pub mod pool;
 pub mod resolve;
 pub mod runtime;

@@ -81,7 +81,7 @@ impl Router {
                 })
             })
             .collect();
-        routes.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix.len()));
         Router { routes }
     }
 
