@@ -1,0 +1,303 @@
+//! The generated CRD: `crds/` is current, the schema is structural, the names/subresources are
+//! what `kubectl scale`/HPAs need, and its CEL rules (evaluated locally with kube-cel's CRD
+//! validation engine, Kubernetes' CEL extensions included) accept the examples and reject each
+//! kind of invalid spec with its message.
+
+mod support;
+
+use content_operator::crd::ContentServer;
+use kube::CustomResourceExt;
+use serde_json::{json, Value};
+use support::*;
+
+fn crd_json() -> Value {
+    serde_json::to_value(ContentServer::crd()).expect("CRD as JSON")
+}
+
+fn root_schema() -> Value {
+    crd_json()["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+#[test]
+fn committed_crd_yaml_is_current() {
+    let path = repo_root().join("crds/contentservers.contentserver.dev.yaml");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let generated = content_operator::crd_yaml().expect("render CRD");
+    assert!(
+        committed == generated,
+        "{} is stale: regenerate it with `cargo run -p content-operator -- crd > crds/contentservers.contentserver.dev.yaml`",
+        path.display()
+    );
+    // And it parses back as the same object.
+    let parsed: Value = serde_yaml_ng::from_str(&committed).expect("CRD YAML parses");
+    assert_eq!(parsed, crd_json());
+}
+
+#[test]
+fn names_subresources_and_printer_columns() {
+    let crd = crd_json();
+    let spec = &crd["spec"];
+    assert_eq!(crd["metadata"]["name"], "contentservers.contentserver.dev");
+    assert_eq!(spec["group"], "contentserver.dev");
+    assert!(!spec["group"].as_str().unwrap_or("").ends_with("k8s.io"));
+    assert_eq!(spec["scope"], "Namespaced");
+    assert_eq!(spec["names"]["shortNames"], json!(["csrv"]));
+    assert_eq!(spec["names"]["categories"], json!(["content"]));
+    let v = &spec["versions"][0];
+    assert_eq!(v["name"], "v1alpha1");
+    assert_eq!(v["served"], true);
+    assert_eq!(v["storage"], true);
+    assert_eq!(v["subresources"]["status"], json!({}));
+    assert_eq!(
+        v["subresources"]["scale"],
+        json!({"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+               "labelSelectorPath": ".status.selector"})
+    );
+    let cols: Vec<&str> = v["additionalPrinterColumns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| c["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(cols, ["Desired", "Ready", "Volumes", "Status", "Age"]);
+    // Every column and scale path points at a field the schema defines.
+    let schema = root_schema();
+    let mut paths: Vec<String> = v["additionalPrinterColumns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| c["jsonPath"].as_str().expect("path").to_string())
+        .filter(|p| !p.starts_with(".metadata"))
+        .collect();
+    paths.extend(
+        ["specReplicasPath", "statusReplicasPath", "labelSelectorPath"]
+            .iter()
+            .map(|k| v["subresources"]["scale"][k].as_str().expect("path").to_string()),
+    );
+    for p in paths {
+        let mut node = &schema;
+        for seg in p.trim_start_matches('.').split('.') {
+            node = &node["properties"][seg];
+            assert!(!node.is_null(), "{p}: no such field in the schema");
+        }
+    }
+    // Scale paths must be integer / string fields.
+    assert_eq!(schema["properties"]["spec"]["properties"]["replicas"]["type"], "integer");
+    assert_eq!(schema["properties"]["status"]["properties"]["replicas"]["type"], "integer");
+    assert_eq!(schema["properties"]["status"]["properties"]["selector"]["type"], "string");
+}
+
+/// The structural-schema rules of apiextensions.k8s.io/v1, checked on every node.
+fn check_structural(node: &Value, path: &str, in_junctor: bool, errors: &mut Vec<String>) {
+    let Some(obj) = node.as_object() else {
+        errors.push(format!("{path}: schema is not an object"));
+        return;
+    };
+    for forbidden in ["$ref", "definitions", "$defs", "$schema", "const"] {
+        if obj.contains_key(forbidden) {
+            errors.push(format!("{path}: {forbidden} is not allowed"));
+        }
+    }
+    let int_or_string = obj.get("x-kubernetes-int-or-string") == Some(&json!(true));
+    let preserve = obj.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
+    if in_junctor {
+        for k in ["type", "default", "description", "additionalProperties", "nullable"] {
+            if obj.contains_key(k) {
+                errors.push(format!("{path}: {k} inside allOf/anyOf/oneOf/not"));
+            }
+        }
+    } else if !obj.contains_key("type") && !int_or_string && !preserve {
+        errors.push(format!("{path}: no type"));
+    }
+    if let Some(t) = obj.get("type") {
+        if !t.is_string() {
+            errors.push(format!("{path}: type must be one string, got {t}"));
+        }
+    }
+    if obj.contains_key("properties") && obj.contains_key("additionalProperties") {
+        errors.push(format!("{path}: properties and additionalProperties together"));
+    }
+    if obj.get("type") == Some(&json!("array")) && !obj.get("items").is_some_and(Value::is_object) {
+        errors.push(format!("{path}: array without a single items schema"));
+    }
+    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        for (k, v) in props {
+            check_structural(v, &format!("{path}.{k}"), in_junctor, errors);
+        }
+    }
+    if let Some(items) = obj.get("items") {
+        check_structural(items, &format!("{path}[]"), in_junctor, errors);
+    }
+    if let Some(ap) = obj.get("additionalProperties").filter(|v| v.is_object()) {
+        check_structural(ap, &format!("{path}{{}}"), in_junctor, errors);
+    }
+    for j in ["allOf", "anyOf", "oneOf"] {
+        if let Some(list) = obj.get(j).and_then(Value::as_array) {
+            for (i, s) in list.iter().enumerate() {
+                check_structural(s, &format!("{path}.{j}[{i}]"), true, errors);
+            }
+        }
+    }
+    if let Some(not) = obj.get("not") {
+        check_structural(not, &format!("{path}.not"), true, errors);
+    }
+    if let Some(rules) = obj.get("x-kubernetes-validations") {
+        for r in rules.as_array().into_iter().flatten() {
+            if !r["rule"].is_string() || !r["message"].is_string() {
+                errors.push(format!("{path}: CEL rule without rule/message: {r}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn schema_is_structural() {
+    let schema = root_schema();
+    assert_eq!(schema["type"], "object");
+    let mut errors = Vec::new();
+    check_structural(&schema, "", false, &mut errors);
+    assert!(errors.is_empty(), "non-structural schema:\n{}", errors.join("\n"));
+    // Lists referenced by CEL rules are bounded (the apiserver's cost estimate needs maxItems).
+    let spec = &schema["properties"]["spec"]["properties"];
+    assert_eq!(spec["volumes"]["maxItems"], 32);
+    assert_eq!(spec["volumes"]["minItems"], 1);
+    assert_eq!(spec["routes"]["maxItems"], 64);
+    assert_eq!(spec["routes"]["items"]["properties"]["split"]["maxItems"], 16);
+    // Defaults and minimums from the issue.
+    let pool = &spec["volumes"]["items"]["properties"]["pool"]["properties"];
+    assert_eq!(pool["threads"]["minimum"], 1.0);
+    assert_eq!(pool["threads"]["default"], json!(content_server::config::DEFAULT_THREADS));
+    assert_eq!(pool["maxQueue"]["default"], json!(content_server::config::DEFAULT_MAX_QUEUE));
+    assert_eq!(pool["offload"]["enum"], json!(["always", "never", "auto"]));
+    assert_eq!(spec["metrics"]["properties"]["port"]["default"], 9190);
+    assert_eq!(spec["replicas"]["minimum"], 0.0);
+    assert_eq!(spec["pdb"]["properties"]["maxUnavailable"]["x-kubernetes-int-or-string"], true);
+}
+
+fn collect_rules(node: &Value, out: &mut Vec<String>) {
+    match node {
+        Value::Object(o) => {
+            if let Some(rules) = o.get("x-kubernetes-validations").and_then(Value::as_array) {
+                out.extend(rules.iter().filter_map(|r| r["rule"].as_str().map(str::to_string)));
+            }
+            for v in o.values() {
+                collect_rules(v, out);
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| collect_rules(v, out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_cel_rule_compiles() {
+    let mut rules = Vec::new();
+    collect_rules(&root_schema(), &mut rules);
+    assert!(rules.len() >= 8, "expected the CEL rules in the schema, found {rules:?}");
+    for r in rules {
+        if let Err(e) = kube_cel::cel::Program::compile(&r) {
+            panic!("rule does not compile: {r}\n{e}");
+        }
+    }
+}
+
+fn cel_errors(obj: &Value) -> Vec<String> {
+    match kube_cel::validate(&root_schema(), obj, None) {
+        Ok(()) => Vec::new(),
+        Err(errs) => errs.iter().map(|e| e.to_string()).collect(),
+    }
+}
+
+/// An example as the apiserver stores it (schema defaults applied).
+fn defaulted(file: &str) -> Value {
+    serde_json::to_value(example(file)).expect("json")
+}
+
+#[test]
+fn cel_rules_accept_every_example() {
+    for (file, _, cs) in example_contentservers() {
+        let obj = serde_json::to_value(&cs).expect("json");
+        assert_eq!(cel_errors(&obj), Vec::<String>::new(), "examples/{file}");
+    }
+}
+
+fn assert_rejected(obj: &Value, message: &str) {
+    let errs = cel_errors(obj);
+    assert!(
+        errs.iter().any(|e| e.contains(message)),
+        "expected a CEL error containing {message:?}, got {errs:?}"
+    );
+}
+
+#[test]
+fn cel_rejects_duplicate_volume_names() {
+    let mut obj = defaulted("media-node.yaml");
+    obj["spec"]["volumes"][1]["name"] = json!("disk1");
+    assert_rejected(&obj, "volume names must be unique");
+}
+
+#[test]
+fn cel_rejects_routes_to_unknown_volumes() {
+    let mut obj = defaulted("media-node.yaml");
+    obj["spec"]["routes"][0]["split"][2]["volume"] = json!("disk4");
+    assert_rejected(&obj, "every route must name volumes listed in spec.volumes");
+    let mut obj = defaulted("media-node.yaml");
+    obj["spec"]["routes"] = json!([{"prefix": "/a/", "volume": "nope"}, {"prefix": "/", "volume": "disk1"}]);
+    assert_rejected(&obj, "every route must name volumes listed in spec.volumes");
+    obj["spec"]["routes"][0]["volume"] = json!("disk2");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+}
+
+#[test]
+fn cel_rejects_split_over_100_percent_and_accepts_exactly_100() {
+    let mut obj = defaulted("media-node.yaml");
+    obj["spec"]["routes"][0]["split"][1]["percent"] = json!(70.5);
+    assert_rejected(&obj, "split percentages must add up to at most 100");
+    obj["spec"]["routes"][0]["split"][1]["percent"] = json!(33.3);
+    obj["spec"]["routes"][0]["split"][2]["percent"] = json!(33.4);
+    assert_eq!(cel_errors(&obj), Vec::<String>::new(), "33.3 + 33.3 + 33.4 is fine");
+    obj["spec"]["routes"][0]["split"][2]["percent"] = json!(50);
+    assert_rejected(&obj, "split percentages must add up to at most 100");
+}
+
+#[test]
+fn cel_rejects_rest_share_that_is_not_last() {
+    let mut obj = defaulted("media-node.yaml");
+    obj["spec"]["routes"][0]["split"] = json!([
+        {"volume": "disk1"}, {"volume": "disk2", "percent": 50}, {"volume": "disk3", "percent": 10}
+    ]);
+    assert_rejected(&obj, "only the last split target may omit percent");
+}
+
+#[test]
+fn cel_rejects_volume_and_split_together_or_neither() {
+    let mut obj = defaulted("media-node.yaml");
+    obj["spec"]["routes"][0]["volume"] = json!("disk1");
+    assert_rejected(&obj, "set exactly one of volume and split");
+    let mut obj = defaulted("media-node.yaml");
+    obj["spec"]["routes"] = json!([{"prefix": "/"}]);
+    assert_rejected(&obj, "set exactly one of volume and split");
+}
+
+#[test]
+fn cel_rejects_two_sources_and_unopted_host_path() {
+    let mut obj = defaulted("minimal.yaml");
+    obj["spec"]["volumes"][0]["source"]["emptyDir"] = json!({});
+    assert_rejected(&obj, "set exactly one of persistentVolumeClaim, claimTemplate, emptyDir, hostPath");
+
+    let mut obj = defaulted("minimal.yaml");
+    obj["spec"]["volumes"][0]["source"] = json!({"hostPath": {"path": "/mnt/media"}});
+    assert_rejected(&obj, "hostPath volumes require spec.allowHostPath: true");
+    obj["spec"]["allowHostPath"] = json!(true);
+    assert_eq!(cel_errors(&obj), Vec::<String>::new(), "allowed with the opt-in");
+}
+
+#[test]
+fn cel_requires_routes_for_several_volumes_and_distinct_ports() {
+    let mut obj = defaulted("media-node.yaml");
+    obj["spec"].as_object_mut().expect("spec").remove("routes");
+    assert_rejected(&obj, "with more than one volume, routes must say");
+    let mut obj = defaulted("minimal.yaml");
+    obj["spec"]["metrics"]["port"] = json!(8080);
+    assert_rejected(&obj, "metrics.port must differ from server.port");
+}
