@@ -53,6 +53,9 @@ const LATENCY_BUCKETS: &[f64] = &[
     5.0, 10.0, 30.0,
 ];
 
+/// `code` values of `http_requests_total` created at start for GET and HEAD.
+pub const PRECREATED_CODES: [&str; 5] = ["200", "206", "304", "404", "503"];
+
 /// All handles. Cheap to clone (the prometheus types are Arc inside).
 #[derive(Clone)]
 pub struct Metrics {
@@ -153,9 +156,17 @@ impl Metrics {
                     .with_label_values(&[vol, op.as_str()]);
             }
             for op in CacheOp::ALL {
-                m.page_cache_hits_total.with_label_values(&[vol, op.as_str()]);
+                m.page_cache_hits_total
+                    .with_label_values(&[vol, op.as_str()]);
                 m.page_cache_misses_total
                     .with_label_values(&[vol, op.as_str()]);
+            }
+        }
+        // The outcomes dashboards divide by (success, partial, not modified, not found,
+        // overflow) exist from start-up, so ratios read 0 instead of "no data".
+        for method in ["GET", "HEAD"] {
+            for code in PRECREATED_CODES {
+                m.http_requests_total.with_label_values(&[method, code]);
             }
         }
         for w in 0..workers {

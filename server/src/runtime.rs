@@ -33,6 +33,8 @@ pub struct Server {
     pub metrics: Metrics,
     pub lifecycle: Arc<Lifecycle>,
     pub workers: Vec<std::thread::JoinHandle<()>>,
+    /// The admin listener (None when `admin.listen` is empty).
+    pub admin: Option<crate::admin::AdminServer>,
 }
 
 /// Raise the soft RLIMIT_NOFILE to the hard limit and log both.
@@ -69,6 +71,7 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
     let names: Vec<&str> = config.volumes.iter().map(|v| v.name.as_str()).collect();
     let metrics = Metrics::new(&names, workers);
     let lifecycle = Arc::new(Lifecycle::new());
+    let lag = crate::admin::lag::LagProbe::new(&metrics, workers);
     let volumes = config
         .volumes
         .iter()
@@ -93,24 +96,38 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
     let mut handles = Vec::with_capacity(workers);
     for (w, socks) in listeners.into_iter().enumerate() {
         let shared = shared.clone();
+        let probe = lag.worker(w);
         let h = std::thread::Builder::new()
             .name(format!("worker-{w}"))
-            .spawn(move || worker_main(w, shared, socks))
+            .spawn(move || worker_main(w, shared, socks, probe))
             .context("spawn worker thread")?;
         handles.push(h);
     }
+    let admin = crate::admin::start(crate::admin::AdminState {
+        config: Arc::new(shared.config.clone()),
+        metrics: metrics.clone(),
+        lag,
+        serving: lifecycle.clone(),
+    })
+    .context("start the admin listener")?;
     lifecycle.set_ready();
     Ok(Server {
         shared,
         metrics,
         lifecycle,
         workers: handles,
+        admin,
     })
 }
 
 /// One event-loop worker: a current-thread runtime running the accept loops of its sockets and
 /// every connection they accept. Runs until the process exits.
-fn worker_main(worker: usize, shared: Arc<Shared>, listeners: Vec<TcpListener>) {
+fn worker_main(
+    worker: usize,
+    shared: Arc<Shared>,
+    listeners: Vec<TcpListener>,
+    lag_probe: Option<crate::admin::lag::WorkerProbe>,
+) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -122,6 +139,9 @@ fn worker_main(worker: usize, shared: Arc<Shared>, listeners: Vec<TcpListener>) 
         }
     };
     rt.block_on(async move {
+        if let Some(p) = lag_probe {
+            tokio::spawn(p.run());
+        }
         for l in listeners {
             let shared = shared.clone();
             tokio::spawn(async move {

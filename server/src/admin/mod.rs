@@ -42,6 +42,17 @@ pub trait ServingState: Send + Sync + 'static {
     fn draining(&self) -> bool;
 }
 
+impl ServingState for crate::lifecycle::Lifecycle {
+    fn listeners_bound(&self) -> bool {
+        // `is_ready` turns false when draining starts; the sockets are still bound then.
+        crate::lifecycle::Lifecycle::listeners_bound(self) > 0
+            && (self.is_ready() || self.is_draining())
+    }
+    fn draining(&self) -> bool {
+        self.is_draining()
+    }
+}
+
 /// Errors starting the admin listener.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {

@@ -1,0 +1,289 @@
+#![cfg(feature = "failpoints")]
+//! Pool and event-loop metrics under injected slowness (failpoints), read over HTTP from the
+//! real server's `/metrics` while the slowness lasts:
+//! - a stalled pool shows its busy threads and queue depth;
+//! - every overflow (503) increments `pool_rejected_total` exactly once;
+//! - the same slow open leaves the loop lag low with offload `always` (it runs on the pool) and
+//!   shows up as lag and stalls with offload `never` (it runs on the loop) — so the lag metric
+//!   measures what it claims.
+//!
+//! Failpoints used (see pool.rs and fs/mod.rs): `pool_task=return(VOLUME:MS)` stalls every task of
+//! one pool; `open_file=sleep(MS)` makes every file open slow, wherever it runs.
+
+mod admin_support;
+
+use admin_support::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn one_volume<'a>(
+    dir: &'a Path,
+    offload: &'static str,
+    threads: usize,
+    max_queue: usize,
+) -> impl Fn(u16, u16) -> String + 'a {
+    move |port, admin| {
+        config_toml(
+            port,
+            admin,
+            1,
+            &[Vol {
+                name: "slow",
+                path: dir,
+                offload,
+                threads,
+                max_queue,
+            }],
+        )
+    }
+}
+
+/// GET each path on its own thread; the handles yield (status, elapsed).
+fn fire(
+    addr: std::net::SocketAddr,
+    paths: &[String],
+) -> Vec<std::thread::JoinHandle<(u16, Duration)>> {
+    paths
+        .iter()
+        .cloned()
+        .map(|p| {
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let status = get(addr, &p).status;
+                (status, t.elapsed())
+            })
+        })
+        .collect()
+}
+
+const V: [(&str, &str); 1] = [("volume", "slow")];
+
+#[test]
+fn stalled_pool_raises_busy_threads_and_queue_depth() {
+    let dir = content_dir(5, 1000);
+    let server = Server::start(
+        one_volume(dir.path(), "always", 2, 10),
+        "pool_task=return(slow:700)",
+    );
+    let before = server.metrics();
+    assert_eq!(before.get("contentserver_pool_busy_threads", &V), 0.0);
+    assert_eq!(before.get("contentserver_pool_queue_depth", &V), 0.0);
+
+    let paths: Vec<String> = (0..5).map(|i| format!("/f{i}.bin")).collect();
+    let clients = fire(server.addr, &paths);
+    // Two threads stalled on the first two opens, the other three opens wait in the queue.
+    let mut last = String::new();
+    let seen = wait_until(Duration::from_secs(3), || {
+        let m = server.metrics();
+        let (busy, depth) = (
+            m.get("contentserver_pool_busy_threads", &V),
+            m.get("contentserver_pool_queue_depth", &V),
+        );
+        last = format!("busy={busy} depth={depth}");
+        busy == 2.0 && depth == 3.0
+    });
+    assert!(
+        seen,
+        "stalled pool never showed busy=2 depth=3 (last: {last})"
+    );
+
+    for c in clients {
+        let (status, _) = c.join().expect("client thread");
+        assert_eq!(status, 200);
+    }
+    let m = server.metrics();
+    assert_eq!(m.get("contentserver_pool_busy_threads", &V), 0.0);
+    assert_eq!(m.get("contentserver_pool_queue_depth", &V), 0.0);
+    assert_eq!(m.get("contentserver_pool_rejected_total", &V), 0.0);
+    assert_eq!(
+        m.get(
+            "contentserver_pool_tasks_total",
+            &[("volume", "slow"), ("op", "open")]
+        ),
+        5.0
+    );
+    // The queued opens waited for a stalled thread: at least one full stall each.
+    let waited = m.get("contentserver_pool_queue_wait_seconds_sum", &V);
+    assert!(waited >= 3.0 * 0.6, "queue wait sum {waited}");
+    let busy_secs = m.get("contentserver_pool_busy_seconds_total", &V);
+    assert!(busy_secs >= 5.0 * 0.6, "busy seconds {busy_secs}");
+}
+
+#[test]
+fn every_overflow_counts_once_in_rejected_total() {
+    let dir = content_dir(5, 1000);
+    // One thread, nothing may wait: while it is stalled, every other request overflows.
+    let server = Server::start(
+        one_volume(dir.path(), "always", 1, 0),
+        "pool_task=return(slow:1500)",
+    );
+    let holder = fire(server.addr, &["/f0.bin".to_string()]);
+    assert!(
+        wait_until(Duration::from_secs(2), || server
+            .metrics()
+            .get("contentserver_pool_busy_threads", &V)
+            == 1.0),
+        "the single pool thread never became busy"
+    );
+    assert_eq!(
+        server
+            .metrics()
+            .get("contentserver_pool_rejected_total", &V),
+        0.0
+    );
+
+    let mut rejected = 0;
+    for i in 1..=4 {
+        let t = Instant::now();
+        // Distinct files, so none can be answered from the open-file cache.
+        let r = get(server.addr, &format!("/f{i}.bin"));
+        assert_eq!(r.status, 503, "request {i} during the stall");
+        assert!(r.header("Retry-After").is_some(), "503 without Retry-After");
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "overflow must be answered at once"
+        );
+        rejected += 1;
+        let m = server.metrics();
+        assert_eq!(
+            m.get("contentserver_pool_rejected_total", &V),
+            rejected as f64,
+            "after {rejected} rejected requests"
+        );
+    }
+    let m = server.metrics();
+    assert_eq!(
+        m.get(
+            "contentserver_http_requests_total",
+            &[("method", "GET"), ("code", "503")]
+        ),
+        4.0
+    );
+    for h in holder {
+        assert_eq!(h.join().expect("holder").0, 200);
+    }
+    // The accepted request completed and nothing more was rejected afterwards.
+    let m = server.metrics();
+    assert_eq!(m.get("contentserver_pool_rejected_total", &V), 4.0);
+    assert_eq!(
+        m.get(
+            "contentserver_pool_tasks_total",
+            &[("volume", "slow"), ("op", "open")]
+        ),
+        1.0
+    );
+}
+
+/// Stalls and lag histogram of worker 0 (the only worker).
+fn lag(server: &Server) -> (f64, f64, f64, f64) {
+    let m = server.metrics();
+    let w = [("worker", "0")];
+    (
+        m.get("contentserver_event_loop_stalls_total", &w),
+        m.get("contentserver_event_loop_lag_seconds_sum", &w),
+        m.get("contentserver_event_loop_lag_seconds_count", &w),
+        m.get(
+            "contentserver_event_loop_lag_seconds_bucket",
+            &[("worker", "0"), ("le", "0.1")],
+        ),
+    )
+}
+
+const SLOW_OPEN_MS: u64 = 400;
+
+#[test]
+fn loop_lag_stays_low_when_slow_opens_run_on_the_pool() {
+    let dir = content_dir(12, 1000);
+    let fp = format!("open_file=sleep({SLOW_OPEN_MS})");
+    let server = Server::start(one_volume(dir.path(), "always", 6, 100), &fp);
+    let (stalls0, _, count0, _) = lag(&server);
+    assert_eq!(stalls0, 0.0);
+
+    // Two waves of six concurrent slow opens: the pool is stalled for over 800 ms.
+    for wave in 0..2 {
+        let paths: Vec<String> = (0..6).map(|i| format!("/f{}.bin", wave * 6 + i)).collect();
+        for c in fire(server.addr, &paths) {
+            let (status, took) = c.join().expect("client");
+            assert_eq!(status, 200);
+            assert!(
+                took >= Duration::from_millis(SLOW_OPEN_MS),
+                "the slowness was injected"
+            );
+        }
+    }
+    let (stalls, sum, count, under_100ms) = lag(&server);
+    assert!(
+        count - count0 >= 10.0,
+        "the probe kept ticking: {count0} -> {count}"
+    );
+    assert_eq!(
+        stalls, 0.0,
+        "no tick was more than 100 ms late (lag sum {sum})"
+    );
+    assert_eq!(under_100ms, count, "every tick within 100 ms");
+}
+
+#[test]
+fn loop_lag_rises_when_the_same_slow_opens_run_inline() {
+    let dir = content_dir(3, 1000);
+    let fp = format!("open_file=sleep({SLOW_OPEN_MS})");
+    let server = Server::start(one_volume(dir.path(), "never", 6, 100), &fp);
+    let (stalls0, sum0, _, _) = lag(&server);
+    assert_eq!(stalls0, 0.0);
+
+    for i in 0..3 {
+        let t = Instant::now();
+        assert_eq!(get(server.addr, &format!("/f{i}.bin")).status, 200);
+        assert!(t.elapsed() >= Duration::from_millis(SLOW_OPEN_MS));
+        // Let the probe tick between requests so each block is seen on its own.
+        std::thread::sleep(Duration::from_millis(120));
+    }
+    let (stalls, sum, count, under_100ms) = lag(&server);
+    assert!(
+        stalls >= 3.0,
+        "each inline slow open stalled the loop: stalls {stalls}"
+    );
+    assert!(
+        sum - sum0 >= 3.0 * (SLOW_OPEN_MS as f64 / 1000.0 - 0.1),
+        "lag sum grew by {} s",
+        sum - sum0
+    );
+    assert!(
+        count - under_100ms >= 3.0,
+        "ticks later than 100 ms in the histogram"
+    );
+}
+
+#[test]
+fn admin_answers_while_the_only_event_loop_is_blocked() {
+    let dir = content_dir(1, 1000);
+    let server = Server::start(
+        one_volume(dir.path(), "never", 1, 0),
+        "open_file=sleep(1500)",
+    );
+    let client = fire(server.addr, &["/f0.bin".to_string()]);
+    std::thread::sleep(Duration::from_millis(300));
+    // The worker is inside the 1.5 s inline open now; the admin thread still answers at once.
+    let t = Instant::now();
+    let m = server.metrics();
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "/metrics took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(m.get("contentserver_http_requests_in_flight", &[]), 1.0);
+    assert_eq!(
+        get(server.admin, "/healthz").status,
+        200,
+        "a 1.5 s block is not yet unhealthy"
+    );
+    let (status, took) = client
+        .into_iter()
+        .next()
+        .expect("one")
+        .join()
+        .expect("client");
+    assert_eq!(status, 200);
+    assert!(took >= Duration::from_millis(1500));
+    assert!(lag(&server).0 >= 1.0, "the block counted as a stall");
+}
