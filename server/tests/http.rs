@@ -364,3 +364,44 @@ fn access_log_and_json_logs() {
         assert!(v.get("level").is_some(), "{line}");
     }
 }
+
+#[test]
+fn file_shrinking_mid_response_closes_the_connection() {
+    let d = tempdir();
+    let len = 32 * 1024 * 1024;
+    let path = d.path().join("shrink.bin");
+    std::fs::write(&path, vec![7u8; len]).unwrap();
+    std::fs::write(d.path().join("other.txt"), b"other").unwrap();
+    let toml = format!(
+        "{}[limits]\nsendfile_max_chunk = 65536\n[[volumes]]\nname = \"v\"\npath = \"{}\"\n",
+        config_head(1),
+        d.path().display()
+    );
+    let s = Server::with_config(d.path(), &toml, &[]);
+    let mut c = s.connect();
+    c.send(b"GET /shrink.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+    // The client does not read: the server fills the socket buffers and waits for writability.
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(1024 * 1024)
+        .unwrap();
+    let all = c.read_to_end();
+    let head_end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&all[..head_end]);
+    assert!(head.contains(&format!("Content-Length: {len}")), "{head}");
+    assert!(
+        all.len() - head_end < len,
+        "the whole body arrived despite the shrink"
+    );
+    assert!(
+        s.wait_log("file ended at byte", Duration::from_secs(2)),
+        "{}",
+        s.logs()
+    );
+    // The server keeps serving.
+    let r = s.get("/other.txt");
+    assert_eq!((r.status, r.body.as_slice()), (200, b"other".as_slice()));
+}
