@@ -1,0 +1,362 @@
+//! `offload = auto` and the open-file cache, through the real `content-server` process: page-cache
+//! hits are served without any pool task, evicted data goes to the pool, bytes are right for hits,
+//! misses and mixed chunks (Range requests included), replaced/modified files are noticed, and a
+//! volume whose filesystem has no RWF_NOWAIT (tmpfs) falls back to the pool and says so.
+//!
+//! Counters come from the admin `/metrics` endpoint. Files live under CARGO_TARGET_TMPDIR (the
+//! build disk), not /tmp, which may be a tmpfs without RWF_NOWAIT.
+
+mod admin_support;
+
+use admin_support::{Metrics, Server};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::time::Duration;
+
+const VOL: &str = "disk";
+
+fn disk_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir on the build disk")
+}
+
+/// Start a server with one volume `disk` at `dir` and the given offload mode / chunk / cache window.
+fn start(dir: &Path, offload: &str, max_chunk: usize, valid_ms: u64) -> Server {
+    let dir = dir.to_owned();
+    let offload = offload.to_owned();
+    Server::start(
+        move |port, admin| {
+            format!(
+                "workers = 1\n\
+                 [[listeners]]\naddress = \"127.0.0.1\"\nport = {port}\n\n\
+                 [admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
+                 [limits]\nsendfile_max_chunk = {max_chunk}\n\n\
+                 [open_file_cache]\nmax_entries = 64\nvalid_ms = {valid_ms}\n\n\
+                 [[volumes]]\nname = \"{VOL}\"\npath = \"{}\"\noffload = \"{offload}\"\n\
+                 [volumes.pool]\nthreads = 2\nmax_queue = 64\n",
+                dir.display()
+            )
+        },
+        "",
+    )
+}
+
+/// Deterministic, position-dependent content (a wrong offset shows as wrong bytes).
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+struct Reply {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+/// One request with `Connection: close`; the whole reply, body as bytes.
+fn fetch(addr: SocketAddr, path: &str, extra: &str) -> Reply {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\n{extra}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read reply");
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("end of head");
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = raw[end + 4..].to_vec();
+    if let Some(cl) = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+    {
+        assert_eq!(cl.trim().parse::<usize>().unwrap(), body.len(), "{head}");
+    }
+    Reply { status, head, body }
+}
+
+fn write_file(path: &Path, data: &[u8]) {
+    let mut f = std::fs::File::create(path).unwrap();
+    f.write_all(data).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// Drop the file's pages from the page cache (it is synced first, so DONTNEED drops them all).
+fn evict(path: &Path) {
+    let f = std::fs::File::open(path).unwrap();
+    f.sync_all().unwrap();
+    // SAFETY: plain syscall on a descriptor we own.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0, "posix_fadvise(DONTNEED)");
+}
+
+/// Make exactly the given byte ranges resident (readahead off for this reader).
+fn make_resident(path: &Path, ranges: &[(u64, usize)]) {
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: as above.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    assert_eq!(rc, 0);
+    for &(off, len) in ranges {
+        let mut buf = vec![0u8; len];
+        std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, off).unwrap();
+    }
+}
+
+/// Pages of `path` resident now (mincore of a mapping), to check the test set up what it meant.
+fn resident_pages(path: &Path) -> Vec<bool> {
+    let f = std::fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    let pages = len.div_ceil(4096);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: a private read-only mapping of a file we opened, unmapped before returning;
+    // mincore writes one byte per page into `vec`, which has exactly that many.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        assert_eq!(libc::mincore(p, len, vec.as_mut_ptr()), 0);
+        libc::munmap(p, len);
+    }
+    vec.iter().map(|b| b & 1 == 1).collect()
+}
+
+struct Counters {
+    open_hits: f64,
+    open_misses: f64,
+    read_hits: f64,
+    read_misses: f64,
+    pool_open: f64,
+    pool_sendfile: f64,
+    pool_all: f64,
+}
+
+fn counters(s: &Server) -> Counters {
+    let m: Metrics = s.metrics();
+    let pc = |name: &str, op: &str| m.get(name, &[("volume", VOL), ("op", op)]);
+    Counters {
+        open_hits: pc("contentserver_page_cache_hits_total", "open"),
+        open_misses: pc("contentserver_page_cache_misses_total", "open"),
+        read_hits: pc("contentserver_page_cache_hits_total", "read"),
+        read_misses: pc("contentserver_page_cache_misses_total", "read"),
+        pool_open: pc("contentserver_pool_tasks_total", "open"),
+        pool_sendfile: pc("contentserver_pool_tasks_total", "sendfile"),
+        pool_all: m.sum("contentserver_pool_tasks_total", &[("volume", VOL)]),
+    }
+}
+
+#[test]
+fn resident_file_is_served_on_the_loop_without_any_pool_task() {
+    let dir = disk_dir();
+    let data = pattern(3 << 20, 1);
+    let path = dir.path().join("hot.bin");
+    write_file(&path, &data);
+    assert_eq!(std::fs::read(&path).unwrap(), data); // read it once: resident
+    let s = start(dir.path(), "auto", 1 << 20, 60_000);
+    let before = counters(&s);
+    for _ in 0..3 {
+        let r = fetch(s.addr, "/hot.bin", "");
+        assert_eq!(r.status, 200, "{}", r.head);
+        assert!(r.body == data, "body differs");
+    }
+    let r = fetch(s.addr, "/hot.bin", "Range: bytes=1000000-2500000\r\n");
+    assert_eq!(r.status, 206);
+    assert!(r.body == data[1_000_000..=2_500_000]);
+    let after = counters(&s);
+    assert_eq!(
+        after.pool_all, before.pool_all,
+        "a resident file must not need the pool"
+    );
+    assert!(after.read_hits >= before.read_hits + 4.0 * 3.0);
+    assert_eq!(after.read_misses, before.read_misses);
+    assert_eq!(after.open_hits, before.open_hits + 4.0);
+    assert_eq!(after.open_misses, before.open_misses);
+}
+
+#[test]
+fn evicted_file_is_read_on_the_pool_and_unknown_paths_are_looked_up_there() {
+    let dir = disk_dir();
+    let data = pattern(1 << 20, 2);
+    let path = dir.path().join("cold.bin");
+    write_file(&path, &data);
+    let s = start(dir.path(), "auto", 256 << 10, 60_000);
+    evict(&path);
+    assert!(
+        resident_pages(&path).iter().all(|r| !r),
+        "eviction did not work"
+    );
+    let before = counters(&s);
+    let r = fetch(s.addr, "/cold.bin", "");
+    assert_eq!(r.status, 200);
+    assert!(r.body == data, "body differs");
+    let after = counters(&s);
+    assert!(after.read_misses > before.read_misses);
+    assert!(after.pool_sendfile > before.pool_sendfile);
+    // A name never looked up has no dentry: the open goes to the pool (and 404s there).
+    let r = fetch(s.addr, "/never-seen-before.bin", "");
+    assert_eq!(r.status, 404);
+    let later = counters(&s);
+    assert_eq!(later.open_misses, after.open_misses + 1.0);
+    assert_eq!(later.pool_open, after.pool_open + 1.0);
+}
+
+#[test]
+fn partially_resident_file_mixes_inline_and_pool_chunks_with_correct_bytes() {
+    let dir = disk_dir();
+    let len = 2 << 20;
+    let data = pattern(len, 3);
+    let path = dir.path().join("mixed.bin");
+    write_file(&path, &data);
+    let s = start(dir.path(), "auto", 64 << 10, 60_000);
+    let resident = [(256 << 10, 256 << 10), (1 << 20, 192 << 10)];
+    let cases: [(&str, usize, usize); 4] = [
+        ("", 0, len),
+        ("Range: bytes=200000-1400000\r\n", 200_000, 1_400_001),
+        ("Range: bytes=300001-\r\n", 300_001, len),
+        ("Range: bytes=-700000\r\n", len - 700_000, len),
+    ];
+    for (extra, from, to) in cases {
+        evict(&path);
+        make_resident(&path, &resident);
+        let pages = resident_pages(&path);
+        assert!(pages[64] && pages[300] && !pages[0] && !pages[200] && !pages[400]);
+        let before = counters(&s);
+        let r = fetch(s.addr, "/mixed.bin", extra);
+        assert_eq!(r.status, if extra.is_empty() { 200 } else { 206 });
+        assert!(r.body == data[from..to], "bytes differ for {extra:?}");
+        let after = counters(&s);
+        assert!(
+            after.read_hits > before.read_hits,
+            "{extra:?}: no inline chunk"
+        );
+        assert!(
+            after.read_misses > before.read_misses,
+            "{extra:?}: no pool chunk"
+        );
+    }
+}
+
+#[test]
+fn open_file_cache_notices_replaced_and_modified_files() {
+    let dir = disk_dir();
+    let path = dir.path().join("page.html");
+    write_file(&path, b"version one");
+    let s = start(dir.path(), "auto", 1 << 20, 300);
+    assert_eq!(fetch(s.addr, "/page.html", "").body, b"version one");
+    let c0 = counters(&s);
+    assert_eq!(fetch(s.addr, "/page.html", "").body, b"version one");
+    // Served from the cache: an open hit, no pool open.
+    let c1 = counters(&s);
+    assert_eq!(c1.open_hits, c0.open_hits + 1.0);
+    assert_eq!(c1.pool_open, c0.pool_open);
+
+    // Renamed over: the cached inode is unlinked, noticed on the next request.
+    let tmp = dir.path().join("page.tmp");
+    write_file(&tmp, b"version two, longer");
+    std::fs::rename(&tmp, &path).unwrap();
+    assert_eq!(fetch(s.addr, "/page.html", "").body, b"version two, longer");
+
+    // Modified in place (same inode): the new size is served at once.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    f.write_all(b" + appended").unwrap();
+    f.sync_all().unwrap();
+    assert_eq!(
+        fetch(s.addr, "/page.html", "").body,
+        b"version two, longer + appended"
+    );
+
+    // Replaced while the old inode keeps another name: only the path re-check after valid_ms
+    // (300 ms here) can notice it.
+    std::fs::hard_link(&path, dir.path().join("keep.html")).unwrap();
+    write_file(&tmp, b"version three");
+    std::fs::rename(&tmp, &path).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(fetch(s.addr, "/page.html", "").body, b"version three");
+
+    // Deleted: 404, not the cached descriptor.
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(fetch(s.addr, "/page.html", "").status, 404);
+}
+
+#[test]
+fn always_mode_uses_the_cache_for_opens_within_the_window() {
+    let dir = disk_dir();
+    let path = dir.path().join("a.txt");
+    write_file(&path, b"first");
+    let s = start(dir.path(), "always", 1 << 20, 300);
+    assert_eq!(fetch(s.addr, "/a.txt", "").body, b"first");
+    let c0 = counters(&s);
+    assert_eq!(fetch(s.addr, "/a.txt", "").body, b"first");
+    let c1 = counters(&s);
+    assert_eq!(
+        c1.pool_open, c0.pool_open,
+        "a cached open needs no pool task"
+    );
+    assert_eq!(c1.pool_sendfile, c0.pool_sendfile + 1.0);
+    // No page-cache accounting outside auto.
+    assert_eq!(c1.open_hits + c1.read_hits, 0.0);
+    let tmp = dir.path().join("a.tmp");
+    write_file(&tmp, b"second");
+    std::fs::rename(&tmp, &path).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(fetch(s.addr, "/a.txt", "").body, b"second");
+    assert!(counters(&s).pool_open > c1.pool_open);
+}
+
+#[test]
+fn volume_without_rwf_nowait_falls_back_to_the_pool_and_says_so() {
+    // tmpfs answers RWF_NOWAIT reads with EOPNOTSUPP on current kernels.
+    let shm = Path::new("/dev/shm");
+    assert!(shm.is_dir(), "this test needs /dev/shm (a tmpfs)");
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    let data = pattern(300 << 10, 4);
+    std::fs::write(dir.path().join("t.bin"), &data).unwrap();
+    let mut s = start(dir.path(), "auto", 1 << 20, 60_000);
+    let before = counters(&s);
+    let r = fetch(s.addr, "/t.bin", "Range: bytes=100-200099\r\n");
+    assert_eq!(r.status, 206);
+    assert!(r.body == data[100..200_100]);
+    let after = counters(&s);
+    assert_eq!(after.read_hits, before.read_hits);
+    assert!(after.read_misses > before.read_misses);
+    assert!(after.pool_sendfile > before.pool_sendfile);
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    let mut log = String::new();
+    s.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(
+        log.contains("RWF_NOWAIT is not supported on this volume") && log.contains(VOL),
+        "no fallback message in the log:\n{log}"
+    );
+    assert_eq!(
+        log.matches("RWF_NOWAIT").count(),
+        1,
+        "logged more than once:\n{log}"
+    );
+}
