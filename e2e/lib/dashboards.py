@@ -48,6 +48,21 @@ def content_panels(dash):
     return [p for p in all_panels(dash) if p.get("type") != "row"]
 
 
+def repeated_panels(dash, var):
+    """Panels inside rows that repeat per `var` (the panels after such a row, up to the next
+    row, or those nested in it when collapsed)."""
+    out, inside = [], False
+    for p in dash.get("panels", []):
+        if p.get("type") == "row":
+            inside = p.get("repeat") == var
+            if inside:
+                out.extend(p.get("panels", []))
+            continue
+        if inside:
+            out.append(p)
+    return out
+
+
 def queries(dash):
     """(panel, target) for every query target of every panel."""
     return [(p, t) for p in content_panels(dash) for t in p.get("targets", [])]
