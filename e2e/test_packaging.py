@@ -5,9 +5,12 @@ Dockerfile and kind script vs the workspace and the operator's object names."""
 from __future__ import annotations
 
 import copy
+import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -477,3 +480,44 @@ def test_server_image_default_command_matches_the_operator_pods() -> None:
     assert cmd.split(None, 1)[1] == f'["serve", "--config", "{config_dir}/{config_key}"]'
     workload_rs = (OPERATOR_SRC / "builders" / "workload.rs").read_text()
     assert "args: Some(vec![" in workload_rs and "command: Some(" not in workload_rs
+
+
+def _kind_script_snippets() -> list[str]:
+    """The inline Python programs of e2e/kind/run.sh (`python3 -c '...'`), in order."""
+    return re.findall(r"python3 -c '\n(.*?)\n'", KIND_SCRIPT.read_text(), re.S)
+
+
+def _as_kubectl_json(path: Path) -> str:
+    """What `kubectl create --dry-run=client -f FILE -o json` prints: one object or a List."""
+    docs = load_all(path)
+    return json.dumps(docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs})
+
+
+@pytest.mark.parametrize(
+    "example, expected",
+    [
+        ("minimal.yaml", "minimal content existing -"),
+        ("media-node.yaml", "media vol-disk1-media-0 template local-hdd"),
+        ("hpa.yaml", "web site-content existing -"),
+    ],
+)
+def test_kind_script_reads_the_claim_to_seed(example: str, expected: str) -> None:
+    snippets = _kind_script_snippets()
+    assert len(snippets) == 3, "kind script's inline programs changed; update this test"
+    proc = subprocess.run([sys.executable, "-c", snippets[0]], input=_as_kubectl_json(ROOT / "examples" / example),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == expected
+
+
+def test_kind_script_applies_the_example_with_the_local_image(crd: dict) -> None:
+    snippets = _kind_script_snippets()
+    proc = subprocess.run([sys.executable, "-c", snippets[2]], input=_as_kubectl_json(ROOT / "examples" / "hpa.yaml"),
+                          capture_output=True, text=True, env={**os.environ, "TAG": "e2e"})
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    (cs,) = [i for i in out["items"] if i["kind"] == "ContentServer"]
+    assert cs["spec"]["image"] == "content-server:e2e"
+    assert cs["spec"]["imagePullPolicy"] == "Never" and cs["spec"]["replicas"] == 1
+    assert [i["kind"] for i in out["items"]] == ["ContentServer", "HorizontalPodAutoscaler"]
+    assert crd_schema.errors(crd, cs) == []
