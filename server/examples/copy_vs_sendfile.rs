@@ -2,7 +2,8 @@
 //! resident in the page cache? Run with `bash scripts/measure-copy-vs-sendfile.sh`.
 //!
 //! Strategies, each sending a resident file over a loopback TCP connection to a reader thread:
-//! - `copy`: `preadv2(RWF_NOWAIT)` into a reusable buffer, then `write` from the loop thread.
+//! - `copy`: `cachestat` of the chunk's range, `preadv2(RWF_NOWAIT)` into a reusable buffer,
+//!   then `write` from the loop thread (what `offload = auto` does).
 //! - `sendfile-inline`: `cachestat` of the chunk's range (all pages resident?), then `sendfile`
 //!   on the loop thread.
 //! - `sendfile-pool`: the loop hands each chunk to a pool thread (channel round trip), which runs
@@ -129,6 +130,9 @@ fn run(strategy: Strategy, f: &File, file_len: u64, chunk: usize, rounds: u64) -
             let len = chunk.min((file_len - off) as usize);
             match strategy {
                 Strategy::Copy => {
+                    // As offload=auto does it: cachestat, then the RWF_NOWAIT read, then write.
+                    let pages = (len as u64).div_ceil(4096);
+                    assert!(resident_pages(f, off, len as u64) >= pages, "not resident");
                     let mut bufs = [IoSliceMut::new(&mut buf[..len])];
                     let n =
                         rustix::io::preadv2(f, &mut bufs, off, rustix::io::ReadWriteFlags::NOWAIT)

@@ -225,8 +225,9 @@ impl HotPath {
         self.support.as_ref().is_some_and(|s| s.read_inline())
     }
 
-    /// `auto`: send up to `len` bytes of `file` from `offset` if they are resident: read them with
-    /// RWF_NOWAIT into this thread's buffer and write them to the non-blocking socket. Bytes the
+    /// `auto`: send up to `len` bytes of `file` from `offset` if they are resident (cachestat says
+    /// every page is, where it can tell): read them with RWF_NOWAIT into this thread's buffer and
+    /// write them to the non-blocking socket. Bytes the
     /// socket does not take are dropped (read again next time, from memory) rather than held per
     /// connection. A short read before `len` still sends what was resident; a read of 0 bytes
     /// (first page not resident, or the file shrank) is a miss, so the pool decides.
@@ -242,6 +243,16 @@ impl HotPath {
             return Ok(InlineSend::Miss);
         };
         let want = len.min(INLINE_CHUNK);
+        if support.cachestat() {
+            match nowait::all_resident(file.as_fd(), offset, want as u64) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.read_misses.inc();
+                    return Ok(InlineSend::Miss);
+                }
+                Err(e) => support.cachestat_failed(&e),
+            }
+        }
         BUF.with_borrow_mut(|buf| {
             if buf.len() < INLINE_CHUNK {
                 buf.resize(INLINE_CHUNK, 0);

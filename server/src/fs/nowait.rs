@@ -61,6 +61,63 @@ pub fn read_at(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<No
     }
 }
 
+#[repr(C)]
+struct CachestatRange {
+    off: u64,
+    len: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct Cachestat {
+    nr_cache: u64,
+    nr_dirty: u64,
+    nr_writeback: u64,
+    nr_evicted: u64,
+    nr_recently_evicted: u64,
+}
+
+fn page_size() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as u64,
+        _ => 4096,
+    })
+}
+
+/// `cachestat(2)` (Linux 6.5+; the number is the same on every architecture).
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// Whether every page of `offset..offset + len` (`len > 0`) is in the page cache, asked with
+/// `cachestat(2)`, which only counts pages: unlike an RWF_NOWAIT read of a missing page it
+/// starts no readahead, so a miss leaves all I/O (and its block-mapping lookups) to the pool.
+/// Errors: ENOSYS before 6.5; EPERM on kernels that allow it only to the file's owner or writers.
+pub fn all_resident(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<bool> {
+    if len == 0 {
+        return Ok(true);
+    }
+    let page = page_size();
+    let pages = (offset + len - 1) / page - offset / page + 1;
+    let range = CachestatRange { off: offset, len };
+    let mut cs = Cachestat::default();
+    // SAFETY: cachestat reads `range` and writes `cs`, both live repr(C) structs with the
+    // kernel's layout; flags must be 0. No memory is retained by the kernel.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &range as *const CachestatRange,
+            &mut cs as *mut Cachestat,
+            0 as libc::c_uint,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cs.nr_cache >= pages)
+}
+
 /// `openat2` flags shared by every open beneath a volume root: the result can never name
 /// anything outside `root` (`..`, absolute symlinks and magic links are refused by the kernel).
 pub const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
@@ -113,6 +170,8 @@ pub struct VolumeSupport {
     volume: String,
     open: AtomicU8,
     read: AtomicU8,
+    /// Whether [`all_resident`] answers on this volume (assumed until it errs once).
+    cachestat: AtomicU8,
 }
 
 /// What [`probe`] found for one operation.
@@ -144,6 +203,7 @@ impl VolumeSupport {
         VolumeSupport {
             open: AtomicU8::new(state(&open, "openat2 RESOLVE_CACHED")),
             read: AtomicU8::new(state(&read, "preadv2 RWF_NOWAIT")),
+            cachestat: AtomicU8::new(UNKNOWN),
             volume: volume.to_owned(),
         }
     }
@@ -167,6 +227,19 @@ impl VolumeSupport {
     /// Neither operation can run inline: the volume behaves as `offload = always`.
     pub fn fully_unsupported(&self) -> bool {
         !self.open_inline() && !self.read_inline()
+    }
+
+    /// True while [`all_resident`] may be asked first.
+    pub fn cachestat(&self) -> bool {
+        self.cachestat.load(Ordering::Relaxed) != UNSUPPORTED
+    }
+
+    /// [`all_resident`] failed (ENOSYS, EPERM...): reads on this volume go straight to RWF_NOWAIT
+    /// (which starts readahead for a missing page from the caller's thread). Logged once.
+    pub fn cachestat_failed(&self, err: &io::Error) {
+        if self.cachestat.swap(UNSUPPORTED, Ordering::Relaxed) != UNSUPPORTED {
+            tracing::info!(volume = %self.volume, "offload=auto: cachestat unavailable ({err}); residency is checked by RWF_NOWAIT reads alone");
+        }
     }
 
     /// A real `open_beneath` reported "unsupported": stop trying (logged once).
@@ -314,6 +387,25 @@ pub(crate) mod tests {
             read_at(f.as_fd(), &mut buf, 128 * 1024).unwrap(),
             Nowait::WouldBlock
         );
+    }
+
+    #[test]
+    fn all_resident_counts_pages_without_reading() {
+        let dir = disk_tempdir();
+        let path = dir.path().join("data");
+        std::fs::write(&path, vec![1u8; 512 * 1024]).unwrap();
+        let f = File::open(&path).unwrap();
+        assert!(all_resident(f.as_fd(), 0, 512 * 1024).unwrap());
+        assert!(all_resident(f.as_fd(), 1000, 5000).unwrap());
+        evict(&f);
+        assert!(!all_resident(f.as_fd(), 0, 4096).unwrap());
+        rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Random).unwrap();
+        let mut b = vec![0u8; 8192];
+        rustix::io::pread(&f, &mut b, 64 * 1024).unwrap();
+        assert!(all_resident(f.as_fd(), 64 * 1024 + 10, 8000).unwrap());
+        assert!(!all_resident(f.as_fd(), 60 * 1024, 16 * 1024).unwrap());
+        // Asking started no readahead.
+        assert!(!all_resident(f.as_fd(), 0, 4096).unwrap());
     }
 
     #[test]
