@@ -1,0 +1,111 @@
+//! Lease-based leader election against the in-memory API server (two candidates, expiry,
+//! release) and the operator's /metrics + /healthz endpoint over a real socket.
+
+mod support;
+
+use content_operator::leader::{LeaderElector, LeaseState};
+use content_operator::metrics::{self, Metrics};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::Api;
+use std::io::{Read, Write};
+use std::time::Duration;
+use support::*;
+
+fn elector(fake: &FakeApi, id: &str) -> LeaderElector {
+    LeaderElector::new(
+        Api::<Lease>::namespaced(fake.client(), NS),
+        "content-operator",
+        id,
+        Duration::from_secs(15),
+    )
+}
+
+#[tokio::test]
+async fn only_one_candidate_leads_until_the_lease_expires() {
+    let fake = FakeApi::new();
+    let a = elector(&fake, "a");
+    let b = elector(&fake, "b");
+    let t0 = Timestamp::now();
+    assert_eq!(a.try_acquire_or_renew(t0).await.expect("a"), LeaseState::Leading);
+    assert_eq!(
+        b.try_acquire_or_renew(t0).await.expect("b"),
+        LeaseState::Following { holder: "a".into() }
+    );
+    // a renews within the lease; b still follows.
+    let t1 = t0 + SignedDuration::from_secs(10);
+    assert_eq!(a.try_acquire_or_renew(t1).await.expect("a"), LeaseState::Leading);
+    let t2 = t1 + SignedDuration::from_secs(10);
+    assert_eq!(
+        b.try_acquire_or_renew(t2).await.expect("b"),
+        LeaseState::Following { holder: "a".into() },
+        "renewed at t1, live until t1+15"
+    );
+    // a stops renewing: after the lease duration b takes over, and a learns it follows.
+    let t3 = t1 + SignedDuration::from_secs(16);
+    assert_eq!(b.try_acquire_or_renew(t3).await.expect("b"), LeaseState::Leading);
+    assert_eq!(
+        a.try_acquire_or_renew(t3).await.expect("a"),
+        LeaseState::Following { holder: "b".into() }
+    );
+    let lease = fake
+        .get(&coll("coordination.k8s.io/v1", NS, "leases"), "content-operator")
+        .expect("lease");
+    assert_eq!(lease["spec"]["holderIdentity"], "b");
+    assert_eq!(lease["spec"]["leaseTransitions"], 1);
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 15);
+}
+
+#[tokio::test]
+async fn release_hands_over_at_once() {
+    let fake = FakeApi::new();
+    let a = elector(&fake, "a");
+    let b = elector(&fake, "b");
+    let t0 = Timestamp::now();
+    assert_eq!(a.try_acquire_or_renew(t0).await.expect("a"), LeaseState::Leading);
+    a.release().await.expect("release");
+    assert_eq!(b.try_acquire_or_renew(t0).await.expect("b"), LeaseState::Leading);
+    // Releasing a lease someone else holds does nothing.
+    a.release().await.expect("release");
+    assert_eq!(
+        a.try_acquire_or_renew(t0).await.expect("a"),
+        LeaseState::Following { holder: "b".into() }
+    );
+}
+
+fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_endpoint_serves_the_contract_names_and_healthz() {
+    let m = Metrics::new();
+    m.reconciles.with_label_values(&["ok"]).inc();
+    m.errors.inc();
+    m.duration.observe(0.02);
+    m.managed.set(3);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let router = metrics::router(m);
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let body = tokio::task::spawn_blocking(move || (http_get(addr, "/metrics"), http_get(addr, "/healthz")))
+        .await
+        .expect("join");
+    let (metrics_text, health) = body;
+    assert!(metrics_text.starts_with("HTTP/1.1 200"), "{metrics_text}");
+    for line in [
+        "contentoperator_reconciles_total{result=\"ok\"} 1",
+        "contentoperator_reconciles_total{result=\"error\"} 0",
+        "contentoperator_reconcile_errors_total 1",
+        "contentoperator_reconcile_duration_seconds_count 1",
+        "contentoperator_managed_contentservers 3",
+    ] {
+        assert!(metrics_text.contains(line), "missing {line:?} in\n{metrics_text}");
+    }
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+}
