@@ -69,6 +69,55 @@ fn config_endpoint_is_the_effective_configuration() {
 }
 
 #[test]
+fn config_endpoint_shows_command_line_overrides() {
+    let dir = content_dir(1, 100);
+    let root = dir.path().to_path_buf();
+    let server = Server::start_with(
+        |port, admin, _| {
+            vec![
+                "serve".into(),
+                "--root".into(),
+                root.display().to_string(),
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--admin-listen".into(),
+                format!("127.0.0.1:{admin}"),
+                "--threads".into(),
+                "3".into(),
+                "--max-queue".into(),
+                "9".into(),
+                "--offload".into(),
+                "never".into(),
+                "--workers".into(),
+                "1".into(),
+            ]
+        },
+        "",
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&get(server.admin, "/config").body).expect("json");
+    assert_eq!(v["admin"]["listen"], server.admin.to_string());
+    assert_eq!(v["listeners"][0]["port"], server.addr.port());
+    assert_eq!(v["workers"], 1);
+    let vol = &v["volumes"][0];
+    assert_eq!(vol["name"], "root");
+    assert_eq!(vol["path"], root.display().to_string());
+    assert_eq!(vol["offload"], "never");
+    assert_eq!(vol["pool"]["threads"], 3);
+    assert_eq!(vol["pool"]["max_queue"], 9);
+    // The pool's gauges agree with the configuration shown.
+    let m = server.metrics();
+    assert_eq!(
+        m.get("contentserver_pool_threads", &[("volume", "root")]),
+        3.0
+    );
+    assert_eq!(
+        m.get("contentserver_pool_queue_capacity", &[("volume", "root")]),
+        9.0
+    );
+}
+
+#[test]
 fn readyz_fails_when_a_volume_root_disappears() {
     let parent = tempfile::tempdir().expect("tempdir");
     let root = parent.path().join("media");

@@ -71,16 +71,28 @@ impl Server {
     /// Start with the configuration built by `make(port, admin_port)` and the given failpoints
     /// (`""` for none); wait until `/readyz` answers 200. Retries on a port race.
     pub fn start(make: impl Fn(u16, u16) -> String, failpoints: &str) -> Server {
+        Server::start_with(
+            |port, admin, dir| {
+                let config_path = dir.join("server.toml");
+                std::fs::write(&config_path, make(port, admin)).expect("write config");
+                vec![
+                    "serve".into(),
+                    "--config".into(),
+                    config_path.display().to_string(),
+                ]
+            },
+            failpoints,
+        )
+    }
+
+    /// Start with the command line `args(port, admin_port, scratch_dir)`; as [`Server::start`].
+    pub fn start_with(args: impl Fn(u16, u16, &Path) -> Vec<String>, failpoints: &str) -> Server {
         let mut last_err = String::new();
         for _ in 0..3 {
             let (port, admin_port) = (free_port(), free_port());
             let dir = tempfile::tempdir().expect("tempdir");
-            let config_path = dir.path().join("server.toml");
-            std::fs::write(&config_path, make(port, admin_port)).expect("write config");
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_content-server"));
-            cmd.arg("serve")
-                .arg("--config")
-                .arg(&config_path)
+            cmd.args(args(port, admin_port, dir.path()))
                 .env("RUST_LOG", "warn")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -95,7 +107,7 @@ impl Server {
                 child,
                 addr: ([127, 0, 0, 1], port).into(),
                 admin: ([127, 0, 0, 1], admin_port).into(),
-                config_path,
+                config_path: dir.path().join("server.toml"),
                 _dir: dir,
             };
             match server.wait_ready(Duration::from_secs(15)) {
