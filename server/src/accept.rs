@@ -94,6 +94,7 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::
         .context("register listener with epoll")?;
     let mut drain = shared.lifecycle.subscribe_drain();
     let max = shared.config.limits.max_connections;
+    let send_timeout = Duration::from_secs(shared.config.limits.send_timeout_secs);
     loop {
         let mut guard = tokio::select! {
             g = afd.readable() => g.context("listener readiness")?,
@@ -126,7 +127,7 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::
                         .flatten()
                         .and_then(|a| SocketAddr::try_from(a).ok())
                         .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-                    match Socket::new(fd) {
+                    match Socket::new(fd, send_timeout) {
                         Ok(sock) => {
                             tokio::spawn(conn::run(shared.clone(), sock, peer));
                         }

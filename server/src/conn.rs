@@ -83,6 +83,7 @@ pub async fn run(shared: Arc<Shared>, sock: Socket, peer: SocketAddr) {
                     peer,
                     "-",
                 );
+                sock.lingering_close().await;
                 return;
             }
         };
@@ -101,6 +102,10 @@ pub async fn run(shared: Arc<Shared>, sock: Socket, peer: SocketAddr) {
         );
         buf.drain(..req.head_len);
         if !served.keep_alive {
+            // The client may still be sending (a body, more pipelined requests).
+            if served.bytes > 0 && (req.has_body || !buf.is_empty()) {
+                sock.lingering_close().await;
+            }
             return;
         }
         idle_timeout = keepalive;

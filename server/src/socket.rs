@@ -9,23 +9,26 @@ use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::io::Interest;
 
 pub struct Socket {
     io: AsyncFd<Arc<TcpStream>>,
+    /// Longest wait for the client to accept more bytes (`limits.send_timeout_secs`).
+    send_timeout: Duration,
 }
 
 impl Socket {
     /// Wrap an accepted non-blocking socket; must run inside a tokio runtime.
-    pub fn new(fd: OwnedFd) -> io::Result<Socket> {
+    pub fn new(fd: OwnedFd, send_timeout: Duration) -> io::Result<Socket> {
         let stream = Arc::new(TcpStream::from(fd));
         // SAFETY: the TcpStream owns its descriptor; the Arc keeps it open (and the same) for at
         // least as long as the AsyncFd, which holds one reference.
         let io = unsafe {
             AsyncFd::register_with_interest(stream, Interest::READABLE | Interest::WRITABLE)
         }?;
-        Ok(Socket { io })
+        Ok(Socket { io, send_timeout })
     }
 
     /// The stream, for a pool task that writes to it.
@@ -45,7 +48,15 @@ impl Socket {
     }
 
     /// Write all of `buf`; `more` sets MSG_MORE (a body follows, so the kernel may coalesce).
-    pub async fn write_all(&self, mut buf: &[u8], more: bool) -> io::Result<()> {
+    /// Fails with `TimedOut` when the client accepts nothing for the send timeout.
+    pub async fn write_all(&self, buf: &[u8], more: bool) -> io::Result<()> {
+        match tokio::time::timeout(self.send_timeout, self.write_all_inner(buf, more)).await {
+            Ok(r) => r,
+            Err(_) => Err(io::ErrorKind::TimedOut.into()),
+        }
+    }
+
+    async fn write_all_inner(&self, mut buf: &[u8], more: bool) -> io::Result<()> {
         let mut flags = SendFlags::NOSIGNAL;
         if more {
             flags |= SendFlags::MORE;
@@ -62,6 +73,25 @@ impl Socket {
             }
         }
         Ok(())
+    }
+
+    /// Close politely after a response that ends the connection while the client may still be
+    /// sending (a request body, pipelined requests): shut down our side, then read and discard
+    /// for a short while, so the kernel does not answer unread data with a reset that could
+    /// destroy the response before the client reads it (nginx `lingering_close`).
+    pub async fn lingering_close(&self) {
+        let _ = rustix::net::shutdown(self.io.get_ref().as_ref(), rustix::net::Shutdown::Write);
+        let mut scratch = [0u8; 4096];
+        let mut budget = 1usize << 20;
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while budget > 0 {
+                match self.read(&mut scratch).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => budget = budget.saturating_sub(n),
+                }
+            }
+        })
+        .await;
     }
 
     /// Wait until the socket is (believed) writable. The guard's `clear_ready` is tick-safe: it

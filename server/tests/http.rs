@@ -405,3 +405,38 @@ fn file_shrinking_mid_response_closes_the_connection() {
     let r = s.get("/other.txt");
     assert_eq!((r.status, r.body.as_slice()), (200, b"other".as_slice()));
 }
+
+#[test]
+fn request_with_body_is_answered_then_closed() {
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let mut c = s.connect();
+    let body = vec![b'z'; 300_000];
+    let mut raw = format!(
+        "POST /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(&body);
+    // Write from another thread: the server may answer before reading the whole body.
+    let mut w = c.stream.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = w.write_all(&raw);
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let r = c.response(false).unwrap();
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("Connection"), Some("close"));
+    assert!(c.closed_within(Duration::from_secs(3)));
+    writer.join().unwrap();
+    // A GET with a body is served, then the connection closes.
+    let mut c = s.connect();
+    c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello");
+    let r = c.response(false).unwrap();
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, b"hello world\n".as_slice())
+    );
+    assert!(c.closed_within(Duration::from_secs(3)));
+}
