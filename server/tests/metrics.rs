@@ -225,3 +225,61 @@ fn http_and_connection_counters_follow_traffic() {
             && m.get("contentserver_http_requests_in_flight", &[]) == 0.0
     }));
 }
+
+#[test]
+fn refused_connections_are_counted_and_active_follows_open_connections() {
+    use std::io::{Read, Write};
+    let dir = content_dir(1, 100);
+    let server = Server::start(
+        |port, admin| {
+            let mut toml = config_toml(
+                port,
+                admin,
+                1,
+                &[Vol {
+                    name: "media",
+                    path: dir.path(),
+                    offload: "always",
+                    threads: 2,
+                    max_queue: 4,
+                }],
+            );
+            toml.push_str("[limits]\nmax_connections = 1\n");
+            toml
+        },
+        "",
+    );
+    // One keep-alive connection holds the only slot.
+    let mut held = std::net::TcpStream::connect(server.addr).expect("connect");
+    write!(held, "GET /f0.bin HTTP/1.1\r\nHost: t\r\n\r\n").expect("write");
+    let mut buf = [0u8; 4096];
+    let n = held.read(&mut buf).expect("response");
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+
+    // A second connection is closed at once, without a response.
+    for _ in 0..2 {
+        let mut extra = std::net::TcpStream::connect(server.addr).expect("connect");
+        extra
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("timeout");
+        let _ = write!(extra, "GET /f0.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+        let mut out = Vec::new();
+        let _ = extra.read_to_end(&mut out);
+        assert!(out.is_empty(), "a refused connection got a response");
+    }
+    // The server counts right after it closes, so the client may see the close first.
+    assert!(wait_until(std::time::Duration::from_secs(2), || server
+        .metrics()
+        .get("contentserver_connections_refused_total", &[])
+        >= 2.0));
+    let m = server.metrics();
+    assert_eq!(m.get("contentserver_connections_refused_total", &[]), 2.0);
+    assert_eq!(m.get("contentserver_connections_accepted_total", &[]), 1.0);
+    assert_eq!(m.get("contentserver_connections_active", &[]), 1.0);
+
+    drop(held);
+    assert!(wait_until(std::time::Duration::from_secs(2), || server
+        .metrics()
+        .get("contentserver_connections_active", &[])
+        == 0.0));
+}
