@@ -211,7 +211,7 @@ mod tests {
         assert_eq!(r.path, "/a/b");
         assert_eq!(r.range.as_deref(), Some("bytes=0-1"));
         assert!(r.keep_alive);
-        assert_eq!(r.head_len, 51);
+        assert_eq!(r.head_len, 52);
         assert!(parse(b"GET /a HTTP/1.1\r\nHost", 8192).unwrap().is_none());
     }
 
