@@ -440,3 +440,28 @@ fn request_with_body_is_answered_then_closed() {
     );
     assert!(c.closed_within(Duration::from_secs(3)));
 }
+
+#[test]
+fn garbage_input_never_panics() {
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let prefixes: [&[u8]; 6] = [
+        b"GET /",
+        b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nRange: ",
+        b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-Modified-Since: ",
+        b"HEAD /%",
+        b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: ",
+        b"",
+    ];
+    for i in 0..120u64 {
+        let mut raw = prefixes[i as usize % prefixes.len()].to_vec();
+        raw.extend(bytes(1 + (i as usize * 37) % 700, i));
+        raw.extend_from_slice(b"\r\n\r\n");
+        let mut c = s.connect();
+        c.send(&raw);
+        // Any answer (or a close) is fine; the process must survive.
+        let _ = c.response(false);
+    }
+    assert_eq!(s.get("/hello.txt").status, 200);
+    assert!(!s.logs().contains("panicked"), "{}", s.logs());
+}
