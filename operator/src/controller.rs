@@ -45,6 +45,18 @@ pub enum Scope {
     Namespaces(Vec<String>),
 }
 
+/// An Api over one namespace, or all.
+fn scoped<K>(client: &Client, ns: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
 /// Run the controller(s) until a shutdown signal.
 pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: String) {
     let reporter = Reporter {
@@ -63,25 +75,11 @@ pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: Strin
     let mut runs = Vec::new();
     let mut stores = Vec::new();
     for (api, ns) in apis {
-        let child = |c: &Client| -> (Api<ConfigMap>, Api<Deployment>, Api<StatefulSet>, Api<Service>, Api<PodDisruptionBudget>) {
-            match &ns {
-                Some(ns) => (
-                    Api::namespaced(c.clone(), ns),
-                    Api::namespaced(c.clone(), ns),
-                    Api::namespaced(c.clone(), ns),
-                    Api::namespaced(c.clone(), ns),
-                    Api::namespaced(c.clone(), ns),
-                ),
-                None => (
-                    Api::all(c.clone()),
-                    Api::all(c.clone()),
-                    Api::all(c.clone()),
-                    Api::all(c.clone()),
-                    Api::all(c.clone()),
-                ),
-            }
-        };
-        let (cms, deps, stss, svcs, pdbs) = child(&client);
+        let cms: Api<ConfigMap> = scoped(&client, ns.as_deref());
+        let deps: Api<Deployment> = scoped(&client, ns.as_deref());
+        let stss: Api<StatefulSet> = scoped(&client, ns.as_deref());
+        let svcs: Api<Service> = scoped(&client, ns.as_deref());
+        let pdbs: Api<PodDisruptionBudget> = scoped(&client, ns.as_deref());
         let owned = watcher::Config::default().labels(&format!(
             "{}={}",
             crate::builders::MANAGED_BY_LABEL,

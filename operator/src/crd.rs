@@ -45,11 +45,11 @@ pub const MAX_VOLUME_NAME: usize = 59;
         status_replicas_path = ".status.replicas",
         label_selector_path = ".status.selector"
     ),
-    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.replicas"),
-    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
-    printcolumn(name = "Volumes", type_ = "integer", json_path = ".status.volumes"),
-    printcolumn(name = "Status", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn = r#"{"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas", "description": "Pods wanted"}"#,
+    printcolumn = r#"{"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Pods ready"}"#,
+    printcolumn = r#"{"name": "Volumes", "type": "integer", "jsonPath": ".status.volumes", "description": "Mounted volumes"}"#,
+    printcolumn = r#"{"name": "Status", "type": "string", "jsonPath": ".status.phase", "description": "Ready, Progressing, Degraded, Invalid or Paused"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -157,7 +157,10 @@ impl PullPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct VolumeSpec {
     /// Unique name: the server's volume and pool name (metrics label `volume`).
-    #[schemars(length(min = 1, max = 59), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 59),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub name: String,
     /// Absolute mount path in the container (default `/srv/content/<name>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -51,7 +51,9 @@ impl LeaderElector {
     fn spec(&self, now: Timestamp, acquired: Option<MicroTime>, transitions: i32) -> LeaseSpec {
         LeaseSpec {
             holder_identity: Some(self.identity.clone()),
-            lease_duration_seconds: Some(i32::try_from(self.lease_duration.as_secs()).unwrap_or(i32::MAX)),
+            lease_duration_seconds: Some(
+                i32::try_from(self.lease_duration.as_secs()).unwrap_or(i32::MAX),
+            ),
             acquire_time: Some(acquired.unwrap_or(MicroTime(now))),
             renew_time: Some(MicroTime(now)),
             lease_transitions: Some(transitions),
@@ -77,7 +79,8 @@ impl LeaderElector {
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
-        let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
+        let duration =
+            SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
         let expired = spec
             .renew_time
             .as_ref()
@@ -91,7 +94,11 @@ impl LeaderElector {
             return Ok(LeaseState::Following { holder });
         };
         lease.spec = Some(new_spec);
-        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => Ok(LeaseState::Leading),
             Err(e) if conflict(&e) => self.following_from_get().await,
             Err(e) => Err(e),
@@ -121,7 +128,9 @@ impl LeaderElector {
                     s.holder_identity = None;
                     s.renew_time = None;
                 }
-                self.api.replace(&self.name, &PostParams::default(), &lease).await?;
+                self.api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await?;
             }
         }
         Ok(())

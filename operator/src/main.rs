@@ -14,7 +14,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
-#[command(name = "content-operator", version, about = "Reconciles ContentServer resources into serving pods")]
+#[command(
+    name = "content-operator",
+    version,
+    about = "Reconciles ContentServer resources into serving pods"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -31,7 +35,12 @@ enum Command {
 #[derive(Parser, Debug)]
 struct RunArgs {
     /// Namespaces to watch, comma separated; empty watches all namespaces.
-    #[arg(long, env = "WATCH_NAMESPACES", value_delimiter = ',', default_value = "")]
+    #[arg(
+        long,
+        env = "WATCH_NAMESPACES",
+        value_delimiter = ',',
+        default_value = ""
+    )]
     namespaces: Vec<String>,
     /// Address of the /metrics and /healthz endpoint.
     #[arg(long, env = "METRICS_LISTEN", default_value = "0.0.0.0:8080")]
@@ -57,7 +66,10 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Crd) => {
-            print!("{}", content_operator::crd_yaml().context("rendering the CRD")?);
+            print!(
+                "{}",
+                content_operator::crd_yaml().context("rendering the CRD")?
+            );
             Ok(())
         }
         Some(Command::Run(args)) => run(args),
@@ -68,8 +80,7 @@ fn main() -> anyhow::Result<()> {
 fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .init();
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
@@ -92,7 +103,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
             .collect();
-        let scope = if ns.is_empty() { Scope::All } else { Scope::Namespaces(ns) };
+        let scope = if ns.is_empty() {
+            Scope::All
+        } else {
+            Scope::Namespaces(ns)
+        };
         tracing::info!(?scope, identity, "starting content-operator");
 
         if args.no_leader_election {

@@ -51,7 +51,9 @@ impl Metrics {
                 "contentoperator_reconcile_duration_seconds",
                 "Time taken by one reconcile.",
             )
-            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
         )
         .expect("static metric definition");
         let managed = IntGauge::new(
@@ -100,12 +102,7 @@ pub fn router(metrics: Metrics) -> Router {
             "/metrics",
             get(move || {
                 let m = metrics.clone();
-                async move {
-                    (
-                        [("content-type", "text/plain; version=0.0.4")],
-                        m.render(),
-                    )
-                }
+                async move { ([("content-type", "text/plain; version=0.0.4")], m.render()) }
             }),
         )
         .route("/healthz", get(|| async { "ok\n" }))

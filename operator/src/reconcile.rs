@@ -9,9 +9,7 @@
 //! kind (Deployment <-> StatefulSet) is removed only after the new one has all pods ready.
 
 use crate::builders::configmap::{configmap, render};
-use crate::builders::workload::{
-    claim_template_signature, deployment, statefulset, WorkloadKind,
-};
+use crate::builders::workload::{claim_template_signature, deployment, statefulset, WorkloadKind};
 use crate::builders::{self, pdb, service, servicemonitor, FIELD_MANAGER};
 use crate::crd::{ContentServer, ContentServerStatus};
 use crate::metrics::{result, Metrics};
@@ -77,9 +75,7 @@ fn key(cs: &ContentServer) -> String {
 pub async fn reconcile(cs: Arc<ContentServer>, ctx: Arc<Context>) -> Result<Action, Error> {
     let start = Instant::now();
     let res = reconcile_inner(&cs, &ctx).await;
-    ctx.metrics
-        .duration
-        .observe(start.elapsed().as_secs_f64());
+    ctx.metrics.duration.observe(start.elapsed().as_secs_f64());
     match &res {
         Ok((_, label)) => {
             ctx.metrics.reconciles.with_label_values(&[label]).inc();
@@ -88,7 +84,10 @@ pub async fn reconcile(cs: Arc<ContentServer>, ctx: Arc<Context>) -> Result<Acti
             }
         }
         Err(e) => {
-            ctx.metrics.reconciles.with_label_values(&[result::ERROR]).inc();
+            ctx.metrics
+                .reconciles
+                .with_label_values(&[result::ERROR])
+                .inc();
             ctx.metrics.errors.inc();
             tracing::warn!(contentserver = %key(&cs), error = %e, "reconcile failed");
         }
@@ -129,7 +128,11 @@ where
     .await
 }
 
-async fn delete_if_exists<K>(api: &Api<K>, name: &str, dp: &DeleteParams) -> Result<bool, kube::Error>
+async fn delete_if_exists<K>(
+    api: &Api<K>,
+    name: &str,
+    dp: &DeleteParams,
+) -> Result<bool, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -140,9 +143,20 @@ where
     }
 }
 
-async fn publish(ctx: &Context, cs: &ContentServer, warning: bool, reason: &str, note: String, action: &str) {
+async fn publish(
+    ctx: &Context,
+    cs: &ContentServer,
+    warning: bool,
+    reason: &str,
+    note: String,
+    action: &str,
+) {
     let ev = Event {
-        type_: if warning { EventType::Warning } else { EventType::Normal },
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
         reason: reason.into(),
         note: Some(note.chars().take(1000).collect()),
         action: action.into(),
@@ -168,12 +182,19 @@ async fn write_status(
         return Ok(());
     }
     let patch = serde_json::json!({ "status": st });
-    api.patch_status(&cs.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    api.patch_status(
+        &cs.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
     Ok(())
 }
 
-async fn reconcile_inner(cs: &ContentServer, ctx: &Context) -> Result<(Action, &'static str), Error> {
+async fn reconcile_inner(
+    cs: &ContentServer,
+    ctx: &Context,
+) -> Result<(Action, &'static str), Error> {
     let ns = cs.namespace().ok_or(Error::Missing("namespace"))?;
     let generation = cs.metadata.generation;
     let now = Timestamp::now();
@@ -230,7 +251,15 @@ async fn reconcile_inner(cs: &ContentServer, ctx: &Context) -> Result<(Action, &
             .iter()
             .any(|c| c.type_ == RECONCILED && c.reason == "InvalidSpec");
         if same_reason && old_msg.as_deref() != Some(message.as_str()) {
-            publish(ctx, cs, true, "InvalidSpec", format!("Reconciled is False: {message}"), "Validate").await;
+            publish(
+                ctx,
+                cs,
+                true,
+                "InvalidSpec",
+                format!("Reconciled is False: {message}"),
+                "Validate",
+            )
+            .await;
         }
         write_status(ctx, cs, st).await?;
         return Ok((Action::await_change(), result::INVALID));
@@ -256,11 +285,18 @@ async fn reconcile_inner(cs: &ContentServer, ctx: &Context) -> Result<(Action, &
             apply(&svcs, &service::headless_service(cs)).await?;
             let desired = statefulset(cs, &rendered.hash);
             let existing = stss.get_opt(&name).await?;
-            let conflict = existing.as_ref().and_then(|e| immutable_change(e, &desired));
-            if let Some(existing) = existing.as_ref().filter(|e| e.metadata.deletion_timestamp.is_some()) {
+            let conflict = existing
+                .as_ref()
+                .and_then(|e| immutable_change(e, &desired));
+            if let Some(existing) = existing
+                .as_ref()
+                .filter(|e| e.metadata.deletion_timestamp.is_some())
+            {
                 let _ = existing;
                 replacing = true;
-                notes.push("waiting for the replaced StatefulSet to be removed (pods keep serving)".into());
+                notes.push(
+                    "waiting for the replaced StatefulSet to be removed (pods keep serving)".into(),
+                );
                 None
             } else if let Some(what) = conflict {
                 let dp = DeleteParams::orphan();
@@ -275,7 +311,9 @@ async fn reconcile_inner(cs: &ContentServer, ctx: &Context) -> Result<(Action, &
                 )
                 .await;
                 replacing = true;
-                notes.push(format!("replacing the StatefulSet: {what} changed; existing pods and claims are kept"));
+                notes.push(format!(
+                    "replacing the StatefulSet: {what} changed; existing pods and claims are kept"
+                ));
                 None
             } else {
                 let applied = apply(&stss, &desired).await?;
@@ -295,9 +333,20 @@ async fn reconcile_inner(cs: &ContentServer, ctx: &Context) -> Result<(Action, &
             if let Some(old) = deps.get_opt(&name).await?.filter(|d| owned_by(d, cs)) {
                 if ready {
                     delete_if_exists(&deps, &old.name_any(), &DeleteParams::background()).await?;
-                    publish(ctx, cs, false, "WorkloadReplaced", "Deployment removed: the StatefulSet is ready".into(), "ReplaceWorkload").await;
+                    publish(
+                        ctx,
+                        cs,
+                        false,
+                        "WorkloadReplaced",
+                        "Deployment removed: the StatefulSet is ready".into(),
+                        "ReplaceWorkload",
+                    )
+                    .await;
                 } else {
-                    notes.push("the previous Deployment keeps serving until the StatefulSet is ready".into());
+                    notes.push(
+                        "the previous Deployment keeps serving until the StatefulSet is ready"
+                            .into(),
+                    );
                 }
             }
         }
@@ -305,12 +354,28 @@ async fn reconcile_inner(cs: &ContentServer, ctx: &Context) -> Result<(Action, &
             if let Some(old) = stss.get_opt(&name).await?.filter(|d| owned_by(d, cs)) {
                 if ready {
                     delete_if_exists(&stss, &old.name_any(), &DeleteParams::background()).await?;
-                    publish(ctx, cs, false, "WorkloadReplaced", "StatefulSet removed: the Deployment is ready".into(), "ReplaceWorkload").await;
+                    publish(
+                        ctx,
+                        cs,
+                        false,
+                        "WorkloadReplaced",
+                        "StatefulSet removed: the Deployment is ready".into(),
+                        "ReplaceWorkload",
+                    )
+                    .await;
                 } else {
-                    notes.push("the previous StatefulSet keeps serving until the Deployment is ready".into());
+                    notes.push(
+                        "the previous StatefulSet keeps serving until the Deployment is ready"
+                            .into(),
+                    );
                 }
             }
-            delete_if_exists(&svcs, &builders::headless_service_name(cs), &DeleteParams::default()).await?;
+            delete_if_exists(
+                &svcs,
+                &builders::headless_service_name(cs),
+                &DeleteParams::default(),
+            )
+            .await?;
         }
     }
 
@@ -330,7 +395,8 @@ async fn reconcile_inner(cs: &ContentServer, ctx: &Context) -> Result<(Action, &
         ..WorkloadState::default()
     });
     let note = (!notes.is_empty()).then(|| notes.join("; "));
-    let conditions = status::workload_conditions(&previous.conditions, &w, note.as_deref(), generation, now);
+    let conditions =
+        status::workload_conditions(&previous.conditions, &w, note.as_deref(), generation, now);
     let mut st = status::with_conditions(Some(&previous), conditions);
     st.observed_generation = generation;
     st.replicas = w.replicas;
@@ -340,7 +406,11 @@ async fn reconcile_inner(cs: &ContentServer, ctx: &Context) -> Result<(Action, &
     st.volumes = i32::try_from(cs.spec.volumes.len()).unwrap_or(i32::MAX);
     write_status(ctx, cs, st).await?;
 
-    let requeue = if replacing || !w.rolled_out() { PROGRESS_REQUEUE } else { STEADY_REQUEUE };
+    let requeue = if replacing || !w.rolled_out() {
+        PROGRESS_REQUEUE
+    } else {
+        STEADY_REQUEUE
+    };
     Ok((Action::requeue(requeue), result::OK))
 }
 
@@ -358,8 +428,14 @@ async fn reconcile_servicemonitor(
         return Ok(());
     };
     let crds: Api<CustomResourceDefinition> = Api::all(ctx.client.clone());
-    if crds.get_opt(servicemonitor::SERVICEMONITOR_CRD).await?.is_none() {
-        notes.push("ServiceMonitor not created: the Prometheus Operator CRD is not installed".into());
+    if crds
+        .get_opt(servicemonitor::SERVICEMONITOR_CRD)
+        .await?
+        .is_none()
+    {
+        notes.push(
+            "ServiceMonitor not created: the Prometheus Operator CRD is not installed".into(),
+        );
         return Ok(());
     }
     api.patch(
@@ -389,8 +465,10 @@ pub fn immutable_change(existing: &StatefulSet, desired: &StatefulSet) -> Option
     {
         return Some("volumeClaimTemplates".into());
     }
-    if e.pod_management_policy.unwrap_or_else(|| "OrderedReady".into())
-        != d.pod_management_policy.unwrap_or_else(|| "OrderedReady".into())
+    if e.pod_management_policy
+        .unwrap_or_else(|| "OrderedReady".into())
+        != d.pod_management_policy
+            .unwrap_or_else(|| "OrderedReady".into())
     {
         return Some("podManagementPolicy".into());
     }

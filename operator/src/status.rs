@@ -68,7 +68,12 @@ pub fn merge_conditions(previous: &[Condition], updates: Vec<Condition>) -> Vec<
         .collect();
     out.extend(updates);
     let order = [AVAILABLE, PROGRESSING, DEGRADED, RECONCILED];
-    out.sort_by_key(|c| order.iter().position(|o| *o == c.type_).unwrap_or(order.len()));
+    out.sort_by_key(|c| {
+        order
+            .iter()
+            .position(|o| *o == c.type_)
+            .unwrap_or(order.len())
+    });
     out
 }
 
@@ -81,7 +86,15 @@ pub fn workload_conditions(
     now: Timestamp,
 ) -> Vec<Condition> {
     let available = if w.desired == 0 {
-        condition(previous, AVAILABLE, false, "ScaledToZero", "spec.replicas is 0".into(), generation, now)
+        condition(
+            previous,
+            AVAILABLE,
+            false,
+            "ScaledToZero",
+            "spec.replicas is 0".into(),
+            generation,
+            now,
+        )
     } else if w.ready > 0 {
         condition(
             previous,
@@ -127,20 +140,28 @@ pub fn workload_conditions(
             now,
         )
     };
-    let degraded = if w.desired > 0 && w.ready < w.desired && w.observed_latest && w.updated >= w.desired
-    {
-        condition(
-            previous,
-            DEGRADED,
-            true,
-            "ReplicasUnavailable",
-            format!("{}/{} pods ready", w.ready, w.desired),
-            generation,
-            now,
-        )
-    } else {
-        condition(previous, DEGRADED, false, "AsExpected", String::new(), generation, now)
-    };
+    let degraded =
+        if w.desired > 0 && w.ready < w.desired && w.observed_latest && w.updated >= w.desired {
+            condition(
+                previous,
+                DEGRADED,
+                true,
+                "ReplicasUnavailable",
+                format!("{}/{} pods ready", w.ready, w.desired),
+                generation,
+                now,
+            )
+        } else {
+            condition(
+                previous,
+                DEGRADED,
+                false,
+                "AsExpected",
+                String::new(),
+                generation,
+                now,
+            )
+        };
     let reconciled = condition(
         previous,
         RECONCILED,

@@ -111,10 +111,9 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
         }
         let mp = ContentServerSpec::mount_path(v);
         let reserved = [CONFIG_DIR, "/tmp", "/"];
-        if reserved
-            .iter()
-            .any(|r| mp.trim_end_matches('/') == *r || (*r != "/" && mp.starts_with(&format!("{r}/"))))
-            || mp == "/"
+        if reserved.iter().any(|r| {
+            mp.trim_end_matches('/') == *r || (*r != "/" && mp.starts_with(&format!("{r}/")))
+        }) || mp == "/"
         {
             push(
                 format!("{f}.mountPath"),
@@ -122,10 +121,7 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
             );
         }
         if !mounts.insert(mp.trim_end_matches('/').to_string()) {
-            push(
-                format!("{f}.mountPath"),
-                format!("{mp} is mounted twice"),
-            );
+            push(format!("{f}.mountPath"), format!("{mp} is mounted twice"));
         }
     }
     for (name, port) in [

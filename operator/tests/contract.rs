@@ -55,12 +55,19 @@ fn free_port() -> u16 {
 fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).ok()?;
     let text = String::from_utf8_lossy(&raw).to_string();
     let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Some((status, body))
 }
 
@@ -88,8 +95,9 @@ fn every_example_config_is_accepted_and_served_by_the_real_server() {
             .clone();
 
         // 1. The server's own loader.
-        let mut cfg = Config::from_toml(&toml)
-            .unwrap_or_else(|e| panic!("examples/{file}: server rejects the rendered TOML: {e}\n{toml}"));
+        let mut cfg = Config::from_toml(&toml).unwrap_or_else(|e| {
+            panic!("examples/{file}: server rejects the rendered TOML: {e}\n{toml}")
+        });
         cfg.normalize();
         cfg.validate()
             .unwrap_or_else(|e| panic!("examples/{file}: invalid rendered config: {e}\n{toml}"));
@@ -128,7 +136,11 @@ fn every_example_config_is_accepted_and_served_by_the_real_server() {
         // use, each file naming its volume, so the response says which volume served it.
         let mut uris = Vec::new();
         for r in &local.routes {
-            let prefix = if r.prefix.ends_with('/') { r.prefix.clone() } else { format!("{}/", r.prefix) };
+            let prefix = if r.prefix.ends_with('/') {
+                r.prefix.clone()
+            } else {
+                format!("{}/", r.prefix)
+            };
             let targets: Vec<String> = match &r.volume {
                 Some(v) => vec![v.clone()],
                 None => r.split.iter().map(|t| t.volume.clone()).collect(),
@@ -141,7 +153,12 @@ fn every_example_config_is_accepted_and_served_by_the_real_server() {
                     uri.trim_start_matches('/').to_string()
                 };
                 for t in &targets {
-                    let root = &local.volumes.iter().find(|v| &v.name == t).expect("volume").path;
+                    let root = &local
+                        .volumes
+                        .iter()
+                        .find(|v| &v.name == t)
+                        .expect("volume")
+                        .path;
                     let p = root.join(&rel);
                     std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
                     std::fs::write(&p, format!("served-by:{t}")).expect("write probe");
@@ -174,7 +191,10 @@ fn every_example_config_is_accepted_and_served_by_the_real_server() {
                 }
                 panic!("examples/{file}: content-server exited with {status}: {err}");
             }
-            assert!(Instant::now() < deadline, "examples/{file}: server not ready on /readyz within 15s");
+            assert!(
+                Instant::now() < deadline,
+                "examples/{file}: server not ready on /readyz within 15s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         let mut served = BTreeSet::new();

@@ -70,9 +70,18 @@ fn names_subresources_and_printer_columns() {
         .filter(|p| !p.starts_with(".metadata"))
         .collect();
     paths.extend(
-        ["specReplicasPath", "statusReplicasPath", "labelSelectorPath"]
-            .iter()
-            .map(|k| v["subresources"]["scale"][k].as_str().expect("path").to_string()),
+        [
+            "specReplicasPath",
+            "statusReplicasPath",
+            "labelSelectorPath",
+        ]
+        .iter()
+        .map(|k| {
+            v["subresources"]["scale"][k]
+                .as_str()
+                .expect("path")
+                .to_string()
+        }),
     );
     for p in paths {
         let mut node = &schema;
@@ -82,9 +91,18 @@ fn names_subresources_and_printer_columns() {
         }
     }
     // Scale paths must be integer / string fields.
-    assert_eq!(schema["properties"]["spec"]["properties"]["replicas"]["type"], "integer");
-    assert_eq!(schema["properties"]["status"]["properties"]["replicas"]["type"], "integer");
-    assert_eq!(schema["properties"]["status"]["properties"]["selector"]["type"], "string");
+    assert_eq!(
+        schema["properties"]["spec"]["properties"]["replicas"]["type"],
+        "integer"
+    );
+    assert_eq!(
+        schema["properties"]["status"]["properties"]["replicas"]["type"],
+        "integer"
+    );
+    assert_eq!(
+        schema["properties"]["status"]["properties"]["selector"]["type"],
+        "string"
+    );
 }
 
 /// The structural-schema rules of apiextensions.k8s.io/v1, checked on every node.
@@ -101,7 +119,13 @@ fn check_structural(node: &Value, path: &str, in_junctor: bool, errors: &mut Vec
     let int_or_string = obj.get("x-kubernetes-int-or-string") == Some(&json!(true));
     let preserve = obj.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
     if in_junctor {
-        for k in ["type", "default", "description", "additionalProperties", "nullable"] {
+        for k in [
+            "type",
+            "default",
+            "description",
+            "additionalProperties",
+            "nullable",
+        ] {
             if obj.contains_key(k) {
                 errors.push(format!("{path}: {k} inside allOf/anyOf/oneOf/not"));
             }
@@ -115,7 +139,9 @@ fn check_structural(node: &Value, path: &str, in_junctor: bool, errors: &mut Vec
         }
     }
     if obj.contains_key("properties") && obj.contains_key("additionalProperties") {
-        errors.push(format!("{path}: properties and additionalProperties together"));
+        errors.push(format!(
+            "{path}: properties and additionalProperties together"
+        ));
     }
     if obj.get("type") == Some(&json!("array")) && !obj.get("items").is_some_and(Value::is_object) {
         errors.push(format!("{path}: array without a single items schema"));
@@ -156,29 +182,49 @@ fn schema_is_structural() {
     assert_eq!(schema["type"], "object");
     let mut errors = Vec::new();
     check_structural(&schema, "", false, &mut errors);
-    assert!(errors.is_empty(), "non-structural schema:\n{}", errors.join("\n"));
+    assert!(
+        errors.is_empty(),
+        "non-structural schema:\n{}",
+        errors.join("\n")
+    );
     // Lists referenced by CEL rules are bounded (the apiserver's cost estimate needs maxItems).
     let spec = &schema["properties"]["spec"]["properties"];
     assert_eq!(spec["volumes"]["maxItems"], 32);
     assert_eq!(spec["volumes"]["minItems"], 1);
     assert_eq!(spec["routes"]["maxItems"], 64);
-    assert_eq!(spec["routes"]["items"]["properties"]["split"]["maxItems"], 16);
+    assert_eq!(
+        spec["routes"]["items"]["properties"]["split"]["maxItems"],
+        16
+    );
     // Defaults and minimums from the issue.
     let pool = &spec["volumes"]["items"]["properties"]["pool"]["properties"];
     assert_eq!(pool["threads"]["minimum"], 1.0);
-    assert_eq!(pool["threads"]["default"], json!(content_server::config::DEFAULT_THREADS));
-    assert_eq!(pool["maxQueue"]["default"], json!(content_server::config::DEFAULT_MAX_QUEUE));
+    assert_eq!(
+        pool["threads"]["default"],
+        json!(content_server::config::DEFAULT_THREADS)
+    );
+    assert_eq!(
+        pool["maxQueue"]["default"],
+        json!(content_server::config::DEFAULT_MAX_QUEUE)
+    );
     assert_eq!(pool["offload"]["enum"], json!(["always", "never", "auto"]));
     assert_eq!(spec["metrics"]["properties"]["port"]["default"], 9190);
     assert_eq!(spec["replicas"]["minimum"], 0.0);
-    assert_eq!(spec["pdb"]["properties"]["maxUnavailable"]["x-kubernetes-int-or-string"], true);
+    assert_eq!(
+        spec["pdb"]["properties"]["maxUnavailable"]["x-kubernetes-int-or-string"],
+        true
+    );
 }
 
 fn collect_rules(node: &Value, out: &mut Vec<String>) {
     match node {
         Value::Object(o) => {
             if let Some(rules) = o.get("x-kubernetes-validations").and_then(Value::as_array) {
-                out.extend(rules.iter().filter_map(|r| r["rule"].as_str().map(str::to_string)));
+                out.extend(
+                    rules
+                        .iter()
+                        .filter_map(|r| r["rule"].as_str().map(str::to_string)),
+                );
             }
             for v in o.values() {
                 collect_rules(v, out);
@@ -193,7 +239,10 @@ fn collect_rules(node: &Value, out: &mut Vec<String>) {
 fn every_cel_rule_compiles() {
     let mut rules = Vec::new();
     collect_rules(&root_schema(), &mut rules);
-    assert!(rules.len() >= 8, "expected the CEL rules in the schema, found {rules:?}");
+    assert!(
+        rules.len() >= 8,
+        "expected the CEL rules in the schema, found {rules:?}"
+    );
     for r in rules {
         if let Err(e) = kube_cel::cel::Program::compile(&r) {
             panic!("rule does not compile: {r}\n{e}");
@@ -242,7 +291,8 @@ fn cel_rejects_routes_to_unknown_volumes() {
     obj["spec"]["routes"][0]["split"][2]["volume"] = json!("disk4");
     assert_rejected(&obj, "every route must name volumes listed in spec.volumes");
     let mut obj = defaulted("media-node.yaml");
-    obj["spec"]["routes"] = json!([{"prefix": "/a/", "volume": "nope"}, {"prefix": "/", "volume": "disk1"}]);
+    obj["spec"]["routes"] =
+        json!([{"prefix": "/a/", "volume": "nope"}, {"prefix": "/", "volume": "disk1"}]);
     assert_rejected(&obj, "every route must name volumes listed in spec.volumes");
     obj["spec"]["routes"][0]["volume"] = json!("disk2");
     assert_eq!(cel_errors(&obj), Vec::<String>::new());
@@ -255,7 +305,11 @@ fn cel_rejects_split_over_100_percent_and_accepts_exactly_100() {
     assert_rejected(&obj, "split percentages must add up to at most 100");
     obj["spec"]["routes"][0]["split"][1]["percent"] = json!(33.3);
     obj["spec"]["routes"][0]["split"][2]["percent"] = json!(33.4);
-    assert_eq!(cel_errors(&obj), Vec::<String>::new(), "33.3 + 33.3 + 33.4 is fine");
+    assert_eq!(
+        cel_errors(&obj),
+        Vec::<String>::new(),
+        "33.3 + 33.3 + 33.4 is fine"
+    );
     obj["spec"]["routes"][0]["split"][2]["percent"] = json!(50);
     assert_rejected(&obj, "split percentages must add up to at most 100");
 }
@@ -283,13 +337,20 @@ fn cel_rejects_volume_and_split_together_or_neither() {
 fn cel_rejects_two_sources_and_unopted_host_path() {
     let mut obj = defaulted("minimal.yaml");
     obj["spec"]["volumes"][0]["source"]["emptyDir"] = json!({});
-    assert_rejected(&obj, "set exactly one of persistentVolumeClaim, claimTemplate, emptyDir, hostPath");
+    assert_rejected(
+        &obj,
+        "set exactly one of persistentVolumeClaim, claimTemplate, emptyDir, hostPath",
+    );
 
     let mut obj = defaulted("minimal.yaml");
     obj["spec"]["volumes"][0]["source"] = json!({"hostPath": {"path": "/mnt/media"}});
     assert_rejected(&obj, "hostPath volumes require spec.allowHostPath: true");
     obj["spec"]["allowHostPath"] = json!(true);
-    assert_eq!(cel_errors(&obj), Vec::<String>::new(), "allowed with the opt-in");
+    assert_eq!(
+        cel_errors(&obj),
+        Vec::<String>::new(),
+        "allowed with the opt-in"
+    );
 }
 
 #[test]

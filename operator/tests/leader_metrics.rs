@@ -27,14 +27,20 @@ async fn only_one_candidate_leads_until_the_lease_expires() {
     let a = elector(&fake, "a");
     let b = elector(&fake, "b");
     let t0 = Timestamp::now();
-    assert_eq!(a.try_acquire_or_renew(t0).await.expect("a"), LeaseState::Leading);
+    assert_eq!(
+        a.try_acquire_or_renew(t0).await.expect("a"),
+        LeaseState::Leading
+    );
     assert_eq!(
         b.try_acquire_or_renew(t0).await.expect("b"),
         LeaseState::Following { holder: "a".into() }
     );
     // a renews within the lease; b still follows.
     let t1 = t0 + SignedDuration::from_secs(10);
-    assert_eq!(a.try_acquire_or_renew(t1).await.expect("a"), LeaseState::Leading);
+    assert_eq!(
+        a.try_acquire_or_renew(t1).await.expect("a"),
+        LeaseState::Leading
+    );
     let t2 = t1 + SignedDuration::from_secs(10);
     assert_eq!(
         b.try_acquire_or_renew(t2).await.expect("b"),
@@ -43,13 +49,19 @@ async fn only_one_candidate_leads_until_the_lease_expires() {
     );
     // a stops renewing: after the lease duration b takes over, and a learns it follows.
     let t3 = t1 + SignedDuration::from_secs(16);
-    assert_eq!(b.try_acquire_or_renew(t3).await.expect("b"), LeaseState::Leading);
+    assert_eq!(
+        b.try_acquire_or_renew(t3).await.expect("b"),
+        LeaseState::Leading
+    );
     assert_eq!(
         a.try_acquire_or_renew(t3).await.expect("a"),
         LeaseState::Following { holder: "b".into() }
     );
     let lease = fake
-        .get(&coll("coordination.k8s.io/v1", NS, "leases"), "content-operator")
+        .get(
+            &coll("coordination.k8s.io/v1", NS, "leases"),
+            "content-operator",
+        )
         .expect("lease");
     assert_eq!(lease["spec"]["holderIdentity"], "b");
     assert_eq!(lease["spec"]["leaseTransitions"], 1);
@@ -62,9 +74,15 @@ async fn release_hands_over_at_once() {
     let a = elector(&fake, "a");
     let b = elector(&fake, "b");
     let t0 = Timestamp::now();
-    assert_eq!(a.try_acquire_or_renew(t0).await.expect("a"), LeaseState::Leading);
+    assert_eq!(
+        a.try_acquire_or_renew(t0).await.expect("a"),
+        LeaseState::Leading
+    );
     a.release().await.expect("release");
-    assert_eq!(b.try_acquire_or_renew(t0).await.expect("b"), LeaseState::Leading);
+    assert_eq!(
+        b.try_acquire_or_renew(t0).await.expect("b"),
+        LeaseState::Leading
+    );
     // Releasing a lease someone else holds does nothing.
     a.release().await.expect("release");
     assert_eq!(
@@ -75,8 +93,13 @@ async fn release_hands_over_at_once() {
 
 fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("write");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
     let mut out = String::new();
     s.read_to_string(&mut out).expect("read");
     out
@@ -89,13 +112,17 @@ async fn metrics_endpoint_serves_the_contract_names_and_healthz() {
     m.errors.inc();
     m.duration.observe(0.02);
     m.managed.set(3);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let router = metrics::router(m);
     tokio::spawn(async move { axum::serve(listener, router).await });
-    let body = tokio::task::spawn_blocking(move || (http_get(addr, "/metrics"), http_get(addr, "/healthz")))
-        .await
-        .expect("join");
+    let body = tokio::task::spawn_blocking(move || {
+        (http_get(addr, "/metrics"), http_get(addr, "/healthz"))
+    })
+    .await
+    .expect("join");
     let (metrics_text, health) = body;
     assert!(metrics_text.starts_with("HTTP/1.1 200"), "{metrics_text}");
     for line in [
@@ -105,7 +132,10 @@ async fn metrics_endpoint_serves_the_contract_names_and_healthz() {
         "contentoperator_reconcile_duration_seconds_count 1",
         "contentoperator_managed_contentservers 3",
     ] {
-        assert!(metrics_text.contains(line), "missing {line:?} in\n{metrics_text}");
+        assert!(
+            metrics_text.contains(line),
+            "missing {line:?} in\n{metrics_text}"
+        );
     }
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
 }

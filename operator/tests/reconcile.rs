@@ -34,7 +34,10 @@ fn create(fake: &FakeApi, file: &str) -> String {
         .expect("ContentServer document");
     // Apply serde defaults the way the apiserver applies the schema defaults.
     let typed: ContentServer = serde_json::from_value(doc).expect("ContentServer");
-    let v = fake.insert(&contentservers(), serde_json::to_value(&typed).expect("json"));
+    let v = fake.insert(
+        &contentservers(),
+        serde_json::to_value(&typed).expect("json"),
+    );
     v["metadata"]["name"].as_str().expect("name").to_string()
 }
 
@@ -47,7 +50,10 @@ async fn run(fake: &FakeApi, ctx: &Arc<Context>, name: &str) -> ContentServer {
     api.get(name).await.expect("get ContentServer")
 }
 
-fn condition<'a>(cs: &'a ContentServer, type_: &str) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+fn condition<'a>(
+    cs: &'a ContentServer,
+    type_: &str,
+) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
     cs.status
         .as_ref()
         .expect("status")
@@ -72,9 +78,12 @@ async fn create_minimal_applies_configmap_deployment_service_and_status() {
     let cs = run(&fake, &ctx, &name).await;
     let uid = cs.metadata.uid.clone().expect("uid");
 
-    let cm = fake.get(&configmaps(), "minimal-config").expect("ConfigMap");
+    let cm = fake
+        .get(&configmaps(), "minimal-config")
+        .expect("ConfigMap");
     let toml = cm["data"]["config.toml"].as_str().expect("config.toml");
-    let mut cfg = content_server::config::Config::from_toml(toml).expect("server parses the config");
+    let mut cfg =
+        content_server::config::Config::from_toml(toml).expect("server parses the config");
     cfg.normalize();
     cfg.validate().expect("server accepts the config");
     assert_eq!(cfg.admin.listen, "0.0.0.0:9190");
@@ -90,18 +99,29 @@ async fn create_minimal_applies_configmap_deployment_service_and_status() {
         Some("app.kubernetes.io/instance=minimal,app.kubernetes.io/name=content-server")
     );
     assert_eq!(st.volumes, 1);
-    for obj in [&cm, &dep, &fake.get(&services(), "minimal").expect("Service")] {
+    for obj in [
+        &cm,
+        &dep,
+        &fake.get(&services(), "minimal").expect("Service"),
+    ] {
         let owner = &obj["metadata"]["ownerReferences"][0];
         assert_eq!(owner["uid"], json!(uid));
         assert_eq!(owner["controller"], json!(true));
         assert_eq!(owner["kind"], json!("ContentServer"));
     }
-    assert!(fake.get(&pdbs(), "minimal").is_none(), "no PDB for one replica");
+    assert!(
+        fake.get(&pdbs(), "minimal").is_none(),
+        "no PDB for one replica"
+    );
     assert!(fake.get(&statefulsets(), "minimal").is_none());
     assert!(fake.get(&services(), "minimal-headless").is_none());
 
     // Every child write is a forced server-side apply under the one field manager.
-    let writes: Vec<_> = fake.log().into_iter().filter(|l| l.is_child_write()).collect();
+    let writes: Vec<_> = fake
+        .log()
+        .into_iter()
+        .filter(|l| l.is_child_write())
+        .collect();
     assert!(!writes.is_empty());
     for w in &writes {
         if w.method == "DELETE" {
@@ -117,10 +137,7 @@ async fn create_minimal_applies_configmap_deployment_service_and_status() {
     assert_eq!(condition(&cs, "Available").status, "False");
     assert_eq!(condition(&cs, "Progressing").status, "True");
     assert_eq!(st.phase.as_deref(), Some("Progressing"));
-    assert_eq!(
-        ctx.metrics.reconciles.with_label_values(&["ok"]).get(),
-        1
-    );
+    assert_eq!(ctx.metrics.reconciles.with_label_values(&["ok"]).get(), 1);
 }
 
 #[tokio::test]
@@ -129,7 +146,8 @@ async fn workload_ready_sets_available_and_emits_event() {
     let ctx = context(&fake);
     let name = create(&fake, "minimal.yaml");
     run(&fake, &ctx, &name).await;
-    let gen = fake.get(&deployments(), &name).expect("Deployment")["metadata"]["generation"].clone();
+    let gen =
+        fake.get(&deployments(), &name).expect("Deployment")["metadata"]["generation"].clone();
     fake.set_status(
         &deployments(),
         &name,
@@ -162,11 +180,16 @@ async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
     assert!(fake.get(&pdbs(), &name).is_some(), "PDB for 2 replicas");
 
     // kubectl scale --replicas 5
-    fake.edit(&contentservers(), &name, |cs| cs["spec"]["replicas"] = json!(5));
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["replicas"] = json!(5)
+    });
     run(&fake, &ctx, &name).await;
     let scaled = fake.get(&deployments(), &name).expect("Deployment");
     assert_eq!(scaled["spec"]["replicas"], 5);
-    assert_eq!(scaled["spec"]["template"], before["spec"]["template"], "pod template untouched by a scale");
+    assert_eq!(
+        scaled["spec"]["template"], before["spec"]["template"],
+        "pod template untouched by a scale"
+    );
     assert_eq!(
         fake.get(&configmaps(), "web-config").expect("ConfigMap")["data"],
         cm_before["data"]
@@ -179,8 +202,14 @@ async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
     let cs = run(&fake, &ctx, &name).await;
     let rolled = fake.get(&deployments(), &name).expect("Deployment");
     assert_ne!(template_hash(&rolled), template_hash(&before));
-    assert_eq!(Some(template_hash(&rolled)), cs.status.clone().and_then(|s| s.config_hash));
-    assert_eq!(rolled["spec"]["replicas"], 5, "a config change keeps the replica count");
+    assert_eq!(
+        Some(template_hash(&rolled)),
+        cs.status.clone().and_then(|s| s.config_hash)
+    );
+    assert_eq!(
+        rolled["spec"]["replicas"], 5,
+        "a config change keeps the replica count"
+    );
     let toml = fake.get(&configmaps(), "web-config").expect("ConfigMap")["data"]["config.toml"]
         .as_str()
         .expect("toml")
@@ -189,9 +218,14 @@ async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
     assert_eq!(cfg.volumes[0].pool.threads, 8);
 
     // Scaling down to one pod removes the PDB.
-    fake.edit(&contentservers(), &name, |cs| cs["spec"]["replicas"] = json!(1));
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["replicas"] = json!(1)
+    });
     run(&fake, &ctx, &name).await;
-    assert!(fake.get(&pdbs(), &name).is_none(), "PDB removed at one replica");
+    assert!(
+        fake.get(&pdbs(), &name).is_none(),
+        "PDB removed at one replica"
+    );
 }
 
 #[tokio::test]
@@ -202,8 +236,10 @@ async fn invalid_spec_sets_condition_emits_event_and_leaves_children_untouched()
     run(&fake, &ctx, &name).await;
     let sts_before = fake.get(&statefulsets(), &name).expect("StatefulSet");
     let cm_before = fake.get(&configmaps(), "media-config").expect("ConfigMap");
-    let children_before: Vec<Vec<String>> =
-        [configmaps(), statefulsets(), services(), pdbs()].iter().map(|c| fake.names(c)).collect();
+    let children_before: Vec<Vec<String>> = [configmaps(), statefulsets(), services(), pdbs()]
+        .iter()
+        .map(|c| fake.names(c))
+        .collect();
 
     // A bad edit: a split names a volume that does not exist, and a pool has 0 threads.
     fake.edit(&contentservers(), &name, |cs| {
@@ -213,20 +249,46 @@ async fn invalid_spec_sets_condition_emits_event_and_leaves_children_untouched()
     fake.clear_log();
     let cs = run(&fake, &ctx, &name).await;
 
-    let writes: Vec<_> = fake.log().into_iter().filter(|l| l.is_child_write()).collect();
-    assert!(writes.is_empty(), "invalid spec must not touch children: {writes:?}");
+    let writes: Vec<_> = fake
+        .log()
+        .into_iter()
+        .filter(|l| l.is_child_write())
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "invalid spec must not touch children: {writes:?}"
+    );
     assert_eq!(fake.get(&statefulsets(), &name), Some(sts_before));
     assert_eq!(fake.get(&configmaps(), "media-config"), Some(cm_before));
-    let children_after: Vec<Vec<String>> =
-        [configmaps(), statefulsets(), services(), pdbs()].iter().map(|c| fake.names(c)).collect();
+    let children_after: Vec<Vec<String>> = [configmaps(), statefulsets(), services(), pdbs()]
+        .iter()
+        .map(|c| fake.names(c))
+        .collect();
     assert_eq!(children_before, children_after, "nothing deleted");
 
     let rec = condition(&cs, "Reconciled");
-    assert_eq!((rec.status.as_str(), rec.reason.as_str()), ("False", "InvalidSpec"));
-    assert!(rec.message.contains("spec.routes[0].split[1].volume"), "{}", rec.message);
-    assert!(rec.message.contains("spec.volumes[2].pool.threads"), "{}", rec.message);
-    assert_eq!(cs.status.clone().and_then(|s| s.phase).as_deref(), Some("Invalid"));
-    assert_eq!(cs.status.clone().and_then(|s| s.observed_generation), Some(2));
+    assert_eq!(
+        (rec.status.as_str(), rec.reason.as_str()),
+        ("False", "InvalidSpec")
+    );
+    assert!(
+        rec.message.contains("spec.routes[0].split[1].volume"),
+        "{}",
+        rec.message
+    );
+    assert!(
+        rec.message.contains("spec.volumes[2].pool.threads"),
+        "{}",
+        rec.message
+    );
+    assert_eq!(
+        cs.status.clone().and_then(|s| s.phase).as_deref(),
+        Some("Invalid")
+    );
+    assert_eq!(
+        cs.status.clone().and_then(|s| s.observed_generation),
+        Some(2)
+    );
     assert!(
         fake.events()
             .iter()
@@ -234,7 +296,10 @@ async fn invalid_spec_sets_condition_emits_event_and_leaves_children_untouched()
         "{:?}",
         fake.events()
     );
-    assert_eq!(ctx.metrics.reconciles.with_label_values(&["invalid"]).get(), 1);
+    assert_eq!(
+        ctx.metrics.reconciles.with_label_values(&["invalid"]).get(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -251,17 +316,35 @@ async fn paused_leaves_children_as_they_are() {
     });
     fake.clear_log();
     let cs = run(&fake, &ctx, &name).await;
-    let writes: Vec<_> = fake.log().into_iter().filter(|l| l.is_child_write()).collect();
-    assert!(writes.is_empty(), "paused must not touch children: {writes:?}");
+    let writes: Vec<_> = fake
+        .log()
+        .into_iter()
+        .filter(|l| l.is_child_write())
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "paused must not touch children: {writes:?}"
+    );
     assert_eq!(fake.get(&deployments(), &name), Some(dep_before));
     let rec = condition(&cs, "Reconciled");
-    assert_eq!((rec.status.as_str(), rec.reason.as_str()), ("False", "Paused"));
-    assert_eq!(cs.status.clone().and_then(|s| s.phase).as_deref(), Some("Paused"));
+    assert_eq!(
+        (rec.status.as_str(), rec.reason.as_str()),
+        ("False", "Paused")
+    );
+    assert_eq!(
+        cs.status.clone().and_then(|s| s.phase).as_deref(),
+        Some("Paused")
+    );
 
     // Unpausing applies the pending change.
-    fake.edit(&contentservers(), &name, |cs| cs["spec"]["paused"] = json!(false));
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["paused"] = json!(false)
+    });
     run(&fake, &ctx, &name).await;
-    assert_eq!(fake.get(&deployments(), &name).expect("Deployment")["spec"]["replicas"], 4);
+    assert_eq!(
+        fake.get(&deployments(), &name).expect("Deployment")["spec"]["replicas"],
+        4
+    );
 }
 
 #[tokio::test]
@@ -273,13 +356,21 @@ async fn media_node_statefulset_headless_pdb_and_servicemonitor_when_crd_exists(
     let sts = fake.get(&statefulsets(), &name).expect("StatefulSet");
     assert_eq!(sts["spec"]["podManagementPolicy"], "Parallel");
     assert_eq!(sts["spec"]["serviceName"], "media-headless");
-    assert_eq!(sts["spec"]["volumeClaimTemplates"].as_array().map(Vec::len), Some(3));
+    assert_eq!(
+        sts["spec"]["volumeClaimTemplates"].as_array().map(Vec::len),
+        Some(3)
+    );
     assert!(fake.get(&deployments(), &name).is_none());
-    assert_eq!(fake.get(&services(), "media-headless").expect("headless")["spec"]["clusterIP"], "None");
+    assert_eq!(
+        fake.get(&services(), "media-headless").expect("headless")["spec"]["clusterIP"],
+        "None"
+    );
     assert!(fake.get(&pdbs(), &name).is_some());
     // No Prometheus Operator CRD: no ServiceMonitor, and the condition says so.
     assert!(fake.get(&servicemonitors(), &name).is_none());
-    assert!(condition(&cs, "Reconciled").message.contains("ServiceMonitor"));
+    assert!(condition(&cs, "Reconciled")
+        .message
+        .contains("ServiceMonitor"));
 
     fake.insert(
         &crds(),
@@ -311,10 +402,20 @@ async fn claim_template_change_replaces_statefulset_with_orphaning_delete() {
     fake.clear_log();
     let cs = run(&fake, &ctx, &name).await;
 
-    let deletes: Vec<_> = fake.log().into_iter().filter(|l| l.method == "DELETE").collect();
-    let sts_deletes: Vec<_> = deletes.iter().filter(|l| l.path.contains("/statefulsets/")).collect();
+    let deletes: Vec<_> = fake
+        .log()
+        .into_iter()
+        .filter(|l| l.method == "DELETE")
+        .collect();
+    let sts_deletes: Vec<_> = deletes
+        .iter()
+        .filter(|l| l.path.contains("/statefulsets/"))
+        .collect();
     assert_eq!(sts_deletes.len(), 1, "{deletes:?}");
-    assert_eq!(sts_deletes[0].body["propagationPolicy"], "Orphan", "never a cascading delete");
+    assert_eq!(
+        sts_deletes[0].body["propagationPolicy"], "Orphan",
+        "never a cascading delete"
+    );
     for d in &deletes {
         assert_ne!(d.body["propagationPolicy"], "Foreground", "{d:?}");
         assert_ne!(d.body["propagationPolicy"], "Background", "{d:?}");
@@ -323,26 +424,39 @@ async fn claim_template_change_replaces_statefulset_with_orphaning_delete() {
         .events()
         .iter()
         .any(|(_, r, n)| r == "StatefulSetReplaced" && n.contains("volumeClaimTemplates")));
-    assert!(condition(&cs, "Reconciled").message.contains("replacing the StatefulSet"));
+    assert!(condition(&cs, "Reconciled")
+        .message
+        .contains("replacing the StatefulSet"));
     assert_eq!(condition(&cs, "Progressing").status, "True");
 
     // The next reconcile recreates it with the new template (the pods were orphaned, not deleted).
     run(&fake, &ctx, &name).await;
-    let sts = fake.get(&statefulsets(), &name).expect("StatefulSet recreated");
+    let sts = fake
+        .get(&statefulsets(), &name)
+        .expect("StatefulSet recreated");
     let sizes: Vec<&str> = sts["spec"]["volumeClaimTemplates"]
         .as_array()
         .expect("templates")
         .iter()
-        .map(|t| t["spec"]["resources"]["requests"]["storage"].as_str().expect("size"))
+        .map(|t| {
+            t["spec"]["resources"]["requests"]["storage"]
+                .as_str()
+                .expect("size")
+        })
         .collect();
     assert_eq!(sizes, vec!["8Ti", "4Ti", "4Ti"]);
 
     // A mutable change (threads) does not replace it.
-    fake.edit(&contentservers(), &name, |cs| cs["spec"]["volumes"][1]["pool"]["threads"] = json!(8));
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["volumes"][1]["pool"]["threads"] = json!(8)
+    });
     fake.clear_log();
     run(&fake, &ctx, &name).await;
     assert!(
-        !fake.log().iter().any(|l| l.method == "DELETE" && l.path.contains("/statefulsets/")),
+        !fake
+            .log()
+            .iter()
+            .any(|l| l.method == "DELETE" && l.path.contains("/statefulsets/")),
         "a mutable change must not replace the StatefulSet"
     );
 }
@@ -354,12 +468,18 @@ async fn switching_to_claim_templates_keeps_the_deployment_until_the_statefulset
     let name = create(&fake, "minimal.yaml");
     run(&fake, &ctx, &name).await;
     fake.edit(&contentservers(), &name, |cs| {
-        cs["spec"]["volumes"][0]["source"] = json!({"claimTemplate": {"size": "10Gi", "accessModes": ["ReadWriteOnce"]}})
+        cs["spec"]["volumes"][0]["source"] =
+            json!({"claimTemplate": {"size": "10Gi", "accessModes": ["ReadWriteOnce"]}})
     });
     let cs = run(&fake, &ctx, &name).await;
     assert!(fake.get(&statefulsets(), &name).is_some());
-    assert!(fake.get(&deployments(), &name).is_some(), "old Deployment keeps serving");
-    assert!(condition(&cs, "Reconciled").message.contains("previous Deployment keeps serving"));
+    assert!(
+        fake.get(&deployments(), &name).is_some(),
+        "old Deployment keeps serving"
+    );
+    assert!(condition(&cs, "Reconciled")
+        .message
+        .contains("previous Deployment keeps serving"));
 
     let gen = fake.get(&statefulsets(), &name).expect("sts")["metadata"]["generation"].clone();
     fake.set_status(
@@ -368,5 +488,8 @@ async fn switching_to_claim_templates_keeps_the_deployment_until_the_statefulset
         json!({"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "observedGeneration": gen}),
     );
     run(&fake, &ctx, &name).await;
-    assert!(fake.get(&deployments(), &name).is_none(), "Deployment removed once the StatefulSet is ready");
+    assert!(
+        fake.get(&deployments(), &name).is_none(),
+        "Deployment removed once the StatefulSet is ready"
+    );
 }

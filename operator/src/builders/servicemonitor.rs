@@ -2,8 +2,8 @@
 //! the operator needs no compiled-in Prometheus Operator types. Wanted only when
 //! `spec.metrics.serviceMonitor.enabled`; the reconciler also checks that its CRD exists. Pure.
 
-use crate::builders::{child_meta, selector_labels, workload_name};
 use crate::builders::service::ROLE_LABEL;
+use crate::builders::{child_meta, selector_labels, workload_name};
 use crate::crd::ContentServer;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::json;

@@ -219,8 +219,11 @@ impl FakeApi {
                     .filter(|((c, _), _)| *c == collection)
                     .map(|(_, v)| v.clone())
                     .collect();
-                (200, json!({"kind": "List", "apiVersion": "v1",
-                             "metadata": {"resourceVersion": st.rv.to_string()}, "items": items}))
+                (
+                    200,
+                    json!({"kind": "List", "apiVersion": "v1",
+                             "metadata": {"resourceVersion": st.rv.to_string()}, "items": items}),
+                )
             }
             ("GET", Some(name)) => match st.objects.get(&(collection, name.clone())) {
                 Some(v) => (200, v.clone()),
@@ -228,10 +231,16 @@ impl FakeApi {
             },
             ("POST", None) => {
                 let mut obj = body_v;
-                let name = obj["metadata"]["name"].as_str().map(str::to_string).unwrap_or_else(|| {
-                    let base = obj["metadata"]["generateName"].as_str().unwrap_or("obj-").to_string();
-                    format!("{base}{}", st.uid + 1)
-                });
+                let name = obj["metadata"]["name"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| {
+                        let base = obj["metadata"]["generateName"]
+                            .as_str()
+                            .unwrap_or("obj-")
+                            .to_string();
+                        format!("{base}{}", st.uid + 1)
+                    });
                 if st.objects.contains_key(&(collection.clone(), name.clone())) {
                     return status_response(409, "AlreadyExists", format!("{name} already exists"));
                 }
@@ -273,7 +282,13 @@ impl FakeApi {
                         (Some(old), None) => {
                             obj = body_v;
                             obj["status"] = old["status"].clone();
-                            for k in ["uid", "creationTimestamp", "resourceVersion", "generation", "deletionTimestamp"] {
+                            for k in [
+                                "uid",
+                                "creationTimestamp",
+                                "resourceVersion",
+                                "generation",
+                                "deletionTimestamp",
+                            ] {
                                 obj["metadata"][k] = old["metadata"][k].clone();
                             }
                         }
@@ -297,7 +312,11 @@ impl FakeApi {
                         merge_patch(&mut obj, &body_v);
                     }
                 } else {
-                    return status_response(415, "UnsupportedMediaType", format!("patch type {ct}"));
+                    return status_response(
+                        415,
+                        "UnsupportedMediaType",
+                        format!("patch type {ct}"),
+                    );
                 }
                 let old = old.unwrap_or(Value::Null);
                 if let Some(o) = obj.as_object_mut() {
@@ -463,7 +482,11 @@ pub fn example_contentservers() -> Vec<(String, Value, ContentServer)> {
             }
         }
     }
-    assert!(out.len() >= 3, "expected at least 3 example ContentServers, found {}", out.len());
+    assert!(
+        out.len() >= 3,
+        "expected at least 3 example ContentServers, found {}",
+        out.len()
+    );
     out
 }
 
