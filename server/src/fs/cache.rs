@@ -172,13 +172,15 @@ impl OpenFileCache {
     /// Store `file` as what `key` resolved to at `now` (replacing any entry; the old descriptor
     /// closes when its last user drops it).
     pub fn insert(&self, key: &[u8], file: OpenedFile, now: Instant) {
+        // The replaced or evicted entry is dropped (its descriptor maybe closed) after unlocking.
+        let _old: Option<OpenedFile>;
         let mut s = lock(self.shard(key));
         if s.cap == 0 {
             return;
         }
         if let Some(&i) = s.map.get(key) {
             let slot = &mut s.slots[i];
-            slot.file = file;
+            _old = Some(std::mem::replace(&mut slot.file, file));
             slot.resolved_at = now;
             return;
         }
@@ -191,8 +193,9 @@ impl OpenFileCache {
         };
         if i == s.slots.len() {
             s.slots.push(slot);
+            _old = None;
         } else {
-            s.slots[i] = slot;
+            _old = Some(std::mem::replace(&mut s.slots[i], slot).file);
         }
         s.map.insert(key.into(), i);
     }
@@ -227,6 +230,7 @@ impl OpenFileCache {
 
     /// Drop the entry for `key` if it still holds `file`'s inode.
     pub fn remove(&self, key: &[u8], file: &OpenedFile) {
+        let _removed: Slot; // dropped after the lock is released
         let mut s = lock(self.shard(key));
         let Some(&i) = s.map.get(key) else {
             return;
@@ -236,7 +240,7 @@ impl OpenFileCache {
         }
         s.map.remove(key);
         let last = s.slots.len() - 1;
-        s.slots.swap_remove(i);
+        _removed = s.slots.swap_remove(i);
         if i != last {
             let moved = s.slots[i].key.clone();
             s.map.insert(moved, i);
