@@ -26,7 +26,11 @@ pub struct Overflow {
 #[error("thread pool {0:?} lost a task")]
 pub struct TaskLost(pub String);
 
-type Job = Box<dyn FnOnce() + Send + 'static>;
+/// A task: runs the work, calls `done` (the thread becomes idle again and the metrics are
+/// updated), then hands the result to the waiting connection. Marking the thread idle before
+/// the result is delivered means a client that sends its next request as soon as it sees a
+/// response never finds the thread still "busy" with the previous one.
+type Job = Box<dyn FnOnce(&mut dyn FnMut()) + Send + 'static>;
 
 struct Queued {
     job: Job,
@@ -147,9 +151,11 @@ impl Pool {
         R: Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let job: Job = Box::new(move || {
+        let job: Job = Box::new(move |done: &mut dyn FnMut()| {
+            let r = f();
+            done();
             // The receiver may be gone (connection closed); the result is then dropped.
-            let _ = tx.send(f());
+            let _ = tx.send(r);
         });
         let inner = &self.inner;
         let mut st = inner.lock();
@@ -227,20 +233,29 @@ impl Inner {
                 .observe(start.duration_since(task.queued_at).as_secs_f64());
             self.m.busy.inc();
             failpoint_stall(&self.name);
+            let op = task.op;
+            let mut finished = false;
+            let mut done = || {
+                if finished {
+                    return;
+                }
+                finished = true;
+                let secs = start.elapsed().as_secs_f64();
+                self.m.busy.dec();
+                self.m.busy_seconds.inc_by(secs);
+                let om = self.m.op(op);
+                om.tasks.inc();
+                om.duration.observe(secs);
+                self.lock().idle += 1;
+            };
             let job = task.job;
             // A panicking task must not kill the thread; its oneshot sender is dropped, so the
             // caller sees TaskLost.
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&mut done))).is_err() {
                 tracing::error!(pool = %self.name, "thread pool task panicked");
             }
-            let secs = start.elapsed().as_secs_f64();
-            self.m.busy.dec();
-            self.m.busy_seconds.inc_by(secs);
-            let om = self.m.op(task.op);
-            om.tasks.inc();
-            om.duration.observe(secs);
+            done();
             st = self.lock();
-            st.idle += 1;
         }
     }
 }

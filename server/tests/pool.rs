@@ -185,3 +185,28 @@ fn a_panicking_task_does_not_kill_the_pool() {
     let r = rt.block_on(pool.run(PoolOp::Open, || 5usize));
     assert_eq!(r.unwrap(), 5);
 }
+
+#[test]
+fn a_thread_is_idle_again_before_its_result_arrives() {
+    // Request/response clients submit the next task as soon as the previous result is in: with
+    // one thread and max_queue 0 that must never overflow.
+    let m = Metrics::new(&["t"], 1);
+    let pool = Pool::start("t", 1, 0, &m).unwrap();
+    for i in 0..2000usize {
+        let rx = pool
+            .submit(PoolOp::Sendfile, move || i)
+            .unwrap_or_else(|e| panic!("task {i}: {e}"));
+        assert_eq!(rx.blocking_recv().unwrap(), i);
+    }
+    assert_eq!(
+        metric(&m, "contentserver_pool_rejected_total{volume=\"t\"}"),
+        0.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "contentserver_pool_tasks_total{op=\"sendfile\",volume=\"t\"}"
+        ),
+        2000.0
+    );
+}
