@@ -62,6 +62,15 @@ pub struct ServeArgs {
     /// Event-loop workers (0 = one per CPU core).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// listen(2) backlog of every listener.
+    #[arg(long)]
+    pub backlog: Option<u32>,
+    /// limits.max_connections: open client connections over all workers.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// limits.sendfile_max_chunk in bytes: the largest single sendfile call (one pool task).
+    #[arg(long, value_name = "BYTES")]
+    pub sendfile_max_chunk: Option<usize>,
     /// Admin listener ADDR:PORT; an empty string disables it.
     #[arg(long, value_name = "ADDR:PORT")]
     pub admin_listen: Option<String>,
@@ -130,6 +139,17 @@ impl ServeArgs {
         }
         if let Some(w) = self.workers {
             cfg.workers = w;
+        }
+        if let Some(b) = self.backlog {
+            for l in &mut cfg.listeners {
+                l.backlog = b;
+            }
+        }
+        if let Some(m) = self.max_connections {
+            cfg.limits.max_connections = m;
+        }
+        if let Some(c) = self.sendfile_max_chunk {
+            cfg.limits.sendfile_max_chunk = c;
         }
         if let Some(a) = &self.admin_listen {
             cfg.admin.listen = a.clone();

@@ -192,6 +192,48 @@ fn serve_root_with_overrides() {
 }
 
 #[test]
+fn serve_limit_overrides_take_effect() {
+    let d = tempdir();
+    std::fs::write(d.path().join("f.txt"), b"f").unwrap();
+    let s = Server::spawn(
+        &[
+            "serve",
+            "--root",
+            d.path().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "",
+            "--backlog",
+            "77",
+            "--max-connections",
+            "1",
+            "--sendfile-max-chunk",
+            "4096",
+        ],
+        &[],
+    );
+    assert!(s.logs().contains("backlog=77"), "{}", s.logs());
+    let mut first = s.connect();
+    first.send(b"GET /f.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(first.response(false).unwrap().status, 200);
+    // max_connections = 1: a second connection is closed at once.
+    let mut second = s.connect();
+    assert!(second.closed_within(std::time::Duration::from_secs(2)));
+    let (code, _, err) = run(&[
+        "serve",
+        "--root",
+        "/tmp",
+        "--sendfile-max-chunk",
+        "10",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("limits.sendfile_max_chunk"), "{err}");
+}
+
+#[test]
 fn serve_config_file_with_ipv6_listener() {
     let d = tempdir();
     std::fs::write(d.path().join("f.txt"), b"six").unwrap();
