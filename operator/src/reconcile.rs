@@ -285,14 +285,13 @@ async fn reconcile_inner(
             apply(&svcs, &service::headless_service(cs)).await?;
             let desired = statefulset(cs, &rendered.hash);
             let existing = stss.get_opt(&name).await?;
+            let terminating = existing
+                .as_ref()
+                .is_some_and(|e| e.metadata.deletion_timestamp.is_some());
             let conflict = existing
                 .as_ref()
                 .and_then(|e| immutable_change(e, &desired));
-            if let Some(existing) = existing
-                .as_ref()
-                .filter(|e| e.metadata.deletion_timestamp.is_some())
-            {
-                let _ = existing;
+            if terminating {
                 replacing = true;
                 notes.push(
                     "waiting for the replaced StatefulSet to be removed (pods keep serving)".into(),

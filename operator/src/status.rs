@@ -116,7 +116,14 @@ pub fn workload_conditions(
             now,
         )
     };
-    let progressing = if w.rolled_out() {
+    // Degraded: pods missing after the workload had settled (not while it starts or rolls).
+    let settled_before = previous.iter().any(|c| {
+        (c.type_ == PROGRESSING && c.status == "False")
+            || (c.type_ == DEGRADED && c.status == "True")
+    });
+    let template_current = w.observed_latest && w.updated >= w.desired;
+    let degraded = w.desired > 0 && w.ready < w.desired && template_current && settled_before;
+    let progressing = if w.rolled_out() || degraded {
         condition(
             previous,
             PROGRESSING,
@@ -140,28 +147,27 @@ pub fn workload_conditions(
             now,
         )
     };
-    let degraded =
-        if w.desired > 0 && w.ready < w.desired && w.observed_latest && w.updated >= w.desired {
-            condition(
-                previous,
-                DEGRADED,
-                true,
-                "ReplicasUnavailable",
-                format!("{}/{} pods ready", w.ready, w.desired),
-                generation,
-                now,
-            )
-        } else {
-            condition(
-                previous,
-                DEGRADED,
-                false,
-                "AsExpected",
-                String::new(),
-                generation,
-                now,
-            )
-        };
+    let degraded = if degraded {
+        condition(
+            previous,
+            DEGRADED,
+            true,
+            "ReplicasUnavailable",
+            format!("{}/{} pods ready", w.ready, w.desired),
+            generation,
+            now,
+        )
+    } else {
+        condition(
+            previous,
+            DEGRADED,
+            false,
+            "AsExpected",
+            String::new(),
+            generation,
+            now,
+        )
+    };
     let reconciled = condition(
         previous,
         RECONCILED,
@@ -218,7 +224,13 @@ pub fn transitions(old: &[Condition], new: &[Condition]) -> Vec<Transition> {
         .map(|c| {
             let bad = match c.type_.as_str() {
                 DEGRADED => c.status == "True",
-                AVAILABLE => c.status == "False" && c.reason != "ScaledToZero",
+                // Losing availability is bad; not having it yet (a fresh create) is not.
+                AVAILABLE => {
+                    c.status == "False"
+                        && old
+                            .iter()
+                            .any(|o| o.type_ == AVAILABLE && o.status == "True")
+                }
                 RECONCILED => c.status == "False" && c.reason != "Paused",
                 _ => false,
             };

@@ -1,0 +1,94 @@
+//! Conditions, phase and Event-worthy transitions computed from workload state (pure).
+
+use content_operator::status::{
+    phase, transitions, workload_conditions, WorkloadState, AVAILABLE, DEGRADED, PROGRESSING,
+    RECONCILED,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+fn get<'a>(c: &'a [Condition], t: &str) -> &'a Condition {
+    c.iter().find(|x| x.type_ == t).expect("condition")
+}
+
+fn state(desired: i32, ready: i32, updated: i32) -> WorkloadState {
+    WorkloadState {
+        desired,
+        replicas: desired,
+        ready,
+        updated,
+        observed_latest: true,
+    }
+}
+
+#[test]
+fn fresh_rollout_progresses_without_degraded_or_warnings() {
+    let now = Timestamp::now();
+    let c = workload_conditions(&[], &state(3, 0, 3), None, Some(1), now);
+    assert_eq!(get(&c, PROGRESSING).status, "True");
+    assert_eq!(
+        get(&c, DEGRADED).status,
+        "False",
+        "starting pods are not degraded"
+    );
+    assert_eq!(get(&c, AVAILABLE).status, "False");
+    assert_eq!(get(&c, RECONCILED).status, "True");
+    assert_eq!(phase(&c), "Progressing");
+    assert!(
+        transitions(&[], &c).iter().all(|t| !t.warning),
+        "{:?}",
+        transitions(&[], &c)
+    );
+}
+
+#[test]
+fn losing_pods_after_settling_is_degraded_with_a_warning_then_recovers() {
+    let t0 = Timestamp::now();
+    let settled = workload_conditions(&[], &state(3, 3, 3), None, Some(1), t0);
+    assert_eq!(get(&settled, PROGRESSING).status, "False");
+    assert_eq!(get(&settled, AVAILABLE).status, "True");
+    assert_eq!(phase(&settled), "Ready");
+
+    let t1 = t0 + SignedDuration::from_secs(60);
+    let lost = workload_conditions(&settled, &state(3, 1, 3), None, Some(1), t1);
+    assert_eq!(get(&lost, DEGRADED).status, "True");
+    assert_eq!(get(&lost, DEGRADED).reason, "ReplicasUnavailable");
+    assert_eq!(get(&lost, DEGRADED).last_transition_time.0, t1);
+    // Available did not change status: its transition time is kept.
+    assert_eq!(get(&lost, AVAILABLE).last_transition_time.0, t0);
+    assert_eq!(phase(&lost), "Degraded");
+    let tr = transitions(&settled, &lost);
+    assert!(
+        tr.iter()
+            .any(|t| t.warning && t.reason == "ReplicasUnavailable"),
+        "{tr:?}"
+    );
+
+    let t2 = t1 + SignedDuration::from_secs(60);
+    let back = workload_conditions(&lost, &state(3, 3, 3), None, Some(1), t2);
+    assert_eq!(get(&back, DEGRADED).status, "False");
+    assert_eq!(phase(&back), "Ready");
+}
+
+#[test]
+fn scale_up_after_settling_progresses_instead_of_degrading() {
+    let t0 = Timestamp::now();
+    let settled = workload_conditions(&[], &state(3, 3, 3), None, Some(1), t0);
+    let scaling = workload_conditions(&settled, &state(5, 3, 3), None, Some(2), t0);
+    assert_eq!(get(&scaling, PROGRESSING).status, "True");
+    assert_eq!(get(&scaling, DEGRADED).status, "False");
+}
+
+#[test]
+fn scaled_to_zero_is_not_available_but_not_a_warning() {
+    let t0 = Timestamp::now();
+    let settled = workload_conditions(&[], &state(3, 3, 3), None, Some(1), t0);
+    let zero = workload_conditions(&settled, &state(0, 0, 0), None, Some(2), t0);
+    assert_eq!(get(&zero, AVAILABLE).reason, "ScaledToZero");
+    let tr = transitions(&settled, &zero);
+    assert!(
+        tr.iter()
+            .all(|t| !(t.warning && t.reason == "ScaledToZero")),
+        "{tr:?}"
+    );
+}
