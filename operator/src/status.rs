@@ -227,6 +227,7 @@ pub fn transitions(old: &[Condition], new: &[Condition]) -> Vec<Transition> {
                 // Losing availability is bad; not having it yet (a fresh create) is not.
                 AVAILABLE => {
                     c.status == "False"
+                        && c.reason != "ScaledToZero"
                         && old
                             .iter()
                             .any(|o| o.type_ == AVAILABLE && o.status == "True")
