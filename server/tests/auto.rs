@@ -23,6 +23,16 @@ fn disk_dir() -> tempfile::TempDir {
 
 /// Start a server with one volume `disk` at `dir` and the given offload mode / chunk / cache window.
 fn start(dir: &Path, offload: &str, max_chunk: usize, valid_ms: u64) -> Server {
+    start_with(dir, offload, max_chunk, valid_ms, "")
+}
+
+fn start_with(
+    dir: &Path,
+    offload: &str,
+    max_chunk: usize,
+    valid_ms: u64,
+    failpoints: &str,
+) -> Server {
     let dir = dir.to_owned();
     let offload = offload.to_owned();
     Server::start(
@@ -38,7 +48,7 @@ fn start(dir: &Path, offload: &str, max_chunk: usize, valid_ms: u64) -> Server {
                 dir.display()
             )
         },
-        "",
+        failpoints,
     )
 }
 
@@ -359,4 +369,49 @@ fn volume_without_rwf_nowait_falls_back_to_the_pool_and_says_so() {
         1,
         "logged more than once:\n{log}"
     );
+}
+
+/// Kernels without openat2 RESOLVE_CACHED (before 5.12) or gVisor cannot be had here, so the
+/// probe's answer is injected (failpoint `nowait::probe`): the whole volume then runs as
+/// `always` — opens and reads on the pool, no page-cache hits — and the log says so once.
+#[cfg(feature = "failpoints")]
+#[test]
+fn volume_whose_probe_fails_runs_as_always_and_says_so() {
+    let dir = disk_dir();
+    let data = pattern(100 << 10, 5);
+    write_file(&dir.path().join("f.bin"), &data);
+    std::fs::read(dir.path().join("f.bin")).unwrap();
+    let mut s = start_with(
+        dir.path(),
+        "auto",
+        1 << 20,
+        60_000,
+        "nowait::probe=return(ENOSYS injected)",
+    );
+    let before = counters(&s);
+    let r = fetch(s.addr, "/f.bin", "");
+    assert_eq!(r.status, 200);
+    assert!(r.body == data);
+    let after = counters(&s);
+    assert_eq!(after.pool_open, before.pool_open + 1.0);
+    assert_eq!(after.pool_sendfile, before.pool_sendfile + 1.0);
+    assert_eq!(after.open_hits + after.read_hits, 0.0);
+    assert_eq!(after.open_misses, before.open_misses + 1.0);
+    assert_eq!(after.read_misses, before.read_misses + 1.0);
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    let mut log = String::new();
+    s.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert_eq!(
+        log.matches("offload=auto is not supported on this volume")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("ENOSYS injected"), "{log}");
 }

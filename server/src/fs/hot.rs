@@ -163,9 +163,13 @@ impl HotPath {
             Lookup::Stale(f) => Some(f),
             Lookup::Miss => None,
         };
-        let Some(support) = self.support.as_ref().filter(|s| s.open_inline()) else {
+        let Some(support) = self.support.as_ref() else {
             return Ok(InlineOpen::NeedsOpen);
         };
+        if !support.open_inline() {
+            self.open_misses.inc();
+            return Ok(InlineOpen::NeedsOpen);
+        }
         match super::open::open_file_cached(root, rel, index) {
             Ok(Nowait::Ready(f)) => {
                 self.remember(rel, stale.as_ref(), &f, now);
