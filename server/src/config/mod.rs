@@ -108,9 +108,10 @@ pub struct OpenFileCache {
     pub max_entries: usize,
     /// Milliseconds an entry is trusted before its path is looked up again and compared by
     /// device and inode (a file renamed over the cached one is noticed within this time). With
-    /// `offload = auto` or `never` every use also fstats the cached descriptor (no I/O), so a file
-    /// modified in place, deleted or replaced is noticed at once; with `always` (no file system
-    /// call on the event loop) an entry is trusted unchecked for this long (nginx semantics).
+    /// `offload = never`, or `auto` on a volume with RWF_NOWAIT, every use also fstats the cached
+    /// descriptor (no I/O), so a file modified in place, deleted or replaced is noticed at once;
+    /// otherwise (no file system call on the event loop) an entry is trusted unchecked for this
+    /// long (nginx semantics).
     #[serde(default = "default_ofc_valid_ms")]
     pub valid_ms: u64,
 }

@@ -148,7 +148,7 @@ impl HotPath {
     ) -> Result<InlineOpen, OpenError> {
         let now = Instant::now();
         let stale = match self.cache.get(rel, now) {
-            Lookup::Fresh(f) if self.offload == Offload::Always => return Ok(self.open_hit(f)),
+            Lookup::Fresh(f) if !self.fstat_on_use() => return Ok(self.open_hit(f)),
             Lookup::Fresh(f) => match cache::check(&f) {
                 Ok(Check::Same) => return Ok(self.open_hit(f)),
                 Ok(Check::Changed(f)) => {
@@ -190,6 +190,19 @@ impl HotPath {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// Whether a fresh cache entry is fstat-ed before use: with `never` (blocking calls are
+    /// allowed) and with `auto` on a volume whose reads are page-cache capable (a local
+    /// filesystem, where fstat of an open descriptor never waits). Not with `always`, nor on an
+    /// `auto` volume without RWF_NOWAIT (NFS, FUSE: fstat may ask a server): there an entry is
+    /// trusted for `valid_ms`.
+    fn fstat_on_use(&self) -> bool {
+        match self.offload {
+            Offload::Never => true,
+            Offload::Always => false,
+            Offload::Auto => self.reads_inline(),
         }
     }
 
