@@ -123,13 +123,14 @@ def code_access(src: Path) -> set[Triple]:
         # Watched kinds: everything controller wiring names is listed and watched.
         if re.search(r"Controller::new\(|\.owns\(|watcher\(", text):
             for kind in re.findall(r"Api<\s*(\w+)\s*>", text):
-                add(kind, {"list", "watch"})
+                if not _type_param(kind):
+                    add(kind, {"list", "watch"})
         if "Recorder::new(" in text:
             out.update({("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch")})
         for fn in _functions(text):
             # Variables (let bindings, parameters, struct fields) of type Api<K>.
             for var, kind in re.findall(r"\b(\w+)\s*:\s*&?Api<\s*(\w+)\s*>", fn):
-                if kind == "K" or not kind[0].isupper() or len(kind) == 1:
+                if _type_param(kind):
                     continue
                 verbs, status_verbs = _verbs_on(fn, var)
                 add(kind, verbs)
@@ -143,7 +144,7 @@ def code_access(src: Path) -> set[Triple]:
                     add(kind, verbs)
         # Struct fields used through `self.FIELD.method(`.
         for field, kind in re.findall(r"\b(\w+)\s*:\s*Api<\s*(\w+)\s*>\s*,", text):
-            if kind[0].isupper() and len(kind) > 1:
+            if not _type_param(kind):
                 verbs, status_verbs = _verbs_on(text, f"self.{field}")
                 add(kind, verbs)
                 add(kind, status_verbs, status=True)
@@ -154,6 +155,11 @@ def code_access(src: Path) -> set[Triple]:
             if kinds.get(kind) not in resources:
                 raise AssertionError(f"Api<{kind}> is used but no call on it was recognised")
     return out
+
+
+def _type_param(name: str) -> bool:
+    """A generic parameter such as `K` (one capital letter), not a concrete kind."""
+    return len(name) == 1 or not name[0].isupper()
 
 
 def _var_kind(text: str, var: str) -> str | None:
