@@ -110,7 +110,7 @@ pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: Strin
         loop {
             let n: usize = stores.iter().map(|s| s.state().len()).sum();
             gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
-            tokio::time::sleep(Duration::from_secs(5)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
     tracing::info!(

@@ -11,7 +11,8 @@
 use bytes::Bytes;
 use content_operator::crd::ContentServer;
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body::Frame;
+use http_body_util::{BodyExt, Full, StreamBody};
 use kube::client::Body;
 use kube::Client;
 use serde_json::{json, Value};
@@ -167,6 +168,16 @@ impl FakeApi {
                     .await
                     .map(|c| c.to_bytes())
                     .unwrap_or_default();
+                if parts.uri.query().unwrap_or("").contains("watch=true") {
+                    // A watch that stays open and silent: objects come from the initial LIST.
+                    let pending = futures::stream::pending::<Result<Frame<Bytes>, Infallible>>();
+                    let resp = Response::builder()
+                        .status(StatusCode::OK)
+                        .header("content-type", "application/json")
+                        .body(StreamBody::new(pending).boxed())
+                        .expect("response");
+                    return Ok::<_, Infallible>(resp);
+                }
                 let (code, value) = fake.handle(
                     parts.method.as_str(),
                     parts.uri.path(),
@@ -181,7 +192,7 @@ impl FakeApi {
                 let resp = Response::builder()
                     .status(StatusCode::from_u16(code).expect("status code"))
                     .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(value.to_string())))
+                    .body(Full::new(Bytes::from(value.to_string())).boxed())
                     .expect("response");
                 Ok::<_, Infallible>(resp)
             }
