@@ -362,3 +362,16 @@ fn cel_requires_routes_for_several_volumes_and_distinct_ports() {
     obj["spec"]["metrics"]["port"] = json!(8080);
     assert_rejected(&obj, "metrics.port must differ from server.port");
 }
+
+#[test]
+fn crd_subcommand_prints_the_committed_yaml() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_content-operator"))
+        .arg("crd")
+        .output()
+        .expect("run content-operator crd");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let committed =
+        std::fs::read_to_string(repo_root().join("crds/contentservers.contentserver.dev.yaml"))
+            .expect("committed CRD");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), committed);
+}
