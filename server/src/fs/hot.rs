@@ -263,6 +263,10 @@ impl HotPath {
             return Ok(InlineSend::Miss);
         };
         let want = len.min(INLINE_CHUNK);
+        if want == 0 {
+            // Nothing to send is not "sent 0 bytes" (which would read as end of file).
+            return Ok(InlineSend::Miss);
+        }
         if support.cachestat() {
             match nowait::all_resident(file.as_fd(), offset, want as u64) {
                 Ok(true) => {}
