@@ -90,9 +90,32 @@ pub async fn reconcile(cs: Arc<ContentServer>, ctx: Arc<Context>) -> Result<Acti
                 .inc();
             ctx.metrics.errors.inc();
             tracing::warn!(contentserver = %key(&cs), error = %e, "reconcile failed");
+            record_failure(&cs, &ctx, e).await;
         }
     }
     res.map(|(a, _)| a)
+}
+
+/// Best effort: show a failed reconcile as `Reconciled=False/ApplyFailed` (with an Event on the
+/// transition). A failure to write the status is only logged; the error policy retries anyway.
+async fn record_failure(cs: &ContentServer, ctx: &Context, err: &Error) {
+    let previous = cs.status.clone().unwrap_or_default();
+    let cond = status::condition(
+        &previous.conditions,
+        RECONCILED,
+        false,
+        "ApplyFailed",
+        err.to_string(),
+        cs.metadata.generation,
+        Timestamp::now(),
+    );
+    let st = status::with_conditions(
+        Some(&previous),
+        status::merge_conditions(&previous.conditions, vec![cond]),
+    );
+    if let Err(e) = write_status(ctx, cs, st).await {
+        tracing::warn!(contentserver = %key(cs), error = %e, "cannot record the failure in status");
+    }
 }
 
 /// The error policy: exponential backoff per object, 5 s doubling up to 5 min.

@@ -369,7 +369,11 @@ fn crd_subcommand_prints_the_committed_yaml() {
         .arg("crd")
         .output()
         .expect("run content-operator crd");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let committed =
         std::fs::read_to_string(repo_root().join("crds/contentservers.contentserver.dev.yaml"))
             .expect("committed CRD");

@@ -7,11 +7,13 @@ mod support;
 use content_operator::builders::CONFIG_HASH_ANNOTATION;
 use content_operator::crd::ContentServer;
 use content_operator::metrics::Metrics;
-use content_operator::reconcile::{reconcile, Context};
+use content_operator::reconcile::{error_policy, reconcile, Context};
 use kube::api::Api;
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{json, Value};
 use std::sync::Arc;
+use std::time::Duration;
 use support::*;
 
 fn context(fake: &FakeApi) -> Arc<Context> {
@@ -491,5 +493,52 @@ async fn switching_to_claim_templates_keeps_the_deployment_until_the_statefulset
     assert!(
         fake.get(&deployments(), &name).is_none(),
         "Deployment removed once the StatefulSet is ready"
+    );
+}
+
+#[tokio::test]
+async fn api_failure_is_reported_in_status_and_retried_with_backoff() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = create(&fake, "minimal.yaml");
+    fake.fail("PATCH", "/deployments/", 422);
+    let api: Api<ContentServer> = Api::namespaced(fake.client(), NS);
+    let cs = Arc::new(api.get(&name).await.expect("get"));
+    let err = reconcile(cs.clone(), ctx.clone())
+        .await
+        .expect_err("apply of the Deployment fails");
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    assert_eq!(ctx.metrics.errors.get(), 1);
+    assert_eq!(
+        ctx.metrics.reconciles.with_label_values(&["error"]).get(),
+        1
+    );
+    let cs_after = api.get(&name).await.expect("get");
+    let rec = condition(&cs_after, "Reconciled");
+    assert_eq!(
+        (rec.status.as_str(), rec.reason.as_str()),
+        ("False", "ApplyFailed")
+    );
+    assert!(rec.message.contains("injected failure"), "{}", rec.message);
+    assert!(fake
+        .events()
+        .iter()
+        .any(|(t, r, _)| t == "Warning" && r == "ApplyFailed"));
+    // Backoff doubles per consecutive failure and is capped.
+    assert_eq!(
+        error_policy(cs.clone(), &err, ctx.clone()),
+        Action::requeue(Duration::from_secs(5))
+    );
+    assert_eq!(
+        error_policy(cs.clone(), &err, ctx.clone()),
+        Action::requeue(Duration::from_secs(10))
+    );
+    assert_eq!(
+        error_policy(cs.clone(), &err, ctx.clone()),
+        Action::requeue(Duration::from_secs(20))
+    );
+    assert_eq!(
+        content_operator::reconcile::backoff(30),
+        Duration::from_secs(300)
     );
 }

@@ -49,6 +49,8 @@ impl Logged {
 
 #[derive(Default)]
 struct State {
+    /// Injected failures: (method, path substring, HTTP code).
+    failures: Vec<(String, String, u16)>,
     objects: BTreeMap<(String, String), Value>,
     log: Vec<Logged>,
     rv: u64,
@@ -216,6 +218,17 @@ impl FakeApi {
             content_type: ct.into(),
             body: body_v.clone(),
         });
+        if let Some((_, _, code)) = st
+            .failures
+            .iter()
+            .find(|(m, p, _)| m == method && path.contains(p.as_str()))
+        {
+            return status_response(
+                *code,
+                "Invalid",
+                format!("injected failure for {method} {path}"),
+            );
+        }
         let (collection, name, sub) = split_path(path);
         let ns = path
             .split("/namespaces/")
@@ -385,6 +398,15 @@ impl FakeApi {
         st.objects
             .insert((collection.to_string(), name), obj.clone());
         obj
+    }
+
+    /// Make every `method` request whose path contains `path_part` fail with `code`.
+    pub fn fail(&self, method: &str, path_part: &str, code: u16) {
+        self.state.lock().expect("fake state").failures.push((
+            method.into(),
+            path_part.into(),
+            code,
+        ));
     }
 
     pub fn get(&self, collection: &str, name: &str) -> Option<Value> {
