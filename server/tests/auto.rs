@@ -415,3 +415,69 @@ fn volume_whose_probe_fails_runs_as_always_and_says_so() {
     );
     assert!(log.contains("ENOSYS injected"), "{log}");
 }
+
+/// The point of `auto`: with the volume's only pool thread stalled on a cold read (failpoint
+/// `pool_task` delays every task of the pool) and nothing allowed to queue, resident files of the
+/// same volume are still served at once on the same event loop, with no 503; `always` would need
+/// that pool for every body chunk.
+#[cfg(feature = "failpoints")]
+#[test]
+fn hits_are_served_while_the_pool_is_stalled_on_a_miss() {
+    let dir = disk_dir();
+    let hot = pattern(512 << 10, 6);
+    let cold = pattern(256 << 10, 7);
+    write_file(&dir.path().join("hot.bin"), &hot);
+    write_file(&dir.path().join("cold.bin"), &cold);
+    std::fs::read(dir.path().join("hot.bin")).unwrap();
+    let dir_path = dir.path().to_owned();
+    let s = Server::start(
+        move |port, admin| {
+            format!(
+                "workers = 1\n\
+                 [[listeners]]\naddress = \"127.0.0.1\"\nport = {port}\n\n\
+                 [admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
+                 [[volumes]]\nname = \"{VOL}\"\npath = \"{}\"\noffload = \"auto\"\n\
+                 [volumes.pool]\nthreads = 1\nmax_queue = 0\n",
+                dir_path.display()
+            )
+        },
+        &format!("pool_task=return({VOL}:1500)"),
+    );
+    // Warm the opens (fstat-checked cache entries), then evict the cold file's data.
+    assert_eq!(
+        fetch(s.addr, "/hot.bin", "Range: bytes=0-0\r\n").status,
+        206
+    );
+    evict(&dir.path().join("cold.bin"));
+    let addr = s.addr;
+    let t0 = std::time::Instant::now();
+    let cold_req = std::thread::spawn(move || fetch(addr, "/cold.bin", ""));
+    assert!(
+        admin_support::wait_until(Duration::from_secs(2), || {
+            s.metrics()
+                .get("contentserver_pool_busy_threads", &[("volume", VOL)])
+                == 1.0
+        }),
+        "the cold read never reached the pool"
+    );
+    for _ in 0..10 {
+        let t = std::time::Instant::now();
+        let r = fetch(s.addr, "/hot.bin", "");
+        assert_eq!(r.status, 200);
+        assert!(r.body == hot);
+        assert!(
+            t.elapsed() < Duration::from_millis(300),
+            "hot request took {:?} while the pool was stalled",
+            t.elapsed()
+        );
+    }
+    let r = cold_req.join().unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.body == cold);
+    assert!(t0.elapsed() >= Duration::from_millis(1500));
+    assert_eq!(
+        s.metrics()
+            .get("contentserver_pool_rejected_total", &[("volume", VOL)]),
+        0.0
+    );
+}
