@@ -379,3 +379,35 @@ fn crd_subcommand_prints_the_committed_yaml() {
             .expect("committed CRD");
     assert_eq!(String::from_utf8_lossy(&out.stdout), committed);
 }
+
+/// Every field written in `raw` survives in `typed` (nothing a typo would make the apiserver prune).
+fn assert_subset(raw: &Value, typed: &Value, path: &str) {
+    match (raw, typed) {
+        (Value::Object(r), Value::Object(t)) => {
+            for (k, v) in r {
+                let tv = t
+                    .get(k)
+                    .unwrap_or_else(|| panic!("{path}.{k}: unknown field (would be pruned)"));
+                assert_subset(v, tv, &format!("{path}.{k}"));
+            }
+        }
+        (Value::Array(r), Value::Array(t)) => {
+            assert_eq!(r.len(), t.len(), "{path}");
+            for (i, (a, b)) in r.iter().zip(t).enumerate() {
+                assert_subset(a, b, &format!("{path}[{i}]"));
+            }
+        }
+        (Value::Number(a), Value::Number(b)) => {
+            assert_eq!(a.as_f64(), b.as_f64(), "{path}");
+        }
+        (a, b) => assert_eq!(a, b, "{path}"),
+    }
+}
+
+#[test]
+fn examples_use_only_fields_the_crd_knows() {
+    for (file, raw, cs) in example_contentservers() {
+        let typed = serde_json::to_value(&cs).expect("json");
+        assert_subset(&raw["spec"], &typed["spec"], &format!("examples/{file}: spec"));
+    }
+}
