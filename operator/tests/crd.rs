@@ -408,6 +408,10 @@ fn assert_subset(raw: &Value, typed: &Value, path: &str) {
 fn examples_use_only_fields_the_crd_knows() {
     for (file, raw, cs) in example_contentservers() {
         let typed = serde_json::to_value(&cs).expect("json");
-        assert_subset(&raw["spec"], &typed["spec"], &format!("examples/{file}: spec"));
+        assert_subset(
+            &raw["spec"],
+            &typed["spec"],
+            &format!("examples/{file}: spec"),
+        );
     }
 }
