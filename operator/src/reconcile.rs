@@ -242,7 +242,8 @@ async fn reconcile_inner(
         return Ok((Action::await_change(), result::PAUSED));
     }
 
-    let errors = validation::validate(&cs.spec);
+    let mut errors = validation::validate_name(&cs.name_any());
+    errors.extend(validation::validate(&cs.spec));
     if !errors.is_empty() {
         let message = errors
             .iter()

@@ -166,6 +166,30 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
     errs
 }
 
+/// Longest ContentServer name: children are named `<name>-headless` (a 63-char DNS-1035 Service
+/// name) and StatefulSet pods carry `controller-revision-hash: <name>-<10 chars>` (a 63-char label).
+pub const MAX_NAME: usize = 52;
+
+/// Problems with the ContentServer's own name (children derive their names from it).
+pub fn validate_name(name: &str) -> Vec<SpecError> {
+    let dns1035 = !name.is_empty()
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if name.len() > MAX_NAME || !dns1035 {
+        vec![SpecError {
+            field: "metadata.name".into(),
+            message: format!(
+                "{name:?} must be a DNS-1035 label of at most {MAX_NAME} characters (its children are named after it)"
+            ),
+        }]
+    } else {
+        Vec::new()
+    }
+}
+
 /// True for a Kubernetes quantity such as `500Gi`, `1.5T` or `1000`.
 pub fn is_quantity(s: &str) -> bool {
     const SUFFIXES: [&str; 13] = [

@@ -414,3 +414,22 @@ fn spec_path_maps_server_fields() {
     assert_eq!(spec_path("http.index[0]"), "spec.server.index[0]");
     assert_eq!(spec_path("workers"), "spec.server.workers");
 }
+
+#[test]
+fn contentserver_names_must_leave_room_for_child_names() {
+    use content_operator::validation::{validate_name, MAX_NAME};
+    assert!(validate_name("media").is_empty());
+    assert!(validate_name(&"a".repeat(MAX_NAME)).is_empty());
+    assert_eq!(
+        validate_name(&"a".repeat(MAX_NAME + 1))[0].field,
+        "metadata.name"
+    );
+    assert!(
+        !validate_name("1media").is_empty(),
+        "Service names must start with a letter"
+    );
+    assert!(
+        !validate_name("media.v2").is_empty(),
+        "no dots in Service names"
+    );
+}
