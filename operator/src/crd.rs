@@ -96,6 +96,7 @@ pub struct ContentServerSpec {
     pub image_pull_policy: PullPolicy,
     /// Secrets for pulling the image.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
     pub image_pull_secrets: Vec<LocalObjectReference>,
     /// Mounted volumes, one thread pool each (one per disk is the intended layout).
     #[schemars(length(min = 1, max = 32))]
@@ -436,8 +437,10 @@ pub struct SchedulingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub tolerations: Vec<Toleration>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
     pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
