@@ -9,9 +9,11 @@ overflowing bursts), then resolves the dashboard variables through the Prometheu
 Grafana does, substitutes them into every panel query of contentserver.json, and fails if any
 query returns no data (no series, or only NaN, over the load window).
 
-operator.json is not evaluated here: the operator's /metrics only runs next to a Kubernetes API.
-Its queries are linted in test_dashboards.py (metric names checked against
-operator/src/metrics.rs).
+operator.json is evaluated the same way against the real content-operator binary, run against a
+minimal in-memory Kubernetes API (e2e/lib/fake_kube.py) that lists two ContentServers (the
+repository's examples/minimal.yaml in two namespaces), re-sends them as MODIFIED every second and
+fails every write in one namespace: the operator's real reconciles (ok and error) drive its
+metrics.
 """
 
 import http.client
@@ -24,12 +26,15 @@ import urllib.error
 import urllib.request
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from lib import dashboards as D  # noqa: E402
+from lib import fake_kube  # noqa: E402
 from lib import stack  # noqa: E402
 
 TARGET_LABELS = {"namespace": "e2e", "contentserver": "films", "pod": "films-0"}
+OPERATOR_LABELS = {"namespace": "content-system", "pod": "content-operator-0"}
 STALL_MS = 300
 LOAD_SECONDS = 8
 # Grafana's $__rate_interval for a 1 s scrape interval: max($__interval + 1s, 4 * 1s).
@@ -99,23 +104,30 @@ def env(tmp_path_factory):
     srv = stack.ContentServer(
         tmp, [("slow", slow, "always", 2, 2), ("fast", fast, "auto", 4, 64)],
         env_extra={"FAILPOINTS": f"pool_task=return(slow:{STALL_MS})"})
-    prom = None
+    prom = kube = op = None
     try:
+        example = yaml.safe_load((D.ROOT / "examples" / "minimal.yaml").read_text())
+        good = dict(example, metadata=dict(example["metadata"], namespace="media"))
+        bad = dict(example, metadata=dict(example["metadata"], namespace="broken", name="bad"))
+        kube = fake_kube.FakeKube([good, bad], failing_namespaces=["broken"])
+        op = stack.Operator(tmp, kube.kubeconfig(tmp / "kubeconfig"))
         prom = stack.Prometheus(
-            tmp, [("content-server", f"127.0.0.1:{srv.admin_port}", TARGET_LABELS)],
+            tmp, [("content-server", f"127.0.0.1:{srv.admin_port}", TARGET_LABELS),
+                  ("content-operator", f"127.0.0.1:{op.port}", OPERATOR_LABELS)],
             rule_files=[D.ALERTS])
         stack.wait_until(
-            "first scrape of content-server",
-            lambda: prom.api("query", query='up{job="content-server"} == 1')["result"],
-            timeout=15, proc=prom.proc.p, log=prom.proc.log)
+            "first scrape of content-server and content-operator",
+            lambda: len(prom.api("query", query="up == 1")["result"]) == 2,
+            timeout=20, proc=prom.proc.p, log=prom.proc.log)
         start = time.time()
         counts = run_load(srv)
         time.sleep(3)  # the last scrapes and rule evaluations
         end = time.time()
         yield {"srv": srv, "prom": prom, "start": start, "end": end, "counts": counts}
     finally:
-        if prom is not None:
-            prom.stop()
+        for p in (prom, op, kube):
+            if p is not None:
+                p.stop()
         srv.stop()
 
 
@@ -161,15 +173,22 @@ def test_variables_resolve_to_the_target_labels(env):
     assert sorted(values["volume"]) == ["fast", "slow"]
 
 
-def test_every_contentserver_panel_query_returns_data(env):
+def test_operator_variables_resolve_to_the_target_labels(env):
+    dash = D.load("operator.json")
+    values = resolve_variables(env["prom"], dash, env["start"], env["end"])
+    assert values == {"namespace": ["content-system"], "pod": ["content-operator-0"]}
+
+
+@pytest.mark.parametrize("name,min_queries", [("contentserver.json", 25), ("operator.json", 5)])
+def test_every_panel_query_returns_data(env, name, min_queries):
     prom = env["prom"]
-    dash = D.load("contentserver.json")
+    dash = D.load(name)
     values = resolve_variables(prom, dash, env["start"], env["end"])
     # Every variable at its default, "All" (Grafana sends a multi-value as a regex `(a|b)`);
     # panels of the repeated pool row get one volume each, as Grafana repeats them.
     base = {k: grafana_multi(v) for k, v in values.items()}
     repeated = {p["id"] for p in D.repeated_panels(dash, "volume")}
-    assert repeated, "no panels repeated per volume"
+    assert repeated or name == "operator.json", "no panels repeated per volume"
     empty, checked = [], 0
     for panel, target in D.queries(dash):
         for vol in (values["volume"] if panel["id"] in repeated else [None]):
@@ -179,7 +198,7 @@ def test_every_contentserver_panel_query_returns_data(env):
             checked += 1
             if not has_data(evaluate(prom, expr, env)):
                 empty.append(f"{panel['title']} [{target['refId']}] volume={vol}: {expr}")
-    assert checked >= 25
+    assert checked >= min_queries
     assert not empty, "panel queries with no data:\n" + "\n".join(empty)
 
 
@@ -211,6 +230,21 @@ def test_panels_show_the_overflow_on_the_slow_volume_only(env):
     assert peak("p99 queue wait", "slow") >= STALL_MS / 1000 / 2
     assert peak("5xx ratio", "slow") > 0
     assert peak("Pool utilisation", "slow", ref="B") > 0.5
+
+
+def test_operator_panels_show_reconciles_and_errors(env):
+    prom = env["prom"]
+    dash = D.load("operator.json")
+
+    def series_peaks(title, ref="A"):
+        expr = D.substitute(panel_expr(dash, title, ref), dict(OPERATOR_LABELS),
+                            rate_interval=RATE_INTERVAL)
+        return {s["metric"].get("result", ""): max_value([s]) for s in evaluate(prom, expr, env)}
+
+    by_result = series_peaks("Reconciles/s by result")
+    assert by_result.get("ok", 0) > 0 and by_result.get("error", 0) > 0, by_result
+    assert max(series_peaks("Reconcile errors/s").values()) > 0
+    assert max(series_peaks("Managed ContentServers").values()) == 2
 
 
 def test_alert_rules_evaluate_against_real_metrics(env):

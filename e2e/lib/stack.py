@@ -83,11 +83,11 @@ class Proc:
         self.p = subprocess.Popen(
             argv, stdout=self._logf, stderr=subprocess.STDOUT, env=env, cwd=cwd)
 
-    def stop(self):
+    def stop(self, grace=10):
         if self.p.poll() is None:
             self.p.terminate()
             try:
-                self.p.wait(timeout=10)
+                self.p.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 self.p.kill()
                 self.p.wait(timeout=5)
@@ -189,3 +189,34 @@ class Prometheus:
 
     def stop(self):
         self.proc.stop()
+
+
+class Operator:
+    """content-operator (`run --no-leader-election`) against the Kubernetes API in `kubeconfig`,
+    its /metrics on a free 127.0.0.1 port."""
+
+    def __init__(self, tmp, kubeconfig, namespaces=()):
+        self.port = free_port()
+        env = dict(os.environ, KUBECONFIG=str(kubeconfig), RUST_LOG="warn", NO_COLOR="1")
+        argv = [str(OPERATOR_BIN), "run", "--no-leader-election",
+                f"--metrics-listen=127.0.0.1:{self.port}"]
+        if namespaces:
+            argv.append("--namespaces=" + ",".join(namespaces))
+        self.proc = Proc(argv, pathlib.Path(tmp) / "content-operator.log", env=env)
+        wait_until("content-operator /metrics",
+                   lambda: http_get(self.metrics_url, timeout=1)[0] == 200,
+                   timeout=15, proc=self.proc.p, log=self.proc.log)
+
+    @property
+    def metrics_url(self):
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+    def metrics_text(self):
+        status, body = http_get(self.metrics_url)
+        assert status == 200, f"operator /metrics answered {status}"
+        return body.decode()
+
+    def stop(self):
+        # Graceful shutdown is not what these tests are about, and the operator can take long
+        # to stop when the API is unreachable: SIGKILL after 2 s.
+        self.proc.stop(grace=2)
