@@ -374,7 +374,9 @@ async fn reconcile_inner(
             }
         }
         WorkloadKind::Deployment => {
-            if let Some(old) = stss.get_opt(&name).await?.filter(|d| owned_by(d, cs)) {
+            let old_sts = stss.get_opt(&name).await?.filter(|d| owned_by(d, cs));
+            let sts_remains = old_sts.is_some() && !ready;
+            if let Some(old) = old_sts {
                 if ready {
                     delete_if_exists(&stss, &old.name_any(), &DeleteParams::background()).await?;
                     publish(
@@ -393,12 +395,15 @@ async fn reconcile_inner(
                     );
                 }
             }
-            delete_if_exists(
-                &svcs,
-                &builders::headless_service_name(cs),
-                &DeleteParams::default(),
-            )
-            .await?;
+            // The headless Service governs the StatefulSet's pods: it goes with them.
+            if !sts_remains {
+                delete_if_exists(
+                    &svcs,
+                    &builders::headless_service_name(cs),
+                    &DeleteParams::default(),
+                )
+                .await?;
+            }
         }
     }
 

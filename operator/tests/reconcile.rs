@@ -542,3 +542,44 @@ async fn api_failure_is_reported_in_status_and_retried_with_backoff() {
         Duration::from_secs(300)
     );
 }
+
+#[tokio::test]
+async fn switching_away_from_claim_templates_keeps_the_statefulset_and_its_headless_service_until_ready(
+) {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = create(&fake, "media-node.yaml");
+    run(&fake, &ctx, &name).await;
+    fake.edit(&contentservers(), &name, |cs| {
+        for i in 0..3 {
+            cs["spec"]["volumes"][i]["source"] = json!({"emptyDir": {}});
+        }
+    });
+    run(&fake, &ctx, &name).await;
+    assert!(fake.get(&deployments(), &name).is_some());
+    assert!(
+        fake.get(&statefulsets(), &name).is_some(),
+        "StatefulSet keeps serving"
+    );
+    assert!(
+        fake.get(&services(), "media-headless").is_some(),
+        "its headless Service stays"
+    );
+
+    let gen = fake.get(&deployments(), &name).expect("dep")["metadata"]["generation"].clone();
+    fake.set_status(
+        &deployments(),
+        &name,
+        json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "observedGeneration": gen}),
+    );
+    fake.clear_log();
+    run(&fake, &ctx, &name).await;
+    assert!(fake.get(&statefulsets(), &name).is_none());
+    assert!(fake.get(&services(), "media-headless").is_none());
+    let sts_delete = fake
+        .log()
+        .into_iter()
+        .find(|l| l.method == "DELETE" && l.path.contains("/statefulsets/"))
+        .expect("StatefulSet deleted");
+    assert_eq!(sts_delete.body["propagationPolicy"], "Background");
+}
