@@ -11,9 +11,10 @@ query returns no data (no series, or only NaN, over the load window).
 
 operator.json is evaluated the same way against the real content-operator binary, run against a
 minimal in-memory Kubernetes API (e2e/lib/fake_kube.py) that lists two ContentServers (the
-repository's examples/minimal.yaml in two namespaces), re-sends them as MODIFIED every second and
-fails every write in one namespace: the operator's real reconciles (ok and error) drive its
-metrics.
+repository's examples/media-node.yaml and examples/minimal.yaml), re-sends them as MODIFIED every
+second and fails every write in the second one's namespace: the operator's real reconciles (ok
+and error) drive its metrics. The ServiceMonitor the operator applies is checked to produce the
+`contentserver` target label the dashboards select on.
 """
 
 import http.client
@@ -106,10 +107,13 @@ def env(tmp_path_factory):
         env_extra={"FAILPOINTS": f"pool_task=return(slow:{STALL_MS})"})
     prom = kube = op = None
     try:
-        example = yaml.safe_load((D.ROOT / "examples" / "minimal.yaml").read_text())
-        good = dict(example, metadata=dict(example["metadata"], namespace="media"))
-        bad = dict(example, metadata=dict(example["metadata"], namespace="broken", name="bad"))
-        kube = fake_kube.FakeKube([good, bad], failing_namespaces=["broken"])
+        examples = D.ROOT / "examples"
+        good = yaml.safe_load((examples / "media-node.yaml").read_text())
+        good["metadata"]["namespace"] = "media"
+        bad = yaml.safe_load((examples / "minimal.yaml").read_text())
+        bad["metadata"].update(namespace="broken", name="bad")
+        kube = fake_kube.FakeKube([good, bad], failing_namespaces=["broken"],
+                                  crds=["servicemonitors.monitoring.coreos.com"])
         op = stack.Operator(tmp, kube.kubeconfig(tmp / "kubeconfig"))
         prom = stack.Prometheus(
             tmp, [("content-server", f"127.0.0.1:{srv.admin_port}", TARGET_LABELS),
@@ -123,7 +127,8 @@ def env(tmp_path_factory):
         counts = run_load(srv)
         time.sleep(3)  # the last scrapes and rule evaluations
         end = time.time()
-        yield {"srv": srv, "prom": prom, "start": start, "end": end, "counts": counts}
+        yield {"srv": srv, "prom": prom, "start": start, "end": end, "counts": counts,
+               "kube": kube, "good": good}
     finally:
         for p in (prom, op, kube):
             if p is not None:
@@ -245,6 +250,26 @@ def test_operator_panels_show_reconciles_and_errors(env):
     assert by_result.get("ok", 0) > 0 and by_result.get("error", 0) > 0, by_result
     assert max(series_peaks("Reconcile errors/s").values()) > 0
     assert max(series_peaks("Managed ContentServers").values()) == 2
+
+
+def test_operator_servicemonitor_adds_the_contentserver_label(env):
+    """The dashboards' `contentserver` label: the operator's ServiceMonitor relabels the pod label
+    app.kubernetes.io/instance, and the pods it creates carry the ContentServer's name there."""
+    name = env["good"]["metadata"]["name"]
+    applied = env["kube"].applied
+    sm = applied.get(("media", "servicemonitors", name))
+    assert sm, f"no ServiceMonitor applied; applied: {sorted(applied)}"
+    rules = [r for ep in sm["spec"]["endpoints"] for r in ep.get("relabelings", [])]
+    assert {"sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"],
+            "targetLabel": "contentserver"} in [
+        {k: r[k] for k in ("sourceLabels", "targetLabel") if k in r} for r in rules
+        if r.get("action", "replace") == "replace"], rules
+    workloads = [o for (ns, kind, n), o in applied.items()
+                 if ns == "media" and kind in ("statefulsets", "deployments") and n == name]
+    assert workloads, sorted(applied)
+    for w in workloads:
+        pod_labels = w["spec"]["template"]["metadata"]["labels"]
+        assert pod_labels.get("app.kubernetes.io/instance") == name
 
 
 def test_alert_rules_evaluate_against_real_metrics(env):

@@ -4,7 +4,8 @@ Owns just enough of the API for the operator's controller to reconcile: LIST and
 ContentServers (the watch re-sends each one as MODIFIED every `touch_every` seconds, as if
 someone edited it, so reconciles keep happening), empty LISTs and idle WATCHes of the owned
 kinds, server-side apply and merge patches answered with the object (nothing is stored but the
-ContentServers' status), 404 for GETs and DELETEs of children and CRDs, 201 for Events. Writes
+ContentServers' status; applied objects are kept in `applied` for inspection), 404 for GETs and
+DELETEs of children and of CRDs other than `crds`, 201 for Events. Writes
 to namespaces in `failing_namespaces` answer 500, so those reconciles fail. It does not
 validate anything and is not a general fake: it exists so the operator's real metrics move.
 """
@@ -24,9 +25,23 @@ def status_body(code, reason, message):
             "message": message, "reason": reason, "code": code}
 
 
+def crd_body(name):
+    plural, group = name.split(".", 1)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1"},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": plural, "kind": plural.capitalize()[:-1]},
+                 "versions": [{"name": "v1", "served": True, "storage": True}]},
+    }
+
+
 class FakeKube:
-    def __init__(self, contentservers, failing_namespaces=(), touch_every=1.0):
+    def __init__(self, contentservers, failing_namespaces=(), touch_every=1.0, crds=()):
         self.lock = threading.Lock()
+        self.crds = set(crds)
+        # (namespace, plural, name) -> the last object applied with server-side apply.
+        self.applied = {}
         self.rv = 100
         self.objects = {}
         for cs in contentservers:
@@ -142,8 +157,12 @@ class FakeKube:
             return self.send_json(h, 500, status_body(500, "InternalError", "injected failure"))
         if method == "PATCH" and is_cs and parts[-1] == "status":
             return self.patch_status(h, ns, parts[-2], body)
+        if method == "GET" and "customresourcedefinitions" in parts and parts[-1] in self.crds:
+            return self.send_json(h, 200, crd_body(parts[-1]))
         if method == "PATCH":
             obj = body if isinstance(body, dict) else {}
+            with self.lock:
+                self.applied[(ns, parts[-2], parts[-1])] = copy.deepcopy(obj)
             md = obj.setdefault("metadata", {})
             md.setdefault("name", parts[-1])
             if ns:

@@ -29,7 +29,16 @@ pub fn servicemonitor(cs: &ContentServer) -> Option<DynamicObject> {
     if let Some(labels) = meta.labels.as_mut() {
         labels.extend(sm.labels.clone());
     }
-    let mut endpoint = json!({"port": "metrics", "path": "/metrics"});
+    // The dashboards and alerts (dashboards/README.md) select by a `contentserver` target label:
+    // the ContentServer's name, from the pod label app.kubernetes.io/instance.
+    let mut endpoint = json!({
+        "port": "metrics",
+        "path": "/metrics",
+        "relabelings": [{
+            "sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"],
+            "targetLabel": "contentserver",
+        }],
+    });
     if let Some(interval) = &sm.interval {
         endpoint["interval"] = json!(interval);
     }
