@@ -3,9 +3,9 @@
 //!
 //! Strategies, each sending a resident file over a loopback TCP connection to a reader thread:
 //! - `copy`: `cachestat` of the chunk's range, `preadv2(RWF_NOWAIT)` into a reusable buffer,
-//!   then `write` from the loop thread (what `offload = auto` does).
+//!   then `write` from the loop thread (`offload = auto` without cachestat, minus the cachestat).
 //! - `sendfile-inline`: `cachestat` of the chunk's range (all pages resident?), then `sendfile`
-//!   on the loop thread.
+//!   on the loop thread (what `offload = auto` does).
 //! - `sendfile-pool`: the loop hands each chunk to a pool thread (channel round trip), which runs
 //!   `sendfile`; this is what `offload = always` does.
 //!

@@ -94,6 +94,10 @@ const SYS_CACHESTAT: libc::c_long = 451;
 /// starts no readahead, so a miss leaves all I/O (and its block-mapping lookups) to the pool.
 /// Errors: ENOSYS before 6.5; EPERM on kernels that allow it only to the file's owner or writers.
 pub fn all_resident(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<bool> {
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!("nowait::all_resident", |_| Err(
+        io::Error::from_raw_os_error(libc::EPERM)
+    ));
     if len == 0 {
         return Ok(true);
     }
