@@ -138,6 +138,7 @@ def env(tmp_path_factory):
 
 def test_load_overflowed_the_slow_pool(env):
     c = env["counts"]
+    print("client-side status counts:", c)
     assert c.get(200, 0) > 50, c
     assert c.get(503, 0) > 0, f"no pool overflow (503) during the load: {c}"
     assert c.get("error", 0) < sum(c.values()) / 10, c
