@@ -77,6 +77,18 @@ def test_panel_rule_catches_missing_unit_and_description():
     assert f"{p['title']}: no description" in problems
 
 
+def test_panels_fit_the_grid_without_overlap(dash):
+    name, d = dash
+    assert L.layout_problems(d) == []
+
+
+def test_layout_rule_catches_overlap():
+    d = copy.deepcopy(D.load("contentserver.json"))
+    panels = D.content_panels(d)
+    panels[1]["gridPos"] = dict(panels[0]["gridPos"])
+    assert any("overlaps" in p for p in L.layout_problems(d))
+
+
 def test_every_query_uses_the_datasource_variable(dash):
     name, d = dash
     assert L.datasource_problems(d) == []

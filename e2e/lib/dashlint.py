@@ -34,6 +34,25 @@ def panel_problems(dash):
     return out
 
 
+def layout_problems(dash):
+    """Panels fit Grafana's 24-column grid and do not overlap."""
+    out, placed = [], []
+    for p in D.all_panels(dash):
+        g = p.get("gridPos") or {}
+        title = p.get("title") or f"panel {p.get('id')}"
+        if not all(isinstance(g.get(k), int) for k in ("x", "y", "w", "h")):
+            out.append(f"{title}: gridPos missing")
+            continue
+        if g["x"] < 0 or g["w"] <= 0 or g["h"] <= 0 or g["x"] + g["w"] > 24:
+            out.append(f"{title}: gridPos {g} outside the 24-column grid")
+        for other, og in placed:
+            if (g["x"] < og["x"] + og["w"] and og["x"] < g["x"] + g["w"]
+                    and g["y"] < og["y"] + og["h"] and og["y"] < g["y"] + g["h"]):
+                out.append(f"{title}: overlaps {other}")
+        placed.append((title, g))
+    return out
+
+
 def datasource_problems(dash):
     out = []
     for p in D.content_panels(dash):
