@@ -80,7 +80,8 @@ def target(ref, expr, legend):
     }
 
 
-def timeseries(lay, title, description, unit, queries, w=8, h=8, minimum=0, maximum=None):
+def timeseries(lay, title, description, unit, queries, w=8, h=8, minimum=0, maximum=None,
+               overrides=()):
     defaults = {"unit": unit, "min": minimum, "custom": {"fillOpacity": 10, "lineWidth": 1}}
     if maximum is not None:
         defaults["max"] = maximum
@@ -91,7 +92,7 @@ def timeseries(lay, title, description, unit, queries, w=8, h=8, minimum=0, maxi
         "description": description,
         "datasource": DS,
         "gridPos": lay.place(w, h),
-        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "fieldConfig": {"defaults": defaults, "overrides": list(overrides)},
         "options": {
             "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
             "tooltip": {"mode": "multi", "sort": "desc"},
@@ -213,15 +214,24 @@ def contentserver():
         ], maximum=1))
     p.append(timeseries(
         lay, "Queue depth vs capacity",
-        "Tasks waiting for a pool thread, and the queue's capacity (max_queue). Tasks beyond "
-        "the capacity are rejected at once with 503.",
+        "Tasks waiting for a pool thread (left axis), and the queue's capacity, max_queue "
+        "(dashed, right axis). Tasks beyond the capacity are rejected at once with 503.",
         "short",
         [
             (f"sum by (pod, volume) (contentserver_pool_queue_depth{{{VSEL}}})",
              "{{pod}} queued"),
             (f"sum by (pod, volume) (contentserver_pool_queue_capacity{{{VSEL}}})",
              "{{pod}} capacity"),
-        ]))
+        ],
+        # max_queue is often far above the depth: capacity gets its own (right) axis, dashed.
+        overrides=[{
+            "matcher": {"id": "byRegexp", "options": ".* capacity"},
+            "properties": [
+                {"id": "custom.axisPlacement", "value": "right"},
+                {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                {"id": "custom.fillOpacity", "value": 0},
+            ],
+        }]))
     p.append(timeseries(
         lay, "Overflow rejects/s",
         "Tasks rejected per second because the pool's queue was full; each is a 503 response.",
