@@ -62,6 +62,24 @@ def test_promtool_unit_tests_catch_a_broken_rule(tmp_path):
     assert "ContentServerHigh5xxRatio" in r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("variant", ["never", "always"])
+@pytest.mark.parametrize("name", sorted(REQUIRED_ALERTS))
+def test_unit_tests_reject_an_alert_that_never_or_always_fires(tmp_path, name, variant):
+    """For each alert, the unit tests fail when its expression is replaced by one that never
+    fires (so a firing case is asserted) or one that always fires (so a silent case is)."""
+    doc = yaml.safe_load(D.ALERTS.read_text())
+    for g in doc["groups"]:
+        for r in g["rules"]:
+            if r.get("alert") == name:
+                r["expr"] = "vector(1) == 0" if variant == "never" else "vector(1)"
+    (tmp_path / "alerts.yaml").write_text(yaml.safe_dump(doc))
+    shutil.copy(D.ALERT_TESTS, tmp_path / "alerts.test.yaml")
+    r = subprocess.run([promtool(), "test", "rules", "alerts.test.yaml"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode != 0, f"{name} {variant}: unit tests still pass"
+    assert f"alertname: {name}" in r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("rule", alert_rules(), ids=lambda r: r["alert"])
 def test_alert_has_severity_summary_description(rule):
     assert rule["labels"]["severity"] in {"warning", "critical"}
