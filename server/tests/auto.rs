@@ -115,13 +115,21 @@ fn evict(path: &Path) {
         // SAFETY: plain syscall on a descriptor we own.
         let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         assert_eq!(rc, 0, "posix_fadvise(DONTNEED)");
-        if resident_pages(path).iter().all(|r| !r) {
+        let pages = resident_pages(path);
+        if pages.iter().all(|r| !r) {
             return;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{} stays resident",
-            path.display()
+            "{} stays resident: pages {:?}",
+            path.display(),
+            pages
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| **r)
+                .map(|(i, _)| i)
+                .take(20)
+                .collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -260,8 +268,6 @@ fn mixed_chunks(failpoints: &str) {
     let dir = disk_dir();
     let len = 2 << 20;
     let data = pattern(len, 3);
-    let path = dir.path().join("mixed.bin");
-    write_file(&path, &data);
     let s = start_with(dir.path(), "auto", 64 << 10, 60_000, failpoints);
     let resident = [(256 << 10, 256 << 10), (1 << 20, 192 << 10)];
     let cases: [(&str, usize, usize); 4] = [
@@ -270,13 +276,17 @@ fn mixed_chunks(failpoints: &str) {
         ("Range: bytes=300001-\r\n", 300_001, len),
         ("Range: bytes=-700000\r\n", len - 700_000, len),
     ];
-    for (extra, from, to) in cases {
+    for (i, (extra, from, to)) in cases.into_iter().enumerate() {
+        // A fresh file per case: one already sent may stay referenced by socket buffers.
+        let name = format!("mixed-{i}.bin");
+        let path = dir.path().join(&name);
+        write_file(&path, &data);
         evict(&path);
         make_resident(&path, &resident);
         let pages = resident_pages(&path);
         assert!(pages[64] && pages[300] && !pages[0] && !pages[200] && !pages[400]);
         let before = counters(&s);
-        let r = fetch(s.addr, "/mixed.bin", extra);
+        let r = fetch(s.addr, &format!("/{name}"), extra);
         assert_eq!(r.status, if extra.is_empty() { 200 } else { 206 });
         assert!(r.body == data[from..to], "bytes differ for {extra:?}");
         let after = counters(&s);
