@@ -189,15 +189,16 @@ fn main() {
         w.write_all(&data).unwrap();
         w.sync_all().unwrap();
         let f = File::open(&path).unwrap();
-        let mut sink = Vec::new();
-        (&f).read_to_end(&mut sink).unwrap(); // resident
         for &chunk in chunks {
             for strategy in [
                 Strategy::Copy,
                 Strategy::SendfileInline,
                 Strategy::SendfilePool,
             ] {
-                // Warm-up, then the best of 3 (the machine is shared).
+                // Make it resident again (proactive reclaim such as DAMON may have paged out
+                // parts), warm up, then the best of 3 (the machine is shared).
+                let mut sink = vec![0u8; file_len as usize];
+                std::os::unix::fs::FileExt::read_exact_at(&f, &mut sink, 0).unwrap();
                 run(strategy, &f, file_len, chunk, rounds / 4 + 1);
                 let best = (0..3)
                     .map(|_| run(strategy, &f, file_len, chunk, rounds))
