@@ -125,3 +125,23 @@ fn several_volumes_need_routes() {
     );
     assert_eq!(fields(&c), vec!["routes".to_string()]);
 }
+
+#[test]
+fn open_file_cache_defaults_and_bounds() {
+    let c = parse("[[volumes]]\nname = \"a\"\npath = \"/a\"\n");
+    assert_eq!(c.open_file_cache.max_entries, 2048);
+    assert_eq!(c.open_file_cache.valid_ms, 1000);
+    let c = parse(
+        "[open_file_cache]\nmax_entries = 2000000\nvalid_ms = 100000000\n\
+         [[volumes]]\nname = \"a\"\npath = \"/a\"\n",
+    );
+    assert_eq!(
+        fields(&c),
+        vec![
+            "open_file_cache.max_entries".to_string(),
+            "open_file_cache.valid_ms".to_string()
+        ]
+    );
+    let c = parse("[open_file_cache]\nmax_entries = 0\n[[volumes]]\nname = \"a\"\npath = \"/a\"\n");
+    c.validate().expect("0 disables the cache");
+}
