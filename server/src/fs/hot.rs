@@ -1,14 +1,20 @@
 //! The hot path of one volume: the open-file cache in front of every open (all offload modes),
 //! and for `offload = auto` the page-cache-only attempts — opens with RESOLVE_CACHED, body pieces
-//! whose pages cachestat finds resident sent with sendfile from the event loop (or, without
-//! cachestat, read with RWF_NOWAIT into a per-thread buffer and written from the loop) — with
+//! read with RWF_NOWAIT into a per-thread buffer and written from the event loop — with
 //! everything that would need I/O handed to the volume's pool.
 //!
 //! Owns the decision "inline or pool" for `auto`, the per-volume support state and the
 //! page-cache hit/miss counters. The rule it keeps: nothing that may wait for a disk runs on the
 //! event loop in `auto` or `always` (only fstat of an already open descriptor, which is served from
-//! the in-memory inode on local filesystems, and only in `auto`/`never`); the one residual case is
-//! a page reclaimed between cachestat and sendfile (see [`HotPath::send_inline`]).
+//! the in-memory inode on local filesystems, and only in `auto`/`never`).
+//!
+//! Why the copy and not sendfile for hits: sendfile has no "no I/O" flag, and cachestat(2) counts
+//! pages that readahead has inserted but not yet filled, so "every page is cached" does not mean
+//! "no page is waiting for the disk". Measured with seedbench (media files), inline sendfile after
+//! cachestat let cold readahead stall the loop (hot p99 2.8 s, 11 loop stalls in 15 s), while the
+//! RWF_NOWAIT copy path, which returns EAGAIN for any page not yet up to date, kept hot p99 at
+//! 63 ms; on 10 KiB files (c10k, keep-alive) the copy costs ~4% req/s against sendfile.
+//! cachestat stays as a cheap pre-check that sends a cold chunk to the pool without a read.
 //! It must not know about HTTP; the blocking work itself is in [`super::open`] and
 //! [`crate::send`].
 
@@ -29,7 +35,7 @@ use std::time::{Duration, Instant};
 pub const INLINE_CHUNK: usize = 1024 * 1024;
 
 /// Bytes read and written per step within a call (the per-thread buffer's size).
-pub const INLINE_PIECE: usize = 64 * 1024;
+pub const INLINE_PIECE: usize = 256 * 1024;
 
 /// Per-volume hot-path state, created at start next to the volume's pool.
 pub struct HotPath {
@@ -249,8 +255,8 @@ impl HotPath {
         self.support.as_ref().is_some_and(|s| s.read_inline())
     }
 
-    /// `auto`: send up to `len` bytes of `file` from `offset` if they are resident: with sendfile
-    /// when cachestat says every page is, else (no cachestat here) by reading them with RWF_NOWAIT
+    /// `auto`: send up to `len` bytes of `file` from `offset` if they are resident (cachestat, where
+    /// allowed, rules out a cold chunk without reading), by reading them with RWF_NOWAIT
     /// into this thread's buffer and writing them to the non-blocking socket. Bytes the
     /// socket does not take are dropped (read again next time, from memory) rather than held per
     /// connection. A short read before `len` still sends what was resident; a read of 0 bytes
@@ -273,7 +279,7 @@ impl HotPath {
         }
         if support.cachestat() {
             match nowait::all_resident(file.as_fd(), offset, want as u64) {
-                Ok(true) => return self.sendfile_resident(sock, file, offset, want),
+                Ok(true) => {}
                 Ok(false) => {
                     self.read_misses.inc();
                     return Ok(InlineSend::Miss);
@@ -284,36 +290,8 @@ impl HotPath {
         self.copy_resident(support, sock, file, offset, want)
     }
 
-    /// Every page of the range was resident a moment ago (cachestat): sendfile it from the loop.
-    /// sendfile has no "no I/O" flag, so a page reclaimed in the microsecond since would be read
-    /// here; reclaim takes the least recently used pages, and these were just found resident.
-    /// Measured against the copy path (scripts/measure-copy-vs-sendfile.sh) it costs the loop
-    /// 25-40% less CPU per byte: no copy into socket buffers.
-    fn sendfile_resident(
-        &self,
-        sock: &TcpStream,
-        file: &OwnedFd,
-        offset: u64,
-        want: usize,
-    ) -> io::Result<InlineSend> {
-        let mut off = offset;
-        match rustix::fs::sendfile(sock, file, Some(&mut off), want) {
-            Ok(0) => {
-                // End of file before the announced length (it shrank): the pool path reports it.
-                self.read_misses.inc();
-                Ok(InlineSend::Miss)
-            }
-            Ok(n) => {
-                self.read_hits.inc();
-                Ok(InlineSend::Sent(n))
-            }
-            Err(rustix::io::Errno::AGAIN) => Ok(InlineSend::SocketFull),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Without cachestat: RWF_NOWAIT reads into this thread's buffer, written from the loop. Safe
-    /// without any residency check (a missing page is `WouldBlock`, never a disk read here).
+    /// RWF_NOWAIT reads into this thread's buffer, written from the loop. Safe without any
+    /// residency check (a page missing or still being read is `WouldBlock`, never a disk wait here).
     fn copy_resident(
         &self,
         support: &VolumeSupport,
