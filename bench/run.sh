@@ -16,11 +16,12 @@ need wrk wrk; need nginx nginx-light; need ab apache2-utils
 
 cargo build --release -p content-server
 BIN=$PWD/target/release/content-server
+# (c10k: nginx is configured with backlog 65535, so ours gets it too.)
 # nginx runs one 32-thread pool per worker process (worker_processes = cores), so on N cores it
 # has 32*N threads; ours has one pool per volume shared by all workers: give it the same total.
 THREADS=${THREADS:-$((32 * $(nproc)))}
 ours() { # $1 = offload mode
-  echo "cmd:$BIN serve --root \$DOCROOT --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --threads $THREADS --offload $1"
+  echo "cmd:$BIN serve --root \$DOCROOT --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --threads $THREADS --backlog 65535 --offload $1"
 }
 
 media() {
@@ -31,8 +32,13 @@ small() {
     bash "$BENCH_DIR/seedbench.sh" nginx-threads "$(ours always)" "$(ours auto)"
 }
 c10k() {
+  local range
+  range=$(sysctl -n net.ipv4.ip_local_port_range)
   bash "$BENCH_DIR/c10k.sh" nginx "$(ours always)" "$(ours auto)"
   KEEPALIVE=1 bash "$BENCH_DIR/c10k.sh" nginx "$(ours always)" "$(ours auto)"
+  # c10k.sh widens the ephemeral port range to 1024-65000, after which client sockets can take
+  # seedbench's fixed server port: put the range back.
+  sysctl -qw net.ipv4.ip_local_port_range="$range"
 }
 
 case "$what" in
