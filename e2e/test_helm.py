@@ -113,6 +113,16 @@ def test_lint_fails_when_a_dashboard_copy_is_missing(tmp_path: Path) -> None:
     assert any("run scripts/sync-chart.sh" in line for line in res.template_failures), describe(res)
 
 
+def test_lint_fails_when_the_rbac_rules_file_is_broken(tmp_path: Path) -> None:
+    copy = tmp_path / CHART.name
+    shutil.copytree(CHART, copy)
+    rules = copy / "files" / "rbac-rules.yaml"
+    rules.write_text(rules.read_text().replace("watchedNamespaces:", "watchedNamespace:"))
+    res = helm_native.lint(copy)
+    assert not res.ok
+    assert any("missing key watchedNamespaces" in line for line in res.template_failures), describe(res)
+
+
 def schema_paths(schema: dict, prefix: str = "") -> set[str]:
     """Dotted paths of every fixed-key object property of the values schema."""
     out: set[str] = set()
