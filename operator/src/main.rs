@@ -60,6 +60,10 @@ struct RunArgs {
     /// Lease duration in seconds.
     #[arg(long, default_value_t = 15)]
     lease_duration_secs: u64,
+    /// After SIGTERM/SIGINT, how long in-flight reconciles may take before the process exits
+    /// anyway (an unreachable API server must not keep a terminating pod alive).
+    #[arg(long, env = "SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    shutdown_grace_secs: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -85,6 +89,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .init();
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(async move {
+        tokio::spawn(exit_after_grace(Duration::from_secs(
+            args.shutdown_grace_secs,
+        )));
         let client = Client::try_default()
             .await
             .context("connecting to the Kubernetes API (in-cluster or kubeconfig)")?;
@@ -137,4 +144,24 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         server.abort();
         Ok(())
     })
+}
+
+/// The controller stops itself on SIGTERM/SIGINT (`shutdown_on_signal`), but waits for watches
+/// and reconciles that may hang on an unreachable API server: give them a grace period, then exit.
+async fn exit_after_grace(grace: Duration) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; relying on the default action");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!(grace_secs = grace.as_secs(), "shutdown requested");
+    tokio::time::sleep(grace).await;
+    tracing::warn!("shutdown grace period over; exiting");
+    std::process::exit(0);
 }
