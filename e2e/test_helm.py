@@ -7,6 +7,7 @@ a typo key, a wrong type, a broken template and a template `fail` are all report
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -343,3 +344,29 @@ def test_network_policy_opens_only_the_metrics_port(full_manifests: list[dict]) 
     assert egress_ports == [53, 53, 443, 6443]
     cidrs = [t["ipBlock"]["cidr"] for rule in np_["spec"]["egress"] for t in rule.get("to", [])]
     assert cidrs == load(ALL_ENABLED)["networkPolicy"]["egress"]["apiServerCIDRs"]
+
+
+def operator_cli_flags() -> set[str]:
+    """Long flags of `content-operator run`, from the clap fields of operator/src/main.rs."""
+    text = (ROOT / "operator" / "src" / "main.rs").read_text()
+    body = text.split("struct RunArgs", 1)[1].split("\n}", 1)[0]
+    flags = set()
+    for attr, field in re.findall(r"#\[arg\(([^]]*?)\)\]\s*(?:///[^\n]*\n\s*)*(\w+)\s*:", body, re.S):
+        if re.search(r"\blong\b", attr):
+            m = re.search(r'long\s*=\s*"([^"]+)"', attr)
+            flags.add("--" + (m.group(1) if m else field.replace("_", "-")))
+    return flags
+
+
+def test_chart_passes_only_flags_the_operator_has(default_manifests: list[dict], full_manifests: list[dict]) -> None:
+    flags = operator_cli_flags()
+    assert {"--namespaces", "--metrics-listen", "--lease-name"} <= flags, flags
+    assert "Run(RunArgs)" in (ROOT / "operator" / "src" / "main.rs").read_text()
+    extra = set(load(ALL_ENABLED)["extraArgs"])
+    for manifests in (default_manifests, full_manifests):
+        args = one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[0] == "run"
+        for a in args[1:]:
+            if a in extra:
+                continue
+            assert a.split("=", 1)[0] in flags, f"{a} is not a content-operator run flag"
