@@ -1,9 +1,12 @@
 //! The bounded thread pool of one volume (nginx `thread_pool NAME threads=N max_queue=M`).
 //!
-//! Owns the pool threads, the task queue and the overflow rule: a task is accepted when a thread
-//! is idle or fewer than `max_queue` tasks are already waiting; otherwise [`Pool::submit`] fails at
-//! once (the caller answers 503) and the error log says
-//! `thread pool "NAME" queue overflow: N tasks waiting`. Results return through a tokio oneshot.
+//! Owns the pool threads, the task queue and the overflow rule: new work is admitted when a thread
+//! is idle or fewer than `max_queue` tasks are already waiting; otherwise [`Pool::submit`] (or
+//! [`Pool::admit`], the same check without a task) fails at once (the caller answers 503) and the
+//! error log says `thread pool "NAME" queue overflow: N tasks waiting`. Work of a response already
+//! admitted ([`Pool::run_continuation`]: its next body chunk) is never rejected, so a 200 is never
+//! cut short by overflow; that lets the queue exceed `max_queue` by at most one task per response
+//! in flight (itself bounded by `limits.max_connections`). Results return through a tokio oneshot.
 //! It must not know about HTTP or files: a task is any blocking closure.
 
 use crate::metrics::{Metrics, PoolOp};
@@ -150,6 +153,32 @@ impl Pool {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
+        self.enqueue(op, f, true)
+    }
+
+    /// The overflow check alone, for a response about to start whose work may need the pool
+    /// (its open ran inline): `Err` (counted and logged like a rejected task) means answer 503.
+    ///
+    /// One task of slack over [`Pool::submit`]'s rule: a thread whose task just wrote a previous
+    /// response's last bytes is still "busy" for a moment after the client has seen them, so a
+    /// client's next request could otherwise be refused by a pool that is about to be idle.
+    pub fn admit(&self) -> Result<(), Overflow> {
+        let inner = &self.inner;
+        let st = inner.lock();
+        let waiting = st.queue.len();
+        let full = waiting > st.idle + inner.max_queue;
+        drop(st);
+        if full {
+            return Err(inner.overflow(waiting));
+        }
+        Ok(())
+    }
+
+    fn enqueue<F, R>(&self, op: PoolOp, f: F, check: bool) -> Result<oneshot::Receiver<R>, Overflow>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |done: &mut dyn FnMut()| {
             let r = f();
@@ -160,18 +189,9 @@ impl Pool {
         let inner = &self.inner;
         let mut st = inner.lock();
         let waiting = st.queue.len();
-        if waiting >= st.idle + inner.max_queue {
+        if check && waiting >= st.idle + inner.max_queue {
             drop(st);
-            inner.m.rejected.inc();
-            tracing::error!(
-                "thread pool \"{}\" queue overflow: {} tasks waiting",
-                inner.name,
-                waiting
-            );
-            return Err(Overflow {
-                pool: inner.name.clone(),
-                waiting,
-            });
+            return Err(inner.overflow(waiting));
         }
         st.queue.push_back(Queued {
             job,
@@ -195,6 +215,18 @@ impl Pool {
         rx.await
             .map_err(|_| PoolError::Lost(TaskLost(self.inner.name.clone())))
     }
+
+    /// Submit work of an already admitted response (a later body chunk) and wait: never rejected.
+    pub async fn run_continuation<F, R>(&self, op: PoolOp, f: F) -> Result<R, TaskLost>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let rx = self
+            .enqueue(op, f, false)
+            .map_err(|_| TaskLost(self.inner.name.clone()))?;
+        rx.await.map_err(|_| TaskLost(self.inner.name.clone()))
+    }
 }
 
 /// Why a pool task produced no result.
@@ -207,6 +239,20 @@ pub enum PoolError {
 }
 
 impl Inner {
+    /// Count and log one rejection (the nginx log line).
+    fn overflow(&self, waiting: usize) -> Overflow {
+        self.m.rejected.inc();
+        tracing::error!(
+            "thread pool \"{}\" queue overflow: {} tasks waiting",
+            self.name,
+            waiting
+        );
+        Overflow {
+            pool: self.name.clone(),
+            waiting,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A poisoned lock only means a task panicked while we held it (we never do); keep going.
         self.state.lock().unwrap_or_else(|p| p.into_inner())

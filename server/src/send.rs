@@ -9,7 +9,6 @@
 use crate::config::Offload;
 use crate::fs::hot::InlineSend;
 use crate::metrics::PoolOp;
-use crate::pool::PoolError;
 use crate::socket::Socket;
 use crate::volume::Volume;
 use std::io;
@@ -29,8 +28,6 @@ pub enum BodyError {
     Client(io::Error),
     #[error("client accepted no data for {0:?}")]
     Timeout(Duration),
-    #[error("thread pool {0:?} queue overflow mid-body")]
-    Overflow(String),
 }
 
 /// The blocking work: one sendfile call from `file` at `offset` to the non-blocking socket.
@@ -69,16 +66,16 @@ pub async fn send_chunk(
         Offload::Never => Ok(sendfile_chunk(sock, file, offset, len)),
         Offload::Always | Offload::Auto => {
             let (s, f) = (sock.clone(), file.clone());
+            // The response was admitted before its head went out: its chunks are never rejected.
             match vol
                 .pool
-                .run(PoolOp::Sendfile, move || {
+                .run_continuation(PoolOp::Sendfile, move || {
                     sendfile_chunk(&s, &f, offset, len)
                 })
                 .await
             {
                 Ok(r) => Ok(r),
-                Err(PoolError::Overflow(o)) => Err(BodyError::Overflow(o.pool)),
-                Err(PoolError::Lost(e)) => Ok(Err(io::Error::other(e))),
+                Err(e) => Ok(Err(io::Error::other(e))),
             }
         }
     }

@@ -3,6 +3,7 @@
 //! [`crate::send`]. Returns what happened so the connection can log, count and decide whether to
 //! keep the connection. It must not read from the socket.
 
+use crate::config::Offload;
 use crate::fs::open::{open_for_request, OpenError};
 use crate::http::parse::{Method, Request};
 use crate::http::range::RangeOutcome;
@@ -12,6 +13,8 @@ use crate::resolve::ResolveError;
 use crate::runtime::Shared;
 use crate::send::{send_body, BodyError};
 use crate::socket::Socket;
+use crate::volume::Volume;
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 /// The outcome of one response.
@@ -126,8 +129,11 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
             format_args!("bytes {}-{}/{}", start, start + len - 1, file.size),
         );
     }
-    let out = head.finish(keep_alive);
     let with_body = !head_only && len > 0;
+    if with_body && !admitted(vol, &file.fd, start, len) {
+        return simple(sock, 503, req, keep_alive, &[("Retry-After", "1")]).await;
+    }
+    let out = head.finish(keep_alive);
     if sock.write_all(&out, with_body).await.is_err() {
         return Served {
             status,
@@ -159,4 +165,16 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
         }
     }
     served
+}
+
+/// Admission before the head goes out: a response whose body may need the volume's pool is checked
+/// against the overflow rule now (counted and logged like any rejection), so overflow is a clean
+/// 503 and never a 200 cut short; its chunks are then never rejected (see [`crate::pool`]).
+fn admitted(vol: &Volume, fd: &OwnedFd, start: u64, len: u64) -> bool {
+    let may_need_pool = match vol.offload {
+        Offload::Never => false,
+        Offload::Always => true,
+        Offload::Auto => !vol.hot.chunk_resident(fd, start, len),
+    };
+    !may_need_pool || vol.pool.admit().is_ok()
 }

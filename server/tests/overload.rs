@@ -140,3 +140,61 @@ fn head_of_overflowing_volume_and_keepalive_connection_survive() {
     c.send(b"GET /b.txt HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(c.response(false).unwrap().status, 200);
 }
+
+/// Admission happens before the head: an admitted response is never cut short by overflow,
+/// even when new requests keep the pool full while its body chunks are queued.
+#[test]
+fn overflow_never_cuts_an_admitted_response_short() {
+    let base = tempdir();
+    let slow = base.path().join("slow");
+    std::fs::create_dir_all(&slow).unwrap();
+    let body = bytes(32 * 1024, 7);
+    std::fs::write(slow.join("big.bin"), &body).unwrap();
+    let toml = format!(
+        r#"{}
+[limits]
+sendfile_max_chunk = 4096
+[[volumes]]
+name = "slowvol"
+path = "{}"
+[volumes.pool]
+threads = 2
+max_queue = 0
+"#,
+        config_head(1),
+        slow.display()
+    );
+    let s = Server::with_config(
+        base.path(),
+        &toml,
+        &[("FAILPOINTS", "pool_task=return(slowvol:30)")],
+    );
+    // Requests arrive every 25 ms while earlier ones are sending their 8 chunks of 30 ms each.
+    let clients: Vec<_> = (0..12)
+        .map(|i| {
+            std::thread::sleep(Duration::from_millis(25));
+            let mut c = send_get(&s, "/big.bin");
+            std::thread::spawn(move || match c.response(false) {
+                Ok(r) => (i, r.status, r.body.len()),
+                Err(e) => panic!("request {i}: {e}"),
+            })
+        })
+        .collect();
+    let results: Vec<_> = clients.into_iter().map(|h| h.join().unwrap()).collect();
+    for &(i, status, len) in &results {
+        match status {
+            200 => assert_eq!(len, body.len(), "request {i}: 200 cut short"),
+            503 => {}
+            other => panic!("request {i}: status {other}"),
+        }
+    }
+    let ok = results.iter().filter(|r| r.1 == 200).count();
+    let rejected = results.len() - ok;
+    assert!(ok >= 2 && rejected >= 1, "{results:?}");
+    assert_eq!(
+        s.logs().matches("queue overflow").count(),
+        rejected,
+        "one overflow line per 503\n{}",
+        s.logs()
+    );
+}

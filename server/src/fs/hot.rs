@@ -255,6 +255,23 @@ impl HotPath {
         self.support.as_ref().is_some_and(|s| s.read_inline())
     }
 
+    /// Whether the first body chunk at `offset` is resident now, asked without any I/O, for
+    /// admission: a response starting from memory needs no pool slot before its head goes out.
+    /// Counts nothing (the send counts its hits and misses).
+    pub fn chunk_resident(&self, file: &OwnedFd, offset: u64, len: u64) -> bool {
+        let Some(support) = self.support.as_ref().filter(|s| s.read_inline()) else {
+            return false;
+        };
+        let want = len.min(INLINE_CHUNK as u64);
+        if support.cachestat() {
+            if let Ok(resident) = nowait::all_resident(file.as_fd(), offset, want) {
+                return resident;
+            }
+        }
+        let mut first = [0u8; 1];
+        matches!(nowait::read_at(file.as_fd(), &mut first, offset), Ok(Nowait::Ready(n)) if n > 0)
+    }
+
     /// `auto`: send up to `len` bytes of `file` from `offset` if they are resident (cachestat, where
     /// allowed, rules out a cold chunk without reading), by reading them with RWF_NOWAIT
     /// into this thread's buffer and writing them to the non-blocking socket. Bytes the
