@@ -288,20 +288,14 @@ pub struct PoolSpec {
     #[serde(default = "default_max_queue")]
     #[schemars(range(min = 0, max = 16777216))]
     pub max_queue: u32,
-    /// Where blocking file work runs: always (the pool), never (inline), auto (cache hits inline).
+    /// Where blocking file work runs: auto (page-cache hits inline, misses to the pool; the default),
+    /// always (everything on the pool), never (inline; a baseline).
     #[serde(default)]
     pub offload: OffloadMode,
 }
 
-/// Offload mode (mirrors `content_server::config::Offload`).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum OffloadMode {
-    #[default]
-    Always,
-    Never,
-    Auto,
-}
+/// Offload mode: the server's own type (one definition), serialized `always|never|auto`.
+pub use content_server::config::Offload as OffloadMode;
 
 /// A URI prefix served by one volume or spread over several.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

@@ -30,7 +30,7 @@ fn check_config_prints_normalized_toml() {
         back["volumes"][0]["pool"]["max_queue"].as_integer(),
         Some(65536)
     );
-    assert_eq!(back["volumes"][0]["offload"].as_str(), Some("always"));
+    assert_eq!(back["volumes"][0]["offload"].as_str(), Some("auto"));
     assert_eq!(back["routes"][0]["prefix"].as_str(), Some("/"));
     assert_eq!(back["routes"][0]["volume"].as_str(), Some("disk1"));
     assert_eq!(

@@ -25,12 +25,14 @@ fn two_volumes(
 [[volumes]]
 name = "slowvol"
 path = "{}"
+offload = "always"
 [volumes.pool]
 threads = {slow_threads}
 max_queue = {slow_queue}
 [[volumes]]
 name = "fastvol"
 path = "{}"
+offload = "always"
 [volumes.pool]
 threads = 1
 max_queue = 0
@@ -157,6 +159,7 @@ sendfile_max_chunk = 4096
 [[volumes]]
 name = "slowvol"
 path = "{}"
+offload = "always"
 [volumes.pool]
 threads = 2
 max_queue = 0

@@ -24,6 +24,7 @@ fn server(stall_ms: u64, shutdown_timeout: u64) -> (tempfile::TempDir, Server, V
 [[volumes]]
 name = "slow"
 path = "{}"
+offload = "always"
 [[volumes]]
 name = "fast"
 path = "{}"

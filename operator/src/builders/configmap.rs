@@ -5,10 +5,8 @@
 //! binds 0.0.0.0:<metrics.port> so kubelet probes and Prometheus reach it.
 
 use crate::builders::child_meta;
-use crate::crd::{ContentServer, ContentServerSpec, LogFormatSpec, OffloadMode};
-use content_server::config::{
-    Config, ConfigError, LogFormat, Offload, Pool, Route, SplitTarget, Volume,
-};
+use crate::crd::{ContentServer, ContentServerSpec, LogFormatSpec};
+use content_server::config::{Config, ConfigError, LogFormat, Pool, Route, SplitTarget, Volume};
 use k8s_openapi::api::core::v1::ConfigMap;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -57,11 +55,7 @@ pub fn server_config(spec: &ContentServerSpec) -> Config {
         .map(|v| Volume {
             name: v.name.clone(),
             path: ContentServerSpec::mount_path(v).into(),
-            offload: match v.pool.offload {
-                OffloadMode::Always => Offload::Always,
-                OffloadMode::Never => Offload::Never,
-                OffloadMode::Auto => Offload::Auto,
-            },
+            offload: v.pool.offload,
             pool: Pool {
                 threads: v.pool.threads as usize,
                 max_queue: v.pool.max_queue as usize,

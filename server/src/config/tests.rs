@@ -17,7 +17,7 @@ fn minimal_file_gets_nginx_defaults_and_implicit_root_route() {
     let c = parse("[[volumes]]\nname = \"disk1\"\npath = \"/srv/disk1\"\n");
     assert_eq!(c.volumes[0].pool.threads, 32);
     assert_eq!(c.volumes[0].pool.max_queue, 65536);
-    assert_eq!(c.volumes[0].offload, Offload::Always);
+    assert_eq!(c.volumes[0].offload, Offload::Auto);
     assert_eq!(c.limits.sendfile_max_chunk, 2 * 1024 * 1024);
     assert_eq!(c.listeners[0].port, 8080);
     assert_eq!(c.routes.len(), 1);
