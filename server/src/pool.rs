@@ -163,15 +163,15 @@ impl Pool {
     /// response's last bytes is still "busy" for a moment after the client has seen them, so a
     /// client's next request could otherwise be refused by a pool that is about to be idle.
     pub fn admit(&self) -> Result<(), Overflow> {
-        let inner = &self.inner;
-        let st = inner.lock();
-        let waiting = st.queue.len();
-        let full = waiting > st.idle + inner.max_queue;
-        drop(st);
-        if full {
-            return Err(inner.overflow(waiting));
+        match self.inner.room() {
+            Ok(()) => Ok(()),
+            Err(waiting) => Err(self.inner.overflow(waiting)),
         }
-        Ok(())
+    }
+
+    /// [`Pool::admit`]'s rule without counting or logging anything.
+    pub fn has_room(&self) -> bool {
+        self.inner.room().is_ok()
     }
 
     fn enqueue<F, R>(&self, op: PoolOp, f: F, check: bool) -> Result<oneshot::Receiver<R>, Overflow>
@@ -239,6 +239,17 @@ pub enum PoolError {
 }
 
 impl Inner {
+    /// Admission rule (with its one task of slack): `Err(waiting)` when full.
+    fn room(&self) -> Result<(), usize> {
+        let st = self.lock();
+        let waiting = st.queue.len();
+        if waiting > st.idle + self.max_queue {
+            Err(waiting)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Count and log one rejection (the nginx log line).
     fn overflow(&self, waiting: usize) -> Overflow {
         self.m.rejected.inc();

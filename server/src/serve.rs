@@ -4,7 +4,7 @@
 //! keep the connection. It must not read from the socket.
 
 use crate::config::Offload;
-use crate::fs::open::{open_for_request, OpenError};
+use crate::fs::open::{open_for_request, OpenError, RequestFile};
 use crate::http::parse::{Method, Request};
 use crate::http::range::RangeOutcome;
 use crate::http::response::{self, Head};
@@ -64,7 +64,10 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
     };
     let vol = &shared.volumes[resolved.volume];
     let name = resolved.rel.clone();
-    let file = match open_for_request(vol, resolved.rel).await {
+    let RequestFile {
+        file,
+        admitted_by_pool,
+    } = match open_for_request(vol, resolved.rel).await {
         Ok(f) => f,
         Err(OpenError::NotFound) => return simple(sock, 404, req, keep_alive, &[]).await,
         Err(OpenError::Forbidden(why)) => {
@@ -130,7 +133,7 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
         );
     }
     let with_body = !head_only && len > 0;
-    if with_body && !admitted(vol, &file.fd, start, len) {
+    if with_body && !admitted_by_pool && !admitted(vol, &file.fd, start, len) {
         return simple(sock, 503, req, keep_alive, &[("Retry-After", "1")]).await;
     }
     let out = head.finish(keep_alive);
@@ -167,14 +170,19 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
     served
 }
 
-/// Admission before the head goes out: a response whose body may need the volume's pool is checked
-/// against the overflow rule now (counted and logged like any rejection), so overflow is a clean
-/// 503 and never a 200 cut short; its chunks are then never rejected (see [`crate::pool`]).
+/// Admission before the head goes out, for a request whose open did not already run on the pool:
+/// a response whose body may need the volume's pool is checked against the overflow rule now
+/// (counted and logged like any rejection), so overflow is a clean 503 and never a 200 cut short;
+/// its chunks are then never rejected (see [`crate::pool`]). For `auto` the residency of the first
+/// chunk is asked only when the pool has no room, so the common case costs no syscall here.
 fn admitted(vol: &Volume, fd: &OwnedFd, start: u64, len: u64) -> bool {
-    let may_need_pool = match vol.offload {
-        Offload::Never => false,
-        Offload::Always => true,
-        Offload::Auto => !vol.hot.chunk_resident(fd, start, len),
-    };
-    !may_need_pool || vol.pool.admit().is_ok()
+    match vol.offload {
+        Offload::Never => true,
+        Offload::Always => vol.pool.admit().is_ok(),
+        Offload::Auto => {
+            vol.pool.has_room()
+                || vol.hot.chunk_resident(fd, start, len)
+                || vol.pool.admit().is_ok()
+        }
+    }
 }

@@ -160,17 +160,30 @@ fn open_file_with(
     }
 }
 
+/// The file a request opened, and whether the volume's pool already admitted the request by
+/// running its open (then its body needs no second admission check, see `serve::admitted`).
+pub struct RequestFile {
+    pub file: OpenedFile,
+    pub admitted_by_pool: bool,
+}
+
 /// Open the file for a request on `vol`: from the open-file cache or, for `auto`, a
 /// RESOLVE_CACHED open on the event loop when that needs no I/O ([`crate::fs::hot`]); otherwise
 /// on the volume's pool (`always`, `auto` misses) or inline on the event loop (`never`).
-pub async fn open_for_request(vol: &Volume, rel: Vec<u8>) -> Result<OpenedFile, OpenError> {
-    if let InlineOpen::Hit(f) = vol.hot.open_inline(vol.root.as_fd(), &rel, &vol.index)? {
-        return Ok(f);
+pub async fn open_for_request(vol: &Volume, rel: Vec<u8>) -> Result<RequestFile, OpenError> {
+    if let InlineOpen::Hit(file) = vol.hot.open_inline(vol.root.as_fd(), &rel, &vol.index)? {
+        return Ok(RequestFile {
+            file,
+            admitted_by_pool: false,
+        });
     }
     let key = rel.clone();
     let result = open_blocking(vol, rel).await;
     vol.hot.opened(&key, &result);
-    result
+    result.map(|file| RequestFile {
+        file,
+        admitted_by_pool: vol.offload != Offload::Never,
+    })
 }
 
 async fn open_blocking(vol: &Volume, rel: Vec<u8>) -> Result<OpenedFile, OpenError> {
