@@ -122,9 +122,7 @@ fn record(
     path: &str,
 ) {
     let m = &shared.metrics;
-    m.http_requests_total
-        .with_label_values(&[method, &status.to_string()])
-        .inc();
+    m.count_response(method, status);
     let secs = started.elapsed().as_secs_f64();
     m.http_request_duration_seconds.observe(secs);
     m.http_response_bytes_total.inc_by(bytes);

@@ -54,7 +54,7 @@ const LATENCY_BUCKETS: &[f64] = &[
 ];
 
 /// `code` values of `http_requests_total` created at start for GET and HEAD.
-pub const PRECREATED_CODES: [&str; 5] = ["200", "206", "304", "404", "503"];
+pub const PRECREATED_CODES: [u16; 5] = [200, 206, 304, 404, 503];
 
 /// All handles. Cheap to clone (the prometheus types are Arc inside).
 #[derive(Clone)]
@@ -85,6 +85,8 @@ pub struct Metrics {
     pub page_cache_hits_total: IntCounterVec,
     pub page_cache_misses_total: IntCounterVec,
     pub build_info: IntGaugeVec,
+    /// `http_requests_total` children of the common (method, code) pairs, resolved once.
+    common_responses: std::sync::Arc<Vec<(&'static str, u16, IntCounter)>>,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -111,7 +113,7 @@ impl Metrics {
         let r = Registry::new();
         let v = &["volume"];
         let vo = &["volume", "op"];
-        let m = Metrics {
+        let mut m = Metrics {
             pool_threads: reg(&r, IntGaugeVec::new(opts("pool_threads", "Configured threads of the volume's pool."), v).unwrap()),
             pool_busy_threads: reg(&r, IntGaugeVec::new(opts("pool_busy_threads", "Pool threads running a task now."), v).unwrap()),
             pool_queue_depth: reg(&r, IntGaugeVec::new(opts("pool_queue_depth", "Tasks waiting in the pool's queue."), v).unwrap()),
@@ -133,6 +135,7 @@ impl Metrics {
             page_cache_hits_total: reg(&r, IntCounterVec::new(opts("page_cache_hits_total", "offload=auto: opens and reads served inline on the event loop (no I/O needed)."), vo).unwrap()),
             page_cache_misses_total: reg(&r, IntCounterVec::new(opts("page_cache_misses_total", "offload=auto: opens and reads that needed I/O and went to the pool."), vo).unwrap()),
             build_info: reg(&r, IntGaugeVec::new(opts("build_info", "Always 1; the version label says which build runs."), &["version"]).unwrap()),
+            common_responses: Default::default(),
             registry: r,
         };
         m.build_info
@@ -164,17 +167,38 @@ impl Metrics {
         }
         // The outcomes dashboards divide by (success, partial, not modified, not found,
         // overflow) exist from start-up, so ratios read 0 instead of "no data".
+        let mut common = Vec::new();
         for method in ["GET", "HEAD"] {
             for code in PRECREATED_CODES {
-                m.http_requests_total.with_label_values(&[method, code]);
+                let c = m
+                    .http_requests_total
+                    .with_label_values(&[method, &code.to_string()]);
+                common.push((method, code, c));
             }
         }
+        m.common_responses = std::sync::Arc::new(common);
         for w in 0..workers {
             let w = w.to_string();
             m.event_loop_lag_seconds.with_label_values(&[&w]);
             m.event_loop_stalls_total.with_label_values(&[&w]);
         }
         m
+    }
+
+    /// Count one response in `http_requests_total`. The common (method, code) pairs use
+    /// counters resolved at start-up: no label hashing or string allocation per request.
+    pub fn count_response(&self, method: &str, code: u16) {
+        match self
+            .common_responses
+            .iter()
+            .find(|(m, c, _)| *c == code && *m == method)
+        {
+            Some((_, _, counter)) => counter.inc(),
+            None => self
+                .http_requests_total
+                .with_label_values(&[method, &code.to_string()])
+                .inc(),
+        }
     }
 
     /// The Prometheus text exposition of every series.
