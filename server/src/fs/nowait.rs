@@ -122,15 +122,7 @@ pub fn all_resident(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<boo
     Ok(cs.nr_cache >= pages)
 }
 
-/// `openat2` flags shared by every open beneath a volume root: the result can never name
-/// anything outside `root` (`..`, absolute symlinks and magic links are refused by the kernel).
-pub const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
-
-/// Open flags for serving a file: read-only, close-on-exec, and non-blocking so that opening a
-/// FIFO or device someone placed in the volume cannot hang the caller (it is rejected after fstat).
-pub fn open_flags() -> OFlags {
-    OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY
-}
+use super::open::{BENEATH, OPEN_FLAGS};
 
 /// Open `rel` (relative, no leading `/`) beneath the directory `root` without any I/O:
 /// `Ready(fd)` when every path component was in the dentry cache, `WouldBlock` when the lookup
@@ -150,7 +142,7 @@ pub fn open_beneath(root: BorrowedFd<'_>, rel: &str) -> io::Result<Nowait<OwnedF
         match rustix::fs::openat2(
             root,
             rel,
-            open_flags(),
+            OPEN_FLAGS,
             Mode::empty(),
             BENEATH | ResolveFlags::CACHED,
         ) {
@@ -456,9 +448,8 @@ pub(crate) mod tests {
             match open_beneath(root.as_fd(), escape) {
                 Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EXDEV), "{escape}: {e}"),
                 Ok(Nowait::WouldBlock) => {
-                    let e =
-                        rustix::fs::openat2(&root, escape, open_flags(), Mode::empty(), BENEATH)
-                            .unwrap_err();
+                    let e = rustix::fs::openat2(&root, escape, OPEN_FLAGS, Mode::empty(), BENEATH)
+                        .unwrap_err();
                     assert_eq!(e, Errno::XDEV, "{escape}");
                 }
                 Ok(Nowait::Ready(_)) => panic!("{escape} escaped the root"),

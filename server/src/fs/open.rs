@@ -62,8 +62,12 @@ fn map_errno(e: Errno) -> OpenError {
     }
 }
 
-const RESOLVE: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
-const OPEN_FLAGS: OFlags = OFlags::RDONLY
+/// `openat2` resolve flags of every open beneath a volume root: the result can never name anything
+/// outside the root (`..`, absolute symlinks and magic links are refused by the kernel).
+pub(crate) const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
+/// Open flags for serving a file: read-only, close-on-exec, and non-blocking so that opening a
+/// FIFO or device someone placed in the volume cannot hang the caller (it is rejected after fstat).
+pub(crate) const OPEN_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::NONBLOCK)
     .union(OFlags::CLOEXEC)
     .union(OFlags::NOCTTY);
@@ -103,7 +107,7 @@ pub fn open_file(
     rel: &[u8],
     index: &[String],
 ) -> Result<OpenedFile, OpenError> {
-    open_file_with(root, rel, index, RESOLVE)
+    open_file_with(root, rel, index, BENEATH)
 }
 
 /// [`open_file`] without I/O (`offload = auto`): RESOLVE_CACHED, so `WouldBlock` when any path
@@ -114,7 +118,7 @@ pub fn open_file_cached(
     index: &[String],
 ) -> Result<crate::fs::nowait::Nowait<OpenedFile>, OpenError> {
     use crate::fs::nowait::Nowait;
-    match open_file_with(root, rel, index, RESOLVE | ResolveFlags::CACHED) {
+    match open_file_with(root, rel, index, BENEATH | ResolveFlags::CACHED) {
         Ok(f) => Ok(Nowait::Ready(f)),
         Err(OpenError::Io(e)) if e.raw_os_error() == Some(libc::EAGAIN) => Ok(Nowait::WouldBlock),
         Err(e) => Err(e),
