@@ -100,18 +100,12 @@ pub async fn reconcile(cs: Arc<ContentServer>, ctx: Arc<Context>) -> Result<Acti
 /// transition). A failure to write the status is only logged; the error policy retries anyway.
 async fn record_failure(cs: &ContentServer, ctx: &Context, err: &Error) {
     let previous = cs.status.clone().unwrap_or_default();
-    let cond = status::condition(
-        &previous.conditions,
-        RECONCILED,
-        false,
+    let st = status::not_reconciled(
+        &previous,
         "ApplyFailed",
         err.to_string(),
         cs.metadata.generation,
         Timestamp::now(),
-    );
-    let st = status::with_conditions(
-        Some(&previous),
-        status::merge_conditions(&previous.conditions, vec![cond]),
     );
     if let Err(e) = write_status(ctx, cs, st).await {
         tracing::warn!(contentserver = %key(cs), error = %e, "cannot record the failure in status");
@@ -224,18 +218,12 @@ async fn reconcile_inner(
     let previous = cs.status.clone().unwrap_or_default();
 
     if cs.spec.paused {
-        let cond = status::condition(
-            &previous.conditions,
-            RECONCILED,
-            false,
+        let mut st = status::not_reconciled(
+            &previous,
             "Paused",
             "spec.paused is true: children are left as they are".into(),
             generation,
             now,
-        );
-        let mut st = status::with_conditions(
-            Some(&previous),
-            status::merge_conditions(&previous.conditions, vec![cond]),
         );
         st.observed_generation = generation;
         write_status(ctx, cs, st).await?;
@@ -250,19 +238,8 @@ async fn reconcile_inner(
             .map(|e| e.to_string())
             .collect::<Vec<_>>()
             .join("; ");
-        let cond = status::condition(
-            &previous.conditions,
-            RECONCILED,
-            false,
-            "InvalidSpec",
-            message.clone(),
-            generation,
-            now,
-        );
-        let mut st = status::with_conditions(
-            Some(&previous),
-            status::merge_conditions(&previous.conditions, vec![cond]),
-        );
+        let mut st =
+            status::not_reconciled(&previous, "InvalidSpec", message.clone(), generation, now);
         st.observed_generation = generation;
         // A repeated invalid edit with a new message is worth a new event too.
         let old_msg = previous

@@ -248,6 +248,30 @@ pub fn transitions(old: &[Condition], new: &[Condition]) -> Vec<Transition> {
         .collect()
 }
 
+/// `previous` with only `Reconciled` set to False (reason, message): the status written when a
+/// reconcile leaves the children alone (paused, invalid spec, failed apply).
+pub fn not_reconciled(
+    previous: &ContentServerStatus,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> ContentServerStatus {
+    let cond = condition(
+        &previous.conditions,
+        RECONCILED,
+        false,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    with_conditions(
+        Some(previous),
+        merge_conditions(&previous.conditions, vec![cond]),
+    )
+}
+
 /// The status with new conditions; counts from `w` when given, else carried over.
 pub fn with_conditions(
     previous: Option<&ContentServerStatus>,
