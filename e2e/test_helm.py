@@ -1,4 +1,4 @@
-"""Real `helm lint` of charts/contentserver-operator (Helm's Go code via e2e/helm_native.py).
+"""Real `helm lint` of charts/contentserver-operator (Helm's Go code via e2e/lib/helm_native.py).
 
 Lints with default values and with every optional part enabled, and proves the lint can fail:
 a typo key, a wrong type, a broken template and a template `fail` are all reported.
@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 import yaml
 
-import helm_native
+from lib import helm_native
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "contentserver-operator"
@@ -175,7 +175,7 @@ def test_readme_values_reference_lists_every_top_level_value() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Rendered manifests: Helm's real install action against e2e/fake_apiserver.py records exactly
+# Rendered manifests: Helm's real install action against e2e/lib/fake_kube.py records exactly
 # the objects Helm sends to a cluster.
 
 NS = "contentserver-system"

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import crd_schema
-import rbac_access
+from lib import crd_schema, rbac_access
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "contentserver-operator"

@@ -25,8 +25,8 @@ python3 -c 'import cffi' 2>/dev/null || python3 -m pip install -q cffi
 python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install -q jsonschema
 python3 -c 'import yaml' 2>/dev/null || python3 -m pip install -q pyyaml
 # Real `helm lint`: the helm-sdkpy wheel (libhelm_sdkpy.so) unpacked into e2e/.cache (idempotent).
-python3 e2e/helm_native.py ensure >/dev/null
+python3 e2e/lib/helm_native.py ensure >/dev/null
 # shellcheck: e2e/test_packaging.py lints e2e/kind/run.sh and scripts/sync-chart.sh.
 command -v shellcheck >/dev/null || apt_install shellcheck
-# CEL runtime for the CRD's x-kubernetes-validations rules (e2e/crd_schema.py).
+# CEL runtime for the CRD's x-kubernetes-validations rules (e2e/lib/crd_schema.py).
 python3 -c 'import cel' 2>/dev/null || python3 -m pip install -q common-expression-language

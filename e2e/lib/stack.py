@@ -94,7 +94,34 @@ class Proc:
         self._logf.close()
 
 
-class ContentServer:
+class MetricsProcess:
+    """A started process serving /metrics on 127.0.0.1:`metrics_port`: started by `launch`,
+    which returns once /metrics answers 200."""
+
+    metrics_port = 0
+    stop_grace = 10
+
+    def launch(self, what, argv, log, env):
+        self.what = what
+        self.proc = Proc(argv, log, env=env)
+        wait_until(f"{what} /metrics",
+                   lambda: http_get(self.metrics_url, timeout=1)[0] == 200,
+                   timeout=15, proc=self.proc.p, log=self.proc.log)
+
+    @property
+    def metrics_url(self):
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def metrics_text(self):
+        status, body = http_get(self.metrics_url)
+        assert status == 200, f"{self.what} /metrics answered {status}"
+        return body.decode()
+
+    def stop(self):
+        self.proc.stop(grace=self.stop_grace)
+
+
+class ContentServer(MetricsProcess):
     """content-server with the given volumes: [(name, dir, offload, threads, max_queue)]."""
 
     def __init__(self, tmp, volumes, env_extra=None, workers=2):
@@ -116,26 +143,12 @@ class ContentServer:
         self.config.write_text(cfg)
         env = dict(os.environ)
         env.update(env_extra or {})
-        self.proc = Proc([str(SERVER_BIN), "serve", "--config", str(self.config)],
-                         pathlib.Path(tmp) / "content-server.log", env=env)
-        wait_until("content-server /metrics",
-                   lambda: http_get(self.metrics_url, timeout=1)[0] == 200,
-                   timeout=15, proc=self.proc.p, log=self.proc.log)
-
-    @property
-    def metrics_url(self):
-        return f"http://127.0.0.1:{self.admin_port}/metrics"
+        self.metrics_port = self.admin_port
+        self.launch("content-server", [str(SERVER_BIN), "serve", "--config", str(self.config)],
+                    pathlib.Path(tmp) / "content-server.log", env)
 
     def url(self, path):
         return f"http://127.0.0.1:{self.port}{path}"
-
-    def metrics_text(self):
-        status, body = http_get(self.metrics_url)
-        assert status == 200, f"/metrics answered {status}"
-        return body.decode()
-
-    def stop(self):
-        self.proc.stop()
 
 
 class Prometheus:
@@ -191,32 +204,19 @@ class Prometheus:
         self.proc.stop()
 
 
-class Operator:
+class Operator(MetricsProcess):
     """content-operator (`run --no-leader-election`) against the Kubernetes API in `kubeconfig`,
     its /metrics on a free 127.0.0.1 port."""
 
+    # Graceful shutdown is not what these tests are about, and the operator can take long
+    # to stop when the API is unreachable: SIGKILL after 2 s.
+    stop_grace = 2
+
     def __init__(self, tmp, kubeconfig, namespaces=()):
-        self.port = free_port()
+        self.port = self.metrics_port = free_port()
         env = dict(os.environ, KUBECONFIG=str(kubeconfig), RUST_LOG="warn", NO_COLOR="1")
         argv = [str(OPERATOR_BIN), "run", "--no-leader-election",
                 f"--metrics-listen=127.0.0.1:{self.port}"]
         if namespaces:
             argv.append("--namespaces=" + ",".join(namespaces))
-        self.proc = Proc(argv, pathlib.Path(tmp) / "content-operator.log", env=env)
-        wait_until("content-operator /metrics",
-                   lambda: http_get(self.metrics_url, timeout=1)[0] == 200,
-                   timeout=15, proc=self.proc.p, log=self.proc.log)
-
-    @property
-    def metrics_url(self):
-        return f"http://127.0.0.1:{self.port}/metrics"
-
-    def metrics_text(self):
-        status, body = http_get(self.metrics_url)
-        assert status == 200, f"operator /metrics answered {status}"
-        return body.decode()
-
-    def stop(self):
-        # Graceful shutdown is not what these tests are about, and the operator can take long
-        # to stop when the API is unreachable: SIGKILL after 2 s.
-        self.proc.stop(grace=2)
+        self.launch("content-operator", argv, pathlib.Path(tmp) / "content-operator.log", env)

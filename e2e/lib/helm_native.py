@@ -4,8 +4,8 @@ Owns fetching the wheel into e2e/.cache (pip download; the wheel asks for Python
 this machine does not have, so it is unpacked, not installed), loading `libhelm_sdkpy.so`
 through cffi, and calling its `helm_sdkpy_lint`. It must not talk to a cluster.
 
-    python3 e2e/helm_native.py ensure                # download + unpack (idempotent)
-    python3 e2e/helm_native.py lint CHART [VALUES...] # lint, values files merged over values.yaml
+    python3 e2e/lib/helm_native.py ensure                # download + unpack (idempotent)
+    python3 e2e/lib/helm_native.py lint CHART [VALUES...] # lint, values files merged over values.yaml
 
 The C signatures are those declared in the wheel's helm_sdkpy/_ffi.py (version pinned below).
 """
@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 VERSION = "0.1.32"
-CACHE = Path(__file__).resolve().parent / ".cache" / f"helm-sdkpy-{VERSION}"
+CACHE = Path(__file__).resolve().parent.parent / ".cache" / f"helm-sdkpy-{VERSION}"
 
 CDEF = """
 typedef unsigned long long helm_sdkpy_handle;
@@ -245,18 +245,22 @@ def render(
     chart_dir: Path | str, values: dict[str, Any], namespace: str = "contentserver-system",
     release: str = "csop",
 ) -> list[dict[str, Any]]:
-    """The manifests `helm install` sends to a cluster: Helm's real install against the
-    in-memory API server of fake_apiserver.py (the chart's crds/ are left out: Helm installs
-    them before rendering and they are checked against crds/ directly)."""
-    from fake_apiserver import FakeApiServer
+    """The manifests `helm install` sends to a cluster, in order: Helm's real install against the
+    in-memory API of fake_kube.py, minus Helm's own release-record Secrets (the chart's crds/
+    are left out: Helm installs them before rendering and they are checked against crds/
+    directly). The CRDs of the kinds the chart may render are installed in the fake."""
+    from lib.fake_kube import FakeKube  # imported here: `ensure` and `lint` run without it
 
     chart_dir = Path(chart_dir)
     with tempfile.TemporaryDirectory() as tmp:
         copy_dir = Path(tmp) / chart_dir.name
         shutil.copytree(chart_dir, copy_dir, ignore=shutil.ignore_patterns("crds"))
-        with FakeApiServer(Path(tmp)) as api:
-            install(api.kubeconfig, namespace, release, copy_dir, values)
-            return api.manifests()
+        crds = ["servicemonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"]
+        with FakeKube(crds=crds) as api:
+            install(api.kubeconfig(Path(tmp) / "kubeconfig"), namespace, release, copy_dir, values)
+            return [o for o in api.created
+                    if not (o.get("kind") == "Secret"
+                            and (o["metadata"].get("labels") or {}).get("owner") == "helm")]
 
 
 def _last_error(ffi: Any, lib: Any) -> str:
