@@ -100,7 +100,7 @@ fn malformed_and_oversized_requests() {
             b"GET / HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n".to_vec(),
             400,
         ),
-        (b"GET / HTTP/2.0\r\nHost: t\r\n\r\n".to_vec(), 400),
+        (b"GET / HTTP/2.0\r\nHost: t\r\n\r\n".to_vec(), 505), // RFC 9110 §15.6.6
         (
             format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(9000)).into_bytes(),
             414,

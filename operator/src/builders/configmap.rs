@@ -77,6 +77,7 @@ pub fn server_config(spec: &ContentServerSpec) -> Config {
                 })
                 .collect(),
             strip_prefix: r.strip_prefix,
+            http: Default::default(),
         })
         .collect();
     cfg

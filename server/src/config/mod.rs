@@ -5,12 +5,20 @@
 //! defined here once and nowhere else. This module must not start anything or touch the
 //! filesystem beyond reading the file it is asked to load.
 
+mod cors;
+mod headers;
+mod media;
+mod route_http;
 mod validate;
 
+pub use cors::{default_expose_headers, Cors};
+pub use headers::HeaderRule;
+pub use route_http::{Precompressed, RouteHttp};
 pub use validate::{ConfigError, FieldError};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A complete server configuration (`content-server serve --config FILE`).
@@ -94,6 +102,26 @@ pub struct Http {
     /// Files tried, in order, when a request names a directory. Empty: directories are 404.
     #[serde(default = "default_index")]
     pub index: Vec<String>,
+    /// Most ranges served in one request (nginx `max_ranges`): more are answered with the whole
+    /// file; several (up to this many) get `multipart/byteranges`. 1 = single ranges only,
+    /// 0 = ranges disabled.
+    #[serde(default = "default_max_ranges")]
+    pub max_ranges: usize,
+    /// Put the inode in the ETag (`"ino-mtime-size"`), so a file replaced by one of the same
+    /// size and mtime (image builds pin mtimes) never validates against the old tag. Turn off
+    /// only when replicas serve copies of the same files on different disks and must agree.
+    #[serde(default = "default_true")]
+    pub etag_inode: bool,
+    /// Most entries shown by a directory listing (`routes[].http.listing`); the rest is cut.
+    #[serde(default = "default_listing_max_entries")]
+    pub listing_max_entries: usize,
+    /// Extension (without the dot) -> Content-Type, added to or overriding the built-in table.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub media_types: BTreeMap<String, String>,
+    /// Response headers by extension (`m4s`) or media type (`video/mp2t`, `video/*`), for every
+    /// route; a route's own `http.media_headers` take precedence.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub media_headers: BTreeMap<String, HeaderRule>,
 }
 
 /// The open-file cache (nginx `open_file_cache`): hot files skip path lookup, open and stat.
@@ -231,6 +259,9 @@ pub struct Route {
     /// false keeps the whole URI path under the volume root (nginx `root`).
     #[serde(default)]
     pub strip_prefix: bool,
+    /// Response headers, CORS, precompressed siblings and listings of this route.
+    #[serde(default, skip_serializing_if = "RouteHttp::is_default")]
+    pub http: RouteHttp,
 }
 
 /// One share of a split route.
@@ -276,6 +307,15 @@ fn default_send_timeout_secs() -> u64 {
 }
 fn default_index() -> Vec<String> {
     vec!["index.html".into()]
+}
+fn default_max_ranges() -> usize {
+    16
+}
+fn default_true() -> bool {
+    true
+}
+fn default_listing_max_entries() -> usize {
+    1000
 }
 fn default_ofc_max_entries() -> usize {
     2048
@@ -328,6 +368,11 @@ impl Default for Http {
     fn default() -> Self {
         Http {
             index: default_index(),
+            max_ranges: default_max_ranges(),
+            etag_inode: true,
+            listing_max_entries: default_listing_max_entries(),
+            media_types: BTreeMap::new(),
+            media_headers: BTreeMap::new(),
         }
     }
 }
@@ -416,6 +461,7 @@ impl Config {
                 volume: Some(self.volumes[0].name.clone()),
                 split: Vec::new(),
                 strip_prefix: false,
+                http: RouteHttp::default(),
             });
         }
     }

@@ -145,3 +145,151 @@ fn open_file_cache_defaults_and_bounds() {
     let c = parse("[open_file_cache]\nmax_entries = 0\n[[volumes]]\nname = \"a\"\npath = \"/a\"\n");
     c.validate().expect("0 disables the cache");
 }
+
+const HLS_LIBRARY: &str = r#"
+[http]
+max_ranges = 8
+[http.media_types]
+key = "application/octet-stream"
+M4S = "video/iso.segment"
+[http.media_headers.m4s]
+cache_control = "public, max-age=31536000, immutable"
+[http.media_headers."application/vnd.apple.mpegurl"]
+cache_control = "max-age=2"
+expires_secs = 2
+[http.media_headers."text/*"]
+cache_control = "no-cache"
+
+[[volumes]]
+name = "disk1"
+path = "/srv/disk1"
+
+[[routes]]
+prefix = "/vod"
+volume = "disk1"
+[routes.http]
+precompressed = ["br", "zstd", "gzip"]
+listing = true
+[routes.http.headers]
+add = { "X-Content-Type-Options" = "nosniff", "Strict-Transport-Security" = "max-age=63072000" }
+[routes.http.media_headers.mpd]
+cache_control = "max-age=5"
+[routes.http.cors]
+allow_origins = ["https://player.example", "https://*.cdn.example"]
+max_age_secs = 600
+"#;
+
+#[test]
+fn http_options_parse_validate_and_round_trip() {
+    let c = parse(HLS_LIBRARY);
+    c.validate().expect("valid");
+    assert_eq!(c.http.max_ranges, 8);
+    assert!(c.http.etag_inode);
+    let r = &c.routes[0].http;
+    assert_eq!(
+        r.precompressed,
+        vec![Precompressed::Br, Precompressed::Zstd, Precompressed::Gzip]
+    );
+    let cors = r.cors.as_ref().expect("cors");
+    assert_eq!(cors.allow_methods, vec!["GET", "HEAD"]);
+    assert_eq!(cors.allow_headers, vec!["Range"]);
+    assert_eq!(
+        cors.expose_headers,
+        vec!["Content-Length", "Content-Range", "Accept-Ranges", "ETag"]
+    );
+    let text = c.to_toml().expect("renders");
+    assert_eq!(parse(&text), c, "{text}");
+    // Defaults stay out of the rendered file.
+    let plain = Config::for_root("/srv");
+    let text = plain.to_toml().expect("renders");
+    assert!(
+        !text.contains("media_headers") && !text.contains("[routes.http"),
+        "{text}"
+    );
+}
+
+#[test]
+fn http_defaults() {
+    let c = parse("[[volumes]]\nname = \"a\"\npath = \"/a\"\n");
+    assert_eq!(c.http.max_ranges, 16);
+    assert!(c.http.etag_inode);
+    assert_eq!(c.http.listing_max_entries, 1000);
+    assert!(c.routes[0].http.is_default());
+}
+
+#[test]
+fn http_unknown_fields_are_rejected() {
+    for bad in [
+        "[http]\nmax_range = 1\n",
+        "[http.media_headers.m4s]\ncache = \"x\"\n",
+        "[[routes]]\nprefix = \"/\"\nvolume = \"a\"\n[routes.http]\nlistings = true\n",
+        "[[routes]]\nprefix = \"/\"\nvolume = \"a\"\n[routes.http.cors]\nallow_origins = [\"*\"]\norigins = 1\n",
+        "[[routes]]\nprefix = \"/\"\nvolume = \"a\"\n[routes.http]\nprecompressed = [\"deflate\"]\n",
+    ] {
+        let text = format!("[[volumes]]\nname = \"a\"\npath = \"/a\"\n{bad}");
+        assert!(Config::from_toml(&text).is_err(), "accepted: {bad}");
+    }
+}
+
+#[test]
+fn http_violations_name_their_field() {
+    let c = parse(
+        r#"
+[http]
+max_ranges = 5000
+listing_max_entries = 0
+[http.media_types]
+"m.4s" = "video/iso.segment"
+vtt = "not a type"
+[http.media_headers."video/"]
+cache_control = "x"
+[http.media_headers.ts]
+cache_control = "bad\u0001value"
+add = { "Content-Length" = "1", "Bad Name" = "x", "X-Ok" = "line\nbreak", "Access-Control-Allow-Origin" = "*" }
+[[volumes]]
+name = "a"
+path = "/a"
+[[routes]]
+prefix = "/"
+volume = "a"
+[routes.http]
+precompressed = ["br", "br"]
+[routes.http.headers]
+expires_secs = 999999999999
+[routes.http.cors]
+allow_origins = ["*", "https://x.example/path"]
+allow_credentials = true
+allow_methods = ["DELETE"]
+allow_headers = ["bad header"]
+max_age_secs = 100000
+"#,
+    );
+    let f = fields(&c);
+    for want in [
+        "http.max_ranges",
+        "http.listing_max_entries",
+        "http.media_types.m.4s",
+        "http.media_types.vtt",
+        "http.media_headers.\"video/\"",
+        "http.media_headers.ts.cache_control",
+        "http.media_headers.ts.add.Content-Length",
+        "http.media_headers.ts.add.Bad Name",
+        "http.media_headers.ts.add.X-Ok",
+        "http.media_headers.ts.add.Access-Control-Allow-Origin",
+        "routes[0].http.precompressed[1]",
+        "routes[0].http.headers.expires_secs",
+        "routes[0].http.cors.allow_origins[0]",
+        "routes[0].http.cors.allow_origins[1]",
+        "routes[0].http.cors.allow_credentials",
+        "routes[0].http.cors.allow_methods[0]",
+        "routes[0].http.cors.allow_headers[0]",
+        "routes[0].http.cors.max_age_secs",
+    ] {
+        assert!(f.iter().any(|x| x == want), "no error for {want}: {f:?}");
+    }
+    let ok = parse(
+        "[[volumes]]\nname = \"a\"\npath = \"/a\"\n[[routes]]\nprefix = \"/\"\nvolume = \"a\"\n\
+         [routes.http.cors]\nallow_origins = [\"http://[::1]:8080\", \"https://a.example:8443\", \"https://*.b.example\"]\n",
+    );
+    assert_eq!(fields(&ok), Vec::<String>::new());
+}

@@ -39,10 +39,10 @@ pub enum ConfigError {
     Invalid(Vec<FieldError>),
 }
 
-struct Errors(Vec<FieldError>);
+pub(super) struct Errors(Vec<FieldError>);
 
 impl Errors {
-    fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
+    pub(super) fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
         self.0.push(FieldError {
             field: field.into(),
             message: message.into(),
@@ -130,6 +130,14 @@ impl Config {
                 );
             }
         }
+        if self.http.max_ranges > 1024 {
+            e.push("http.max_ranges", "must be at most 1024");
+        }
+        if !(1..=100_000).contains(&self.http.listing_max_entries) {
+            e.push("http.listing_max_entries", "must be between 1 and 100000");
+        }
+        super::media::check(&mut e, "http.media_types", &self.http.media_types);
+        super::headers::check_media_headers(&mut e, "http.media_headers", &self.http.media_headers);
         if !self.admin.listen.is_empty()
             && self.admin.listen.parse::<std::net::SocketAddr>().is_err()
         {
@@ -184,6 +192,7 @@ impl Config {
         let mut prefixes = HashSet::new();
         for (i, r) in self.routes.iter().enumerate() {
             check_route(&mut e, i, r, &names);
+            super::route_http::check(&mut e, &format!("routes[{i}].http"), &r.http);
             if !prefixes.insert(r.prefix.as_str()) {
                 e.push(
                     format!("routes[{i}].prefix"),

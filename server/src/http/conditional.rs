@@ -1,87 +1,386 @@
-//! Validators and conditional requests (RFC 9110 §13): the ETag we send, If-None-Match /
-//! If-Modified-Since -> 304, and If-Range deciding whether a Range applies. Pure functions.
+//! Validators and conditional requests (RFC 9110 §8.8, §13): the ETag we send and the
+//! evaluation of If-Match, If-Unmodified-Since, If-None-Match, If-Modified-Since and If-Range in
+//! the order of §13.2.2. Pure functions: the caller passes the current time.
 
 use super::date;
 
-/// The entity tag of a file: `"<mtime hex>-<size hex>"`, the same shape nginx uses.
-pub fn etag(mtime: i64, size: u64) -> String {
-    format!("\"{:x}-{:x}\"", mtime.max(0), size)
+/// What identifies one version of a file for its ETag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileVersion {
+    pub ino: u64,
+    /// Modification time, seconds since the epoch.
+    pub mtime: i64,
+    pub size: u64,
 }
 
-fn opaque(tag: &str) -> &str {
-    tag.trim().strip_prefix("W/").unwrap_or(tag.trim())
-}
-
-/// True when the client's copy is current (answer 304). If-None-Match takes precedence; it
-/// matches with the weak comparison (`W/` ignored) or `*`.
-pub fn not_modified(
-    if_none_match: Option<&str>,
-    if_modified_since: Option<&str>,
-    etag: &str,
-    mtime: i64,
-) -> bool {
-    if let Some(inm) = if_none_match {
-        return inm.trim() == "*" || inm.split(',').any(|t| opaque(t) == etag);
+/// The entity tag of a file. `"<mtime hex>-<size hex>"` is the shape nginx uses; with
+/// `with_inode` it is `"<inode hex>-<mtime hex>-<size hex>"`, so a file replaced by another one
+/// of the same size and (pinned, e.g. 0 or 1 from an image build) mtime never matches the old
+/// tag. `coding` (`br`, `zstd`, `gzip`) marks a precompressed sibling's tag.
+pub fn entity_tag(v: FileVersion, with_inode: bool, coding: Option<&str>) -> String {
+    let mut t = String::with_capacity(40);
+    t.push('"');
+    if with_inode {
+        t.push_str(&format!("{:x}-", v.ino));
     }
-    match if_modified_since.and_then(date::parse) {
-        Some(since) => mtime <= since,
-        None => false,
+    t.push_str(&format!("{:x}-{:x}", v.mtime.max(0), v.size));
+    if let Some(c) = coding {
+        t.push('-');
+        t.push_str(c);
+    }
+    t.push('"');
+    t
+}
+
+/// The request's precondition header fields (trimmed values, as received).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Conditions<'a> {
+    pub if_match: Option<&'a str>,
+    pub if_unmodified_since: Option<&'a str>,
+    pub if_none_match: Option<&'a str>,
+    pub if_modified_since: Option<&'a str>,
+    pub if_range: Option<&'a str>,
+}
+
+/// The selected representation's validators.
+#[derive(Debug, Clone, Copy)]
+pub struct Current<'a> {
+    /// Strong ETag, quoted.
+    pub etag: &'a str,
+    /// Last-Modified, seconds since the epoch; None when it is not sent.
+    pub last_modified: Option<i64>,
+}
+
+/// The answer to a request's preconditions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precondition {
+    /// Serve normally; `range` false means a Range header must be ignored (If-Range failed).
+    Proceed { range: bool },
+    /// 304 (GET/HEAD whose If-None-Match or If-Modified-Since says the client is current).
+    NotModified,
+    /// 412.
+    Failed,
+}
+
+fn weak_opaque(tag: &str) -> &str {
+    let t = tag.trim();
+    t.strip_prefix("W/").unwrap_or(t)
+}
+
+/// `*` or a comma list of entity tags; `strong` selects the strong comparison (§8.8.3.2).
+fn list_matches(field: &str, etag: &str, strong: bool) -> bool {
+    if field.trim() == "*" {
+        return true;
+    }
+    field.split(',').any(|t| {
+        let t = t.trim();
+        if strong {
+            !t.starts_with("W/") && t == etag
+        } else {
+            weak_opaque(t) == weak_opaque(etag)
+        }
+    })
+}
+
+/// Evaluate the preconditions of a request for an existing representation (§13.2.2).
+/// `get_or_head`: the method is GET or HEAD. `now`: the server's clock (seconds).
+pub fn evaluate(
+    c: &Conditions<'_>,
+    cur: &Current<'_>,
+    get_or_head: bool,
+    now: i64,
+) -> Precondition {
+    // 1. If-Match (strong comparison), else 2. If-Unmodified-Since.
+    if let Some(im) = c.if_match {
+        if !list_matches(im, cur.etag, true) {
+            return Precondition::Failed;
+        }
+    } else if let (Some(ius), Some(lm)) = (
+        c.if_unmodified_since.and_then(date::parse),
+        cur.last_modified,
+    ) {
+        if lm > ius {
+            return Precondition::Failed;
+        }
+    }
+    // 3. If-None-Match (weak comparison), else 4. If-Modified-Since (GET/HEAD only; a date later
+    // than our clock is not a date we could have sent, so it is ignored, §13.1.3).
+    if let Some(inm) = c.if_none_match {
+        if list_matches(inm, cur.etag, false) {
+            return if get_or_head {
+                Precondition::NotModified
+            } else {
+                Precondition::Failed
+            };
+        }
+    } else if get_or_head {
+        if let (Some(ims), Some(lm)) =
+            (c.if_modified_since.and_then(date::parse), cur.last_modified)
+        {
+            if ims <= now && lm <= ims {
+                return Precondition::NotModified;
+            }
+        }
+    }
+    // 5. If-Range decides whether a Range applies.
+    Precondition::Proceed {
+        range: range_applies(c.if_range, cur),
     }
 }
 
-/// True when a Range header may be honoured: no If-Range, or If-Range names the current
-/// strong ETag, or exactly the current Last-Modified date.
-pub fn range_allowed(if_range: Option<&str>, etag: &str, mtime: i64) -> bool {
+/// True when a Range header may be honoured: no If-Range, or If-Range names the current strong
+/// ETag, or exactly the current Last-Modified date (§13.1.5).
+fn range_applies(if_range: Option<&str>, cur: &Current<'_>) -> bool {
     match if_range.map(str::trim) {
         None => true,
-        Some(v) if v.starts_with('"') => v == etag,
+        Some(v) if v.starts_with('"') => v == cur.etag,
         Some(v) if v.starts_with("W/") => false,
-        Some(v) => date::parse(v) == Some(mtime),
+        Some(v) => cur.last_modified.is_some() && date::parse(v) == cur.last_modified,
     }
+}
+
+/// `"mtime-size"`, as served before the inode was added; kept for `serve.rs` until the response
+/// planner uses [`entity_tag`] and [`evaluate`].
+pub fn etag(mtime: i64, size: u64) -> String {
+    entity_tag(
+        FileVersion {
+            ino: 0,
+            mtime,
+            size,
+        },
+        false,
+        None,
+    )
+}
+
+/// If-None-Match / If-Modified-Since alone (see [`etag`]).
+pub fn not_modified(inm: Option<&str>, ims: Option<&str>, etag: &str, mtime: i64) -> bool {
+    let c = Conditions {
+        if_none_match: inm,
+        if_modified_since: ims,
+        ..Default::default()
+    };
+    let cur = Current {
+        etag,
+        last_modified: Some(mtime),
+    };
+    evaluate(&c, &cur, true, i64::MAX) == Precondition::NotModified
+}
+
+/// If-Range alone (see [`etag`]).
+pub fn range_allowed(if_range: Option<&str>, etag: &str, mtime: i64) -> bool {
+    range_applies(
+        if_range,
+        &Current {
+            etag,
+            last_modified: Some(mtime),
+        },
+    )
 }
 
 #[cfg(test)]
 mod tests {
+    use super::Precondition::*;
     use super::*;
 
+    const LM: i64 = 784_111_777; // Sun, 06 Nov 1994 08:49:37 GMT
+    const NOW: i64 = 1_700_000_000;
+    const LM_DATE: &str = "Sun, 06 Nov 1994 08:49:37 GMT";
+    const BEFORE: &str = "Sun, 06 Nov 1994 08:49:36 GMT";
+
+    fn tag() -> String {
+        entity_tag(
+            FileVersion {
+                ino: 0x2a,
+                mtime: LM,
+                size: 10,
+            },
+            true,
+            None,
+        )
+    }
+
+    fn eval(c: Conditions<'_>, get: bool) -> Precondition {
+        let t = tag();
+        evaluate(
+            &c,
+            &Current {
+                etag: &t,
+                last_modified: Some(LM),
+            },
+            get,
+            NOW,
+        )
+    }
+
+    const GO: Precondition = Proceed { range: true };
+
     #[test]
-    fn none_match_and_modified_since() {
-        let tag = etag(784_111_777, 10);
-        assert!(not_modified(Some(&tag), None, &tag, 784_111_777));
-        assert!(not_modified(
-            Some(&format!("\"x\", W/{tag}")),
-            None,
-            &tag,
-            1
-        ));
-        assert!(not_modified(Some("*"), None, &tag, 1));
-        assert!(!not_modified(
-            Some("\"other\""),
-            Some("Sun, 06 Nov 1994 08:49:37 GMT"),
-            &tag,
-            1
-        ));
-        assert!(not_modified(
-            None,
-            Some("Sun, 06 Nov 1994 08:49:37 GMT"),
-            &tag,
-            784_111_777
-        ));
-        assert!(!not_modified(
-            None,
-            Some("Sun, 06 Nov 1994 08:49:36 GMT"),
-            &tag,
-            784_111_777
-        ));
-        assert!(!not_modified(None, Some("garbage"), &tag, 1));
+    fn etag_shapes() {
+        let v = FileVersion {
+            ino: 255,
+            mtime: 1,
+            size: 16,
+        };
+        assert_eq!(entity_tag(v, false, None), "\"1-10\"");
+        assert_eq!(entity_tag(v, true, None), "\"ff-1-10\"");
+        assert_eq!(entity_tag(v, true, Some("br")), "\"ff-1-10-br\"");
+        // Same size and mtime, different inode: different tags.
+        assert_ne!(
+            entity_tag(v, true, None),
+            entity_tag(FileVersion { ino: 256, ..v }, true, None)
+        );
+        assert_eq!(
+            entity_tag(FileVersion { mtime: -5, ..v }, false, None),
+            "\"0-10\""
+        );
+    }
+
+    #[test]
+    fn if_none_match_and_if_modified_since() {
+        let t = tag();
+        let inm = |v: &str| {
+            eval(
+                Conditions {
+                    if_none_match: Some(v),
+                    ..Default::default()
+                },
+                true,
+            )
+        };
+        assert_eq!(inm(&t), NotModified);
+        assert_eq!(inm(&format!("\"x\", W/{t}")), NotModified);
+        assert_eq!(inm("*"), NotModified);
+        assert_eq!(inm("\"other\""), GO);
+        // If-None-Match present: If-Modified-Since is not looked at.
+        let both = Conditions {
+            if_none_match: Some("\"other\""),
+            if_modified_since: Some(LM_DATE),
+            ..Default::default()
+        };
+        assert_eq!(eval(both, true), GO);
+        let ims = |v: &str| {
+            eval(
+                Conditions {
+                    if_modified_since: Some(v),
+                    ..Default::default()
+                },
+                true,
+            )
+        };
+        assert_eq!(ims(LM_DATE), NotModified);
+        assert_eq!(ims(BEFORE), GO);
+        assert_eq!(ims("garbage"), GO);
+        // Later than the server's clock: ignored (the client's clock is wrong).
+        assert_eq!(ims(&date::format(NOW + 3600)), GO);
+        assert_eq!(ims(&date::format(NOW)), NotModified);
+        // Not GET/HEAD: If-None-Match match is 412, If-Modified-Since ignored.
+        let c = Conditions {
+            if_none_match: Some(&t),
+            ..Default::default()
+        };
+        assert_eq!(eval(c, false), Failed);
+        let c = Conditions {
+            if_modified_since: Some(LM_DATE),
+            ..Default::default()
+        };
+        assert_eq!(eval(c, false), GO);
+    }
+
+    #[test]
+    fn if_match_and_if_unmodified_since_fail_with_412() {
+        let t = tag();
+        let im = |v: &str| {
+            eval(
+                Conditions {
+                    if_match: Some(v),
+                    ..Default::default()
+                },
+                true,
+            )
+        };
+        assert_eq!(im(&t), GO);
+        assert_eq!(im("*"), GO);
+        assert_eq!(im(&format!("\"a\" , {t}")), GO);
+        assert_eq!(im("\"a\""), Failed);
+        // Strong comparison: a weak tag never matches.
+        assert_eq!(im(&format!("W/{t}")), Failed);
+        let ius = |v: &str| {
+            eval(
+                Conditions {
+                    if_unmodified_since: Some(v),
+                    ..Default::default()
+                },
+                true,
+            )
+        };
+        assert_eq!(ius(LM_DATE), GO);
+        assert_eq!(ius(BEFORE), Failed);
+        assert_eq!(ius("not a date"), GO);
+        // If-Match present: If-Unmodified-Since is not looked at.
+        let c = Conditions {
+            if_match: Some(&t),
+            if_unmodified_since: Some(BEFORE),
+            ..Default::default()
+        };
+        assert_eq!(eval(c, true), GO);
+    }
+
+    #[test]
+    fn order_of_evaluation() {
+        let t = tag();
+        // A failing If-Match wins over a matching If-None-Match (step 1 before step 3).
+        let c = Conditions {
+            if_match: Some("\"a\""),
+            if_none_match: Some(&t),
+            ..Default::default()
+        };
+        assert_eq!(eval(c, true), Failed);
+        // A passing If-Match, then a matching If-None-Match: 304.
+        let c = Conditions {
+            if_match: Some(&t),
+            if_none_match: Some(&t),
+            ..Default::default()
+        };
+        assert_eq!(eval(c, true), NotModified);
+        // 304 is decided before If-Range.
+        let c = Conditions {
+            if_none_match: Some(&t),
+            if_range: Some("\"old\""),
+            ..Default::default()
+        };
+        assert_eq!(eval(c, true), NotModified);
     }
 
     #[test]
     fn if_range() {
-        let tag = etag(5, 10);
-        assert!(range_allowed(None, &tag, 5));
-        assert!(range_allowed(Some(&tag), &tag, 5));
-        assert!(!range_allowed(Some("\"old\""), &tag, 5));
-        assert!(!range_allowed(Some(&format!("W/{tag}")), &tag, 5));
+        let t = tag();
+        let ir = |v: &str| {
+            eval(
+                Conditions {
+                    if_range: Some(v),
+                    ..Default::default()
+                },
+                true,
+            )
+        };
+        assert_eq!(ir(&t), GO);
+        assert_eq!(ir("\"old\""), Proceed { range: false });
+        assert_eq!(ir(&format!("W/{t}")), Proceed { range: false });
+        assert_eq!(ir(LM_DATE), GO);
+        assert_eq!(ir(BEFORE), Proceed { range: false });
+        let none = evaluate(
+            &Conditions {
+                if_range: Some(LM_DATE),
+                ..Default::default()
+            },
+            &Current {
+                etag: &t,
+                last_modified: None,
+            },
+            true,
+            NOW,
+        );
+        assert_eq!(none, Proceed { range: false });
     }
 }

@@ -1,85 +1,215 @@
 //! Content-Type from the file name's extension (case-insensitive); unknown ->
-//! `application/octet-stream`. A static table; no filesystem sniffing.
+//! `application/octet-stream`. A maintained built-in table (web, HLS/DASH/CMAF, modern images,
+//! fonts, wasm) plus the `http.media_types` overrides of the config, merged once at start
+//! ([`MediaTypes`]). No filesystem sniffing.
 
-/// The media type for a file name (the last path component is enough).
-pub fn content_type(name: &[u8]) -> &'static str {
-    let ext = match name.iter().rposition(|&b| b == b'.') {
-        Some(i) if !name[i + 1..].contains(&b'/') => &name[i + 1..],
-        _ => return DEFAULT,
+use std::collections::HashMap;
+
+/// The type of anything the table does not name.
+pub const DEFAULT: &str = "application/octet-stream";
+
+/// The lower-cased extension of a file name (after its last `.` in the last path component),
+/// or None when there is none (or it is not short ASCII).
+pub fn extension(name: &[u8]) -> Option<String> {
+    let last = match name.iter().rposition(|&b| b == b'/') {
+        Some(i) => &name[i + 1..],
+        None => name,
     };
-    let ext = match std::str::from_utf8(ext) {
-        Ok(e) if e.len() <= 8 => e.to_ascii_lowercase(),
-        _ => return DEFAULT,
-    };
-    TABLE
-        .iter()
-        .find(|(e, _)| *e == ext)
-        .map(|(_, t)| *t)
-        .unwrap_or(DEFAULT)
+    let i = last.iter().rposition(|&b| b == b'.')?;
+    let ext = &last[i + 1..];
+    if ext.is_empty() || ext.len() > 16 || !ext.iter().all(u8::is_ascii_alphanumeric) {
+        return None;
+    }
+    Some(String::from_utf8_lossy(ext).to_ascii_lowercase())
 }
 
-const DEFAULT: &str = "application/octet-stream";
+/// The media type of a file name from the built-in table alone.
+pub fn content_type(name: &[u8]) -> &'static str {
+    extension(name).and_then(|e| builtin(&e)).unwrap_or(DEFAULT)
+}
 
+/// The built-in type of a lower-cased extension.
+pub fn builtin(ext: &str) -> Option<&'static str> {
+    TABLE.iter().find(|(e, _)| *e == ext).map(|(_, t)| *t)
+}
+
+/// The built-in table merged with the config's `http.media_types` (extension -> type; a config
+/// entry adds an extension or overrides the built-in one). Built once at start.
+#[derive(Debug, Clone, Default)]
+pub struct MediaTypes {
+    overrides: HashMap<String, String>,
+}
+
+impl MediaTypes {
+    /// `overrides`: extension (any case, without the dot) -> Content-Type value.
+    pub fn new<'a>(overrides: impl IntoIterator<Item = (&'a String, &'a String)>) -> MediaTypes {
+        MediaTypes {
+            overrides: overrides
+                .into_iter()
+                .map(|(e, t)| (e.trim_start_matches('.').to_ascii_lowercase(), t.clone()))
+                .collect(),
+        }
+    }
+
+    /// The Content-Type of a lower-cased extension (None: no extension).
+    pub fn for_extension(&self, ext: Option<&str>) -> &str {
+        let Some(ext) = ext else { return DEFAULT };
+        if let Some(t) = self.overrides.get(ext) {
+            return t;
+        }
+        builtin(ext).unwrap_or(DEFAULT)
+    }
+
+    /// The Content-Type of a file name.
+    pub fn for_name(&self, name: &[u8]) -> &str {
+        self.for_extension(extension(name).as_deref())
+    }
+}
+
+/// Extension -> type. Text types carry `charset=utf-8`; segment and manifest types follow the
+/// HLS (RFC 8216), DASH (ISO/IEC 23009-1) and CMAF (ISO/IEC 23000-19) registrations.
 const TABLE: &[(&str, &str)] = &[
+    // web
     ("html", "text/html; charset=utf-8"),
     ("htm", "text/html; charset=utf-8"),
     ("css", "text/css; charset=utf-8"),
     ("js", "text/javascript; charset=utf-8"),
     ("mjs", "text/javascript; charset=utf-8"),
     ("json", "application/json"),
+    ("map", "application/json"),
+    ("jsonld", "application/ld+json"),
+    ("webmanifest", "application/manifest+json"),
     ("txt", "text/plain; charset=utf-8"),
+    ("md", "text/markdown; charset=utf-8"),
     ("csv", "text/csv; charset=utf-8"),
     ("xml", "application/xml"),
+    ("rss", "application/rss+xml"),
+    ("atom", "application/atom+xml"),
+    ("wasm", "application/wasm"),
+    ("pdf", "application/pdf"),
+    // images
     ("svg", "image/svg+xml"),
     ("png", "image/png"),
+    ("apng", "image/apng"),
     ("jpg", "image/jpeg"),
     ("jpeg", "image/jpeg"),
     ("gif", "image/gif"),
     ("webp", "image/webp"),
     ("avif", "image/avif"),
+    ("jxl", "image/jxl"),
+    ("heic", "image/heic"),
+    ("heif", "image/heif"),
     ("ico", "image/x-icon"),
     ("bmp", "image/bmp"),
     ("tif", "image/tiff"),
     ("tiff", "image/tiff"),
+    // fonts
+    ("woff", "font/woff"),
+    ("woff2", "font/woff2"),
+    ("ttf", "font/ttf"),
+    ("otf", "font/otf"),
+    ("eot", "application/vnd.ms-fontobject"),
+    // video and audio files
     ("mp4", "video/mp4"),
     ("m4v", "video/mp4"),
     ("webm", "video/webm"),
     ("mkv", "video/x-matroska"),
     ("mov", "video/quicktime"),
     ("avi", "video/x-msvideo"),
-    ("ts", "video/mp2t"),
-    ("m3u8", "application/vnd.apple.mpegurl"),
-    ("mpd", "application/dash+xml"),
+    ("ogv", "video/ogg"),
     ("mp3", "audio/mpeg"),
     ("m4a", "audio/mp4"),
     ("aac", "audio/aac"),
+    ("ac3", "audio/ac3"),
+    ("ec3", "audio/eac3"),
     ("ogg", "audio/ogg"),
     ("oga", "audio/ogg"),
-    ("ogv", "video/ogg"),
     ("opus", "audio/opus"),
     ("flac", "audio/flac"),
     ("wav", "audio/wav"),
-    ("pdf", "application/pdf"),
+    // HLS, DASH, CMAF
+    ("m3u8", "application/vnd.apple.mpegurl"),
+    ("m3u", "audio/mpegurl"),
+    ("ts", "video/mp2t"),
+    ("m2ts", "video/mp2t"),
+    ("mpd", "application/dash+xml"),
+    ("m4s", "video/iso.segment"),
+    ("cmfv", "video/mp4"),
+    ("cmfa", "audio/mp4"),
+    ("cmft", "application/mp4"),
+    ("cmfm", "application/mp4"),
+    ("mp4a", "audio/mp4"),
+    ("vtt", "text/vtt; charset=utf-8"),
+    ("webvtt", "text/vtt; charset=utf-8"),
+    ("ttml", "application/ttml+xml"),
+    ("dfxp", "application/ttml+xml"),
+    ("srt", "application/x-subrip"),
+    // archives
     ("zip", "application/zip"),
     ("gz", "application/gzip"),
+    ("br", "application/x-brotli"),
+    ("zst", "application/zstd"),
     ("tar", "application/x-tar"),
-    ("wasm", "application/wasm"),
-    ("woff", "font/woff"),
-    ("woff2", "font/woff2"),
-    ("ttf", "font/ttf"),
-    ("otf", "font/otf"),
     ("bin", "application/octet-stream"),
 ];
 
 #[cfg(test)]
 mod tests {
-    use super::content_type;
+    use super::*;
 
     #[test]
     fn by_extension() {
         assert_eq!(content_type(b"a/b/movie.MP4"), "video/mp4");
         assert_eq!(content_type(b"index.html"), "text/html; charset=utf-8");
-        assert_eq!(content_type(b"noext"), "application/octet-stream");
-        assert_eq!(content_type(b"dir.d/noext"), "application/octet-stream");
+        assert_eq!(content_type(b"noext"), DEFAULT);
+        assert_eq!(content_type(b"dir.d/noext"), DEFAULT);
+        assert_eq!(content_type(b"trailing."), DEFAULT);
+        assert_eq!(content_type(b".hidden"), DEFAULT);
+    }
+
+    #[test]
+    fn streaming_and_modern_types() {
+        for (name, want) in [
+            ("live/index.m3u8", "application/vnd.apple.mpegurl"),
+            ("seg00001.ts", "video/mp2t"),
+            ("chunk-1.m4s", "video/iso.segment"),
+            ("manifest.mpd", "application/dash+xml"),
+            ("v.cmfv", "video/mp4"),
+            ("a.cmfa", "audio/mp4"),
+            ("t.cmft", "application/mp4"),
+            ("subs.VTT", "text/vtt; charset=utf-8"),
+            ("p.avif", "image/avif"),
+            ("p.webp", "image/webp"),
+            ("p.jxl", "image/jxl"),
+            ("f.woff2", "font/woff2"),
+            ("m.wasm", "application/wasm"),
+        ] {
+            assert_eq!(content_type(name.as_bytes()), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn table_has_no_duplicate_extension() {
+        let mut seen = std::collections::HashSet::new();
+        for (e, t) in TABLE {
+            assert!(seen.insert(*e), "{e} listed twice");
+            assert_eq!(*e, e.to_ascii_lowercase());
+            assert!(t.contains('/'), "{t}");
+        }
+    }
+
+    #[test]
+    fn overrides_add_and_replace() {
+        let cfg: Vec<(String, String)> = vec![
+            ("M4S".into(), "video/mp4".into()),
+            (".key".into(), "application/pgp-keys".into()),
+        ];
+        let m = MediaTypes::new(cfg.iter().map(|(a, b)| (a, b)));
+        assert_eq!(m.for_name(b"seg.m4s"), "video/mp4");
+        assert_eq!(m.for_name(b"x/aes.KEY"), "application/pgp-keys");
+        assert_eq!(m.for_name(b"a.ts"), "video/mp2t");
+        assert_eq!(m.for_name(b"noext"), DEFAULT);
+        assert_eq!(extension(b"a.b/c.Tar"), Some("tar".into()));
+        assert_eq!(extension(b"a.b/c"), None);
     }
 }

@@ -1,9 +1,18 @@
 //! HTTP/1.1 pieces used by the connection state machine: request parsing, response heads,
-//! ranges, conditional requests, media types and dates. Pure code; no sockets, no files.
+//! ranges and multipart framing, conditional requests, media types, dates, CORS, header rules,
+//! content negotiation of precompressed siblings, directory listings and redirects. Pure code;
+//! no sockets, no files.
 
 pub mod conditional;
+pub mod cors;
 pub mod date;
+pub mod encoding;
+pub mod headers;
+pub mod host;
+pub mod listing;
 pub mod mime;
+pub mod multipart;
 pub mod parse;
 pub mod range;
 pub mod response;
+pub mod uri;

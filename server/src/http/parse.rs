@@ -26,17 +26,26 @@ pub struct Request {
     pub method: Method,
     /// The request target's path (origin form; absolute form reduced to its path), query removed.
     pub path: String,
-    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    /// The query (after `?`, before any `#`), as received.
+    pub query: Option<String>,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1 (also for HTTP/1.2-1.9, answered as HTTP/1.1).
     pub minor: u8,
     /// Client allows the connection to stay open after this response.
     pub keep_alive: bool,
     /// The request carries a body (Content-Length > 0 or Transfer-Encoding); we do not read
     /// bodies, so the connection closes after the response.
     pub has_body: bool,
+    pub if_match: Option<String>,
+    pub if_unmodified_since: Option<String>,
     pub if_none_match: Option<String>,
     pub if_modified_since: Option<String>,
     pub range: Option<String>,
     pub if_range: Option<String>,
+    pub origin: Option<String>,
+    pub access_control_request_method: Option<String>,
+    pub access_control_request_headers: Option<String>,
+    pub accept: Option<String>,
+    pub accept_encoding: Option<String>,
     /// Bytes of the head in the buffer (the next request starts here).
     pub head_len: usize,
 }
@@ -52,6 +61,8 @@ pub enum ParseError {
     HeadersTooLarge,
     #[error("HTTP version not supported")]
     Version,
+    #[error("expectation not supported")]
+    Expectation,
 }
 
 impl ParseError {
@@ -61,15 +72,69 @@ impl ParseError {
             ParseError::UriTooLong => 414,
             ParseError::HeadersTooLarge => 431,
             ParseError::Version => 505,
+            ParseError::Expectation => 417,
         }
     }
 }
 
 const MAX_HEADERS: usize = 100;
 
+/// What the request line's version says, when httparse refused it (it knows 1.0 and 1.1 only).
+enum OtherVersion {
+    /// `HTTP/1.2` .. `HTTP/1.9`: a later minor version of HTTP/1, answered as HTTP/1.1
+    /// (RFC 9110 §2.5); at this offset in the buffer is the minor digit.
+    LaterMinor(usize),
+    /// `HTTP/2.0` and later majors on an HTTP/1 connection: 505.
+    Unsupported,
+    /// Not a version at all (400), or the request line is not complete yet.
+    Bad,
+    Incomplete,
+}
+
+fn other_version(buf: &[u8]) -> OtherVersion {
+    let Some(eol) = buf.iter().position(|&b| b == b'\n') else {
+        return OtherVersion::Incomplete;
+    };
+    let line = &buf[..eol];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let Some(sp) = line.iter().rposition(|&b| b == b' ') else {
+        return OtherVersion::Bad;
+    };
+    match &line[sp + 1..] {
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', d] if (b'2'..=b'9').contains(d) => {
+            OtherVersion::LaterMinor(sp + 8)
+        }
+        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+            if (b'2'..=b'9').contains(major) && minor.is_ascii_digit() =>
+        {
+            OtherVersion::Unsupported
+        }
+        _ => OtherVersion::Bad,
+    }
+}
+
 /// Parse the head at the start of `buf`. `Ok(None)`: incomplete, read more (unless the buffer
 /// already holds `max` bytes, which is an error here).
 pub fn parse(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
+    match parse_http1(buf, max) {
+        Err(ParseError::Bad("bad HTTP version")) => match other_version(buf) {
+            OtherVersion::LaterMinor(at) => {
+                // Same length, so head_len and the pipelined remainder are unchanged.
+                let mut copy = buf[..buf.len().min(max)].to_vec();
+                copy[at] = b'1';
+                parse_http1(&copy, max)
+            }
+            OtherVersion::Unsupported => Err(ParseError::Version),
+            OtherVersion::Incomplete if buf.len() < max => Ok(None),
+            OtherVersion::Bad | OtherVersion::Incomplete => {
+                Err(ParseError::Bad("bad HTTP version"))
+            }
+        },
+        other => other,
+    }
+}
+
+fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     // Tolerate empty lines before a request (RFC 9112 §2.2) only when the whole head fits.
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
@@ -111,20 +176,29 @@ pub fn parse(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
         _ => return Err(ParseError::Version),
     };
     let target = req.path.ok_or(ParseError::Bad("no request target"))?;
-    let path = origin_path(target)?;
+    let (path, query) = origin_path(target)?;
     let mut r = Request {
         method,
         path,
+        query,
         minor,
         keep_alive: minor == 1,
         has_body: false,
+        if_match: None,
+        if_unmodified_since: None,
         if_none_match: None,
         if_modified_since: None,
         range: None,
         if_range: None,
+        origin: None,
+        access_control_request_method: None,
+        access_control_request_headers: None,
+        accept: None,
+        accept_encoding: None,
         head_len,
     };
     let mut host = 0;
+    let mut expect_unsupported = false;
     let mut content_length: Option<u64> = None;
     for h in req.headers.iter() {
         let value = || {
@@ -135,6 +209,9 @@ pub fn parse(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
         let name = h.name;
         if name.eq_ignore_ascii_case("host") {
             host += 1;
+            if !super::host::valid(value()?.as_str()) {
+                return Err(ParseError::Bad("Host is not a valid authority"));
+            }
         } else if name.eq_ignore_ascii_case("connection") {
             let v = value()?;
             for tok in v.split(',').map(str::trim) {
@@ -166,10 +243,42 @@ pub fn parse(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
             r.range = Some(value()?);
         } else if name.eq_ignore_ascii_case("if-range") {
             r.if_range = Some(value()?);
+        } else if name.eq_ignore_ascii_case("if-match") {
+            r.if_match = Some(join(r.if_match.take(), value()?));
+        } else if name.eq_ignore_ascii_case("if-unmodified-since") {
+            r.if_unmodified_since = Some(value()?);
+        } else if name.eq_ignore_ascii_case("origin") {
+            r.origin = Some(value()?);
+        } else if name.eq_ignore_ascii_case("access-control-request-method") {
+            r.access_control_request_method = Some(value()?);
+        } else if name.eq_ignore_ascii_case("access-control-request-headers") {
+            r.access_control_request_headers =
+                Some(join(r.access_control_request_headers.take(), value()?));
+        } else if name.eq_ignore_ascii_case("accept") {
+            r.accept = Some(join(r.accept.take(), value()?));
+        } else if name.eq_ignore_ascii_case("accept-encoding") {
+            r.accept_encoding = Some(join(r.accept_encoding.take(), value()?));
+        } else if name.eq_ignore_ascii_case("expect") {
+            // RFC 9110 §10.1.1: only 100-continue is defined. The final answer is sent without
+            // reading a body, which that section allows; HTTP/1.0 requests ignore Expect.
+            let v = value()?;
+            if minor == 1
+                && !v
+                    .split(',')
+                    .all(|t| t.trim().eq_ignore_ascii_case("100-continue"))
+            {
+                expect_unsupported = true;
+            }
         }
     }
     if minor == 1 && host != 1 {
         return Err(ParseError::Bad("HTTP/1.1 requires exactly one Host header"));
+    }
+    if host > 1 {
+        return Err(ParseError::Bad("more than one Host header"));
+    }
+    if expect_unsupported {
+        return Err(ParseError::Expectation);
     }
     if r.has_body {
         r.keep_alive = false;
@@ -177,8 +286,16 @@ pub fn parse(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     Ok(Some(r))
 }
 
-/// The path of an origin-form (`/a/b?q`) or absolute-form (`http://h/a/b?q`) target.
-fn origin_path(target: &str) -> Result<String, ParseError> {
+/// A list-valued field received on several lines is one comma-separated list (RFC 9110 §5.3).
+fn join(prev: Option<String>, v: String) -> String {
+    match prev {
+        Some(p) => format!("{p}, {v}"),
+        None => v,
+    }
+}
+
+/// The path and query of an origin-form (`/a/b?q`) or absolute-form (`http://h/a/b?q`) target.
+fn origin_path(target: &str) -> Result<(String, Option<String>), ParseError> {
     let rest = if target.starts_with('/') {
         target
     } else if let Some(after) = target
@@ -192,8 +309,11 @@ fn origin_path(target: &str) -> Result<String, ParseError> {
     } else {
         return Err(ParseError::Bad("request target must be a path"));
     };
-    let end = rest.find(['?', '#']).unwrap_or(rest.len());
-    Ok(rest[..end].to_owned())
+    let rest = &rest[..rest.find('#').unwrap_or(rest.len())];
+    Ok(match rest.split_once('?') {
+        Some((p, q)) => (p.to_owned(), Some(q.to_owned())),
+        None => (rest.to_owned(), None),
+    })
 }
 
 #[cfg(test)]
@@ -256,5 +376,93 @@ mod tests {
         .unwrap()
         .unwrap();
         assert!(!r.keep_alive);
+    }
+
+    fn status(buf: &[u8]) -> u16 {
+        parse(buf, 8192).unwrap_err().status()
+    }
+
+    #[test]
+    fn later_http1_minor_versions_are_http11() {
+        let r = parse(
+            b"GET /a?q=1 HTTP/1.9\r\nHost: h\r\n\r\nGET / HTTP/1.1\r\n",
+            8192,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.minor, 1);
+        assert!(r.keep_alive);
+        assert_eq!(r.path, "/a");
+        assert_eq!(r.query.as_deref(), Some("q=1"));
+        assert_eq!(r.head_len, 32);
+        // HTTP/1.2 still needs Host, like 1.1.
+        assert_eq!(status(b"GET / HTTP/1.2\r\n\r\n"), 400);
+        // Incomplete request line: wait for more.
+        assert!(parse(b"GET / HTTP/1.2", 8192).unwrap().is_none());
+    }
+
+    #[test]
+    fn http2_on_http1_is_505_and_garbage_versions_400() {
+        assert_eq!(status(b"GET / HTTP/2.0\r\nHost: h\r\n\r\n"), 505);
+        assert_eq!(status(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 505);
+        assert_eq!(status(b"GET / HTTP/3.0\r\nHost: h\r\n\r\n"), 505);
+        assert_eq!(status(b"GET / HTTP/1.10\r\nHost: h\r\n\r\n"), 400);
+        assert_eq!(status(b"GET / HTTP/x.y\r\nHost: h\r\n\r\n"), 400);
+        assert_eq!(status(b"GET / FTP/1.1\r\nHost: h\r\n\r\n"), 400);
+    }
+
+    #[test]
+    fn host_must_be_one_valid_authority() {
+        assert_eq!(status(b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n"), 400);
+        assert_eq!(status(b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n"), 400);
+        assert_eq!(status(b"GET / HTTP/1.1\r\nHost: u@h\r\n\r\n"), 400);
+        assert_eq!(status(b"GET / HTTP/1.1\r\nHost: h\r\nHost: h\r\n\r\n"), 400);
+        assert_eq!(status(b"GET / HTTP/1.0\r\nHost: h\r\nHost: h\r\n\r\n"), 400);
+        assert_eq!(status(b"GET / HTTP/1.0\r\nHost: [::1\r\n\r\n"), 400);
+        for ok in ["h", "h:8080", "[::1]:80", "127.0.0.1", ""] {
+            let req = format!("GET / HTTP/1.1\r\nHost: {ok}\r\n\r\n");
+            assert!(parse(req.as_bytes(), 8192).unwrap().is_some(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn expect() {
+        let r = parse(
+            b"GET / HTTP/1.1\r\nHost: h\r\nExpect: 100-Continue\r\n\r\n",
+            8192,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(r.keep_alive);
+        assert_eq!(
+            status(b"GET / HTTP/1.1\r\nHost: h\r\nExpect: teapot\r\n\r\n"),
+            417
+        );
+        // HTTP/1.0 ignores Expect.
+        assert!(parse(b"GET / HTTP/1.0\r\nExpect: teapot\r\n\r\n", 8192)
+            .unwrap()
+            .is_some());
+    }
+
+    #[test]
+    fn validators_cors_and_negotiation_fields() {
+        let r = parse(
+            b"OPTIONS /a HTTP/1.1\r\nHost: h\r\nIf-Match: \"a\"\r\nIf-Match: \"b\"\r\n\
+              If-Unmodified-Since: x\r\nOrigin: https://o.example\r\n\
+              Access-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: range\r\n\
+              Accept: application/json\r\nAccept-Encoding: br\r\nAccept-Encoding: gzip\r\n\r\n",
+            8192,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.method, Method::Other("OPTIONS".into()));
+        assert_eq!(r.if_match.as_deref(), Some("\"a\", \"b\""));
+        assert_eq!(r.if_unmodified_since.as_deref(), Some("x"));
+        assert_eq!(r.origin.as_deref(), Some("https://o.example"));
+        assert_eq!(r.access_control_request_method.as_deref(), Some("GET"));
+        assert_eq!(r.access_control_request_headers.as_deref(), Some("range"));
+        assert_eq!(r.accept.as_deref(), Some("application/json"));
+        assert_eq!(r.accept_encoding.as_deref(), Some("br, gzip"));
+        assert_eq!(r.query, None);
     }
 }

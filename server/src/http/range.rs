@@ -1,8 +1,125 @@
-//! The `Range` request header (RFC 9110 §14): one byte range -> 206, unsatisfiable -> 416.
-//! Several ranges in one header are not served as multipart: the whole file is sent with 200
-//! (a server may ignore Range). Malformed or non-`bytes` ranges are ignored likewise.
+//! The `Range` request header (RFC 9110 §14): which bytes of a representation of a given size
+//! to send. One satisfiable range -> 206 with it; several -> 206 multipart/byteranges (framing
+//! in [`super::multipart`]); none satisfiable -> 416. A server may ignore Range, and this one
+//! does (200 with everything) for malformed or non-`bytes` ranges, for more ranges than
+//! `max_ranges` (nginx `max_ranges`; 0 disables ranges), and for overlapping sets (whose total can
+//! exceed the file: a known amplification attack, RFC 9110 §17.15).
 
-/// What to send for a file of a given size.
+/// Bytes `start..=end` of the representation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    pub start: u64,
+    pub end: u64,
+}
+
+impl ByteRange {
+    pub fn len(self) -> u64 {
+        self.end - self.start + 1
+    }
+
+    pub fn is_empty(self) -> bool {
+        false
+    }
+}
+
+/// What to send for a representation of a given size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ranges {
+    /// No (usable) range: 200 with the whole representation.
+    Full,
+    /// 206 with one `Content-Range`.
+    One(ByteRange),
+    /// 206 multipart/byteranges, parts in the order asked for (at least two, none overlapping).
+    Many(Vec<ByteRange>),
+    /// 416 with `Content-Range: bytes */size`.
+    Unsatisfiable,
+}
+
+enum Spec {
+    /// `a-b` or `a-` (b = None).
+    From(u64, Option<u64>),
+    /// `-n`: the last n bytes.
+    Suffix(u64),
+}
+
+fn number(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    // Absurdly long numbers saturate: they still compare as "past the end".
+    Some(s.parse::<u64>().unwrap_or(u64::MAX))
+}
+
+fn spec(s: &str) -> Option<Spec> {
+    let (a, b) = s.split_once('-')?;
+    let (a, b) = (a.trim(), b.trim());
+    if a.is_empty() {
+        return number(b).map(Spec::Suffix);
+    }
+    let start = number(a)?;
+    if b.is_empty() {
+        return Some(Spec::From(start, None));
+    }
+    let end = number(b)?;
+    (end >= start).then_some(Spec::From(start, Some(end)))
+}
+
+/// The specs of a `bytes=` header value; None when the unit is not `bytes` or any element is
+/// malformed (then the whole header is ignored).
+fn specs(header: &str) -> Option<Vec<Spec>> {
+    let h = header.trim();
+    let set = h
+        .get(..6)
+        .filter(|u| u.eq_ignore_ascii_case("bytes="))
+        .map(|_| &h[6..])?;
+    let mut out = Vec::new();
+    // Empty list elements are allowed (RFC 9110 §5.6.1).
+    for el in set.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        out.push(spec(el)?);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+fn resolve(s: &Spec, size: u64) -> Option<ByteRange> {
+    match *s {
+        Spec::Suffix(0) => None,
+        Spec::Suffix(_) if size == 0 => None,
+        Spec::Suffix(n) => Some(ByteRange {
+            start: size.saturating_sub(n),
+            end: size - 1,
+        }),
+        Spec::From(start, _) if start >= size => None,
+        Spec::From(start, end) => Some(ByteRange {
+            start,
+            end: end.unwrap_or(u64::MAX).min(size - 1),
+        }),
+    }
+}
+
+/// Evaluate a Range header value against a representation size.
+pub fn plan(header: Option<&str>, size: u64, max_ranges: usize) -> Ranges {
+    let Some(specs) = header.and_then(specs) else {
+        return Ranges::Full;
+    };
+    if specs.len() > max_ranges {
+        return Ranges::Full;
+    }
+    let mut ranges: Vec<ByteRange> = specs.iter().filter_map(|s| resolve(s, size)).collect();
+    match ranges.len() {
+        0 => return Ranges::Unsatisfiable,
+        1 => return Ranges::One(ranges[0]),
+        _ => {}
+    }
+    let mut sorted = ranges.clone();
+    sorted.sort_by_key(|r| r.start);
+    if sorted.windows(2).any(|w| w[1].start <= w[0].end) {
+        return Ranges::Full;
+    }
+    ranges.shrink_to_fit();
+    Ranges::Many(ranges)
+}
+
+/// What `serve.rs` uses until the response planner takes over: one range at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RangeOutcome {
     /// No (usable) range: 200 with the whole file.
@@ -13,108 +130,116 @@ pub enum RangeOutcome {
     Unsatisfiable,
 }
 
-/// Evaluate a Range header value against a file size.
+/// [`plan`] with `max_ranges = 1`.
 pub fn evaluate(header: Option<&str>, size: u64) -> RangeOutcome {
-    let Some(h) = header else {
-        return RangeOutcome::Full;
-    };
-    let h = h.trim();
-    let Some(spec) = h
-        .get(..6)
-        .filter(|u| u.eq_ignore_ascii_case("bytes="))
-        .map(|_| h[6..].trim())
-    else {
-        return RangeOutcome::Full;
-    };
-    if spec.contains(',') {
-        return RangeOutcome::Full;
-    }
-    let Some((a, b)) = spec.split_once('-') else {
-        return RangeOutcome::Full;
-    };
-    let (a, b) = (a.trim(), b.trim());
-    let num = |s: &str| -> Option<u64> {
-        if s.is_empty() || !s.bytes().all(|c| c.is_ascii_digit()) {
-            None
-        } else {
-            // Absurdly long numbers saturate: they still compare as "past the end".
-            Some(s.parse::<u64>().unwrap_or(u64::MAX))
-        }
-    };
-    match (a.is_empty(), b.is_empty()) {
-        (true, true) => RangeOutcome::Full,
-        // suffix: last N bytes
-        (true, false) => match num(b) {
-            None => RangeOutcome::Full,
-            Some(0) => RangeOutcome::Unsatisfiable,
-            Some(_) if size == 0 => RangeOutcome::Unsatisfiable,
-            Some(n) => RangeOutcome::Partial {
-                start: size.saturating_sub(n),
-                end: size - 1,
-            },
+    match plan(header, size, 1) {
+        Ranges::One(r) => RangeOutcome::Partial {
+            start: r.start,
+            end: r.end,
         },
-        (false, _) => {
-            let Some(start) = num(a) else {
-                return RangeOutcome::Full;
-            };
-            let end = if b.is_empty() {
-                u64::MAX
-            } else {
-                match num(b) {
-                    Some(e) if e >= start => e,
-                    _ => return RangeOutcome::Full,
-                }
-            };
-            if start >= size {
-                RangeOutcome::Unsatisfiable
-            } else {
-                RangeOutcome::Partial {
-                    start,
-                    end: end.min(size - 1),
-                }
-            }
-        }
+        Ranges::Unsatisfiable => RangeOutcome::Unsatisfiable,
+        Ranges::Full | Ranges::Many(_) => RangeOutcome::Full,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{evaluate, RangeOutcome::*};
+    use super::*;
+
+    fn one(start: u64, end: u64) -> Ranges {
+        Ranges::One(ByteRange { start, end })
+    }
+
+    fn p(h: &str, size: u64) -> Ranges {
+        plan(Some(h), size, 16)
+    }
 
     #[test]
     fn single_ranges() {
+        assert_eq!(p("bytes=0-9", 100), one(0, 9));
+        assert_eq!(p("bytes=0-1", 100), one(0, 1)); // Safari's probe
+        assert_eq!(p("bytes=0-1", 1), one(0, 0));
+        assert_eq!(p("bytes=90-", 100), one(90, 99));
+        assert_eq!(p("bytes=90-1000", 100), one(90, 99));
+        assert_eq!(p("bytes=-10", 100), one(90, 99));
+        assert_eq!(p("bytes=-1000", 100), one(0, 99));
+        assert_eq!(p("Bytes = 1-2", 100), Ranges::Full); // no space allowed before '='
+        assert_eq!(p("BYTES=1-2", 100), one(1, 2));
+        assert_eq!(p("bytes=100-", 100), Ranges::Unsatisfiable);
+        assert_eq!(p("bytes=-0", 100), Ranges::Unsatisfiable);
+        assert_eq!(p("bytes=0-", 0), Ranges::Unsatisfiable);
         assert_eq!(
-            evaluate(Some("bytes=0-9"), 100),
-            Partial { start: 0, end: 9 }
+            p("bytes=99999999999999999999999-", 100),
+            Ranges::Unsatisfiable
         );
-        assert_eq!(
-            evaluate(Some("bytes=90-"), 100),
-            Partial { start: 90, end: 99 }
-        );
-        assert_eq!(
-            evaluate(Some("bytes=90-1000"), 100),
-            Partial { start: 90, end: 99 }
-        );
-        assert_eq!(
-            evaluate(Some("bytes=-10"), 100),
-            Partial { start: 90, end: 99 }
-        );
-        assert_eq!(
-            evaluate(Some("bytes=-1000"), 100),
-            Partial { start: 0, end: 99 }
-        );
-        assert_eq!(evaluate(Some("bytes=100-"), 100), Unsatisfiable);
-        assert_eq!(evaluate(Some("bytes=-0"), 100), Unsatisfiable);
-        assert_eq!(evaluate(Some("bytes=0-"), 0), Unsatisfiable);
     }
 
     #[test]
     fn ignored_ranges() {
-        assert_eq!(evaluate(None, 100), Full);
-        assert_eq!(evaluate(Some("bytes=0-1,5-6"), 100), Full);
-        assert_eq!(evaluate(Some("items=0-1"), 100), Full);
-        assert_eq!(evaluate(Some("bytes=9-1"), 100), Full);
-        assert_eq!(evaluate(Some("bytes=x-1"), 100), Full);
-        assert_eq!(evaluate(Some("bytes"), 100), Full);
+        assert_eq!(plan(None, 100, 16), Ranges::Full);
+        assert_eq!(p("items=0-1", 100), Ranges::Full);
+        assert_eq!(p("bytes=9-1", 100), Ranges::Full);
+        assert_eq!(p("bytes=x-1", 100), Ranges::Full);
+        assert_eq!(p("bytes", 100), Ranges::Full);
+        assert_eq!(p("bytes=", 100), Ranges::Full);
+        assert_eq!(p("bytes=0-1,x", 100), Ranges::Full);
+        assert_eq!(plan(Some("bytes=0-1"), 100, 0), Ranges::Full); // max_ranges = 0: no ranges
+    }
+
+    #[test]
+    fn multiple_ranges() {
+        let r = |start, end| ByteRange { start, end };
+        assert_eq!(
+            p("bytes=0-1,5-6", 100),
+            Ranges::Many(vec![r(0, 1), r(5, 6)])
+        );
+        // Client order is kept; suffixes resolve against the size.
+        assert_eq!(
+            p("bytes=-5, 0-0", 100),
+            Ranges::Many(vec![r(95, 99), r(0, 0)])
+        );
+        // Empty list elements are skipped.
+        assert_eq!(
+            p("bytes=0-1,,5-6,", 100),
+            Ranges::Many(vec![r(0, 1), r(5, 6)])
+        );
+        // Adjacent is not overlapping.
+        assert_eq!(
+            p("bytes=0-4,5-9", 100),
+            Ranges::Many(vec![r(0, 4), r(5, 9)])
+        );
+        // Unsatisfiable members are dropped; one left is a plain 206.
+        assert_eq!(p("bytes=0-1,200-300", 100), one(0, 1));
+        assert_eq!(p("bytes=200-300,400-", 100), Ranges::Unsatisfiable);
+    }
+
+    #[test]
+    fn abusive_sets_get_the_whole_file() {
+        // Overlapping (total larger than the file is only possible with overlaps).
+        assert_eq!(p("bytes=0-50,40-99", 100), Ranges::Full);
+        assert_eq!(p("bytes=0-,0-", 100), Ranges::Full);
+        assert_eq!(p("bytes=-60,0-50", 100), Ranges::Full);
+        assert_eq!(p("bytes=0-1,0-1", 100), Ranges::Full);
+        // More ranges than max_ranges.
+        let many = (0..17)
+            .map(|i| format!("{}-{}", i * 2, i * 2))
+            .collect::<Vec<_>>();
+        let h = format!("bytes={}", many.join(","));
+        assert_eq!(p(&h, 100), Ranges::Full);
+        assert!(matches!(plan(Some(&h), 100, 17), Ranges::Many(v) if v.len() == 17));
+    }
+
+    #[test]
+    fn compat_evaluate_serves_one_range_only() {
+        assert_eq!(
+            evaluate(Some("bytes=0-9"), 100),
+            RangeOutcome::Partial { start: 0, end: 9 }
+        );
+        assert_eq!(evaluate(Some("bytes=0-1,5-6"), 100), RangeOutcome::Full);
+        assert_eq!(
+            evaluate(Some("bytes=100-"), 100),
+            RangeOutcome::Unsatisfiable
+        );
+        assert_eq!(evaluate(None, 100), RangeOutcome::Full);
     }
 }

@@ -1,0 +1,86 @@
+//! `Accept-Encoding` negotiation for precompressed siblings (RFC 9110 §12.5.3): which of a
+//! route's configured codings a request accepts, best first (client q-value, then the route's
+//! order). Nothing is compressed on the fly; the caller tries the sibling files in this order.
+
+use crate::config::Precompressed;
+
+/// The q-value the request gives `coding` (`*` covers codings not named; `x-gzip` is gzip).
+fn q_for(accept: &str, coding: &str) -> f32 {
+    let mut star = None;
+    for el in accept.split(',') {
+        let mut parts = el.split(';');
+        let name = parts.next().unwrap_or("").trim();
+        if name.is_empty() {
+            continue;
+        }
+        let mut q = 1.0f32;
+        for p in parts {
+            let p = p.trim();
+            if let Some(v) = p.strip_prefix("q=").or_else(|| p.strip_prefix("Q=")) {
+                q = v.trim().parse::<f32>().unwrap_or(0.0).clamp(0.0, 1.0);
+            }
+        }
+        let named = name.eq_ignore_ascii_case(coding)
+            || (coding == "gzip" && name.eq_ignore_ascii_case("x-gzip"));
+        if named {
+            return q;
+        }
+        if name == "*" {
+            star = Some(q);
+        }
+    }
+    star.unwrap_or(0.0)
+}
+
+/// The configured codings the request accepts, best first; empty when none (or no header).
+pub fn acceptable(accept: Option<&str>, order: &[Precompressed]) -> Vec<Precompressed> {
+    let Some(accept) = accept else {
+        return Vec::new();
+    };
+    let mut scored: Vec<(f32, usize, Precompressed)> = order
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (q_for(accept, c.token()), i, *c))
+        .filter(|(q, _, _)| *q > 0.0)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    scored.into_iter().map(|(_, _, c)| c).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Precompressed::*;
+
+    const ALL: &[Precompressed] = &[Br, Zstd, Gzip];
+
+    #[test]
+    fn server_order_among_equal_preferences() {
+        assert_eq!(
+            acceptable(Some("gzip, deflate, br, zstd"), ALL),
+            vec![Br, Zstd, Gzip]
+        );
+        assert_eq!(
+            acceptable(Some("gzip, deflate, br"), &[Gzip, Br]),
+            vec![Gzip, Br]
+        );
+        assert_eq!(acceptable(Some("gzip"), ALL), vec![Gzip]);
+        assert_eq!(acceptable(Some("x-gzip"), ALL), vec![Gzip]);
+    }
+
+    #[test]
+    fn q_values_and_wildcards() {
+        assert_eq!(acceptable(Some("br;q=0.5, gzip"), ALL), vec![Gzip, Br]);
+        assert_eq!(acceptable(Some("br;q=0, *"), ALL), vec![Zstd, Gzip]);
+        assert_eq!(
+            acceptable(Some("*;q=0.1, gzip;q=0.9"), ALL),
+            vec![Gzip, Br, Zstd]
+        );
+        assert_eq!(acceptable(Some("identity"), ALL), vec![]);
+        assert_eq!(acceptable(Some("gzip;q=0"), ALL), vec![]);
+        assert_eq!(acceptable(Some(""), ALL), vec![]);
+        assert_eq!(acceptable(None, ALL), vec![]);
+        assert_eq!(acceptable(Some("BR ; Q=1"), ALL), vec![Br]);
+        assert_eq!(acceptable(Some("br"), &[]), vec![]);
+    }
+}
