@@ -77,22 +77,28 @@ fn join(list: &[String]) -> String {
 /// origins the answer depends on `Origin`, so `Vary: Origin` is asked for on every response.
 pub fn actual(c: &Cors, req: &CorsRequest<'_>) -> CorsHeaders {
     let mut out = CorsHeaders::default();
-    if !c.any_origin() {
-        out.vary.push("Origin");
-    }
-    let Some(allow) = allowed_origin(c, req.origin) else {
-        return out;
-    };
-    out.headers.push(("Access-Control-Allow-Origin", allow));
-    if c.allow_credentials {
-        out.headers
-            .push(("Access-Control-Allow-Credentials", "true".into()));
-    }
-    if !c.expose_headers.is_empty() {
+    if allow(c, req, &mut out) && !c.expose_headers.is_empty() {
         out.headers
             .push(("Access-Control-Expose-Headers", join(&c.expose_headers)));
     }
     out
+}
+
+/// The part common to both answers: `Vary: Origin` for a list of origins, then the allowed
+/// origin and credentials. False when the origin is not allowed (nothing else is sent).
+fn allow(c: &Cors, req: &CorsRequest<'_>, out: &mut CorsHeaders) -> bool {
+    if !c.any_origin() {
+        out.vary.push("Origin");
+    }
+    let Some(origin) = allowed_origin(c, req.origin) else {
+        return false;
+    };
+    out.headers.push(("Access-Control-Allow-Origin", origin));
+    if c.allow_credentials {
+        out.headers
+            .push(("Access-Control-Allow-Credentials", "true".into()));
+    }
+    true
 }
 
 /// Headers of the 204 answering a preflight. An origin that is not allowed gets none (the
@@ -100,16 +106,8 @@ pub fn actual(c: &Cors, req: &CorsRequest<'_>) -> CorsHeaders {
 /// browser checks its method and headers against them) and `Access-Control-Max-Age`.
 pub fn preflight(c: &Cors, req: &CorsRequest<'_>) -> CorsHeaders {
     let mut out = CorsHeaders::default();
-    if !c.any_origin() {
-        out.vary.push("Origin");
-    }
-    let Some(allow) = allowed_origin(c, req.origin) else {
+    if !allow(c, req, &mut out) {
         return out;
-    };
-    out.headers.push(("Access-Control-Allow-Origin", allow));
-    if c.allow_credentials {
-        out.headers
-            .push(("Access-Control-Allow-Credentials", "true".into()));
     }
     out.headers
         .push(("Access-Control-Allow-Methods", join(&c.allow_methods)));
