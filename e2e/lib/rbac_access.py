@@ -5,7 +5,8 @@ Owns (1) parsing the "API access" table of operator/src/controller.rs's module d
 (group, resource) from the `k8s_openapi` imports, the `#[kube(group = ...)]` of the CRD and the
 `GroupVersionKind::gvk(...)` of dynamic objects, and the client calls made on them (`get_opt`,
 `patch`, `Patch::Apply`, `patch_status`, `delete`, `Controller::new`/`.owns`, `Recorder`, ...),
-including through small generic helpers (`fn apply<K>(api: &Api<K>, ...)`).
+including through small generic helpers (`fn apply<K>(api: &Api<K>, ...)`, also when one helper
+passes its `api` on to another).
 Access is a set of (api group, resource, verb) triples. It must not edit anything.
 """
 
@@ -113,11 +114,22 @@ def code_access(src: Path) -> set[Triple]:
 
     # Generic helpers: fn NAME<K>(api: &Api<K>, ...) -> verbs of the calls made on `api`.
     helpers: dict[str, set[str]] = {}
+    helper_bodies: dict[str, tuple[str, str]] = {}
     for text in files.values():
         for fn in _functions(text):
             m = re.match(r"\s*(?:pub(?:\([a-z]+\))? )?(?:async )?fn (\w+)<\w+>\(\s*(\w+):\s*&Api<\w+>", fn)
             if m:
                 helpers[m.group(1)] = _verbs_on(fn, m.group(2))[0]
+                helper_bodies[m.group(1)] = (fn, m.group(2))
+    # A helper passing its `api` on to another helper needs that one's verbs too.
+    changed = True
+    while changed:
+        changed = False
+        for name, (fn, param) in helper_bodies.items():
+            for other, verbs in helpers.items():
+                if other != name and re.search(rf"\b{other}\(\s*&?{param}\b", fn) and not verbs <= helpers[name]:
+                    helpers[name] |= verbs
+                    changed = True
 
     for f, text in files.items():
         # Watched kinds: everything controller wiring names is listed and watched.

@@ -1,6 +1,6 @@
 //! Wiring of the kube-runtime Controller: which objects are watched, where (all namespaces or a
 //! list), the reconcile and error-policy functions, the Event recorder and the gauge of managed
-//! ContentServers. Must not contain reconcile logic (see `reconcile.rs`).
+//! ContentServers. Must not contain reconcile logic (see `reconcile/`).
 //!
 //! # API access (the Helm chart's RBAC is built from this list; keep it exact)
 //!

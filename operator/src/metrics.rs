@@ -7,8 +7,8 @@
 use anyhow::Context as _;
 use axum::{routing::get, Router};
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramTimer, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 use std::net::SocketAddr;
 
@@ -81,6 +81,17 @@ impl Metrics {
         }
     }
 
+    /// A guard measuring one reconcile: when dropped it observes the duration and counts the
+    /// result, which is [`result::ERROR`] (also counted in the error counter) unless
+    /// [`ReconcileMeasurer::set_result`] said otherwise.
+    pub fn measure_reconcile(&self) -> ReconcileMeasurer<'_> {
+        ReconcileMeasurer {
+            metrics: self,
+            result: result::ERROR,
+            _timer: self.duration.start_timer(),
+        }
+    }
+
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
@@ -92,6 +103,33 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
+    }
+}
+
+/// See [`Metrics::measure_reconcile`].
+pub struct ReconcileMeasurer<'a> {
+    metrics: &'a Metrics,
+    result: &'static str,
+    /// Observes the duration histogram when dropped.
+    _timer: HistogramTimer,
+}
+
+impl ReconcileMeasurer<'_> {
+    /// The reconcile finished with `result` (one of [`result`]'s values).
+    pub fn set_result(&mut self, result: &'static str) {
+        self.result = result;
+    }
+}
+
+impl Drop for ReconcileMeasurer<'_> {
+    fn drop(&mut self) {
+        self.metrics
+            .reconciles
+            .with_label_values(&[self.result])
+            .inc();
+        if self.result == result::ERROR {
+            self.metrics.errors.inc();
+        }
     }
 }
 

@@ -85,36 +85,21 @@ pub fn workload_conditions(
     generation: Option<i64>,
     now: Timestamp,
 ) -> Vec<Condition> {
+    let set = |type_: &str, status: bool, reason: &str, message: String| {
+        condition(previous, type_, status, reason, message, generation, now)
+    };
+    let ready = format!("{}/{} pods ready", w.ready, w.desired);
     let available = if w.desired == 0 {
-        condition(
-            previous,
+        set(
             AVAILABLE,
             false,
             "ScaledToZero",
             "spec.replicas is 0".into(),
-            generation,
-            now,
         )
     } else if w.ready > 0 {
-        condition(
-            previous,
-            AVAILABLE,
-            true,
-            "MinimumReplicasAvailable",
-            format!("{}/{} pods ready", w.ready, w.desired),
-            generation,
-            now,
-        )
+        set(AVAILABLE, true, "MinimumReplicasAvailable", ready.clone())
     } else {
-        condition(
-            previous,
-            AVAILABLE,
-            false,
-            "NoReadyReplicas",
-            format!("0/{} pods ready", w.desired),
-            generation,
-            now,
-        )
+        set(AVAILABLE, false, "NoReadyReplicas", ready.clone())
     };
     // Degraded: pods missing after the workload had settled (not while it starts or rolls).
     let settled_before = previous.iter().any(|c| {
@@ -124,59 +109,22 @@ pub fn workload_conditions(
     let template_current = w.observed_latest && w.updated >= w.desired;
     let degraded = w.desired > 0 && w.ready < w.desired && template_current && settled_before;
     let progressing = if w.rolled_out() || degraded {
-        condition(
-            previous,
-            PROGRESSING,
-            false,
-            "RolloutComplete",
-            format!("{} pods up to date", w.updated),
-            generation,
-            now,
-        )
+        let message = format!("{} pods up to date", w.updated);
+        set(PROGRESSING, false, "RolloutComplete", message)
     } else {
-        condition(
-            previous,
-            PROGRESSING,
-            true,
-            "RollingOut",
-            format!(
-                "{}/{} pods updated, {}/{} ready",
-                w.updated, w.desired, w.ready, w.desired
-            ),
-            generation,
-            now,
-        )
+        let message = format!(
+            "{}/{} pods updated, {}/{} ready",
+            w.updated, w.desired, w.ready, w.desired
+        );
+        set(PROGRESSING, true, "RollingOut", message)
     };
     let degraded = if degraded {
-        condition(
-            previous,
-            DEGRADED,
-            true,
-            "ReplicasUnavailable",
-            format!("{}/{} pods ready", w.ready, w.desired),
-            generation,
-            now,
-        )
+        set(DEGRADED, true, "ReplicasUnavailable", ready)
     } else {
-        condition(
-            previous,
-            DEGRADED,
-            false,
-            "AsExpected",
-            String::new(),
-            generation,
-            now,
-        )
+        set(DEGRADED, false, "AsExpected", String::new())
     };
-    let reconciled = condition(
-        previous,
-        RECONCILED,
-        true,
-        "Applied",
-        note.unwrap_or("children applied").to_string(),
-        generation,
-        now,
-    );
+    let message = note.unwrap_or("children applied").to_string();
+    let reconciled = set(RECONCILED, true, "Applied", message);
     merge_conditions(previous, vec![available, progressing, degraded, reconciled])
 }
 

@@ -10,8 +10,16 @@ use content_operator::builders::workload::{
 use content_operator::builders::{pdb, service, servicemonitor, CONFIG_HASH_ANNOTATION};
 use content_operator::validation::{spec_path, validate};
 use content_server::config::{Config, Offload};
+use k8s_openapi::api::core::v1::HTTPGetAction;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use support::*;
+
+fn http_probe(probe: &Option<k8s_openapi::api::core::v1::Probe>) -> HTTPGetAction {
+    probe
+        .clone()
+        .and_then(|p| p.http_get)
+        .expect("an httpGet probe")
+}
 
 #[test]
 fn minimal_renders_one_volume_and_a_deployment() {
@@ -113,18 +121,10 @@ fn pod_is_hardened_and_probes_the_admin_port() {
         sc.seccomp_profile.map(|s| s.type_).as_deref(),
         Some("RuntimeDefault")
     );
-    let ready = c
-        .readiness_probe
-        .clone()
-        .and_then(|p| p.http_get)
-        .expect("readiness");
+    let ready = http_probe(&c.readiness_probe);
     assert_eq!(ready.path.as_deref(), Some("/readyz"));
     assert_eq!(ready.port, IntOrString::String("metrics".into()));
-    let live = c
-        .liveness_probe
-        .clone()
-        .and_then(|p| p.http_get)
-        .expect("liveness");
+    let live = http_probe(&c.liveness_probe);
     assert_eq!(live.path.as_deref(), Some("/healthz"));
     let metrics_port = c
         .ports

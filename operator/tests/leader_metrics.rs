@@ -21,40 +21,40 @@ fn elector(fake: &FakeApi, id: &str) -> LeaderElector {
     )
 }
 
+async fn acquire(e: &LeaderElector, now: Timestamp) -> LeaseState {
+    e.try_acquire_or_renew(now).await.expect("lease call")
+}
+
+/// Two candidates on one fake; `a` acquired the lease at the returned time.
+async fn a_leads() -> (FakeApi, [LeaderElector; 2], Timestamp) {
+    let fake = FakeApi::new();
+    let [a, b] = ["a", "b"].map(|id| elector(&fake, id));
+    let t0 = Timestamp::now();
+    assert_eq!(acquire(&a, t0).await, LeaseState::Leading);
+    (fake, [a, b], t0)
+}
+
 #[tokio::test]
 async fn only_one_candidate_leads_until_the_lease_expires() {
-    let fake = FakeApi::new();
-    let a = elector(&fake, "a");
-    let b = elector(&fake, "b");
-    let t0 = Timestamp::now();
+    let (fake, [a, b], t0) = a_leads().await;
     assert_eq!(
-        a.try_acquire_or_renew(t0).await.expect("a"),
-        LeaseState::Leading
-    );
-    assert_eq!(
-        b.try_acquire_or_renew(t0).await.expect("b"),
+        acquire(&b, t0).await,
         LeaseState::Following { holder: "a".into() }
     );
     // a renews within the lease; b still follows.
     let t1 = t0 + SignedDuration::from_secs(10);
-    assert_eq!(
-        a.try_acquire_or_renew(t1).await.expect("a"),
-        LeaseState::Leading
-    );
+    assert_eq!(acquire(&a, t1).await, LeaseState::Leading);
     let t2 = t1 + SignedDuration::from_secs(10);
     assert_eq!(
-        b.try_acquire_or_renew(t2).await.expect("b"),
+        acquire(&b, t2).await,
         LeaseState::Following { holder: "a".into() },
         "renewed at t1, live until t1+15"
     );
     // a stops renewing: after the lease duration b takes over, and a learns it follows.
     let t3 = t1 + SignedDuration::from_secs(16);
+    assert_eq!(acquire(&b, t3).await, LeaseState::Leading);
     assert_eq!(
-        b.try_acquire_or_renew(t3).await.expect("b"),
-        LeaseState::Leading
-    );
-    assert_eq!(
-        a.try_acquire_or_renew(t3).await.expect("a"),
+        acquire(&a, t3).await,
         LeaseState::Following { holder: "b".into() }
     );
     let lease = fake
@@ -70,23 +70,13 @@ async fn only_one_candidate_leads_until_the_lease_expires() {
 
 #[tokio::test]
 async fn release_hands_over_at_once() {
-    let fake = FakeApi::new();
-    let a = elector(&fake, "a");
-    let b = elector(&fake, "b");
-    let t0 = Timestamp::now();
-    assert_eq!(
-        a.try_acquire_or_renew(t0).await.expect("a"),
-        LeaseState::Leading
-    );
+    let (_fake, [a, b], t0) = a_leads().await;
     a.release().await.expect("release");
-    assert_eq!(
-        b.try_acquire_or_renew(t0).await.expect("b"),
-        LeaseState::Leading
-    );
+    assert_eq!(acquire(&b, t0).await, LeaseState::Leading);
     // Releasing a lease someone else holds does nothing.
     a.release().await.expect("release");
     assert_eq!(
-        a.try_acquire_or_renew(t0).await.expect("a"),
+        acquire(&a, t0).await,
         LeaseState::Following { holder: "b".into() }
     );
 }

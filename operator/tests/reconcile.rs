@@ -43,6 +43,15 @@ fn create(fake: &FakeApi, file: &str) -> String {
     v["metadata"]["name"].as_str().expect("name").to_string()
 }
 
+/// A fake holding an example's ContentServer, reconciled once.
+async fn reconciled(file: &str) -> (FakeApi, Arc<Context>, String) {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = create(&fake, file);
+    run(&fake, &ctx, &name).await;
+    (fake, ctx, name)
+}
+
 async fn run(fake: &FakeApi, ctx: &Arc<Context>, name: &str) -> ContentServer {
     let api: Api<ContentServer> = Api::namespaced(fake.client(), NS);
     let cs = api.get(name).await.expect("get ContentServer");
@@ -50,6 +59,23 @@ async fn run(fake: &FakeApi, ctx: &Arc<Context>, name: &str) -> ContentServer {
         .await
         .expect("reconcile succeeds");
     api.get(name).await.expect("get ContentServer")
+}
+
+/// Reconcile and assert that no child was written (`why` names the case).
+async fn run_without_child_writes(
+    fake: &FakeApi,
+    ctx: &Arc<Context>,
+    name: &str,
+    why: &str,
+) -> ContentServer {
+    fake.clear_log();
+    let cs = run(fake, ctx, name).await;
+    let writes: Vec<_> = fake.child_writes();
+    assert!(
+        writes.is_empty(),
+        "{why} must not touch children: {writes:?}"
+    );
+    cs
 }
 
 fn condition<'a>(
@@ -119,11 +145,7 @@ async fn create_minimal_applies_configmap_deployment_service_and_status() {
     assert!(fake.get(&services(), "minimal-headless").is_none());
 
     // Every child write is a forced server-side apply under the one field manager.
-    let writes: Vec<_> = fake
-        .log()
-        .into_iter()
-        .filter(|l| l.is_child_write())
-        .collect();
+    let writes: Vec<_> = fake.child_writes();
     assert!(!writes.is_empty());
     for w in &writes {
         if w.method == "DELETE" {
@@ -144,17 +166,8 @@ async fn create_minimal_applies_configmap_deployment_service_and_status() {
 
 #[tokio::test]
 async fn workload_ready_sets_available_and_emits_event() {
-    let fake = FakeApi::new();
-    let ctx = context(&fake);
-    let name = create(&fake, "minimal.yaml");
-    run(&fake, &ctx, &name).await;
-    let gen =
-        fake.get(&deployments(), &name).expect("Deployment")["metadata"]["generation"].clone();
-    fake.set_status(
-        &deployments(),
-        &name,
-        json!({"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "observedGeneration": gen}),
-    );
+    let (fake, ctx, name) = reconciled("minimal.yaml").await;
+    fake.set_rolled_out(&deployments(), &name, 1);
     let cs = run(&fake, &ctx, &name).await;
     assert_eq!(condition(&cs, "Available").status, "True");
     assert_eq!(condition(&cs, "Progressing").status, "False");
@@ -173,10 +186,7 @@ async fn workload_ready_sets_available_and_emits_event() {
 
 #[tokio::test]
 async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
-    let fake = FakeApi::new();
-    let ctx = context(&fake);
-    let name = create(&fake, "hpa.yaml");
-    run(&fake, &ctx, &name).await;
+    let (fake, ctx, name) = reconciled("hpa.yaml").await;
     let before = fake.get(&deployments(), &name).expect("Deployment");
     let cm_before = fake.get(&configmaps(), "web-config").expect("ConfigMap");
     assert!(fake.get(&pdbs(), &name).is_some(), "PDB for 2 replicas");
@@ -232,10 +242,7 @@ async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
 
 #[tokio::test]
 async fn invalid_spec_sets_condition_emits_event_and_leaves_children_untouched() {
-    let fake = FakeApi::new();
-    let ctx = context(&fake);
-    let name = create(&fake, "media-node.yaml");
-    run(&fake, &ctx, &name).await;
+    let (fake, ctx, name) = reconciled("media-node.yaml").await;
     let sts_before = fake.get(&statefulsets(), &name).expect("StatefulSet");
     let cm_before = fake.get(&configmaps(), "media-config").expect("ConfigMap");
     let children_before: Vec<Vec<String>> = [configmaps(), statefulsets(), services(), pdbs()]
@@ -248,18 +255,7 @@ async fn invalid_spec_sets_condition_emits_event_and_leaves_children_untouched()
         cs["spec"]["routes"][0]["split"][1]["volume"] = json!("disk9");
         cs["spec"]["volumes"][2]["pool"]["threads"] = json!(0);
     });
-    fake.clear_log();
-    let cs = run(&fake, &ctx, &name).await;
-
-    let writes: Vec<_> = fake
-        .log()
-        .into_iter()
-        .filter(|l| l.is_child_write())
-        .collect();
-    assert!(
-        writes.is_empty(),
-        "invalid spec must not touch children: {writes:?}"
-    );
+    let cs = run_without_child_writes(&fake, &ctx, &name, "invalid spec").await;
     assert_eq!(fake.get(&statefulsets(), &name), Some(sts_before));
     assert_eq!(fake.get(&configmaps(), "media-config"), Some(cm_before));
     let children_after: Vec<Vec<String>> = [configmaps(), statefulsets(), services(), pdbs()]
@@ -306,27 +302,14 @@ async fn invalid_spec_sets_condition_emits_event_and_leaves_children_untouched()
 
 #[tokio::test]
 async fn paused_leaves_children_as_they_are() {
-    let fake = FakeApi::new();
-    let ctx = context(&fake);
-    let name = create(&fake, "minimal.yaml");
-    run(&fake, &ctx, &name).await;
+    let (fake, ctx, name) = reconciled("minimal.yaml").await;
     let dep_before = fake.get(&deployments(), &name).expect("Deployment");
     fake.edit(&contentservers(), &name, |cs| {
         cs["spec"]["paused"] = json!(true);
         cs["spec"]["replicas"] = json!(4);
         cs["spec"]["volumes"][0]["pool"]["threads"] = json!(4);
     });
-    fake.clear_log();
-    let cs = run(&fake, &ctx, &name).await;
-    let writes: Vec<_> = fake
-        .log()
-        .into_iter()
-        .filter(|l| l.is_child_write())
-        .collect();
-    assert!(
-        writes.is_empty(),
-        "paused must not touch children: {writes:?}"
-    );
+    let cs = run_without_child_writes(&fake, &ctx, &name, "paused").await;
     assert_eq!(fake.get(&deployments(), &name), Some(dep_before));
     let rec = condition(&cs, "Reconciled");
     assert_eq!(
@@ -394,10 +377,7 @@ async fn media_node_statefulset_headless_pdb_and_servicemonitor_when_crd_exists(
 
 #[tokio::test]
 async fn claim_template_change_replaces_statefulset_with_orphaning_delete() {
-    let fake = FakeApi::new();
-    let ctx = context(&fake);
-    let name = create(&fake, "media-node.yaml");
-    run(&fake, &ctx, &name).await;
+    let (fake, ctx, name) = reconciled("media-node.yaml").await;
     fake.edit(&contentservers(), &name, |cs| {
         cs["spec"]["volumes"][0]["source"]["claimTemplate"]["size"] = json!("8Ti")
     });
@@ -465,10 +445,7 @@ async fn claim_template_change_replaces_statefulset_with_orphaning_delete() {
 
 #[tokio::test]
 async fn switching_to_claim_templates_keeps_the_deployment_until_the_statefulset_is_ready() {
-    let fake = FakeApi::new();
-    let ctx = context(&fake);
-    let name = create(&fake, "minimal.yaml");
-    run(&fake, &ctx, &name).await;
+    let (fake, ctx, name) = reconciled("minimal.yaml").await;
     fake.edit(&contentservers(), &name, |cs| {
         cs["spec"]["volumes"][0]["source"] =
             json!({"claimTemplate": {"size": "10Gi", "accessModes": ["ReadWriteOnce"]}})
@@ -483,12 +460,7 @@ async fn switching_to_claim_templates_keeps_the_deployment_until_the_statefulset
         .message
         .contains("previous Deployment keeps serving"));
 
-    let gen = fake.get(&statefulsets(), &name).expect("sts")["metadata"]["generation"].clone();
-    fake.set_status(
-        &statefulsets(),
-        &name,
-        json!({"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1, "observedGeneration": gen}),
-    );
+    fake.set_rolled_out(&statefulsets(), &name, 1);
     run(&fake, &ctx, &name).await;
     assert!(
         fake.get(&deployments(), &name).is_none(),
@@ -546,10 +518,7 @@ async fn api_failure_is_reported_in_status_and_retried_with_backoff() {
 #[tokio::test]
 async fn switching_away_from_claim_templates_keeps_the_statefulset_and_its_headless_service_until_ready(
 ) {
-    let fake = FakeApi::new();
-    let ctx = context(&fake);
-    let name = create(&fake, "media-node.yaml");
-    run(&fake, &ctx, &name).await;
+    let (fake, ctx, name) = reconciled("media-node.yaml").await;
     fake.edit(&contentservers(), &name, |cs| {
         for i in 0..3 {
             cs["spec"]["volumes"][i]["source"] = json!({"emptyDir": {}});
@@ -566,12 +535,7 @@ async fn switching_away_from_claim_templates_keeps_the_statefulset_and_its_headl
         "its headless Service stays"
     );
 
-    let gen = fake.get(&deployments(), &name).expect("dep")["metadata"]["generation"].clone();
-    fake.set_status(
-        &deployments(),
-        &name,
-        json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "observedGeneration": gen}),
-    );
+    fake.set_rolled_out(&deployments(), &name, 3);
     fake.clear_log();
     run(&fake, &ctx, &name).await;
     assert!(fake.get(&statefulsets(), &name).is_none());

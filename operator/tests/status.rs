@@ -21,6 +21,19 @@ fn state(desired: i32, ready: i32, updated: i32) -> WorkloadState {
     }
 }
 
+/// Three pods up to date and ready.
+fn settled(now: Timestamp) -> Vec<Condition> {
+    workload_conditions(&[], &state(3, 3, 3), None, Some(1), now)
+}
+
+/// The conditions once settled, and after the next reconcile (generation 2) sees `next`.
+fn after_settling(next: WorkloadState) -> (Vec<Condition>, Vec<Condition>) {
+    let t0 = Timestamp::now();
+    let settled = settled(t0);
+    let after = workload_conditions(&settled, &next, None, Some(2), t0);
+    (settled, after)
+}
+
 #[test]
 fn fresh_rollout_progresses_without_degraded_or_warnings() {
     let now = Timestamp::now();
@@ -44,7 +57,7 @@ fn fresh_rollout_progresses_without_degraded_or_warnings() {
 #[test]
 fn losing_pods_after_settling_is_degraded_with_a_warning_then_recovers() {
     let t0 = Timestamp::now();
-    let settled = workload_conditions(&[], &state(3, 3, 3), None, Some(1), t0);
+    let settled = settled(t0);
     assert_eq!(get(&settled, PROGRESSING).status, "False");
     assert_eq!(get(&settled, AVAILABLE).status, "True");
     assert_eq!(phase(&settled), "Ready");
@@ -72,18 +85,14 @@ fn losing_pods_after_settling_is_degraded_with_a_warning_then_recovers() {
 
 #[test]
 fn scale_up_after_settling_progresses_instead_of_degrading() {
-    let t0 = Timestamp::now();
-    let settled = workload_conditions(&[], &state(3, 3, 3), None, Some(1), t0);
-    let scaling = workload_conditions(&settled, &state(5, 3, 3), None, Some(2), t0);
+    let (_, scaling) = after_settling(state(5, 3, 3));
     assert_eq!(get(&scaling, PROGRESSING).status, "True");
     assert_eq!(get(&scaling, DEGRADED).status, "False");
 }
 
 #[test]
 fn scaled_to_zero_is_not_available_but_not_a_warning() {
-    let t0 = Timestamp::now();
-    let settled = workload_conditions(&[], &state(3, 3, 3), None, Some(1), t0);
-    let zero = workload_conditions(&settled, &state(0, 0, 0), None, Some(2), t0);
+    let (settled, zero) = after_settling(state(0, 0, 0));
     assert_eq!(get(&zero, AVAILABLE).reason, "ScaledToZero");
     let tr = transitions(&settled, &zero);
     assert!(

@@ -74,27 +74,25 @@ pub fn coll(group_version: &str, ns: &str, plural: &str) -> String {
 
 pub const NS: &str = "media-ns";
 
-pub fn deployments() -> String {
-    coll("apps/v1", NS, "deployments")
+/// Collection paths in [`NS`], by kind: `deployments()`, `configmaps()`, ...
+macro_rules! collections {
+    ($($fn:ident => $gv:literal / $plural:literal),* $(,)?) => {
+        $(pub fn $fn() -> String {
+            coll($gv, NS, $plural)
+        })*
+    };
 }
-pub fn statefulsets() -> String {
-    coll("apps/v1", NS, "statefulsets")
+
+collections! {
+    deployments => "apps/v1" / "deployments",
+    statefulsets => "apps/v1" / "statefulsets",
+    configmaps => "v1" / "configmaps",
+    services => "v1" / "services",
+    pdbs => "policy/v1" / "poddisruptionbudgets",
+    contentservers => "contentserver.dev/v1alpha1" / "contentservers",
+    servicemonitors => "monitoring.coreos.com/v1" / "servicemonitors",
 }
-pub fn configmaps() -> String {
-    coll("v1", NS, "configmaps")
-}
-pub fn services() -> String {
-    coll("v1", NS, "services")
-}
-pub fn pdbs() -> String {
-    coll("policy/v1", NS, "poddisruptionbudgets")
-}
-pub fn contentservers() -> String {
-    coll("contentserver.dev/v1alpha1", NS, "contentservers")
-}
-pub fn servicemonitors() -> String {
-    coll("monitoring.coreos.com/v1", NS, "servicemonitors")
-}
+
 pub fn crds() -> String {
     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions".into()
 }
@@ -450,6 +448,24 @@ impl FakeApi {
             .keys()
             .filter(|(c, _)| c == collection)
             .map(|(_, n)| n.clone())
+            .collect()
+    }
+
+    /// What a workload controller reports once `n` pods run the latest spec, all ready.
+    pub fn set_rolled_out(&self, collection: &str, name: &str, n: i32) {
+        let gen = self.get(collection, name).expect("workload")["metadata"]["generation"].clone();
+        self.set_status(
+            collection,
+            name,
+            json!({"replicas": n, "readyReplicas": n, "updatedReplicas": n, "observedGeneration": gen}),
+        );
+    }
+
+    /// The logged writes to children (see [`Logged::is_child_write`]).
+    pub fn child_writes(&self) -> Vec<Logged> {
+        self.log()
+            .into_iter()
+            .filter(|l| l.is_child_write())
             .collect()
     }
 

@@ -1,0 +1,205 @@
+//! One reconcile of one ContentServer, in the order it happens: the gate (paused or invalid ->
+//! status only), apply every child under one field manager, remove the workload of the other
+//! kind once the new one is ready, write status. Also the error policy (per-object backoff).
+//!
+//! Safety rules this module must keep: an invalid spec never touches a child; `paused` never
+//! touches a child; a StatefulSet whose immutable fields (claim templates, pod management policy,
+//! service name) changed is deleted with `propagationPolicy: Orphan` — its pods keep serving and
+//! are adopted by the replacement — never with cascading deletion; a workload of the previous
+//! kind (Deployment <-> StatefulSet) is removed only after the new one has all pods ready.
+//! Building objects is `builders/`' job, computing conditions is `status.rs`'.
+
+mod api;
+mod children;
+mod gate;
+mod replace;
+
+use crate::builders;
+use crate::crd::{ContentServer, ContentServerStatus};
+use crate::metrics::Metrics;
+use crate::status::{self, WorkloadState};
+use children::Applied;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::Recorder;
+use kube::{Client, Resource, ResourceExt};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Requeue interval once everything is rolled out.
+pub const STEADY_REQUEUE: Duration = Duration::from_secs(300);
+/// Requeue interval while a rollout or replacement is in progress.
+pub const PROGRESS_REQUEUE: Duration = Duration::from_secs(10);
+
+/// Why a reconcile failed (the controller retries with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("rendering the server config: {0}")]
+    Render(#[from] content_server::config::ConfigError),
+    #[error("ContentServer has no {0}")]
+    Missing(&'static str),
+}
+
+/// Shared state of every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    /// Consecutive failures per object, for the error policy's backoff.
+    pub failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(client: Client, recorder: Recorder, metrics: Metrics) -> Context {
+        Context {
+            client,
+            recorder,
+            metrics,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// What one reconcile works on: the object, its namespace, the clock reading and the status it
+/// started from.
+pub(crate) struct Scope<'a> {
+    pub cs: &'a ContentServer,
+    pub ctx: &'a Context,
+    pub ns: String,
+    pub now: Timestamp,
+    pub previous: ContentServerStatus,
+}
+
+impl<'a> Scope<'a> {
+    fn new(cs: &'a ContentServer, ctx: &'a Context) -> Result<Scope<'a>, Error> {
+        Ok(Scope {
+            cs,
+            ctx,
+            ns: cs.namespace().ok_or(Error::Missing("namespace"))?,
+            now: Timestamp::now(),
+            previous: cs.status.clone().unwrap_or_default(),
+        })
+    }
+
+    /// The API of a namespaced kind in the ContentServer's namespace.
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>,
+        <K as Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.ctx.client.clone(), &self.ns)
+    }
+
+    fn generation(&self) -> Option<i64> {
+        self.cs.metadata.generation
+    }
+}
+
+fn key(cs: &ContentServer) -> String {
+    format!("{}/{}", cs.namespace().unwrap_or_default(), cs.name_any())
+}
+
+/// The controller's reconcile function. One guard measures it: its duration, its result label,
+/// and the error counter when it fails.
+pub async fn reconcile(cs: Arc<ContentServer>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let mut measure = ctx.metrics.measure_reconcile();
+    match reconcile_steps(&cs, &ctx).await {
+        Ok((action, result)) => {
+            measure.set_result(result);
+            if let Ok(mut f) = ctx.failures.lock() {
+                f.remove(&key(&cs));
+            }
+            Ok(action)
+        }
+        Err(e) => {
+            tracing::warn!(contentserver = %key(&cs), error = %e, "reconcile failed");
+            record_failure(&cs, &ctx, &e).await;
+            Err(e)
+        }
+    }
+}
+
+async fn reconcile_steps(
+    cs: &ContentServer,
+    ctx: &Context,
+) -> Result<(Action, &'static str), Error> {
+    let scope = Scope::new(cs, ctx)?;
+    if let Some(stopped) = gate::stop_before_children(&scope).await? {
+        return Ok(stopped);
+    }
+    let mut applied = children::apply_all(&scope).await?;
+    replace::remove_other_kind(&scope, &mut applied).await?;
+    let action = write_applied_status(&scope, applied).await?;
+    Ok((action, crate::metrics::result::OK))
+}
+
+/// The status after the children were applied; the requeue follows the rollout.
+async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Action, Error> {
+    let cs = scope.cs;
+    let w = applied.state.unwrap_or(WorkloadState {
+        desired: cs.spec.replicas,
+        ..WorkloadState::default()
+    });
+    let note = (!applied.notes.is_empty()).then(|| applied.notes.join("; "));
+    let conditions = status::workload_conditions(
+        &scope.previous.conditions,
+        &w,
+        note.as_deref(),
+        scope.generation(),
+        scope.now,
+    );
+    let mut st = status::with_conditions(Some(&scope.previous), conditions);
+    st.observed_generation = scope.generation();
+    st.replicas = w.replicas;
+    st.ready_replicas = w.ready;
+    st.selector = Some(builders::selector_string(cs));
+    st.config_hash = Some(applied.config_hash);
+    st.volumes = i32::try_from(cs.spec.volumes.len()).unwrap_or(i32::MAX);
+    api::write_status(scope.ctx, cs, st).await?;
+
+    Ok(if applied.replacing || !w.rolled_out() {
+        Action::requeue(PROGRESS_REQUEUE)
+    } else {
+        Action::requeue(STEADY_REQUEUE)
+    })
+}
+
+/// Best effort: show a failed reconcile as `Reconciled=False/ApplyFailed` (with an Event on the
+/// transition). A failure to write the status is only logged; the error policy retries anyway.
+async fn record_failure(cs: &ContentServer, ctx: &Context, err: &Error) {
+    let previous = cs.status.clone().unwrap_or_default();
+    let st = status::not_reconciled(
+        &previous,
+        "ApplyFailed",
+        err.to_string(),
+        cs.metadata.generation,
+        Timestamp::now(),
+    );
+    if let Err(e) = api::write_status(ctx, cs, st).await {
+        tracing::warn!(contentserver = %key(cs), error = %e, "cannot record the failure in status");
+    }
+}
+
+/// The error policy: exponential backoff per object, 5 s doubling up to 5 min.
+pub fn error_policy(cs: Arc<ContentServer>, _err: &Error, ctx: Arc<Context>) -> Action {
+    let n = ctx
+        .failures
+        .lock()
+        .map(|mut f| {
+            let n = f.entry(key(&cs)).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        })
+        .unwrap_or(1);
+    Action::requeue(backoff(n))
+}
+
+/// Backoff after `n` consecutive failures.
+pub fn backoff(n: u32) -> Duration {
+    let secs = 5u64.saturating_mul(1u64 << n.saturating_sub(1).min(16));
+    Duration::from_secs(secs.min(300))
+}
