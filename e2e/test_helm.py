@@ -55,6 +55,7 @@ def test_lint_every_optional_part_enabled() -> None:
     assert values["networkPolicy"]["egress"]["enabled"] is True
     assert values["networkPolicy"]["metricsFrom"]
     assert values["metrics"]["service"]["enabled"] is True
+    assert values["prometheusAdapter"]["rules"]["enabled"] is True
     assert values["watchNamespaces"], "namespaced RBAC (Role per namespace) must be linted too"
     res = helm_native.lint_with_values(CHART, values)
     assert res.ok, describe(res)
@@ -76,8 +77,11 @@ def test_lint_cluster_wide_with_optional_parts() -> None:
         {"replicaCount": "two"},  # wrong type
         {"metrics": {"service": {"type": "Ingress"}}},  # not in the enum
         {"watchNamespaces": ["Not_A_Namespace"]},
+        {"prometheusAdapter": {"rules": {"enable": True}}},
+        {"prometheusAdapter": {"rules": {"enabled": True, "namespace": "Monitoring"}}},
     ],
-    ids=["top-level-typo", "nested-typo", "dashboards-typo", "wrong-type", "bad-enum", "bad-ns"],
+    ids=["top-level-typo", "nested-typo", "dashboards-typo", "wrong-type", "bad-enum", "bad-ns",
+         "adapter-typo", "adapter-bad-ns"],
 )
 def test_lint_rejects_values_the_schema_forbids(broken: dict) -> None:
     res = helm_native.lint_with_values(CHART, broken)
@@ -110,6 +114,15 @@ def test_lint_fails_when_a_dashboard_copy_is_missing(tmp_path: Path) -> None:
     shutil.copytree(CHART, copy)
     shutil.rmtree(copy / "files" / "dashboards")
     res = helm_native.lint(copy)
+    assert not res.ok
+    assert any("run scripts/sync-chart.sh" in line for line in res.template_failures), describe(res)
+
+
+def test_lint_fails_when_the_adapter_rules_copy_is_missing(tmp_path: Path) -> None:
+    copy = tmp_path / CHART.name
+    shutil.copytree(CHART, copy)
+    (copy / "files" / "prometheus-adapter.yaml").unlink()
+    res = helm_native.lint_with_values(copy, {"prometheusAdapter": {"rules": {"enabled": True}}})
     assert not res.ok
     assert any("run scripts/sync-chart.sh" in line for line in res.template_failures), describe(res)
 
@@ -309,13 +322,44 @@ def test_prometheus_rule_carries_the_alerts_file(full_manifests: list[dict]) -> 
     assert rule["spec"]["groups"] == load(ROOT / "dashboards" / "alerts.yaml")["groups"]
 
 
+def dashboard_configmaps(manifests: list[dict]) -> list[dict]:
+    return [cm for cm in by_kind(manifests, "ConfigMap") if "-dashboard-" in cm["metadata"]["name"]]
+
+
+# The prometheus-adapter rule of the autoscaling contract (COORDINATION: issue 15).
+ADAPTER_RULE = {
+    "seriesQuery": 'contentserver_pool_busy_seconds_total{namespace!="",pod!=""}',
+    "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+    "name": {"matches": "^contentserver_pool_busy_seconds_total$", "as": "contentserver_pool_utilization"},
+    "metricsQuery": "max by (<<.GroupBy>>) (rate(contentserver_pool_busy_seconds_total{<<.LabelMatchers>>}[2m])"
+                    " / on (namespace, pod, volume) group_left contentserver_pool_threads{<<.LabelMatchers>>})",
+}
+
+
+def test_prometheus_adapter_rules_configmap(default_manifests: list[dict], full_manifests: list[dict]) -> None:
+    source = (ROOT / "dashboards" / "prometheus-adapter.yaml").read_text()
+    assert load(ROOT / "dashboards" / "prometheus-adapter.yaml")["rules"] == [ADAPTER_RULE]
+    assert [cm for cm in by_kind(default_manifests, "ConfigMap") if "adapter" in cm["metadata"]["name"]] == []
+    values = load(ALL_ENABLED)["prometheusAdapter"]["rules"]
+    (cm,) = [cm for cm in by_kind(full_manifests, "ConfigMap") if cm["metadata"]["name"] == values["name"]]
+    assert cm["metadata"]["namespace"] == values["namespace"]
+    assert cm["metadata"]["labels"]["team"] == "media"
+    assert list(cm["data"]) == ["config.yaml"]
+    assert cm["data"]["config.yaml"].strip() == source.strip()
+    assert yaml.safe_load(cm["data"]["config.yaml"])["rules"] == [ADAPTER_RULE]
+    (default_name,) = [cm for cm in render({"prometheusAdapter": {"rules": {"enabled": True}}})
+                       if cm["kind"] == "ConfigMap" and "adapter" in cm["metadata"]["name"]]
+    assert default_name["metadata"]["name"] == f"{FULLNAME}-adapter-rules"
+    assert default_name["metadata"]["namespace"] == NS
+
+
 def test_dashboards_are_configmaps_with_the_sidecar_label(
     default_manifests: list[dict], full_manifests: list[dict]
 ) -> None:
     sources = {p.name: p.read_text() for p in (ROOT / "dashboards").glob("*.json")}
     assert sources, "dashboards/*.json missing"
     for manifests in (default_manifests, full_manifests):
-        cms = by_kind(manifests, "ConfigMap")
+        cms = dashboard_configmaps(manifests)
         data = {}
         for cm in cms:
             assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -323,10 +367,10 @@ def test_dashboards_are_configmaps_with_the_sidecar_label(
         assert set(data) == set(sources)
         for name, text in data.items():
             assert json.loads(text) == json.loads(sources[name]), name
-    for cm in by_kind(full_manifests, "ConfigMap"):
+    for cm in dashboard_configmaps(full_manifests):
         assert cm["metadata"]["annotations"]["grafana_folder"] == "Content platform"
     custom = render({"dashboards": {"labels": {"grafana_dashboard": None, "dashboards": "media"}}})
-    for cm in by_kind(custom, "ConfigMap"):
+    for cm in dashboard_configmaps(custom):
         assert cm["metadata"]["labels"]["dashboards"] == "media"
         assert "grafana_dashboard" not in cm["metadata"]["labels"]
     assert by_kind(render({"dashboards": {"enabled": False}}), "ConfigMap") == []

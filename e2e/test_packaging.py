@@ -68,7 +68,29 @@ def test_example_is_valid_against_the_crd(crd: dict, path: Path) -> None:
         assert group == crd["spec"]["group"] and version in served
         assert crd_schema.errors(crd, d) == [], f"{path.name}: {d['metadata']['name']}"
     for d in docs:
-        assert d["kind"] in ("ContentServer", "HorizontalPodAutoscaler", "PersistentVolumeClaim"), d["kind"]
+        assert d["kind"] in ("ContentServer", "HorizontalPodAutoscaler", "PersistentVolumeClaim",
+                             "ScaledObject"), d["kind"]
+
+
+def test_keda_example_scales_on_the_adapter_query() -> None:
+    """examples/keda.yaml: the ScaledObject targets the ContentServer's scale subresource and its
+    Prometheus trigger is the prometheus-adapter rule's query for that ContentServer's pods,
+    summed (AverageValue: the HPA divides by the pod count), threshold 0.7 as the HPA's 700m."""
+    docs = load_all(ROOT / "examples" / "keda.yaml")
+    (cs,) = [d for d in docs if d["kind"] == "ContentServer"]
+    (so,) = [d for d in docs if d["kind"] == "ScaledObject"]
+    assert cs["spec"].get("autoscaling") is None, "KEDA owns the HPA: no spec.autoscaling"
+    assert so["metadata"]["namespace"] == cs["metadata"]["namespace"]
+    assert so["spec"]["scaleTargetRef"] == {"apiVersion": cs["apiVersion"], "kind": "ContentServer",
+                                            "name": cs["metadata"]["name"]}
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
+    assert trigger["metadata"]["threshold"] == "0.7"
+    (rule,) = yaml.safe_load((ROOT / "dashboards" / "prometheus-adapter.yaml").read_text())["rules"]
+    matchers = f'namespace="{cs["metadata"]["namespace"]}",contentserver="{cs["metadata"]["name"]}"'
+    expected = "sum(" + rule["metricsQuery"].replace("<<.GroupBy>>", "pod").replace(
+        "<<.LabelMatchers>>", matchers) + ")"
+    assert " ".join(trigger["metadata"]["query"].split()) == expected
 
 
 def test_hpa_example_targets_the_scale_subresource(crd: dict) -> None:
@@ -251,6 +273,12 @@ def test_chart_dashboards_and_alerts_equal_sources() -> None:
     assert src, "dashboards/*.json missing"
     assert copy_ == src, "chart dashboards are stale: run scripts/sync-chart.sh"
     assert (CHART / "files" / "alerts.yaml").read_bytes() == (ROOT / "dashboards" / "alerts.yaml").read_bytes()
+
+
+def test_chart_adapter_rules_equal_source() -> None:
+    src = ROOT / "dashboards" / "prometheus-adapter.yaml"
+    assert (CHART / "files" / "prometheus-adapter.yaml").read_bytes() == src.read_bytes(), \
+        "chart files/prometheus-adapter.yaml is stale: run scripts/sync-chart.sh"
 
 
 def test_sync_chart_script_check_passes() -> None:

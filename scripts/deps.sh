@@ -30,3 +30,5 @@ python3 e2e/lib/helm_native.py ensure >/dev/null
 command -v shellcheck >/dev/null || apt_install shellcheck
 # CEL runtime for the CRD's x-kubernetes-validations rules (e2e/lib/crd_schema.py).
 python3 -c 'import cel' 2>/dev/null || python3 -m pip install -q common-expression-language
+# Upstream schemas of the built-in Kubernetes kinds (e2e/lib/upstream_schemas.py).
+python3 -c 'import kubernetes_validate' 2>/dev/null || python3 -m pip install -q kubernetes-validate

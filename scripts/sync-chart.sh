@@ -2,7 +2,8 @@
 # Refreshes the Helm chart's copies of files that live outside it (Helm cannot read outside the
 # chart directory): crds/*.yaml -> charts/contentserver-operator/crds/,
 # dashboards/*.json -> charts/contentserver-operator/files/dashboards/,
-# dashboards/alerts.yaml -> charts/contentserver-operator/files/alerts.yaml.
+# dashboards/alerts.yaml -> charts/contentserver-operator/files/alerts.yaml,
+# dashboards/prometheus-adapter.yaml -> charts/contentserver-operator/files/prometheus-adapter.yaml.
 # e2e/test_packaging.py fails when a copy differs from its source. Idempotent.
 #   bash scripts/sync-chart.sh          # copy
 #   bash scripts/sync-chart.sh --check  # only report differences (exit 1 if any)
@@ -70,4 +71,5 @@ sync_file() { # sync_file SRC DEST
 sync_dir crds '*.yaml' "$chart/crds"
 sync_dir dashboards '*.json' "$chart/files/dashboards"
 sync_file dashboards/alerts.yaml "$chart/files/alerts.yaml"
+sync_file dashboards/prometheus-adapter.yaml "$chart/files/prometheus-adapter.yaml"
 exit "$status"

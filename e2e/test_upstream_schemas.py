@@ -1,0 +1,218 @@
+"""Everything the platform renders is valid against the real upstream schemas.
+
+- The children the real content-operator applies for every ContentServer in examples/ (run
+  against the in-memory API of e2e/lib/fake_kube.py with the optional CRDs installed, so every
+  optional kind is rendered), whatever kinds they are;
+- every manifest of the Helm chart, with default values and with every toggle on;
+- the other documents of examples/ (an HPA, ...).
+
+Built-in kinds: `kubernetes-validate`, strict, for the Kubernetes version of the operator's
+k8s-openapi feature. Gateway API and Prometheus Operator kinds: their released CRDs in the shared
+schemas folder (e2e/lib/upstream_schemas.py). Each schema family is shown to reject a broken copy
+of a real rendered object.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lib import helm_native
+from lib import operator_render
+from lib import upstream_schemas as U
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "contentserver-operator"
+ALL_ENABLED = CHART / "ci" / "all-enabled-values.yaml"
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+# Kinds in examples/ that no upstream schema in the shared folder describes (checked: they do
+# raise NoSchema, so adding their CRD there makes this test validate them).
+NO_UPSTREAM_SCHEMA = {("keda.sh", "ScaledObject")}
+
+
+def docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def example_servers() -> dict[str, dict]:
+    """{namespace-safe key: ContentServer} for every ContentServer in examples/."""
+    out = {}
+    for p in EXAMPLES:
+        for i, d in enumerate(x for x in docs(p) if x["kind"] == "ContentServer"):
+            out[f"{re.sub(r'[^a-z0-9-]', '-', p.stem)}-{i}"] = d
+    return out
+
+
+@pytest.fixture(scope="module")
+def children(tmp_path_factory) -> dict[str, list[dict]]:
+    return operator_render.children(tmp_path_factory.mktemp("children"), example_servers())
+
+
+@pytest.fixture(scope="module")
+def chart_manifests() -> dict[str, list[dict]]:
+    helm_native.ensure()
+    return {"default": helm_native.render(CHART, {}),
+            "all-enabled": helm_native.render(CHART, yaml.safe_load(ALL_ENABLED.read_text()))}
+
+
+def kinds(objs: list[dict]) -> set[str]:
+    return {o["kind"] for o in objs}
+
+
+def test_kubernetes_version_is_the_operators() -> None:
+    assert re.fullmatch(r"1\.\d+", U.K8S_VERSION), U.K8S_VERSION
+    assert f'"v{U.K8S_VERSION.replace(".", "_")}"' in U.OPERATOR_CARGO.read_text()
+    # kubernetes-validate bundles this exact minor version (it would silently fall back to an
+    # older one otherwise).
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    import kubernetes_validate
+    assert kubernetes_validate.validate(cm, U.K8S_VERSION, strict=True) == U.K8S_VERSION
+
+
+def test_upstream_crds_are_the_released_sets() -> None:
+    crds = U.upstream_crds()
+    for kind in [("gateway.networking.k8s.io", "HTTPRoute"), ("monitoring.coreos.com", "ServiceMonitor"),
+                 ("monitoring.coreos.com", "PrometheusRule")]:
+        assert kind in crds, sorted(crds)
+    assert U.crd_release("gateway.networking.k8s.io", "HTTPRoute").startswith("gateway-api-v")
+    assert U.crd_release("monitoring.coreos.com", "ServiceMonitor").startswith("prometheus-operator-v")
+
+
+def test_re2_patterns_are_translated_not_skipped() -> None:
+    U.upstream_crds()
+    # The one pattern of the released CRDs Python's `re` rejects (an inline flag after `^`).
+    assert U.TRANSLATED == {"^(?i)(abort|warn)?$"}
+    t = U.translate_pattern("^(?i)(abort|warn)?$")
+    assert t == "(?i)^(abort|warn)?$"
+    assert re.search(t, "Warn") and re.search(t, "") and not re.search(t, "warning")
+    with pytest.raises(U.UntranslatablePattern):
+        U.translate_pattern(r"^\pL+$")  # RE2 Unicode class: no translation, fails loudly
+
+
+@pytest.mark.parametrize("key", sorted(example_servers()))
+def test_operator_children_match_upstream_schemas(children: dict, key: str) -> None:
+    objs = children[key]
+    assert {"ConfigMap", "Service"} <= kinds(objs), kinds(objs)
+    assert kinds(objs) & {"Deployment", "StatefulSet"}, kinds(objs)
+    problems = [e for o in objs for e in U.errors(o)]
+    print(key, sorted((o["kind"], U.schema_of(o)) for o in objs))
+    assert problems == []
+
+
+def test_operator_renders_its_optional_kinds(children: dict) -> None:
+    """The examples make the operator render its optional kinds too, so they are validated."""
+    rendered = set().union(*(kinds(objs) for objs in children.values()))
+    print("operator kinds validated:", sorted(rendered))
+    assert {"ConfigMap", "Service", "Deployment", "StatefulSet", "PodDisruptionBudget",
+            "ServiceMonitor"} <= rendered
+
+
+@pytest.mark.parametrize("values", ["default", "all-enabled"])
+def test_chart_manifests_match_upstream_schemas(chart_manifests: dict, values: str) -> None:
+    objs = chart_manifests[values]
+    assert len(objs) >= 9
+    problems = [e for o in objs for e in U.errors(o)]
+    print(values, sorted({(o["kind"], U.schema_of(o)) for o in objs}))
+    assert problems == []
+
+
+def test_chart_with_every_toggle_renders_the_monitoring_kinds(chart_manifests: dict) -> None:
+    assert {"ServiceMonitor", "PrometheusRule", "NetworkPolicy", "ConfigMap", "Deployment"} <= \
+        kinds(chart_manifests["all-enabled"])
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_documents_match_upstream_schemas(path: Path) -> None:
+    """The documents of examples/ besides ContentServers (validated against our CRD in
+    test_packaging.py)."""
+    for d in docs(path):
+        if d["kind"] == "ContentServer":
+            continue
+        group = d["apiVersion"].rpartition("/")[0]
+        if (group, d["kind"]) in NO_UPSTREAM_SCHEMA:
+            with pytest.raises(U.NoSchema):
+                U.errors(d)
+            continue
+        assert U.errors(d) == [], path.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Broken copies of real rendered objects are rejected.
+
+def set_path(obj: dict, path: str, value) -> dict:
+    """A copy of obj with `a.b.0.c` set to value."""
+    out = copy.deepcopy(obj)
+    cur = out
+    keys = [int(k) if k.isdigit() else k for k in path.split(".")]
+    for k in keys[:-1]:
+        cur = cur[k]
+    cur[keys[-1]] = value
+    return out
+
+
+# (kind, path, broken value, words the error must contain)
+BROKEN = [
+    ("Deployment", "spec.template.spec.containers.0.imagePullPolicyy", "Always", "imagePullPolicyy"),
+    ("StatefulSet", "spec.replicas", "three", "three"),
+    ("Service", "spec.ports.0.port", "http", "http"),
+    ("ConfigMap", "data", {"config.toml": 42}, "42"),
+    ("PodDisruptionBudget", "spec.selector.matchLabelz", {}, "matchLabelz"),
+    ("ServiceMonitor", "spec.endpoints.0.scheme", "ftp", "ftp"),
+    ("ServiceMonitor", "metadata.labelz", {}, "labelz"),
+    ("PrometheusRule", "spec.groups.0.rules.0.for", "five minutes", "five minutes"),
+    ("NetworkPolicy", "spec.podSelector", "all", "all"),
+    ("HorizontalPodAutoscaler", "spec.maxReplicas", "ten", "ten"),
+]
+
+# A Gateway API object to break until the operator renders one (spec.expose).
+HTTPROUTE = {
+    "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+    "metadata": {"name": "web", "namespace": "media"},
+    "spec": {"parentRefs": [{"name": "gateway", "namespace": "infra"}],
+             "hostnames": ["media.example.com"],
+             "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                        "backendRefs": [{"name": "web", "port": 80}]}]},
+}
+BROKEN_HTTPROUTE = [
+    ("spec.hostnames.0", "Media_Example", "does not match"),  # RE2 pattern of the CRD
+    ("spec.rules.0.matches.0.path.value", "media", "absolute path"),  # CEL rule of the CRD
+    ("spec.parentRefs.0.nam", "gateway", "nam"),  # unknown field
+]
+
+
+def first_of(kind: str, children: dict, chart_manifests: dict) -> dict:
+    pool = [o for objs in children.values() for o in objs]
+    pool += chart_manifests["all-enabled"]
+    pool += [d for p in EXAMPLES for d in docs(p)]
+    found = [o for o in pool if o["kind"] == kind]
+    assert found, f"nothing rendered of kind {kind}"
+    return found[0]
+
+
+@pytest.mark.parametrize("kind,path,value,words", BROKEN, ids=[f"{b[0]}-{b[1]}" for b in BROKEN])
+def test_a_broken_copy_is_rejected(children: dict, chart_manifests: dict, kind: str, path: str,
+                                   value, words: str) -> None:
+    good = first_of(kind, children, chart_manifests)
+    assert U.errors(good) == []
+    problems = U.errors(set_path(good, path, value))
+    assert problems, f"broken {kind} ({path} = {value!r}) was accepted"
+    assert any(words in p for p in problems), problems
+
+
+@pytest.mark.parametrize("path,value,words", BROKEN_HTTPROUTE, ids=[b[0] for b in BROKEN_HTTPROUTE])
+def test_a_broken_httproute_is_rejected(children: dict, path: str, value, words: str) -> None:
+    rendered = [o for objs in children.values() for o in objs if o["kind"] == "HTTPRoute"]
+    good = rendered[0] if rendered else HTTPROUTE
+    assert U.errors(good) == []
+    problems = U.errors(set_path(good, path, value))
+    assert any(words in p for p in problems), problems
+
+
+def test_a_kind_without_schema_is_an_error_not_a_pass() -> None:
+    with pytest.raises(U.NoSchema):
+        U.errors({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
