@@ -1,5 +1,5 @@
-//! The `content-server` command line: `serve --root DIR`, `serve --config FILE` (with overrides)
-//! and `check-config FILE`. Turns arguments into a validated [`Config`] and hands it to
+//! The `content-server` command line: `serve --root DIR`, `serve --origin URL --cache-dir DIR...`,
+//! `serve --config FILE` (with overrides) and `check-config FILE`. Turns arguments into a validated [`Config`] and hands it to
 //! [`crate::runtime::run`]; it must not contain server logic.
 
 use crate::config::{Config, ConfigError, Listener, Offload};
@@ -22,7 +22,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve a directory (--root) or a full configuration (--config).
+    /// Serve a directory (--root), a caching node (--origin + --cache-dir) or a full
+    /// configuration (--config).
     Serve(ServeArgs),
     /// Validate a configuration file and print it normalized (exit 1 and the errors if invalid).
     CheckConfig {
@@ -37,10 +38,18 @@ pub struct ServeArgs {
     #[arg(
         long,
         value_name = "DIR",
-        conflicts_with = "config",
-        required_unless_present = "config"
+        conflicts_with_all = ["config", "origin", "cache_dir"],
+        required_unless_present_any = ["config", "origin", "cache_dir"]
     )]
     pub root: Option<PathBuf>,
+    /// Run a caching node in front of this origin (`http://HOST[:PORT]` or `https://…`):
+    /// one origin `origin`, needs at least one --cache-dir.
+    #[arg(long, value_name = "URL", conflicts_with = "config")]
+    pub origin: Option<String>,
+    /// A cache directory (one cache volume and pool each, `cache1`..`cacheN`); repeat it for
+    /// several disks. Requests are split evenly over them.
+    #[arg(long = "cache-dir", value_name = "DIR", conflicts_with = "config")]
+    pub cache_dir: Vec<PathBuf>,
     /// Run this TOML configuration file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -93,6 +102,7 @@ impl ServeArgs {
     /// validated.
     pub fn config(&self) -> anyhow::Result<Config> {
         let mut cfg = match (&self.root, &self.config) {
+            _ if self.origin.is_some() || !self.cache_dir.is_empty() => self.cache_config()?,
             (Some(root), _) => {
                 let root = std::path::absolute(root)
                     .with_context(|| format!("--root {}", root.display()))?;
@@ -103,7 +113,11 @@ impl ServeArgs {
                     .with_context(|| format!("cannot read {}", file.display()))?;
                 Config::from_toml(&text).with_context(|| format!("in {}", file.display()))?
             }
-            (None, None) => anyhow::bail!("serve needs --root DIR or --config FILE"),
+            (None, None) => {
+                anyhow::bail!(
+                    "serve needs --root DIR, --origin URL --cache-dir DIR, or --config FILE"
+                )
+            }
         };
         if self.listen.is_some() || self.port.is_some() {
             let (ip, port) = match &self.listen {
@@ -157,6 +171,29 @@ impl ServeArgs {
         cfg.normalize();
         cfg.validate()?;
         Ok(cfg)
+    }
+}
+
+impl ServeArgs {
+    /// The embedded caching node of `--origin URL --cache-dir DIR...`.
+    fn cache_config(&self) -> anyhow::Result<Config> {
+        if self.root.is_some() {
+            anyhow::bail!("--root serves a directory as is; it cannot be combined with --cache-dir (use --origin URL --cache-dir DIR)");
+        }
+        let Some(url) = &self.origin else {
+            anyhow::bail!(
+                "--cache-dir needs --origin URL: the server the cache fetches misses from"
+            );
+        };
+        if self.cache_dir.is_empty() {
+            anyhow::bail!("--origin needs at least one --cache-dir DIR to store what it fetches");
+        }
+        let dirs = self
+            .cache_dir
+            .iter()
+            .map(|d| std::path::absolute(d).with_context(|| format!("--cache-dir {}", d.display())))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Config::for_cache(url.clone(), &dirs))
     }
 }
 

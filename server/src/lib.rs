@@ -11,6 +11,7 @@ pub mod http;
 pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
+pub mod origin;
 pub mod pool;
 pub mod resolve;
 pub mod runtime;

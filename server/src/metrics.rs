@@ -56,6 +56,9 @@ const LATENCY_BUCKETS: &[f64] = &[
 /// `code` values of `http_requests_total` created at start for GET and HEAD.
 pub const PRECREATED_CODES: [u16; 5] = [200, 206, 304, 404, 503];
 
+/// `code` values of `origin_requests_total`.
+pub const ORIGIN_CODES: [&str; 5] = ["2xx", "3xx", "4xx", "5xx", "error"];
+
 /// All handles. Cheap to clone (the prometheus types are Arc inside).
 #[derive(Clone)]
 pub struct Metrics {
@@ -85,6 +88,11 @@ pub struct Metrics {
     pub page_cache_hits_total: IntCounterVec,
     pub page_cache_misses_total: IntCounterVec,
     pub build_info: IntGaugeVec,
+    // origin client (label origin; code where noted)
+    pub origin_requests_total: IntCounterVec,
+    pub origin_request_duration_seconds: HistogramVec,
+    pub origin_received_bytes_total: IntCounterVec,
+    pub origin_connections: IntGaugeVec,
     /// `http_requests_total` children of the common (method, code) pairs, resolved once.
     common_responses: std::sync::Arc<Vec<(&'static str, u16, IntCounter)>>,
 }
@@ -135,6 +143,10 @@ impl Metrics {
             page_cache_hits_total: reg(&r, IntCounterVec::new(opts("page_cache_hits_total", "offload=auto: opens and reads served inline on the event loop (no I/O needed)."), vo).unwrap()),
             page_cache_misses_total: reg(&r, IntCounterVec::new(opts("page_cache_misses_total", "offload=auto: opens and reads that needed I/O and went to the pool."), vo).unwrap()),
             build_info: reg(&r, IntGaugeVec::new(opts("build_info", "Always 1; the version label says which build runs."), &["version"]).unwrap()),
+            origin_requests_total: reg(&r, IntCounterVec::new(opts("origin_requests_total", "Origin requests by outcome: the status class, or error (connect, timeout, truncated body)."), &["origin", "code"]).unwrap()),
+            origin_request_duration_seconds: reg(&r, HistogramVec::new(hopts("origin_request_duration_seconds", "Time from sending an origin request to its response head."), &["origin"]).unwrap()),
+            origin_received_bytes_total: reg(&r, IntCounterVec::new(opts("origin_received_bytes_total", "Body bytes received from the origin."), &["origin"]).unwrap()),
+            origin_connections: reg(&r, IntGaugeVec::new(opts("origin_connections", "Origin connections open now (busy and idle)."), &["origin"]).unwrap()),
             common_responses: Default::default(),
             registry: r,
         };
@@ -185,6 +197,19 @@ impl Metrics {
         m
     }
 
+    /// Create the series of one origin at zero (called by the origin client at start-up).
+    pub fn init_origin(&self, origin: &str) {
+        for code in ORIGIN_CODES {
+            self.origin_requests_total
+                .with_label_values(&[origin, code]);
+        }
+        self.origin_request_duration_seconds
+            .with_label_values(&[origin]);
+        self.origin_received_bytes_total
+            .with_label_values(&[origin]);
+        self.origin_connections.with_label_values(&[origin]);
+    }
+
     /// Count one response in `http_requests_total`. The common (method, code) pairs use
     /// counters resolved at start-up: no label hashing or string allocation per request.
     pub fn count_response(&self, method: &str, code: u16) {
@@ -228,6 +253,7 @@ mod tests {
     #[test]
     fn every_series_exists_at_start() {
         let m = Metrics::new(&["disk1", "disk2"], 2);
+        m.init_origin("up");
         let text = m.render();
         for needle in [
             "contentserver_pool_queue_depth{volume=\"disk2\"} 0",
@@ -236,6 +262,11 @@ mod tests {
             "contentserver_page_cache_misses_total{op=\"read\",volume=\"disk2\"} 0",
             "contentserver_connections_refused_total 0",
             "contentserver_build_info{version=",
+            "contentserver_origin_requests_total{code=\"error\",origin=\"up\"} 0",
+            "contentserver_origin_requests_total{code=\"2xx\",origin=\"up\"} 0",
+            "contentserver_origin_request_duration_seconds_count{origin=\"up\"} 0",
+            "contentserver_origin_received_bytes_total{origin=\"up\"} 0",
+            "contentserver_origin_connections{origin=\"up\"} 0",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

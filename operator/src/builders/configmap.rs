@@ -60,6 +60,7 @@ pub fn server_config(spec: &ContentServerSpec) -> Config {
                 threads: v.pool.threads as usize,
                 max_queue: v.pool.max_queue as usize,
             },
+            cache: None,
         })
         .collect();
     cfg.routes = spec
@@ -78,6 +79,8 @@ pub fn server_config(spec: &ContentServerSpec) -> Config {
                 .collect(),
             strip_prefix: r.strip_prefix,
             http: Default::default(),
+            origin: None,
+            cache: None,
         })
         .collect();
     cfg

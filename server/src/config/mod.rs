@@ -5,14 +5,18 @@
 //! defined here once and nowhere else. This module must not start anything or touch the
 //! filesystem beyond reading the file it is asked to load.
 
+mod cache;
 mod cors;
 mod headers;
 mod media;
+mod origin;
 mod route_http;
 mod validate;
 
+pub use cache::{ByteSize, CachePolicy, ValidRule, VolumeCache, DEFAULT_SLICE_SIZE};
 pub use cors::{default_expose_headers, Cors};
 pub use headers::HeaderRule;
+pub use origin::{parse_server_url, Origin, ServerUrl, DEFAULT_ORIGIN};
 pub use route_http::{Precompressed, RouteHttp};
 pub use validate::{ConfigError, FieldError};
 
@@ -49,6 +53,9 @@ pub struct Config {
     /// Graceful shutdown: how long in-flight responses may take after SIGTERM/SIGINT.
     #[serde(default = "default_shutdown_timeout_secs")]
     pub shutdown_timeout_secs: u64,
+    /// Upstream servers that cache routes fetch misses from (`[[origins]]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub origins: Vec<Origin>,
     /// Mounted volumes; each has its own bounded thread pool. At least one.
     pub volumes: Vec<Volume>,
     /// URI prefix -> volume. Empty with exactly one volume means `/` -> that volume.
@@ -151,6 +158,9 @@ pub struct Admin {
     /// `ADDR:PORT` of the admin listener; an empty string disables it.
     #[serde(default = "default_admin_listen")]
     pub listen: String,
+    /// Path of a file holding the bearer token of `POST /cache/purge`; empty = purge disabled.
+    #[serde(default)]
+    pub purge_token_file: String,
 }
 
 /// Log output.
@@ -191,6 +201,9 @@ pub struct Volume {
     /// The volume's thread pool.
     #[serde(default)]
     pub pool: Pool,
+    /// Present = a cache volume: it stores what its routes' origin answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<VolumeCache>,
 }
 
 /// Where a volume's blocking file operations (open, stat, read, sendfile) run.
@@ -262,6 +275,28 @@ pub struct Route {
     /// Response headers, CORS, precompressed siblings and listings of this route.
     #[serde(default, skip_serializing_if = "RouteHttp::is_default")]
     pub http: RouteHttp,
+    /// Present = a cache route: misses are fetched from this origin (`[[origins]]` name) and
+    /// stored on the route's volumes, which must all be cache volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// Freshness policy of a cache route; absent = the defaults (filled in by `normalize`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CachePolicy>,
+}
+
+impl Route {
+    /// A route of `prefix` to one volume, no prefix stripping, no origin.
+    pub fn to_volume(prefix: impl Into<String>, volume: impl Into<String>) -> Route {
+        Route {
+            prefix: prefix.into(),
+            volume: Some(volume.into()),
+            split: Vec::new(),
+            strip_prefix: false,
+            http: RouteHttp::default(),
+            origin: None,
+            cache: None,
+        }
+    }
 }
 
 /// One share of a split route.
@@ -388,6 +423,7 @@ impl Default for Admin {
     fn default() -> Self {
         Admin {
             listen: default_admin_listen(),
+            purge_token_file: String::new(),
         }
     }
 }
@@ -425,14 +461,55 @@ impl Config {
             logging: Logging::default(),
             open_file_cache: OpenFileCache::default(),
             shutdown_timeout_secs: default_shutdown_timeout_secs(),
+            origins: Vec::new(),
             volumes: vec![Volume {
                 name: DEFAULT_VOLUME.into(),
                 path: root.into(),
                 offload: Offload::default(),
                 pool: Pool::default(),
+                cache: None,
             }],
             routes: Vec::new(),
         }
+    }
+
+    /// The embedded caching node (`serve --origin URL --cache-dir DIR...`): one origin named
+    /// `origin`, cache volumes `cache1`..`cacheN` (one per directory, default pool and cache
+    /// settings) and one route `/` split evenly over them with `origin = "origin"`.
+    pub fn for_cache(origin_url: impl Into<String>, cache_dirs: &[PathBuf]) -> Config {
+        let mut cfg = Config::for_root("/");
+        cfg.origins = vec![Origin::new(DEFAULT_ORIGIN, vec![origin_url.into()])];
+        cfg.volumes = cache_dirs
+            .iter()
+            .enumerate()
+            .map(|(i, dir)| Volume {
+                name: format!("cache{}", i + 1),
+                path: dir.clone(),
+                offload: Offload::default(),
+                pool: Pool::default(),
+                cache: Some(VolumeCache::default()),
+            })
+            .collect();
+        let n = cfg.volumes.len();
+        cfg.routes = vec![Route {
+            prefix: "/".into(),
+            volume: None,
+            split: cfg
+                .volumes
+                .iter()
+                .enumerate()
+                .map(|(i, v)| SplitTarget {
+                    volume: v.name.clone(),
+                    // Equal shares; the last takes the rest so rounding never leaves a gap.
+                    percent: (i + 1 < n).then(|| 100.0 / n as f64),
+                })
+                .collect(),
+            strip_prefix: false,
+            http: RouteHttp::default(),
+            origin: Some(DEFAULT_ORIGIN.into()),
+            cache: None,
+        }];
+        cfg
     }
 
     /// Parse TOML text. Syntax and type errors name the line and the field; call
@@ -453,17 +530,27 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Fill what defaults depend on other fields: the implicit `/` route of a single volume.
+    /// Fill what defaults depend on other fields: the implicit `/` route of a single volume
+    /// (a cache route when that volume is a cache volume and exactly one origin exists), and
+    /// the default cache policy of every cache route.
     pub fn normalize(&mut self) {
         if self.routes.is_empty() && self.volumes.len() == 1 {
-            self.routes.push(Route {
-                prefix: "/".into(),
-                volume: Some(self.volumes[0].name.clone()),
-                split: Vec::new(),
-                strip_prefix: false,
-                http: RouteHttp::default(),
-            });
+            let mut r = Route::to_volume("/", self.volumes[0].name.clone());
+            if self.volumes[0].cache.is_some() && self.origins.len() == 1 {
+                r.origin = Some(self.origins[0].name.clone());
+            }
+            self.routes.push(r);
         }
+        for r in &mut self.routes {
+            if r.origin.is_some() && r.cache.is_none() {
+                r.cache = Some(CachePolicy::default());
+            }
+        }
+    }
+
+    /// The origin named `name`.
+    pub fn origin(&self, name: &str) -> Option<&Origin> {
+        self.origins.iter().find(|o| o.name == name)
     }
 
     /// Render as TOML (what `check-config` prints and what the operator puts in ConfigMaps).

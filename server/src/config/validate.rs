@@ -149,6 +149,8 @@ impl Config {
                 ),
             );
         }
+        let origins = super::origin::check_origins(&mut e, self);
+        super::cache::check_volume_caches(&mut e, self);
         if self.volumes.is_empty() {
             e.push("volumes", "at least one volume is required");
         }
@@ -193,6 +195,7 @@ impl Config {
         for (i, r) in self.routes.iter().enumerate() {
             check_route(&mut e, i, r, &names);
             super::route_http::check(&mut e, &format!("routes[{i}].http"), &r.http);
+            super::cache::check_cache_route(&mut e, i, r, self, &origins);
             if !prefixes.insert(r.prefix.as_str()) {
                 e.push(
                     format!("routes[{i}].prefix"),

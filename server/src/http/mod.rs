@@ -1,12 +1,13 @@
 //! HTTP/1.1 pieces used by the connection state machine: request parsing, response heads,
 //! ranges and multipart framing, conditional requests, media types, dates, CORS, header rules,
-//! content negotiation of precompressed siblings, directory listings and redirects. Pure code;
-//! no sockets, no files.
+//! content negotiation of precompressed siblings, directory listings, redirects and cache
+//! freshness. Pure code; no sockets, no files.
 
 pub mod conditional;
 pub mod cors;
 pub mod date;
 pub mod encoding;
+pub mod freshness;
 pub mod headers;
 pub mod host;
 pub mod listing;

@@ -1,0 +1,322 @@
+//! Cache settings: `[volumes.cache]` (a volume that stores origin responses) and `[routes.cache]`
+//! (the freshness policy of a route that names an origin), with their checks.
+//!
+//! Owns the types, their defaults, the `max_size` byte-size syntax (integer or `10G`, rendered
+//! back as integer bytes) and the validation of cache volumes and cache routes. Pure: no
+//! filesystem access (the free-space default is computed by the cache store at start-up).
+
+use super::validate::Errors;
+use super::{Config, Route};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+
+/// `[volumes.cache]`: present = the volume stores responses of the origins of its routes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeCache {
+    /// Largest total size of the stored entries; absent = keep 10% of the filesystem free.
+    /// Bytes as an integer, or a string with a K, M, G or T (binary) suffix such as "10G".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_size: Option<ByteSize>,
+    /// Entries not used for this long are dropped (nginx `inactive=10m`).
+    #[serde(default = "default_inactive_secs")]
+    pub inactive_secs: u64,
+    /// Requests for an object before it is stored (admission; nginx `proxy_cache_min_uses`).
+    #[serde(default = "default_min_uses")]
+    pub min_uses: u32,
+    /// Bytes per stored slice (the origin gets `Range: bytes=a-b` requests of this size);
+    /// 0 = whole objects.
+    #[serde(default = "default_slice_size")]
+    pub slice_size: u64,
+}
+
+fn default_inactive_secs() -> u64 {
+    600
+}
+fn default_min_uses() -> u32 {
+    1
+}
+/// 1 MiB, nginx `slice 1m`.
+pub const DEFAULT_SLICE_SIZE: u64 = 1024 * 1024;
+fn default_slice_size() -> u64 {
+    DEFAULT_SLICE_SIZE
+}
+
+impl Default for VolumeCache {
+    fn default() -> Self {
+        VolumeCache {
+            max_size: None,
+            inactive_secs: default_inactive_secs(),
+            min_uses: default_min_uses(),
+            slice_size: default_slice_size(),
+        }
+    }
+}
+
+/// A size in bytes. Reads an integer or a string with an optional K/M/G/T suffix (powers of
+/// 1024, an optional trailing `B` or `iB`); always writes the integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    /// Parse `"10G"`, `"512M"`, `"1024"`, `"4 KiB"`.
+    pub fn parse(s: &str) -> Result<ByteSize, String> {
+        let t = s.trim();
+        let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(digits);
+        let n: u64 = num.parse().map_err(|_| {
+            format!("{s:?} is not a size: expected bytes or a number with K, M, G or T")
+        })?;
+        let shift = match unit.trim().to_ascii_uppercase().as_str() {
+            "" | "B" => 0,
+            "K" | "KB" | "KIB" => 10,
+            "M" | "MB" | "MIB" => 20,
+            "G" | "GB" | "GIB" => 30,
+            "T" | "TB" | "TIB" => 40,
+            other => {
+                return Err(format!(
+                    "{s:?}: unknown size unit {other:?} (use K, M, G or T)"
+                ))
+            }
+        };
+        n.checked_mul(1u64 << shift)
+            .map(ByteSize)
+            .ok_or_else(|| format!("{s:?} is too large"))
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a size in bytes (integer) or a string such as \"10G\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ByteSize, E> {
+                Ok(ByteSize(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ByteSize, E> {
+                u64::try_from(v)
+                    .map(ByteSize)
+                    .map_err(|_| E::custom(format!("{v} is negative")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ByteSize, E> {
+                ByteSize::parse(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl JsonSchema for ByteSize {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ByteSize".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "Bytes as an integer, or a string with a K, M, G or T (binary) suffix such as \"10G\".",
+            "anyOf": [
+                { "type": "integer", "minimum": 0 },
+                { "type": "string", "pattern": "^\\s*[0-9]+\\s*([KkMmGgTt]([Ii]?[Bb])?|[Bb])?\\s*$" }
+            ]
+        })
+    }
+}
+
+/// `[routes.cache]`: how long a cache route keeps what the origin answered (RFC 9111 plus
+/// nginx-style per-status defaults). Every field is optional.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CachePolicy {
+    /// Freshness by status when the origin gives none (nginx `proxy_cache_valid`), or always
+    /// with `ignore_origin_headers`. A status in no rule is not stored without origin headers.
+    #[serde(default = "default_valid")]
+    pub valid: Vec<ValidRule>,
+    /// true: ignore the origin's Cache-Control and Expires (still never store Set-Cookie or
+    /// Vary other than Accept-Encoding).
+    #[serde(default)]
+    pub ignore_origin_headers: bool,
+    /// Serve stale for this long while one background request revalidates, when the origin's
+    /// Cache-Control has no `stale-while-revalidate`.
+    #[serde(default = "default_swr_secs")]
+    pub stale_while_revalidate_secs: u64,
+    /// Serve stale for this long when the origin is down, times out or answers 5xx, when the
+    /// origin's Cache-Control has no `stale-if-error`.
+    #[serde(default = "default_sie_secs")]
+    pub stale_if_error_secs: u64,
+}
+
+/// One `valid` rule: these statuses stay fresh for `secs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ValidRule {
+    /// HTTP status codes (100-599).
+    pub status: Vec<u16>,
+    /// Seconds fresh.
+    pub secs: u64,
+}
+
+fn default_valid() -> Vec<ValidRule> {
+    vec![
+        ValidRule {
+            status: vec![200, 206, 301, 302],
+            secs: 3600,
+        },
+        ValidRule {
+            status: vec![404],
+            secs: 60,
+        },
+    ]
+}
+fn default_swr_secs() -> u64 {
+    60
+}
+fn default_sie_secs() -> u64 {
+    86_400
+}
+
+impl Default for CachePolicy {
+    fn default() -> Self {
+        CachePolicy {
+            valid: default_valid(),
+            ignore_origin_headers: false,
+            stale_while_revalidate_secs: default_swr_secs(),
+            stale_if_error_secs: default_sie_secs(),
+        }
+    }
+}
+
+impl CachePolicy {
+    /// Seconds fresh for `status` by the `valid` rules, if a rule names it.
+    pub fn valid_for(&self, status: u16) -> Option<u64> {
+        self.valid
+            .iter()
+            .find(|r| r.status.contains(&status))
+            .map(|r| r.secs)
+    }
+}
+
+/// Smallest allowed `slice_size` (other than 0) and `max_size`.
+pub const MIN_SLICE_SIZE: u64 = 4096;
+/// Largest allowed `slice_size`.
+pub const MAX_SLICE_SIZE: u64 = 1 << 30;
+
+/// Check `volumes[i].cache.…`.
+pub(super) fn check_volume_caches(e: &mut Errors, cfg: &Config) {
+    for (i, v) in cfg.volumes.iter().enumerate() {
+        let Some(c) = &v.cache else { continue };
+        let f = format!("volumes[{i}].cache");
+        if c.slice_size != 0 && !(MIN_SLICE_SIZE..=MAX_SLICE_SIZE).contains(&c.slice_size) {
+            e.push(
+                format!("{f}.slice_size"),
+                format!(
+                    "{} must be 0 (whole objects) or between {MIN_SLICE_SIZE} bytes and 1 GiB",
+                    c.slice_size
+                ),
+            );
+        }
+        if let Some(ByteSize(m)) = c.max_size {
+            if m < MIN_SLICE_SIZE.max(c.slice_size) {
+                e.push(
+                    format!("{f}.max_size"),
+                    format!(
+                        "{m} bytes is less than one slice ({} bytes)",
+                        MIN_SLICE_SIZE.max(c.slice_size)
+                    ),
+                );
+            }
+        }
+        if c.inactive_secs == 0 {
+            e.push(format!("{f}.inactive_secs"), "must be at least 1");
+        }
+        if c.min_uses == 0 {
+            e.push(format!("{f}.min_uses"), "must be at least 1");
+        }
+    }
+}
+
+/// Check a route's cache fields: its origin exists, a cache route uses only cache volumes, a
+/// static route uses none, and the policy is sane.
+pub(super) fn check_cache_route(
+    e: &mut Errors,
+    i: usize,
+    r: &Route,
+    cfg: &Config,
+    origins: &HashSet<&str>,
+) {
+    let f = format!("routes[{i}]");
+    let is_cache = |name: &str| {
+        cfg.volumes
+            .iter()
+            .find(|v| v.name == name)
+            .map(|v| v.cache.is_some())
+    };
+    let targets = r
+        .volume
+        .iter()
+        .map(|v| (format!("{f}.volume"), v.as_str()))
+        .chain(
+            r.split
+                .iter()
+                .enumerate()
+                .map(|(j, t)| (format!("{f}.split[{j}].volume"), t.volume.as_str())),
+        );
+    match &r.origin {
+        Some(o) => {
+            if !origins.contains(o.as_str()) {
+                e.push(format!("{f}.origin"), format!("no origin named {o:?}"));
+            }
+            for (field, v) in targets {
+                if is_cache(v) == Some(false) {
+                    e.push(
+                        field,
+                        format!("{v:?} has no [volumes.cache]; a cache route needs cache volumes"),
+                    );
+                }
+            }
+        }
+        None => {
+            for (field, v) in targets {
+                if is_cache(v) == Some(true) {
+                    e.push(
+                        field,
+                        format!("{v:?} is a cache volume; only a route with an origin may use it"),
+                    );
+                }
+            }
+            if r.cache.is_some() {
+                e.push(
+                    format!("{f}.cache"),
+                    "a cache policy needs `origin` on the route",
+                );
+            }
+        }
+    }
+    if let Some(p) = &r.cache {
+        let mut seen = HashSet::new();
+        for (j, rule) in p.valid.iter().enumerate() {
+            if rule.status.is_empty() {
+                e.push(
+                    format!("{f}.cache.valid[{j}].status"),
+                    "list at least one status",
+                );
+            }
+            for s in &rule.status {
+                if !(100..=599).contains(s) {
+                    e.push(
+                        format!("{f}.cache.valid[{j}].status"),
+                        format!("{s} is not an HTTP status (100-599)"),
+                    );
+                } else if !seen.insert(*s) {
+                    e.push(
+                        format!("{f}.cache.valid[{j}].status"),
+                        format!("{s} is already in an earlier rule"),
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! `[[origins]]`: the upstream servers a caching node fetches misses from, and their checks.
+//!
+//! Owns the `Origin` type (servers tried in order, Host/SNI overrides, CA file, timeouts, the
+//! connection cap) and the validation of `origins[i].…` fields. Pure: it parses URLs as text and
+//! never resolves, connects or reads the CA file (the origin client does that at start-up).
+
+use super::validate::{valid_name, Errors};
+use super::Config;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+/// One origin: a named group of servers holding the same content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Origin {
+    /// Unique name (a-z, 0-9, '-'); routes refer to it and it is the metrics label `origin`.
+    pub name: String,
+    /// `http://HOST[:PORT]` or `https://HOST[:PORT]` URLs, tried in order on connect errors
+    /// (refused, timeout, TLS handshake failure); a request once sent is never retried.
+    pub servers: Vec<String>,
+    /// Host header sent to the origin (S3-style buckets); default: the server URL's authority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// TLS server name (SNI and certificate check) for https servers; default: `host` without
+    /// its port, else the URL's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sni: Option<String>,
+    /// PEM bundle of CA certificates trusted for https servers, in addition to the system roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// Time allowed for TCP connect plus the TLS handshake, per server.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// Time allowed between bytes of the origin's answer (its head, then each body chunk).
+    #[serde(default = "default_read_timeout_ms")]
+    pub read_timeout_ms: u64,
+    /// Concurrent origin connections over all workers; more requests wait for a free one.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+}
+
+fn default_connect_timeout_ms() -> u64 {
+    2000
+}
+fn default_read_timeout_ms() -> u64 {
+    10_000
+}
+fn default_max_connections() -> usize {
+    256
+}
+
+/// Name of the origin `serve --origin URL` creates.
+pub const DEFAULT_ORIGIN: &str = "origin";
+
+impl Origin {
+    /// An origin with the default timeouts and connection cap.
+    pub fn new(name: impl Into<String>, servers: Vec<String>) -> Origin {
+        Origin {
+            name: name.into(),
+            servers,
+            host: None,
+            sni: None,
+            ca_file: None,
+            connect_timeout_ms: default_connect_timeout_ms(),
+            read_timeout_ms: default_read_timeout_ms(),
+            max_connections: default_max_connections(),
+        }
+    }
+}
+
+/// A server URL split into its parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerUrl {
+    pub https: bool,
+    /// Host as written (IPv6 literals without brackets).
+    pub host: String,
+    pub port: u16,
+    /// `host:port` as written in the URL (the default Host header).
+    pub authority: String,
+}
+
+/// Parse `http://HOST[:PORT]` / `https://HOST[:PORT]` (an optional trailing `/`, nothing else).
+pub fn parse_server_url(s: &str) -> Result<ServerUrl, String> {
+    let (https, rest) = if let Some(r) = s.strip_prefix("https://") {
+        (true, r)
+    } else if let Some(r) = s.strip_prefix("http://") {
+        (false, r)
+    } else {
+        return Err(format!("{s:?} must start with http:// or https://"));
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() {
+        return Err(format!("{s:?} has no host"));
+    }
+    if authority.contains(['/', '?', '#', '@']) || authority.chars().any(|c| c.is_whitespace()) {
+        return Err(format!(
+            "{s:?} must be only scheme://host[:port] (no path, query or user)"
+        ));
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (h, after) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("{s:?} has an unclosed IPv6 literal"))?;
+        let port = match after {
+            "" => None,
+            p => Some(
+                p.strip_prefix(':')
+                    .ok_or_else(|| format!("{s:?}: garbage after the IPv6 literal"))?,
+            ),
+        };
+        (h.to_string(), port)
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (authority.to_string(), None),
+        }
+    };
+    if host.is_empty() {
+        return Err(format!("{s:?} has no host"));
+    }
+    let port = match port {
+        None => {
+            if https {
+                443
+            } else {
+                80
+            }
+        }
+        Some(p) => match p.parse::<u16>() {
+            Ok(p) if p > 0 => p,
+            _ => return Err(format!("{s:?} has an invalid port {p:?}")),
+        },
+    };
+    Ok(ServerUrl {
+        https,
+        host,
+        port,
+        authority: authority.to_string(),
+    })
+}
+
+/// A name a TLS certificate can be checked against: a DNS name or an IP literal.
+fn valid_server_name(s: &str) -> bool {
+    rustls_pki_types::ServerName::try_from(s).is_ok()
+}
+
+/// Check `origins[i].…`; returns the set of origin names for the route checks.
+pub(super) fn check_origins<'a>(e: &mut Errors, cfg: &'a Config) -> HashSet<&'a str> {
+    let mut names = HashSet::new();
+    for (i, o) in cfg.origins.iter().enumerate() {
+        let f = format!("origins[{i}]");
+        if !valid_name(&o.name) {
+            e.push(
+                format!("{f}.name"),
+                format!(
+                    "{:?} must be 1-63 characters of a-z, 0-9 and '-', starting with a letter",
+                    o.name
+                ),
+            );
+        }
+        if !names.insert(o.name.as_str()) {
+            e.push(
+                format!("{f}.name"),
+                format!("origin {:?} is defined twice", o.name),
+            );
+        }
+        if o.servers.is_empty() {
+            e.push(format!("{f}.servers"), "at least one server is required");
+        }
+        let mut any_https = false;
+        for (j, s) in o.servers.iter().enumerate() {
+            match parse_server_url(s) {
+                Ok(u) => any_https |= u.https,
+                Err(msg) => e.push(format!("{f}.servers[{j}]"), msg),
+            }
+        }
+        if let Some(h) = &o.host {
+            if h.is_empty()
+                || h.chars()
+                    .any(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
+                || h.contains(['/', '@', '?', '#'])
+            {
+                e.push(
+                    format!("{f}.host"),
+                    format!("{h:?} is not a valid Host header value (host[:port])"),
+                );
+            }
+        }
+        if let Some(sni) = &o.sni {
+            if !valid_server_name(sni) {
+                e.push(
+                    format!("{f}.sni"),
+                    format!("{sni:?} is not a DNS name or IP address"),
+                );
+            } else if !any_https && !o.servers.is_empty() {
+                e.push(
+                    format!("{f}.sni"),
+                    "only applies to https:// servers, and this origin has none",
+                );
+            }
+        }
+        if let Some(ca) = &o.ca_file {
+            if !ca.is_absolute() {
+                e.push(
+                    format!("{f}.ca_file"),
+                    format!("{} must be an absolute path", ca.display()),
+                );
+            } else if !any_https && !o.servers.is_empty() {
+                e.push(
+                    format!("{f}.ca_file"),
+                    "only applies to https:// servers, and this origin has none",
+                );
+            }
+        }
+        if o.connect_timeout_ms == 0 || o.connect_timeout_ms > 600_000 {
+            e.push(
+                format!("{f}.connect_timeout_ms"),
+                "must be between 1 and 600000 (ten minutes)",
+            );
+        }
+        if o.read_timeout_ms == 0 || o.read_timeout_ms > 3_600_000 {
+            e.push(
+                format!("{f}.read_timeout_ms"),
+                "must be between 1 and 3600000 (one hour)",
+            );
+        }
+        if o.max_connections == 0 || o.max_connections > 65_536 {
+            e.push(
+                format!("{f}.max_connections"),
+                "must be between 1 and 65536",
+            );
+        }
+    }
+    names
+}

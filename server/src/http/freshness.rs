@@ -1,0 +1,551 @@
+//! Whether a shared cache may store an origin response, and for how long it stays fresh
+//! (RFC 9111 §3, §4.2, §5.2; RFC 5861 for stale-while-revalidate / stale-if-error), under the
+//! route's `[routes.cache]` policy. Pure: status + headers + policy + now in, a decision out.
+//!
+//! Lifetime order: `s-maxage` > `max-age` > `Expires` − `Date` > the policy's `valid` rule for
+//! the status. `ignore_origin_headers` skips the origin's Cache-Control, Expires and Age (but
+//! Set-Cookie and Vary still forbid storing). The current age (`Age`, or `now − Date` when
+//! larger) is subtracted from the lifetime.
+
+use crate::config::CachePolicy;
+use http::header::{AGE, CACHE_CONTROL, DATE, EXPIRES, PRAGMA, SET_COOKIE, VARY};
+use http::HeaderMap;
+
+/// Why a response is passed through without being stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotStorable {
+    /// `Cache-Control: no-store`.
+    NoStore,
+    /// `Cache-Control: private`.
+    Private,
+    /// The response sets a cookie.
+    SetCookie,
+    /// `Vary` names something other than Accept-Encoding (or `*`).
+    Vary(String),
+    /// The request carried Authorization and the response does not allow sharing it
+    /// (`public`, `s-maxage` or `must-revalidate`).
+    Authorization,
+    /// Neither the origin nor a `valid` rule gives this status a lifetime (or the status is
+    /// never stored, like 304 or 1xx).
+    NoLifetime(u16),
+}
+
+impl NotStorable {
+    /// A short reason for logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            NotStorable::NoStore => "no-store",
+            NotStorable::Private => "private",
+            NotStorable::SetCookie => "set-cookie",
+            NotStorable::Vary(_) => "vary",
+            NotStorable::Authorization => "authorization",
+            NotStorable::NoLifetime(_) => "no lifetime",
+        }
+    }
+}
+
+/// How a storable response may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Storable {
+    /// Seconds from now during which it is served without asking the origin (0 = stale now).
+    pub fresh_for: u64,
+    /// Its age now, in seconds (the `Age` to add to when serving it).
+    pub age: u64,
+    /// Seconds after it goes stale during which it is still served while one background
+    /// request revalidates it.
+    pub stale_while_revalidate: u64,
+    /// Seconds after it goes stale during which it is served when the origin fails (down,
+    /// timeout, 5xx).
+    pub stale_if_error: u64,
+    /// `must-revalidate` / `proxy-revalidate`: once stale, never served without a successful
+    /// revalidation (both stale windows are 0).
+    pub must_revalidate: bool,
+    /// `no-cache` (or `Pragma: no-cache` without Cache-Control): every use is revalidated first
+    /// (`fresh_for` is 0).
+    pub no_cache: bool,
+}
+
+/// The decision for one response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Freshness {
+    NotStorable(NotStorable),
+    Storable(Storable),
+}
+
+/// The Cache-Control directives that matter to a shared cache.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Directives {
+    no_store: bool,
+    no_cache: bool,
+    private: bool,
+    public: bool,
+    must_revalidate: bool,
+    max_age: Option<u64>,
+    s_maxage: Option<u64>,
+    swr: Option<u64>,
+    sie: Option<u64>,
+}
+
+/// Parse every Cache-Control header (comma-separated, case-insensitive names, optional
+/// `=value` possibly quoted). A malformed delta-seconds counts as 0 (RFC 9111 §1.2.2: treat
+/// invalid freshness as stale).
+fn directives(headers: &HeaderMap) -> Directives {
+    let mut d = Directives::default();
+    for v in headers.get_all(CACHE_CONTROL) {
+        let Ok(v) = v.to_str() else { continue };
+        for item in split_list(v) {
+            let (name, value) = match item.split_once('=') {
+                Some((n, v)) => (n.trim(), Some(v.trim().trim_matches('"'))),
+                None => (item.trim(), None),
+            };
+            let secs = || value.map(delta_seconds).unwrap_or(0);
+            match name.to_ascii_lowercase().as_str() {
+                "no-store" => d.no_store = true,
+                "no-cache" => d.no_cache = true,
+                "private" => d.private = true,
+                "public" => d.public = true,
+                "must-revalidate" | "proxy-revalidate" => d.must_revalidate = true,
+                "max-age" => d.max_age = Some(d.max_age.map_or(secs(), |m| m.min(secs()))),
+                "s-maxage" => d.s_maxage = Some(d.s_maxage.map_or(secs(), |m| m.min(secs()))),
+                "stale-while-revalidate" => d.swr = Some(secs()),
+                "stale-if-error" => d.sie = Some(secs()),
+                _ => {}
+            }
+        }
+    }
+    d
+}
+
+/// Split a header list on commas outside quoted strings.
+fn split_list(v: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut quoted) = (0, false);
+    for (i, c) in v.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                out.push(&v[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&v[start..]);
+    out.into_iter()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// delta-seconds: digits, saturating (RFC 9111 §1.2.2: a too-large value means "very long").
+fn delta_seconds(s: &str) -> u64 {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return 0;
+    }
+    s.parse().unwrap_or(u64::MAX)
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: http::header::HeaderName) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// The `Vary` fields other than Accept-Encoding, if any.
+fn vary_blocker(headers: &HeaderMap) -> Option<String> {
+    let mut other = Vec::new();
+    for v in headers.get_all(VARY) {
+        let Ok(v) = v.to_str() else {
+            return Some("(unreadable)".into());
+        };
+        for f in split_list(v) {
+            if !f.eq_ignore_ascii_case("accept-encoding") {
+                other.push(f.to_string());
+            }
+        }
+    }
+    (!other.is_empty()).then(|| other.join(", "))
+}
+
+/// Decide for one response. `authorized`: the request sent to the origin carried
+/// Authorization. `now`: seconds since the epoch.
+pub fn evaluate(
+    status: u16,
+    headers: &HeaderMap,
+    policy: &CachePolicy,
+    authorized: bool,
+    now: i64,
+) -> Freshness {
+    use Freshness::NotStorable as No;
+    if status < 200 || status == 304 {
+        return No(NotStorable::NoLifetime(status));
+    }
+    if headers.contains_key(SET_COOKIE) {
+        return No(NotStorable::SetCookie);
+    }
+    if let Some(v) = vary_blocker(headers) {
+        return No(NotStorable::Vary(v));
+    }
+    if policy.ignore_origin_headers {
+        return match policy.valid_for(status) {
+            Some(secs) => Freshness::Storable(Storable {
+                fresh_for: secs,
+                age: 0,
+                stale_while_revalidate: policy.stale_while_revalidate_secs,
+                stale_if_error: policy.stale_if_error_secs,
+                must_revalidate: false,
+                no_cache: false,
+            }),
+            None => No(NotStorable::NoLifetime(status)),
+        };
+    }
+    let d = directives(headers);
+    if d.no_store {
+        return No(NotStorable::NoStore);
+    }
+    if d.private {
+        return No(NotStorable::Private);
+    }
+    if authorized && !(d.public || d.s_maxage.is_some() || d.must_revalidate) {
+        return No(NotStorable::Authorization);
+    }
+    let date = header_str(headers, DATE).and_then(super::date::parse);
+    let expires = || -> Option<u64> {
+        let raw = header_str(headers, EXPIRES)?;
+        // An invalid Expires (such as "0") means already expired (RFC 9111 §5.3).
+        let Some(exp) = super::date::parse(raw) else {
+            return Some(0);
+        };
+        Some((exp - date.unwrap_or(now)).max(0) as u64)
+    };
+    let lifetime = d
+        .s_maxage
+        .or(d.max_age)
+        .or_else(expires)
+        .or_else(|| policy.valid_for(status));
+    let Some(lifetime) = lifetime else {
+        return No(NotStorable::NoLifetime(status));
+    };
+    let age_header = header_str(headers, AGE).map(|v| delta_seconds(v.trim()));
+    let apparent = date.map_or(0, |d| (now - d).max(0) as u64);
+    let age = age_header.unwrap_or(0).max(apparent);
+    // HTTP/1.0 `Pragma: no-cache` counts only without Cache-Control (RFC 9111 §5.4).
+    let pragma_no_cache = !headers.contains_key(CACHE_CONTROL)
+        && header_str(headers, PRAGMA).is_some_and(|p| {
+            split_list(p)
+                .iter()
+                .any(|x| x.eq_ignore_ascii_case("no-cache"))
+        });
+    let no_cache = d.no_cache || pragma_no_cache;
+    let must_revalidate = d.must_revalidate || no_cache;
+    let (swr, sie) = if must_revalidate {
+        (0, 0)
+    } else {
+        (
+            d.swr.unwrap_or(policy.stale_while_revalidate_secs),
+            d.sie.unwrap_or(policy.stale_if_error_secs),
+        )
+    };
+    Freshness::Storable(Storable {
+        fresh_for: if no_cache {
+            0
+        } else {
+            lifetime.saturating_sub(age)
+        },
+        age,
+        stale_while_revalidate: swr,
+        stale_if_error: sie,
+        must_revalidate,
+        no_cache,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ValidRule;
+
+    const NOW: i64 = 1_700_000_000;
+
+    fn h(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        for (k, v) in pairs {
+            m.append(*k, v.parse().unwrap());
+        }
+        m
+    }
+
+    fn date(secs: i64) -> String {
+        crate::http::date::format(secs)
+    }
+
+    fn eval(status: u16, pairs: &[(&'static str, &str)]) -> Freshness {
+        evaluate(status, &h(pairs), &CachePolicy::default(), false, NOW)
+    }
+
+    fn storable(f: Freshness) -> Storable {
+        match f {
+            Freshness::Storable(s) => s,
+            other => panic!("expected storable, got {other:?}"),
+        }
+    }
+
+    fn refused(f: Freshness) -> NotStorable {
+        match f {
+            Freshness::NotStorable(r) => r,
+            other => panic!("expected not storable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn policy_defaults_by_status_when_the_origin_says_nothing() {
+        let s = storable(eval(200, &[]));
+        assert_eq!(s.fresh_for, 3600);
+        assert_eq!(s.stale_while_revalidate, 60);
+        assert_eq!(s.stale_if_error, 86_400);
+        assert!(!s.must_revalidate && !s.no_cache);
+        assert_eq!(storable(eval(206, &[])).fresh_for, 3600);
+        assert_eq!(storable(eval(404, &[])).fresh_for, 60);
+        assert_eq!(refused(eval(500, &[])), NotStorable::NoLifetime(500));
+        assert_eq!(refused(eval(403, &[])), NotStorable::NoLifetime(403));
+        assert_eq!(refused(eval(304, &[])), NotStorable::NoLifetime(304));
+    }
+
+    #[test]
+    fn s_maxage_beats_max_age_beats_expires_beats_defaults() {
+        let exp = date(NOW + 500);
+        let d = date(NOW);
+        let all = [
+            ("cache-control", "max-age=100, s-maxage=200"),
+            ("expires", exp.as_str()),
+            ("date", d.as_str()),
+        ];
+        assert_eq!(storable(eval(200, &all)).fresh_for, 200);
+        assert_eq!(storable(eval(200, &all[1..])).fresh_for, 500);
+        let no_s = [("cache-control", "max-age=100"), all[1], all[2]];
+        assert_eq!(storable(eval(200, &no_s)).fresh_for, 100);
+        // Explicit freshness makes an otherwise uncached status storable.
+        assert_eq!(
+            storable(eval(500, &[("cache-control", "max-age=5")])).fresh_for,
+            5
+        );
+    }
+
+    #[test]
+    fn expires_is_relative_to_the_origin_date_and_invalid_means_expired() {
+        // The origin's clock is an hour behind ours: Expires - Date is what counts.
+        let d = date(NOW - 3600);
+        let exp = date(NOW - 3600 + 300);
+        let s = storable(eval(
+            200,
+            &[
+                ("date", d.as_str()),
+                ("expires", exp.as_str()),
+                ("age", "0"),
+            ],
+        ));
+        // Apparent age (now - Date) is one hour: older than the 300 s lifetime.
+        assert_eq!(s.fresh_for, 0);
+        let exp = date(NOW + 300);
+        assert_eq!(
+            storable(eval(200, &[("expires", exp.as_str())])).fresh_for,
+            300
+        );
+        assert_eq!(storable(eval(200, &[("expires", "0")])).fresh_for, 0);
+        let past = date(NOW - 10);
+        assert_eq!(
+            storable(eval(200, &[("expires", past.as_str())])).fresh_for,
+            0
+        );
+    }
+
+    #[test]
+    fn age_is_subtracted() {
+        let s = storable(eval(
+            200,
+            &[("cache-control", "max-age=100"), ("age", "30")],
+        ));
+        assert_eq!((s.fresh_for, s.age), (70, 30));
+        let s = storable(eval(
+            200,
+            &[("cache-control", "max-age=100"), ("age", "300")],
+        ));
+        assert_eq!((s.fresh_for, s.age), (0, 300));
+        // now - Date larger than Age wins.
+        let d = date(NOW - 50);
+        let s = storable(eval(
+            200,
+            &[
+                ("cache-control", "max-age=100"),
+                ("age", "10"),
+                ("date", d.as_str()),
+            ],
+        ));
+        assert_eq!((s.fresh_for, s.age), (50, 50));
+        // Defaults are aged too (an upstream cache answered).
+        assert_eq!(storable(eval(200, &[("age", "600")])).fresh_for, 3000);
+    }
+
+    #[test]
+    fn not_storable_reasons() {
+        assert_eq!(
+            refused(eval(200, &[("cache-control", "no-store")])),
+            NotStorable::NoStore
+        );
+        assert_eq!(
+            refused(eval(
+                200,
+                &[
+                    ("cache-control", "public, max-age=60"),
+                    ("cache-control", "No-Store")
+                ]
+            )),
+            NotStorable::NoStore,
+            "directives from every Cache-Control header, case-insensitive"
+        );
+        assert_eq!(
+            refused(eval(200, &[("cache-control", "private, max-age=60")])),
+            NotStorable::Private
+        );
+        assert_eq!(
+            refused(eval(200, &[("set-cookie", "a=b")])),
+            NotStorable::SetCookie
+        );
+        assert_eq!(
+            refused(eval(200, &[("vary", "Accept-Encoding, User-Agent")])),
+            NotStorable::Vary("User-Agent".into())
+        );
+        assert_eq!(
+            refused(eval(200, &[("vary", "*")])),
+            NotStorable::Vary("*".into())
+        );
+        storable(eval(200, &[("vary", "accept-encoding")]));
+    }
+
+    #[test]
+    fn authorization_needs_explicit_permission() {
+        let p = CachePolicy::default();
+        let no = evaluate(200, &h(&[("cache-control", "max-age=60")]), &p, true, NOW);
+        assert_eq!(refused(no), NotStorable::Authorization);
+        for cc in [
+            "public, max-age=60",
+            "s-maxage=60",
+            "must-revalidate, max-age=60",
+        ] {
+            storable(evaluate(200, &h(&[("cache-control", cc)]), &p, true, NOW));
+        }
+    }
+
+    #[test]
+    fn no_cache_and_must_revalidate_disable_stale_serving() {
+        let s = storable(eval(200, &[("cache-control", "no-cache, max-age=600")]));
+        assert!(s.no_cache && s.must_revalidate);
+        assert_eq!(
+            (s.fresh_for, s.stale_while_revalidate, s.stale_if_error),
+            (0, 0, 0)
+        );
+        let s = storable(eval(
+            200,
+            &[("cache-control", "max-age=600, must-revalidate")],
+        ));
+        assert!(s.must_revalidate && !s.no_cache);
+        assert_eq!(
+            (s.fresh_for, s.stale_while_revalidate, s.stale_if_error),
+            (600, 0, 0)
+        );
+        let s = storable(eval(200, &[("pragma", "no-cache")]));
+        assert!(s.no_cache);
+        let s = storable(eval(
+            200,
+            &[("pragma", "no-cache"), ("cache-control", "max-age=5")],
+        ));
+        assert!(
+            !s.no_cache,
+            "Pragma is ignored when Cache-Control is present"
+        );
+    }
+
+    #[test]
+    fn origin_stale_windows_override_the_policy() {
+        let s = storable(eval(
+            200,
+            &[(
+                "cache-control",
+                "max-age=10, stale-while-revalidate=5, stale-if-error=\"7\"",
+            )],
+        ));
+        assert_eq!((s.stale_while_revalidate, s.stale_if_error), (5, 7));
+    }
+
+    #[test]
+    fn malformed_and_huge_values() {
+        assert_eq!(
+            storable(eval(200, &[("cache-control", "max-age=abc")])).fresh_for,
+            0
+        );
+        assert_eq!(
+            storable(eval(200, &[("cache-control", "max-age=-5")])).fresh_for,
+            0
+        );
+        assert_eq!(
+            storable(eval(
+                200,
+                &[("cache-control", "max-age=99999999999999999999999")]
+            ))
+            .fresh_for,
+            u64::MAX
+        );
+        // Duplicate max-age: the smaller (more conservative) one.
+        assert_eq!(
+            storable(eval(200, &[("cache-control", "max-age=50, max-age=10")])).fresh_for,
+            10
+        );
+        // Quoted commas do not split directives.
+        let s = storable(eval(
+            200,
+            &[("cache-control", "community=\"a,b\", max-age=9")],
+        ));
+        assert_eq!(s.fresh_for, 9);
+    }
+
+    #[test]
+    fn ignore_origin_headers_uses_the_policy_only() {
+        let p = CachePolicy {
+            valid: vec![ValidRule {
+                status: vec![200],
+                secs: 120,
+            }],
+            ignore_origin_headers: true,
+            stale_while_revalidate_secs: 1,
+            stale_if_error_secs: 2,
+        };
+        let hm = h(&[
+            ("cache-control", "no-store, private, max-age=5"),
+            ("age", "100"),
+            ("expires", "0"),
+        ]);
+        let s = storable(evaluate(200, &hm, &p, false, NOW));
+        assert_eq!(
+            (
+                s.fresh_for,
+                s.age,
+                s.stale_while_revalidate,
+                s.stale_if_error
+            ),
+            (120, 0, 1, 2)
+        );
+        assert_eq!(
+            refused(evaluate(404, &hm, &p, false, NOW)),
+            NotStorable::NoLifetime(404)
+        );
+        // Set-Cookie and Vary still forbid storing.
+        let hm = h(&[("set-cookie", "x=1")]);
+        assert_eq!(
+            refused(evaluate(200, &hm, &p, false, NOW)),
+            NotStorable::SetCookie
+        );
+        let hm = h(&[("vary", "Cookie")]);
+        assert_eq!(
+            refused(evaluate(200, &hm, &p, false, NOW)),
+            NotStorable::Vary("Cookie".into())
+        );
+    }
+}

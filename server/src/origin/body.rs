@@ -1,0 +1,232 @@
+//! An origin response: its head, and its body delivered chunk by chunk.
+//!
+//! A task on the origin runtime reads the hyper body with `read_timeout_ms` per chunk, counts
+//! bytes against the announced length, and sends chunks over a bounded channel (two chunks of
+//! read-ahead: a slow reader slows the origin down, it does not buffer the object). At the end
+//! of a complete body the connection goes back to the idle pool; on any failure it is closed.
+
+use super::pool::Lease;
+use super::{Inner, OriginError};
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+enum Piece {
+    Data(Bytes),
+    End,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Open,
+    Done,
+    Failed,
+}
+
+/// The head of an origin's answer and a reader of its body.
+#[derive(Debug)]
+pub struct OriginResponse {
+    /// Status code.
+    pub status: u16,
+    /// Response headers as received.
+    pub headers: HeaderMap,
+    /// The server (URL) that answered.
+    pub server: String,
+    /// Body bytes the head announced (None: unknown, read until the end).
+    pub expected: Option<u64>,
+    origin: String,
+    rx: mpsc::Receiver<Result<Piece, OriginError>>,
+    received: u64,
+    state: State,
+}
+
+impl std::fmt::Debug for Piece {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Piece::Data(b) => write!(f, "Data({})", b.len()),
+            Piece::End => f.write_str("End"),
+        }
+    }
+}
+
+impl OriginResponse {
+    /// The next body chunk; `Ok(None)` once the whole announced body has arrived. A body that
+    /// ends short is [`OriginError::Truncated`], one that runs long [`OriginError::TooLong`], a
+    /// pause over `read_timeout_ms` [`OriginError::Timeout`]; after an error the body is over.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, OriginError> {
+        match self.state {
+            State::Done => return Ok(None),
+            State::Failed => {
+                return Err(OriginError::Protocol {
+                    origin: self.origin.clone(),
+                    server: self.server.clone(),
+                    message: "body read again after it failed".into(),
+                })
+            }
+            State::Open => {}
+        }
+        match self.rx.recv().await {
+            Some(Ok(Piece::Data(b))) => {
+                self.received += b.len() as u64;
+                Ok(Some(b))
+            }
+            Some(Ok(Piece::End)) => {
+                self.state = State::Done;
+                Ok(None)
+            }
+            Some(Err(e)) => {
+                self.state = State::Failed;
+                Err(e)
+            }
+            None => {
+                self.state = State::Failed;
+                Err(OriginError::Shutdown {
+                    origin: self.origin.clone(),
+                })
+            }
+        }
+    }
+
+    /// Body bytes returned by [`OriginResponse::chunk`] so far.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// Read the rest of the body into memory (tests, small answers).
+    pub async fn bytes(&mut self) -> Result<Vec<u8>, OriginError> {
+        let mut out = Vec::new();
+        while let Some(c) = self.chunk().await? {
+            out.extend_from_slice(&c);
+        }
+        Ok(out)
+    }
+}
+
+/// Start the body task for a response head (on the origin runtime).
+pub(crate) fn start(
+    inner: Arc<Inner>,
+    lease: Lease,
+    status: u16,
+    headers: HeaderMap,
+    body: Incoming,
+    expected: Option<u64>,
+) -> OriginResponse {
+    let (tx, rx) = mpsc::channel(2);
+    let server = inner.servers[lease.conn.server].url.clone();
+    let origin = inner.name.clone();
+    tokio::spawn(pump(inner, lease, status, body, expected, tx));
+    OriginResponse {
+        status,
+        headers,
+        server,
+        expected,
+        origin,
+        rx,
+        received: 0,
+        state: State::Open,
+    }
+}
+
+async fn pump(
+    inner: Arc<Inner>,
+    lease: Lease,
+    status: u16,
+    mut body: Incoming,
+    expected: Option<u64>,
+    tx: mpsc::Sender<Result<Piece, OriginError>>,
+) {
+    let server = inner.servers[lease.conn.server].url.clone();
+    let mut got = 0u64;
+    let fail = |e: OriginError| {
+        inner.metrics.count(None);
+        tracing::warn!(origin = %inner.name, error = %e, "origin body failed");
+        Err(e)
+    };
+    let outcome: Result<(), OriginError> = loop {
+        let frame = tokio::select! {
+            f = tokio::time::timeout(inner.read_timeout, body.frame()) => f,
+            // The reader went away: stop at once, closing the connection.
+            _ = tx.closed() => {
+                inner.metrics.count(Some(status));
+                return;
+            }
+        };
+        match frame {
+            Err(_) => {
+                break fail(OriginError::Timeout {
+                    origin: inner.name.clone(),
+                    server: server.clone(),
+                    what: "body bytes",
+                    after: inner.read_timeout,
+                })
+            }
+            Ok(None) => match expected {
+                Some(n) if got < n => {
+                    break fail(OriginError::Truncated {
+                        origin: inner.name.clone(),
+                        server: server.clone(),
+                        expected: n,
+                        got,
+                        cause: None,
+                    })
+                }
+                _ => break Ok(()),
+            },
+            Ok(Some(Err(e))) => {
+                break fail(match expected {
+                    Some(n) if got < n => OriginError::Truncated {
+                        origin: inner.name.clone(),
+                        server: server.clone(),
+                        expected: n,
+                        got,
+                        cause: Some(e.to_string()),
+                    },
+                    _ => OriginError::Body {
+                        origin: inner.name.clone(),
+                        server: server.clone(),
+                        got,
+                        source: e,
+                    },
+                })
+            }
+            Ok(Some(Ok(frame))) => {
+                let Ok(data) = frame.into_data() else {
+                    continue; // trailers
+                };
+                if data.is_empty() {
+                    continue;
+                }
+                got += data.len() as u64;
+                inner.metrics.received.inc_by(data.len() as u64);
+                if let Some(n) = expected {
+                    if got > n {
+                        break fail(OriginError::TooLong {
+                            origin: inner.name.clone(),
+                            server: server.clone(),
+                            expected: n,
+                        });
+                    }
+                }
+                if tx.send(Ok(Piece::Data(data))).await.is_err() {
+                    inner.metrics.count(Some(status));
+                    return;
+                }
+            }
+        }
+    };
+    match outcome {
+        Ok(()) => {
+            inner.metrics.count(Some(status));
+            drop(body);
+            lease.finish(&inner.idle);
+            let _ = tx.send(Ok(Piece::End)).await;
+        }
+        Err(e) => {
+            drop(lease);
+            let _ = tx.send(Err(e)).await;
+        }
+    }
+}

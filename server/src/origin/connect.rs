@@ -1,0 +1,130 @@
+//! Opening one origin connection: servers in order, each with `connect_timeout_ms` for DNS +
+//! TCP + TLS; the next server is tried only when this step failed (nothing was sent yet). The
+//! hyper HTTP/1.1 connection task is spawned on the origin runtime and keeps the connection
+//! gauge up while it lives.
+
+use super::{Inner, OriginError, Server};
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// A new connection, ready for its first request.
+pub(crate) struct Conn {
+    pub(crate) sender: SendRequest<Empty<Bytes>>,
+    /// Index of the server in `Inner::servers`.
+    pub(crate) server: usize,
+}
+
+/// Decrements the `origin_connections` gauge when the connection is gone.
+struct OpenGuard(prometheus::IntGauge);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Connect to the first server that accepts (must run on the origin runtime).
+pub(crate) async fn connect(inner: &Inner) -> Result<Conn, OriginError> {
+    let mut last = None;
+    for (i, server) in inner.servers.iter().enumerate() {
+        match tokio::time::timeout(inner.connect_timeout, connect_one(inner, server)).await {
+            Ok(Ok(sender)) => return Ok(Conn { sender, server: i }),
+            Ok(Err(e)) => {
+                tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed, trying the next");
+                last = Some(e);
+            }
+            Err(_) => {
+                let e = inner.timeout(server, "connect", inner.connect_timeout);
+                tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed, trying the next");
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| OriginError::Setup {
+        origin: inner.name.clone(),
+        message: "no servers".into(),
+    }))
+}
+
+async fn connect_one(
+    inner: &Inner,
+    server: &Server,
+) -> Result<SendRequest<Empty<Bytes>>, OriginError> {
+    let connect_err = |source: std::io::Error| OriginError::Connect {
+        origin: inner.name.clone(),
+        server: server.url.clone(),
+        source,
+    };
+    let addrs: Vec<_> = tokio::net::lookup_host((server.host.as_str(), server.port))
+        .await
+        .map_err(connect_err)?
+        .collect();
+    let mut tcp = None;
+    let mut err = std::io::Error::new(std::io::ErrorKind::NotFound, "no address for the host");
+    for a in addrs {
+        match TcpStream::connect(a).await {
+            Ok(s) => {
+                tcp = Some(s);
+                break;
+            }
+            Err(e) => err = e,
+        }
+    }
+    let tcp = tcp.ok_or_else(|| connect_err(err))?;
+    let _ = tcp.set_nodelay(true);
+    inner.metrics.connections.inc();
+    let guard = OpenGuard(inner.metrics.connections.clone());
+    let builder = http1::Builder::new();
+    let protocol = |e: hyper::Error| OriginError::Protocol {
+        origin: inner.name.clone(),
+        server: server.url.clone(),
+        message: format!("HTTP/1.1 handshake: {e}"),
+    };
+    let sender = match (&inner.tls, &server.tls_name) {
+        (Some(tls), Some(name)) => {
+            let stream =
+                tls.connect(name.clone(), tcp)
+                    .await
+                    .map_err(|source| OriginError::Tls {
+                        origin: inner.name.clone(),
+                        server: server.url.clone(),
+                        source,
+                    })?;
+            let (sender, conn) = builder
+                .handshake(TokioIo::new(stream))
+                .await
+                .map_err(protocol)?;
+            spawn_conn(conn, guard, inner.name.clone(), server.url.clone());
+            sender
+        }
+        _ => {
+            let (sender, conn) = builder
+                .handshake(TokioIo::new(tcp))
+                .await
+                .map_err(protocol)?;
+            spawn_conn(conn, guard, inner.name.clone(), server.url.clone());
+            sender
+        }
+    };
+    Ok(sender)
+}
+
+fn spawn_conn<F>(conn: F, guard: OpenGuard, origin: String, server: String)
+where
+    F: std::future::Future<Output = hyper::Result<()>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let _guard = guard;
+        if let Err(e) = conn.await {
+            tracing::debug!(origin, server, error = %e, "origin connection closed with an error");
+        }
+    });
+}
+
+/// Idle connections are dropped after this long (below nginx's 75 s keepalive_timeout, so the
+/// origin rarely closes one just as a request goes out on it).
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);

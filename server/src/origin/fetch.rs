@@ -1,0 +1,174 @@
+//! One origin request, on the origin runtime: take a permit, reuse an idle connection or open
+//! one, send the request, wait for the head within `read_timeout_ms`, check what the head
+//! announces about the body, and start the body task.
+
+use super::body::{self, OriginResponse};
+use super::connect::{self, Conn};
+use super::headers::{content_length, content_range};
+use super::pool::Lease;
+use super::{Inner, Method, OriginError, OriginRequest};
+use bytes::Bytes;
+use http::header::{HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, RANGE, USER_AGENT};
+use http::HeaderValue;
+use http_body_util::Empty;
+use std::sync::Arc;
+use std::time::Instant;
+
+const UA: &str = concat!("content-server/", env!("CARGO_PKG_VERSION"));
+
+/// Run one request (must run on the origin runtime).
+pub(crate) async fn fetch(
+    inner: Arc<Inner>,
+    req: OriginRequest,
+) -> Result<OriginResponse, OriginError> {
+    let result = fetch_head(&inner, &req).await;
+    if result.is_err() {
+        inner.metrics.count(None);
+    }
+    result
+}
+
+async fn fetch_head(
+    inner: &Arc<Inner>,
+    req: &OriginRequest,
+) -> Result<OriginResponse, OriginError> {
+    let permit =
+        inner
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| OriginError::Shutdown {
+                origin: inner.name.clone(),
+            })?;
+    loop {
+        let (mut conn, reused) = match inner.idle.take(inner.connect_timeout).await {
+            Some(c) => (c, true),
+            None => (connect::connect(inner).await?, false),
+        };
+        let server = &inner.servers[conn.server];
+        let request = build(inner, req, conn.server)?;
+        let sent = Instant::now();
+        let answer =
+            tokio::time::timeout(inner.read_timeout, conn.sender.try_send_request(request)).await;
+        let resp = match answer {
+            Err(_) => return Err(inner.timeout(server, "response head", inner.read_timeout)),
+            Ok(Err(e)) if reused && e.message().is_some() => {
+                // The idle connection was closed before the request went out: nothing was
+                // sent, so another connection may carry it.
+                tracing::debug!(origin = %inner.name, server = %server.url, error = %e.error(), "idle origin connection was closed; reconnecting");
+                continue;
+            }
+            Ok(Err(e)) => {
+                return Err(OriginError::Protocol {
+                    origin: inner.name.clone(),
+                    server: server.url.clone(),
+                    message: format!("no response: {}", e.into_error()),
+                })
+            }
+            Ok(Ok(resp)) => resp,
+        };
+        inner.metrics.duration.observe(sent.elapsed().as_secs_f64());
+        let (parts, incoming) = resp.into_parts();
+        let status = parts.status.as_u16();
+        let expected = announced_length(inner, &conn, req.method, status, &parts.headers)?;
+        let lease = Lease { conn, permit };
+        return Ok(body::start(
+            inner.clone(),
+            lease,
+            status,
+            parts.headers,
+            incoming,
+            expected,
+        ));
+    }
+}
+
+/// The request for `server`: origin-form target, Host, Range and the conditionals.
+fn build(
+    inner: &Inner,
+    req: &OriginRequest,
+    server: usize,
+) -> Result<http::Request<Empty<Bytes>>, OriginError> {
+    let bad = |message: String| OriginError::Request {
+        origin: inner.name.clone(),
+        message,
+    };
+    if !req.path_and_query.starts_with('/') {
+        return Err(bad(format!(
+            "{:?} is not an origin-form target (must start with '/')",
+            req.path_and_query
+        )));
+    }
+    let uri: http::Uri = req
+        .path_and_query
+        .parse()
+        .map_err(|e| bad(format!("{:?}: {e}", req.path_and_query)))?;
+    let method = match req.method {
+        Method::Get => http::Method::GET,
+        Method::Head => http::Method::HEAD,
+    };
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(HOST, inner.servers[server].host_header.clone())
+        .header(USER_AGENT, HeaderValue::from_static(UA));
+    if let Some((start, end)) = req.range {
+        if end < start {
+            return Err(bad(format!("range {start}-{end} ends before it starts")));
+        }
+        b = b.header(RANGE, format!("bytes={start}-{end}"));
+    }
+    for (name, value) in [
+        (IF_NONE_MATCH, &req.if_none_match),
+        (IF_MODIFIED_SINCE, &req.if_modified_since),
+    ] {
+        if let Some(v) = value {
+            let v = HeaderValue::from_str(v)
+                .map_err(|_| bad(format!("{name}: {v:?} is not a header value")))?;
+            b = b.header(name, v);
+        }
+    }
+    b.body(Empty::new()).map_err(|e| bad(e.to_string()))
+}
+
+/// How many body bytes the head promises: 0 for HEAD/1xx/204/304, the Content-Range span of a
+/// 206 (which Content-Length must agree with), else Content-Length; None = until close or the
+/// chunked terminator.
+fn announced_length(
+    inner: &Inner,
+    conn: &Conn,
+    method: Method,
+    status: u16,
+    headers: &http::HeaderMap,
+) -> Result<Option<u64>, OriginError> {
+    if method == Method::Head || status < 200 || status == 204 || status == 304 {
+        return Ok(Some(0));
+    }
+    let protocol = |message: String| OriginError::Protocol {
+        origin: inner.name.clone(),
+        server: inner.servers[conn.server].url.clone(),
+        message,
+    };
+    let length = content_length(headers);
+    if status == 206 {
+        let range = content_range(headers).ok_or_else(|| {
+            protocol(format!(
+                "206 without a valid Content-Range (got {:?})",
+                headers.get(http::header::CONTENT_RANGE)
+            ))
+        })?;
+        if let Some(n) = length {
+            if n != range.len() {
+                return Err(protocol(format!(
+                    "Content-Length {n} disagrees with Content-Range bytes {}-{} ({} bytes)",
+                    range.start,
+                    range.end,
+                    range.len()
+                )));
+            }
+        }
+        return Ok(Some(range.len()));
+    }
+    Ok(length)
+}

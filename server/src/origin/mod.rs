@@ -1,0 +1,292 @@
+//! The origin client of a caching node: HTTP/1.1 (hyper 1) over TCP or rustls, to the servers
+//! of each `[[origins]]` entry.
+//!
+//! Owns connecting (servers in order, on connect errors only), TLS (system roots + `ca_file`,
+//! SNI and Host overrides), keep-alive reuse, the `max_connections` cap, the connect and read
+//! timeouts, body-length enforcement and the `contentserver_origin_*` series. It must not know
+//! about caching: what to fetch, store or serve is the cache's business.
+//!
+//! **What runs where.** [`Origins::from_config`] starts one small multi-thread tokio runtime
+//! (threads named `origin`) shared by all origins. Every origin socket lives there: DNS, TCP
+//! connect, the TLS handshake, the hyper connection task, and one task per response that reads
+//! the body with the read timeout and hands chunks over a bounded channel. [`Origin::fetch`]
+//! and [`OriginResponse::chunk`] only await channel ends, so they work from any runtime (a
+//! current-thread worker, a dedicated fill runtime, a test) without a timer or reactor of their
+//! own, and an origin connection is never tied to the worker that opened it. Dropping a fetch
+//! future aborts the request; dropping an [`OriginResponse`] early closes its connection.
+//!
+//! Choice: `hyper::client::conn::http1` rather than hyper-util's legacy `Client`: the cap
+//! counts connections exactly, failover is "connect errors only" by construction (the request
+//! is built after a connection exists, and `try_send_request` says whether it went out), and
+//! the SNI/Host overrides and per-server TLS names need no custom connector service.
+
+mod body;
+mod connect;
+mod error;
+mod fetch;
+mod headers;
+mod pool;
+mod runtime;
+mod tls;
+
+pub use body::OriginResponse;
+pub use error::OriginError;
+pub use headers::{
+    content_length, content_range, parse_content_range, unsatisfied_total, ContentRange, Validators,
+};
+
+use crate::config::{self, Config};
+use crate::metrics::Metrics;
+use prometheus::{Histogram, IntCounter, IntGauge};
+use rustls::pki_types::ServerName;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// Request method sent to an origin (a HEAD miss is fetched with GET by the cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+}
+
+/// One request to an origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OriginRequest {
+    pub method: Method,
+    /// Origin-form target, `/path?query`, sent as is.
+    pub path_and_query: String,
+    /// `Range: bytes=START-END` (both inclusive).
+    pub range: Option<(u64, u64)>,
+    /// `If-None-Match` value (an ETag as received).
+    pub if_none_match: Option<String>,
+    /// `If-Modified-Since` value (an HTTP date as received).
+    pub if_modified_since: Option<String>,
+}
+
+impl OriginRequest {
+    /// A plain GET of `path_and_query`.
+    pub fn get(path_and_query: impl Into<String>) -> OriginRequest {
+        OriginRequest {
+            method: Method::Get,
+            path_and_query: path_and_query.into(),
+            range: None,
+            if_none_match: None,
+            if_modified_since: None,
+        }
+    }
+}
+
+/// Every configured origin, by name.
+pub struct Origins {
+    by_name: HashMap<String, Arc<Origin>>,
+}
+
+impl Origins {
+    /// Build the clients of `cfg.origins` (reads each `ca_file`, starts the origin runtime when
+    /// there is at least one origin) and create their metric series at zero.
+    pub fn from_config(cfg: &Config, metrics: &Metrics) -> Result<Origins, OriginError> {
+        let mut by_name = HashMap::new();
+        if cfg.origins.is_empty() {
+            return Ok(Origins { by_name });
+        }
+        let rt = Arc::new(
+            runtime::OriginRuntime::new().map_err(|e| OriginError::Setup {
+                origin: cfg.origins[0].name.clone(),
+                message: format!("cannot start the origin runtime: {e}"),
+            })?,
+        );
+        for o in &cfg.origins {
+            let origin = Origin::new(o, metrics, rt.clone())?;
+            by_name.insert(o.name.clone(), Arc::new(origin));
+        }
+        Ok(Origins { by_name })
+    }
+
+    /// The origin named `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<Origin>> {
+        self.by_name.get(name).cloned()
+    }
+}
+
+/// The client of one origin. Cheap to share (`Arc`); usable from any tokio runtime.
+pub struct Origin {
+    inner: Arc<Inner>,
+}
+
+/// One server of an origin, resolved from its URL at start-up.
+pub(crate) struct Server {
+    pub(crate) url: String,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    /// The Host header: the origin's `host`, else the URL authority.
+    pub(crate) host_header: http::HeaderValue,
+    /// TLS name for https servers.
+    pub(crate) tls_name: Option<ServerName<'static>>,
+}
+
+/// Metric handles of one origin, resolved once.
+pub(crate) struct OriginMetrics {
+    /// `code` = 2xx, 3xx, 4xx, 5xx, error.
+    pub(crate) requests: [IntCounter; 5],
+    pub(crate) duration: Histogram,
+    pub(crate) received: IntCounter,
+    pub(crate) connections: IntGauge,
+}
+
+impl OriginMetrics {
+    /// The counter of a response status, or of a failure (None).
+    pub(crate) fn count(&self, status: Option<u16>) {
+        let i = match status {
+            Some(200..=299) => 0,
+            Some(300..=399) => 1,
+            Some(400..=499) => 2,
+            Some(500..=599) => 3,
+            _ => 4,
+        };
+        self.requests[i].inc();
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) name: String,
+    pub(crate) servers: Vec<Server>,
+    pub(crate) tls: Option<tokio_rustls::TlsConnector>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) read_timeout: Duration,
+    pub(crate) permits: Arc<Semaphore>,
+    pub(crate) idle: pool::IdlePool,
+    pub(crate) metrics: OriginMetrics,
+    pub(crate) rt: Arc<runtime::OriginRuntime>,
+}
+
+impl Inner {
+    pub(crate) fn timeout(
+        &self,
+        server: &Server,
+        what: &'static str,
+        after: Duration,
+    ) -> OriginError {
+        OriginError::Timeout {
+            origin: self.name.clone(),
+            server: server.url.clone(),
+            what,
+            after,
+        }
+    }
+}
+
+impl Origin {
+    fn new(
+        o: &config::Origin,
+        metrics: &Metrics,
+        rt: Arc<runtime::OriginRuntime>,
+    ) -> Result<Origin, OriginError> {
+        let setup = |message: String| OriginError::Setup {
+            origin: o.name.clone(),
+            message,
+        };
+        let mut servers = Vec::new();
+        let mut any_https = false;
+        for s in &o.servers {
+            let u = config::parse_server_url(s).map_err(setup)?;
+            any_https |= u.https;
+            let host_value = o.host.clone().unwrap_or_else(|| u.authority.clone());
+            let host_header = http::HeaderValue::from_str(&host_value)
+                .map_err(|_| setup(format!("host {host_value:?} is not a header value")))?;
+            let tls_name = if u.https {
+                let name = match (&o.sni, &o.host) {
+                    (Some(sni), _) => sni.clone(),
+                    (None, Some(h)) => strip_port(h).to_string(),
+                    (None, None) => u.host.clone(),
+                };
+                Some(ServerName::try_from(name.clone()).map_err(|_| {
+                    setup(format!("TLS name {name:?} is not a DNS name or IP address"))
+                })?)
+            } else {
+                None
+            };
+            servers.push(Server {
+                url: s.clone(),
+                host: u.host,
+                port: u.port,
+                host_header,
+                tls_name,
+            });
+        }
+        let tls = if any_https {
+            Some(tokio_rustls::TlsConnector::from(tls::client_config(
+                &o.name,
+                o.ca_file.as_deref(),
+            )?))
+        } else {
+            None
+        };
+        metrics.init_origin(&o.name);
+        let label = [o.name.as_str()];
+        let codes = crate::metrics::ORIGIN_CODES.map(|c| {
+            metrics
+                .origin_requests_total
+                .with_label_values(&[o.name.as_str(), c])
+        });
+        let om = OriginMetrics {
+            requests: codes,
+            duration: metrics
+                .origin_request_duration_seconds
+                .with_label_values(&label),
+            received: metrics
+                .origin_received_bytes_total
+                .with_label_values(&label),
+            connections: metrics.origin_connections.with_label_values(&label),
+        };
+        Ok(Origin {
+            inner: Arc::new(Inner {
+                name: o.name.clone(),
+                servers,
+                tls,
+                connect_timeout: Duration::from_millis(o.connect_timeout_ms),
+                read_timeout: Duration::from_millis(o.read_timeout_ms),
+                permits: Arc::new(Semaphore::new(o.max_connections)),
+                idle: pool::IdlePool::new(o.max_connections),
+                metrics: om,
+                rt,
+            }),
+        })
+    }
+
+    /// The origin's name (its metrics label).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Send `req` and return the response head; read the body with [`OriginResponse::chunk`].
+    /// Waits for a free connection when `max_connections` are busy. Servers are tried in order
+    /// while connecting fails; once a request went out it is never sent again.
+    pub async fn fetch(&self, req: OriginRequest) -> Result<OriginResponse, OriginError> {
+        let inner = self.inner.clone();
+        let mut task = runtime::AbortOnDrop(self.inner.rt.spawn(fetch::fetch(inner, req)));
+        match (&mut task.0).await {
+            Ok(r) => r,
+            Err(_) => Err(OriginError::Shutdown {
+                origin: self.inner.name.clone(),
+            }),
+        }
+    }
+
+    /// Idle keep-alive connections now (for tests of connection reuse).
+    pub fn idle_connections(&self) -> usize {
+        self.inner.idle.len()
+    }
+}
+
+/// `host:port` or `[v6]:port` -> host.
+fn strip_port(h: &str) -> &str {
+    if let Some(v6) = h.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or(v6);
+    }
+    match h.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => h,
+    }
+}
