@@ -20,6 +20,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at start: the size difference of the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve a directory (--root), a caching node (--origin + --cache-dir) or a full

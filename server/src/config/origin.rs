@@ -4,7 +4,7 @@
 //! connection cap) and the validation of `origins[i].…` fields. Pure: it parses URLs as text and
 //! never resolves, connects or reads the CA file (the origin client does that at start-up).
 
-use super::validate::{valid_name, Errors};
+use super::validate::{check_unique_name, Errors};
 use super::Config;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -151,21 +151,7 @@ pub(super) fn check_origins<'a>(e: &mut Errors, cfg: &'a Config) -> HashSet<&'a 
     let mut names = HashSet::new();
     for (i, o) in cfg.origins.iter().enumerate() {
         let f = format!("origins[{i}]");
-        if !valid_name(&o.name) {
-            e.push(
-                format!("{f}.name"),
-                format!(
-                    "{:?} must be 1-63 characters of a-z, 0-9 and '-', starting with a letter",
-                    o.name
-                ),
-            );
-        }
-        if !names.insert(o.name.as_str()) {
-            e.push(
-                format!("{f}.name"),
-                format!("origin {:?} is defined twice", o.name),
-            );
-        }
+        check_unique_name(e, &f, "origin", &o.name, &mut names);
         if o.servers.is_empty() {
             e.push(format!("{f}.servers"), "at least one server is required");
         }

@@ -157,21 +157,7 @@ impl Config {
         let mut names = HashSet::new();
         for (i, v) in self.volumes.iter().enumerate() {
             let f = format!("volumes[{i}]");
-            if !valid_name(&v.name) {
-                e.push(
-                    format!("{f}.name"),
-                    format!(
-                        "{:?} must be 1-63 characters of a-z, 0-9 and '-', starting with a letter",
-                        v.name
-                    ),
-                );
-            }
-            if !names.insert(v.name.as_str()) {
-                e.push(
-                    format!("{f}.name"),
-                    format!("volume {:?} is defined twice", v.name),
-                );
-            }
+            check_unique_name(&mut e, &f, "volume", &v.name, &mut names);
             if !v.path.is_absolute() {
                 e.push(
                     format!("{f}.path"),
@@ -270,6 +256,28 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
                 format!("percentages add up to {total}: make them 100 or leave the last target's percent out to take the rest"),
             );
         }
+    }
+}
+
+/// `FIELD.name` must be a valid name, not used by an earlier entry of the same `kind`.
+pub(super) fn check_unique_name<'a>(
+    e: &mut Errors,
+    field: &str,
+    kind: &str,
+    name: &'a str,
+    seen: &mut HashSet<&'a str>,
+) {
+    if !valid_name(name) {
+        e.push(
+            format!("{field}.name"),
+            format!("{name:?} must be 1-63 characters of a-z, 0-9 and '-', starting with a letter"),
+        );
+    }
+    if !seen.insert(name) {
+        e.push(
+            format!("{field}.name"),
+            format!("{kind} {name:?} is defined twice"),
+        );
     }
 }
 

@@ -145,7 +145,7 @@ fn delta_seconds(s: &str) -> u64 {
     s.parse().unwrap_or(u64::MAX)
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: http::header::HeaderName) -> Option<&'a str> {
+fn header_str(headers: &HeaderMap, name: http::header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 

@@ -116,7 +116,7 @@ impl Validators {
             agree(&self.last_modified, &other.last_modified),
             agree(&self.size, &other.size),
         ];
-        checks.iter().all(|c| *c != Some(false)) && checks.iter().any(|c| *c == Some(true))
+        checks.iter().all(|c| *c != Some(false)) && checks.contains(&Some(true))
     }
 }
 

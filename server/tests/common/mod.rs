@@ -3,6 +3,8 @@
 //! HTTP/1.1 over TcpStream. Nothing here fakes server behaviour.
 #![allow(dead_code)]
 
+pub mod origin;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;

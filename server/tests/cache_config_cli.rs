@@ -1,0 +1,154 @@
+//! The caching node's command line and config through the real binary: `check-config` on a
+//! cache config (normalized TOML, field-named errors), `serve --origin URL --cache-dir DIR...`
+//! (starts; its flag mistakes are clear errors).
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const CACHE_CONFIG: &str = r#"
+[[origins]]
+name = "origin"
+servers = ["http://127.0.0.1:8081", "https://origin.example"]
+host = "bucket.example"
+ca_file = "/etc/content/ca.pem"
+
+[[volumes]]
+name = "disk1"
+path = "/mnt/disk1"
+[volumes.cache]
+max_size = "10G"
+
+[[volumes]]
+name = "disk2"
+path = "/mnt/disk2"
+[volumes.cache]
+slice_size = 0
+
+[[routes]]
+prefix = "/"
+split = [{ volume = "disk1", percent = 50.0 }, { volume = "disk2" }]
+origin = "origin"
+"#;
+
+#[test]
+fn check_config_normalizes_a_cache_config() {
+    let d = tempdir();
+    let f = d.path().join("cache.toml");
+    std::fs::write(&f, CACHE_CONFIG).unwrap();
+    let (code, out, err) = run(&["check-config", f.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let v: toml::Value = toml::from_str(&out).unwrap();
+    let o = &v["origins"][0];
+    assert_eq!(o["connect_timeout_ms"].as_integer(), Some(2000));
+    assert_eq!(o["read_timeout_ms"].as_integer(), Some(10_000));
+    assert_eq!(o["max_connections"].as_integer(), Some(256));
+    assert_eq!(o["host"].as_str(), Some("bucket.example"));
+    let c1 = &v["volumes"][0]["cache"];
+    assert_eq!(
+        c1["max_size"].as_integer(),
+        Some(10 << 30),
+        "max_size in bytes:\n{out}"
+    );
+    assert_eq!(c1["inactive_secs"].as_integer(), Some(600));
+    assert_eq!(c1["min_uses"].as_integer(), Some(1));
+    assert_eq!(c1["slice_size"].as_integer(), Some(1 << 20));
+    assert_eq!(v["volumes"][1]["cache"]["slice_size"].as_integer(), Some(0));
+    let policy = &v["routes"][0]["cache"];
+    assert_eq!(policy["stale_if_error_secs"].as_integer(), Some(86_400));
+    assert_eq!(policy["valid"][1]["status"][0].as_integer(), Some(404));
+    assert_eq!(v["admin"]["purge_token_file"].as_str(), Some(""));
+    // The output is a valid config that renders to the same text.
+    let f2 = d.path().join("again.toml");
+    std::fs::write(&f2, &out).unwrap();
+    let (code2, out2, _) = run(&["check-config", f2.to_str().unwrap()]);
+    assert_eq!((code2, out2), (0, out));
+}
+
+#[test]
+fn check_config_names_bad_cache_fields() {
+    let d = tempdir();
+    let f = d.path().join("bad.toml");
+    let bad = CACHE_CONFIG
+        .replace("\"https://origin.example\"", "\"origin.example\"")
+        .replace("origin = \"origin\"", "origin = \"x\"")
+        .replace("[volumes.cache]\nslice_size = 0", "");
+    std::fs::write(&f, bad).unwrap();
+    let (code, out, err) = run(&["check-config", f.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(out.is_empty());
+    for want in [
+        "origins[0].servers[1]: \"origin.example\" must start with http:// or https://",
+        "routes[0].origin: no origin named \"x\"",
+        "routes[0].split[1].volume: \"disk2\" has no [volumes.cache]; a cache route needs cache volumes",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in\n{err}");
+    }
+}
+
+#[test]
+fn serve_origin_flag_mistakes_are_clear_errors() {
+    let (code, _, err) = run(&["serve", "--origin", "http://127.0.0.1:1"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("--origin needs at least one --cache-dir"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["serve", "--cache-dir", "/tmp"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--cache-dir needs --origin URL"), "{err}");
+    let (code, _, err) = run(&["serve", "--root", "/tmp", "--cache-dir", "/tmp"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--root") && err.contains("--cache-dir"),
+        "{err}"
+    );
+    let (code, _, err) = run(&["serve", "--origin", "ftp://x", "--cache-dir", "/tmp"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("origins[0].servers[0]"), "{err}");
+}
+
+#[test]
+fn serve_origin_with_cache_dirs_starts() {
+    let d = tempdir();
+    let (c1, c2) = (d.path().join("c1"), d.path().join("c2"));
+    std::fs::create_dir_all(&c1).unwrap();
+    std::fs::create_dir_all(&c2).unwrap();
+    let s = Server::spawn(
+        &[
+            "serve",
+            "--origin",
+            "http://127.0.0.1:9",
+            "--cache-dir",
+            c1.to_str().unwrap(),
+            "--cache-dir",
+            c2.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "",
+        ],
+        &[],
+    );
+    let logs = s.logs();
+    assert!(
+        logs.contains("volume=cache1") && logs.contains("volume=cache2"),
+        "{logs}"
+    );
+    // A request gets an HTTP answer (whatever the cache does with an unreachable origin), and
+    // the server is still there afterwards.
+    let r = s.get("/some/object");
+    assert!((400..600).contains(&r.status), "{}", r.status);
+    let r = s.get("/other");
+    assert!((400..600).contains(&r.status), "{}", r.status);
+}

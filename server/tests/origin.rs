@@ -1,0 +1,583 @@
+//! The origin client (`content_server::origin`) against the in-process fault origin over real
+//! sockets: bodies and ranges, failover on connect errors only, timeouts, truncation, HTTPS
+//! with a test CA, Host/SNI overrides, the connection cap and keep-alive reuse.
+
+mod common;
+
+use common::origin::{pattern, refused_url, Fault, FaultOrigin, Object, TestCa, Timing};
+use content_server::config::{self, Config};
+use content_server::metrics::Metrics;
+use content_server::origin::{Method, Origin, OriginError, OriginRequest, Origins, Validators};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn client(o: config::Origin) -> (Arc<Origin>, Metrics) {
+    let mut cfg = Config::for_root("/");
+    cfg.origins = vec![o];
+    let m = Metrics::new(&[], 0);
+    let origins = Origins::from_config(&cfg, &m).expect("origin client");
+    (origins.get("up").expect("origin up"), m)
+}
+
+fn plain(servers: &[String]) -> config::Origin {
+    config::Origin::new("up", servers.to_vec())
+}
+
+fn count(m: &Metrics, code: &str) -> u64 {
+    m.origin_requests_total
+        .with_label_values(&["up", code])
+        .get()
+}
+
+fn range(path: &str, a: u64, b: u64) -> OriginRequest {
+    OriginRequest {
+        range: Some((a, b)),
+        ..OriginRequest::get(path)
+    }
+}
+
+#[tokio::test]
+async fn full_object_range_validators_and_metrics() {
+    let o = FaultOrigin::start();
+    let body = pattern(100_000, 1);
+    o.put("/a.bin", Object::new(body.clone()));
+    let (up, m) = client(plain(&[o.url()]));
+
+    let mut r = up.fetch(OriginRequest::get("/a.bin")).await.expect("fetch");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.expected, Some(100_000));
+    assert_eq!(r.bytes().await.expect("body"), body);
+    let v = Validators::of(r.status, &r.headers);
+    assert_eq!(v.etag.as_deref(), Some("\"v1\""));
+    assert_eq!(v.size, Some(100_000));
+    assert!(v.last_modified.is_some());
+
+    let mut r = up.fetch(range("/a.bin", 1000, 1999)).await.expect("range");
+    assert_eq!(r.status, 206);
+    let cr = content_server::origin::content_range(&r.headers).expect("Content-Range");
+    assert_eq!((cr.start, cr.end, cr.total), (1000, 1999, Some(100_000)));
+    assert_eq!(r.bytes().await.unwrap(), &body[1000..2000]);
+    assert!(Validators::of(206, &r.headers).same_version(&v));
+    assert_eq!(
+        o.ranges("/a.bin"),
+        vec![None, Some("bytes=1000-1999".into())]
+    );
+
+    let mut r = up
+        .fetch(OriginRequest::get("/missing"))
+        .await
+        .expect("404 is an answer");
+    assert_eq!(r.status, 404);
+    r.bytes().await.unwrap();
+    let mut r = up
+        .fetch(OriginRequest {
+            method: Method::Head,
+            ..OriginRequest::get("/a.bin")
+        })
+        .await
+        .unwrap();
+    assert_eq!((r.status, r.expected), (200, Some(0)));
+    assert!(r.chunk().await.unwrap().is_none(), "HEAD has no body");
+    assert_eq!(o.seen().last().unwrap().method, "HEAD");
+
+    assert_eq!(count(&m, "2xx"), 3);
+    assert_eq!(count(&m, "4xx"), 1);
+    assert_eq!(count(&m, "error"), 0);
+    let received = m
+        .origin_received_bytes_total
+        .with_label_values(&["up"])
+        .get();
+    assert_eq!(
+        received,
+        100_000 + 1000 + 10,
+        "body bytes of 200 + 206 + 404"
+    );
+    let hist = m.origin_request_duration_seconds.with_label_values(&["up"]);
+    assert_eq!(hist.get_sample_count(), 4);
+}
+
+#[tokio::test]
+async fn conditional_requests_get_304() {
+    let o = FaultOrigin::start();
+    o.put("/c", Object::new(pattern(10, 2)));
+    let (up, _m) = client(plain(&[o.url()]));
+    let mut r = up
+        .fetch(OriginRequest {
+            if_none_match: Some("\"v1\"".into()),
+            ..OriginRequest::get("/c")
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.status, 304);
+    assert!(r.chunk().await.unwrap().is_none());
+    o.put("/c", Object::version(pattern(10, 3), 2));
+    let r = up
+        .fetch(OriginRequest {
+            if_none_match: Some("\"v1\"".into()),
+            ..OriginRequest::get("/c")
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "a changed ETag answers the new version");
+    let seen = o.seen();
+    assert_eq!(seen[0].if_none_match.as_deref(), Some("\"v1\""));
+}
+
+#[tokio::test]
+async fn refused_server_fails_over_to_the_next() {
+    let o = FaultOrigin::start();
+    o.put("/x", Object::new(b"hello".to_vec()));
+    let dead = refused_url();
+    let (up, m) = client(plain(&[dead.clone(), o.url()]));
+    let mut r = up
+        .fetch(OriginRequest::get("/x"))
+        .await
+        .expect("second server answers");
+    assert_eq!(r.server, o.url());
+    assert_eq!(r.bytes().await.unwrap(), b"hello");
+    assert_eq!(o.requests("/x"), 1);
+    assert_eq!(count(&m, "2xx"), 1);
+
+    // Every server refused: a Connect error naming the origin and the last server.
+    let (up, m) = client(plain(&[dead.clone(), refused_url()]));
+    let e = up
+        .fetch(OriginRequest::get("/x"))
+        .await
+        .expect_err("nobody listens");
+    assert!(matches!(e, OriginError::Connect { .. }), "{e:?}");
+    assert!(e.is_connect());
+    let msg = e.to_string();
+    assert!(
+        msg.contains("origin \"up\"") && msg.contains("cannot connect"),
+        "{msg}"
+    );
+    assert_eq!(count(&m, "error"), 1);
+}
+
+#[tokio::test]
+async fn a_sent_request_is_never_retried() {
+    let a = FaultOrigin::start();
+    let b = FaultOrigin::start();
+    for o in [&a, &b] {
+        o.put("/x", Object::new(b"data".to_vec()));
+    }
+    a.fault("/x", Fault::CloseBeforeHead);
+    let mut cfg = plain(&[a.url(), b.url()]);
+    cfg.read_timeout_ms = 300;
+    let (up, m) = client(cfg);
+    let e = up
+        .fetch(OriginRequest::get("/x"))
+        .await
+        .expect_err("closed before head");
+    assert!(matches!(e, OriginError::Protocol { .. }), "{e:?}");
+    assert!(!e.is_connect());
+    assert_eq!((a.requests("/x"), b.requests("/x")), (1, 0));
+
+    a.fault("/x", Fault::Hang);
+    let t = Instant::now();
+    let e = up
+        .fetch(OriginRequest::get("/x"))
+        .await
+        .expect_err("no answer");
+    assert!(
+        matches!(
+            e,
+            OriginError::Timeout {
+                what: "response head",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!((a.requests("/x"), b.requests("/x")), (2, 0));
+    assert_eq!(count(&m, "error"), 2);
+
+    a.fault("/x", Fault::Status(503));
+    let r = up
+        .fetch(OriginRequest::get("/x"))
+        .await
+        .expect("a 5xx is an answer");
+    assert_eq!(r.status, 503);
+    drop(r);
+    assert_eq!(b.requests("/x"), 0, "a 5xx is not retried elsewhere either");
+}
+
+/// A server that accepts TCP but never speaks: the TLS handshake times out.
+fn silent_listener() -> (std::net::TcpListener, String) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", l.local_addr().unwrap());
+    (l, url)
+}
+
+#[tokio::test]
+async fn connect_timeout_covers_the_tls_handshake_and_fails_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("test CA");
+    let good = FaultOrigin::start_tls(&ca, &["127.0.0.1"]);
+    good.put("/x", Object::new(b"tls".to_vec()));
+    let (_keep, silent) = silent_listener();
+    let mut cfg = plain(&[silent.clone(), good.url()]);
+    cfg.ca_file = Some(ca.write_pem(dir.path(), "ca.pem"));
+    cfg.connect_timeout_ms = 300;
+    let (up, _m) = client(cfg.clone());
+    let t = Instant::now();
+    let mut r = up
+        .fetch(OriginRequest::get("/x"))
+        .await
+        .expect("second server");
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    assert_eq!(r.server, good.url());
+    assert_eq!(r.bytes().await.unwrap(), b"tls");
+
+    cfg.servers = vec![silent];
+    let (up, _m) = client(cfg);
+    let e = up
+        .fetch(OriginRequest::get("/x"))
+        .await
+        .expect_err("silent");
+    assert!(
+        matches!(
+            e,
+            OriginError::Timeout {
+                what: "connect",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.is_connect());
+}
+
+#[tokio::test]
+async fn read_timeout_between_body_chunks() {
+    let o = FaultOrigin::start();
+    o.put("/slow", Object::new(pattern(50_000, 4)));
+    o.set_timing(Timing {
+        chunk_size: 10_000,
+        chunk_delay: Duration::from_millis(100),
+        ..Timing::default()
+    });
+    let mut cfg = plain(&[o.url()]);
+    cfg.read_timeout_ms = 400;
+    let (up, m) = client(cfg);
+    // Slow but steady: each gap is under the read timeout, the whole body takes longer.
+    let t = Instant::now();
+    let mut r = up.fetch(OriginRequest::get("/slow")).await.unwrap();
+    assert_eq!(r.bytes().await.expect("steady body").len(), 50_000);
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
+
+    o.set_timing(Timing::default());
+    o.fault("/slow", Fault::StallAfter(20_000));
+    let mut r = up.fetch(OriginRequest::get("/slow")).await.unwrap();
+    let mut got = 0;
+    let e = loop {
+        match r.chunk().await {
+            Ok(Some(c)) => got += c.len(),
+            Ok(None) => panic!("a stalled body must not end cleanly"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(got, 20_000);
+    assert!(
+        matches!(
+            e,
+            OriginError::Timeout {
+                what: "body bytes",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(r.chunk().await.is_err(), "a failed body stays failed");
+    assert_eq!(count(&m, "error"), 1);
+}
+
+#[tokio::test]
+async fn truncated_reset_and_wrong_length_bodies_are_errors() {
+    let o = FaultOrigin::start();
+    let body = pattern(64_000, 5);
+    o.put("/t", Object::new(body.clone()));
+    let (up, m) = client(plain(&[o.url()]));
+
+    o.fault_times("/t", Fault::TruncateAfter(10_000), 1);
+    let mut r = up.fetch(OriginRequest::get("/t")).await.unwrap();
+    let e = r.bytes().await.expect_err("short body");
+    match e {
+        OriginError::Truncated { expected, got, .. } => {
+            assert_eq!((expected, got), (64_000, 10_000))
+        }
+        other => panic!("{other:?}"),
+    }
+
+    o.fault_times("/t", Fault::ResetAfter(5_000), 1);
+    let mut r = up.fetch(OriginRequest::get("/t")).await.unwrap();
+    let e = r.bytes().await.expect_err("reset");
+    assert!(
+        matches!(
+            e,
+            OriginError::Truncated {
+                expected: 64_000,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+
+    // A range cut short is checked against the Content-Range span.
+    o.fault_times("/t", Fault::TruncateAfter(100), 1);
+    let mut r = up.fetch(range("/t", 0, 4095)).await.unwrap();
+    let e = r.bytes().await.expect_err("short range");
+    assert!(
+        matches!(
+            e,
+            OriginError::Truncated {
+                expected: 4096,
+                got: 100,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+
+    // Content-Length larger than the bytes sent, then close: truncated.
+    o.fault_times("/t", Fault::ContentLength(70_000), 1);
+    let mut r = up.fetch(OriginRequest::get("/t")).await.unwrap();
+    let e = r.bytes().await.expect_err("announced more than sent");
+    assert!(
+        matches!(
+            e,
+            OriginError::Truncated {
+                expected: 70_000,
+                got: 64_000,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+
+    // A 206 whose Content-Length disagrees with its Content-Range: rejected at the head.
+    o.fault_times("/t", Fault::ContentLength(10), 1);
+    let e = up
+        .fetch(range("/t", 0, 4095))
+        .await
+        .expect_err("inconsistent head");
+    assert!(
+        e.to_string().contains("disagrees with Content-Range"),
+        "{e}"
+    );
+
+    assert_eq!(count(&m, "error"), 5);
+    // After all that, a clean fetch works (broken connections were not reused).
+    let mut r = up.fetch(OriginRequest::get("/t")).await.unwrap();
+    assert_eq!(r.bytes().await.unwrap(), body);
+}
+
+#[tokio::test]
+async fn https_with_the_test_ca_and_host_sni_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("test CA");
+    let o = FaultOrigin::start_tls(&ca, &["cdn.test", "127.0.0.1"]);
+    o.put("/s", Object::new(b"secret".to_vec()));
+    let ca_path = ca.write_pem(dir.path(), "ca.pem");
+
+    // IP literal URL: no SNI, the certificate's IP SAN is checked.
+    let mut cfg = plain(&[o.url()]);
+    cfg.ca_file = Some(ca_path.clone());
+    let (up, _m) = client(cfg.clone());
+    let mut r = up
+        .fetch(OriginRequest::get("/s"))
+        .await
+        .expect("trusted CA");
+    assert_eq!(r.bytes().await.unwrap(), b"secret");
+    let s = o.seen().pop().unwrap();
+    assert_eq!(s.sni, None);
+    assert_eq!(s.host.as_deref(), Some(o.addr.to_string().as_str()));
+
+    // Host and SNI overridden separately.
+    cfg.host = Some("bucket.example".into());
+    cfg.sni = Some("cdn.test".into());
+    let (up, _m) = client(cfg.clone());
+    let mut r = up
+        .fetch(OriginRequest::get("/s"))
+        .await
+        .expect("SNI override");
+    r.bytes().await.unwrap();
+    let s = o.seen().pop().unwrap();
+    assert_eq!(s.sni.as_deref(), Some("cdn.test"));
+    assert_eq!(s.host.as_deref(), Some("bucket.example"));
+
+    // Host alone also names the TLS server: a name the certificate lacks fails the handshake.
+    cfg.sni = None;
+    let (up, _m) = client(cfg.clone());
+    let e = up
+        .fetch(OriginRequest::get("/s"))
+        .await
+        .expect_err("bucket.example not in cert");
+    assert!(matches!(e, OriginError::Tls { .. }), "{e:?}");
+
+    // Without the CA file the test CA is unknown: TLS error, the request never went out.
+    let before = o.requests("/s");
+    let (up, _m) = client(plain(&[o.url()]));
+    let e = up
+        .fetch(OriginRequest::get("/s"))
+        .await
+        .expect_err("unknown CA");
+    assert!(matches!(e, OriginError::Tls { .. }), "{e:?}");
+    assert!(e.to_string().contains("TLS handshake"), "{e}");
+    assert_eq!(o.requests("/s"), before);
+
+    // Another CA's file does not help either.
+    let other = TestCa::new("other CA");
+    let mut cfg = plain(&[o.url()]);
+    cfg.ca_file = Some(other.write_pem(dir.path(), "other.pem"));
+    let (up, _m) = client(cfg);
+    assert!(matches!(
+        up.fetch(OriginRequest::get("/s")).await,
+        Err(OriginError::Tls { .. })
+    ));
+}
+
+#[test]
+fn unreadable_ca_file_fails_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Config::for_root("/");
+    let mut o = plain(&["https://127.0.0.1:1".into()]);
+    o.ca_file = Some(dir.path().join("missing.pem"));
+    cfg.origins = vec![o.clone()];
+    let err = Origins::from_config(&cfg, &Metrics::new(&[], 0))
+        .err()
+        .expect("missing file");
+    assert!(
+        err.to_string().contains("ca_file") && err.to_string().contains("missing.pem"),
+        "{err}"
+    );
+    std::fs::write(dir.path().join("empty.pem"), "not a certificate\n").unwrap();
+    o.ca_file = Some(dir.path().join("empty.pem"));
+    cfg.origins = vec![o];
+    let err = Origins::from_config(&cfg, &Metrics::new(&[], 0))
+        .err()
+        .expect("no PEM");
+    assert!(err.to_string().contains("no PEM certificate"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_is_honoured() {
+    let o = FaultOrigin::start();
+    o.put("/m", Object::new(pattern(1000, 6)));
+    o.set_timing(Timing {
+        head_delay: Duration::from_millis(150),
+        ..Timing::default()
+    });
+    let mut cfg = plain(&[o.url()]);
+    cfg.max_connections = 2;
+    let (up, m) = client(cfg);
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let up = up.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut r = up.fetch(OriginRequest::get("/m")).await?;
+            r.bytes().await
+        }));
+    }
+    for t in tasks {
+        assert_eq!(
+            t.await.unwrap().expect("every request completes").len(),
+            1000
+        );
+    }
+    assert_eq!(o.requests("/m"), 6);
+    assert!(
+        o.max_open_connections() <= 2,
+        "{} connections at once",
+        o.max_open_connections()
+    );
+    assert!(
+        o.connections() <= 2,
+        "{} connections opened",
+        o.connections()
+    );
+    assert!(m.origin_connections.with_label_values(&["up"]).get() <= 2);
+}
+
+#[tokio::test]
+async fn keep_alive_connections_are_reused() {
+    let o = FaultOrigin::start();
+    o.put("/k", Object::new(pattern(200_000, 7)));
+    let (up, m) = client(plain(&[o.url()]));
+    for i in 0..5u64 {
+        let mut r = up
+            .fetch(range("/k", i * 1000, i * 1000 + 999))
+            .await
+            .unwrap();
+        assert_eq!(r.bytes().await.unwrap().len(), 1000);
+    }
+    assert_eq!(o.connections(), 1, "five slices, one handshake");
+    assert_eq!(up.idle_connections(), 1);
+    assert_eq!(m.origin_connections.with_label_values(&["up"]).get(), 1);
+    let conns: Vec<usize> = o.seen().iter().map(|s| s.conn).collect();
+    assert_eq!(conns, vec![0; 5]);
+
+    // A body dropped half-read closes its connection; the next request opens a new one.
+    let mut r = up.fetch(OriginRequest::get("/k")).await.unwrap();
+    r.chunk().await.unwrap().expect("a first chunk");
+    drop(r);
+    let mut r = up.fetch(OriginRequest::get("/k")).await.unwrap();
+    assert_eq!(r.bytes().await.unwrap().len(), 200_000);
+    assert_eq!(o.connections(), 2);
+
+    // An origin that closes after each answer is not a reuse candidate, and nothing breaks.
+    o.set_keep_alive(false);
+    for _ in 0..3 {
+        let mut r = up.fetch(OriginRequest::get("/k")).await.unwrap();
+        assert_eq!(r.bytes().await.unwrap().len(), 200_000);
+    }
+    assert_eq!(
+        o.connections(),
+        2 + 3 - 1,
+        "the pooled connection carried one, then each closed"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while m.origin_connections.with_label_values(&["up"]).get() != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "closed connections leave the gauge"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[test]
+fn usable_from_any_runtime() {
+    let o = FaultOrigin::start();
+    o.put("/r", Object::new(pattern(30_000, 8)));
+    let (up, _m) = client(plain(&[o.url()]));
+    // Two independent current-thread runtimes on two threads, like two workers, plus a
+    // runtime without timers or I/O: the client needs neither from its caller.
+    let mut threads = Vec::new();
+    for enable in [true, true, false] {
+        let up = up.clone();
+        threads.push(std::thread::spawn(move || {
+            let mut b = tokio::runtime::Builder::new_current_thread();
+            if enable {
+                b.enable_all();
+            }
+            let rt = b.build().unwrap();
+            rt.block_on(async {
+                let mut r = up.fetch(OriginRequest::get("/r")).await.unwrap();
+                r.bytes().await.unwrap().len()
+            })
+        }));
+    }
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 30_000);
+    }
+}
