@@ -8,7 +8,7 @@
 
 use crate::config::Config;
 use crate::conn;
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::socket::Socket;
 use anyhow::Context;
 use rustix::io::Errno;

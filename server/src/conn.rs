@@ -4,7 +4,7 @@
 
 use crate::http::parse::{self, ParseError, Request};
 use crate::http::response;
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::serve;
 use crate::socket::Socket;
 use std::net::SocketAddr;

@@ -17,5 +17,6 @@ pub mod resolve;
 pub mod runtime;
 pub mod send;
 pub mod serve;
+pub mod shared;
 pub mod socket;
 pub mod volume;

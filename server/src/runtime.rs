@@ -11,21 +11,12 @@ use crate::config::Config;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::resolve::Router;
+use crate::shared::Shared;
 use crate::volume::Volume;
 use anyhow::Context;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Everything a connection needs, shared by all workers.
-pub struct Shared {
-    pub config: Config,
-    pub metrics: Metrics,
-    pub lifecycle: Arc<Lifecycle>,
-    pub router: Router,
-    /// Same order as `config.volumes`.
-    pub volumes: Vec<Volume>,
-}
 
 /// A started server: workers are accepting.
 pub struct Server {

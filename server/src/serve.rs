@@ -10,7 +10,7 @@ use crate::http::range::RangeOutcome;
 use crate::http::response::{self, Head};
 use crate::http::{conditional, date, mime, range};
 use crate::resolve::ResolveError;
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::send::{send_body, BodyError};
 use crate::socket::Socket;
 use crate::volume::Volume;
