@@ -14,6 +14,7 @@ pub mod listing;
 pub mod mime;
 pub mod multipart;
 pub mod parse;
+pub mod plan;
 pub mod range;
 pub mod response;
 pub mod uri;
