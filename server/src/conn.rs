@@ -1,11 +1,11 @@
 //! One client connection: read request heads (with the header-read and keep-alive timeouts and
 //! the drain signal), answer them in order (keep-alive and pipelining), count and log each
-//! response, close on errors. It must not do file I/O itself (that is serve/fs/send).
+//! response, close on errors. It must not do file I/O itself nor decide responses (that is [`crate::serve`]).
 
 use crate::http::parse::{self, ParseError, Request};
 use crate::http::response;
-use crate::shared::Shared;
 use crate::serve;
+use crate::shared::Shared;
 use crate::socket::Socket;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -55,35 +55,24 @@ pub async fn run(shared: Arc<Shared>, sock: Socket, peer: SocketAddr) {
         .await;
         let req = match req {
             Ok(r) => r,
-            Err(NoRequest::Close) => return,
-            Err(NoRequest::Timeout) => {
-                let out = response::error(408, false, false, &[]);
+            Err(e) => {
+                // No request to answer: close, silently or after a 408 (head incomplete in time)
+                // or the parse error's status (then read what the client still sends).
+                let (status, linger) = match e {
+                    NoRequest::Parse(e) => {
+                        tracing::debug!(%peer, error = %e, "bad request");
+                        (e.status(), true)
+                    }
+                    NoRequest::Timeout => (408, false),
+                    NoRequest::Close => return,
+                };
+                let out = response::error(status, false, false, &[]);
                 let _ = sock.write_all(&out, false).await;
-                record(
-                    &shared,
-                    "other",
-                    408,
-                    out.len() as u64,
-                    Instant::now(),
-                    peer,
-                    "-",
-                );
-                return;
-            }
-            Err(NoRequest::Parse(e)) => {
-                tracing::debug!(%peer, error = %e, "bad request");
-                let out = response::error(e.status(), false, false, &[]);
-                let _ = sock.write_all(&out, false).await;
-                record(
-                    &shared,
-                    "other",
-                    e.status(),
-                    out.len() as u64,
-                    Instant::now(),
-                    peer,
-                    "-",
-                );
-                sock.lingering_close().await;
+                let len = out.len() as u64;
+                record(&shared, "other", status, len, Instant::now(), peer, "-");
+                if linger {
+                    sock.lingering_close().await;
+                }
                 return;
             }
         };
