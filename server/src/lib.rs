@@ -15,7 +15,6 @@ pub mod origin;
 pub mod pool;
 pub mod resolve;
 pub mod runtime;
-pub mod send;
 pub mod serve;
 pub mod shared;
 pub mod socket;

@@ -260,7 +260,7 @@ fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::nowait::tests::disk_tempdir;
+    use crate::fs::test_support::disk_tempdir;
     use std::fs::File;
     use std::io::Write;
     use std::os::fd::OwnedFd;

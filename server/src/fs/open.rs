@@ -1,20 +1,18 @@
-//! Opening the file a request names, beneath its volume root: openat2 with RESOLVE_BENEATH |
-//! RESOLVE_NO_MAGICLINKS relative to the root's O_PATH descriptor (no `..`, absolute path or
-//! symlink can leave the volume), O_NONBLOCK so a FIFO never blocks, fstat, directory -> index
-//! file, and refusal of anything that is not a regular file before a single byte is read.
+//! Opening a file beneath a volume root: openat2 with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+//! relative to the root's O_PATH descriptor (no `..`, absolute path or symlink can leave the
+//! volume), O_NONBLOCK so a FIFO never blocks, fstat, directory -> index file, and refusal of
+//! anything that is not a regular file before a single byte is read. [`open_file`] may wait for
+//! the disk; [`open_file_cached`] (RESOLVE_CACHED) never does and says `WouldBlock` instead.
 //!
-//! [`open_for_request`] is the one place that decides where the open runs (the volume's pool or
-//! inline, by offload mode). It must not know about HTTP beyond the error kinds it returns.
+//! Owns the server's one openat2 call ([`open_beneath`]) and its flags. Runs wherever the caller
+//! puts it; it must not decide that (no pool, no volume, no offload mode) nor know about HTTP
+//! beyond the error kinds it returns.
 
-use crate::config::Offload;
-use crate::fs::hot::InlineOpen;
-use crate::metrics::PoolOp;
-use crate::pool::PoolError;
-use crate::volume::Volume;
+use super::nowait::Nowait;
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
@@ -64,28 +62,30 @@ fn map_errno(e: Errno) -> OpenError {
 
 /// `openat2` resolve flags of every open beneath a volume root: the result can never name anything
 /// outside the root (`..`, absolute symlinks and magic links are refused by the kernel).
-pub(crate) const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
+pub const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
 /// Open flags for serving a file: read-only, close-on-exec, and non-blocking so that opening a
 /// FIFO or device someone placed in the volume cannot hang the caller (it is rejected after fstat).
-pub(crate) const OPEN_FLAGS: OFlags = OFlags::RDONLY
+pub const OPEN_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::NONBLOCK)
     .union(OFlags::CLOEXEC)
     .union(OFlags::NOCTTY);
 
-fn open_beneath(
+/// The one `openat2` call: open `rel` (relative, no leading `/`; empty = the root itself) beneath
+/// the directory `root` with [`OPEN_FLAGS`] and `resolve` ([`BENEATH`], plus
+/// `ResolveFlags::CACHED` for a lookup that must not touch the disk: EAGAIN then). Retried on
+/// EINTR; errors are openat2's own (ENOENT, ELOOP, EXDEV for an escape attempt...).
+pub fn open_beneath(
     root: BorrowedFd<'_>,
     rel: &[u8],
     resolve: ResolveFlags,
-) -> Result<OwnedFd, OpenError> {
-    let path = if rel.is_empty() { b".".as_slice() } else { rel };
-    rustix::fs::openat2(
-        root,
-        OsStr::from_bytes(path),
-        OPEN_FLAGS,
-        Mode::empty(),
-        resolve,
-    )
-    .map_err(map_errno)
+) -> Result<OwnedFd, Errno> {
+    let path = OsStr::from_bytes(if rel.is_empty() { b"." } else { rel });
+    loop {
+        match rustix::fs::openat2(root, path, OPEN_FLAGS, Mode::empty(), resolve) {
+            Err(Errno::INTR) => continue,
+            r => return r,
+        }
+    }
 }
 
 fn regular(fd: OwnedFd, st: &rustix::fs::Stat) -> OpenedFile {
@@ -116,8 +116,7 @@ pub fn open_file_cached(
     root: BorrowedFd<'_>,
     rel: &[u8],
     index: &[String],
-) -> Result<crate::fs::nowait::Nowait<OpenedFile>, OpenError> {
-    use crate::fs::nowait::Nowait;
+) -> Result<Nowait<OpenedFile>, OpenError> {
     match open_file_with(root, rel, index, BENEATH | ResolveFlags::CACHED) {
         Ok(f) => Ok(Nowait::Ready(f)),
         Err(OpenError::Io(e)) if e.raw_os_error() == Some(libc::EAGAIN) => Ok(Nowait::WouldBlock),
@@ -131,8 +130,8 @@ fn open_file_with(
     index: &[String],
     resolve: ResolveFlags,
 ) -> Result<OpenedFile, OpenError> {
-    crate::fs::failpoint_open()?;
-    let fd = open_beneath(root, rel, resolve)?;
+    failpoint_open()?;
+    let fd = open_beneath(root, rel, resolve).map_err(map_errno)?;
     let st = rustix::fs::fstat(&fd).map_err(map_errno)?;
     match FileType::from_raw_mode(st.st_mode) {
         FileType::RegularFile => Ok(regular(fd, &st)),
@@ -144,7 +143,7 @@ fn open_file_with(
                     p.push(b'/');
                 }
                 p.extend_from_slice(name.as_bytes());
-                let fd = match open_beneath(root, &p, resolve) {
+                let fd = match open_beneath(root, &p, resolve).map_err(map_errno) {
                     Ok(fd) => fd,
                     Err(OpenError::NotFound) => continue,
                     Err(e) => return Err(e),
@@ -164,47 +163,95 @@ fn open_file_with(
     }
 }
 
-/// The file a request opened, and whether the volume's pool already admitted the request by
-/// running its open (then its body needs no second admission check, see `serve::admitted`).
-pub struct RequestFile {
-    pub file: OpenedFile,
-    pub admitted_by_pool: bool,
+/// Failpoint `open_file`: `FAILPOINTS="open_file=return(eio)"` makes every open fail with EIO.
+fn failpoint_open() -> Result<(), OpenError> {
+    fail::fail_point!("open_file", |arg: Option<String>| {
+        match arg.as_deref() {
+            Some("eio") => Err(OpenError::Io(std::io::Error::from_raw_os_error(libc::EIO))),
+            _ => Ok(()),
+        }
+    });
+    Ok(())
 }
 
-/// Open the file for a request on `vol`: from the open-file cache or, for `auto`, a
-/// RESOLVE_CACHED open on the event loop when that needs no I/O ([`crate::fs::hot`]); otherwise
-/// on the volume's pool (`always`, `auto` misses) or inline on the event loop (`never`).
-pub async fn open_for_request(vol: &Volume, rel: Vec<u8>) -> Result<RequestFile, OpenError> {
-    if let InlineOpen::Hit(file) = vol.hot.open_inline(vol.root.as_fd(), &rel, &vol.index)? {
-        return Ok(RequestFile {
-            file,
-            admitted_by_pool: false,
-        });
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::test_support::{disk_tempdir, root_fd};
+    use std::fs::File;
+    use std::io::{self, Write};
+    use std::os::fd::{AsFd, AsRawFd};
+
+    /// [`open_beneath`] with RESOLVE_CACHED, as [`open_file_cached`] calls it.
+    fn cached(root: BorrowedFd<'_>, rel: &str) -> io::Result<Nowait<OwnedFd>> {
+        match open_beneath(root, rel.as_bytes(), BENEATH | ResolveFlags::CACHED) {
+            Ok(fd) => Ok(Nowait::Ready(fd)),
+            Err(Errno::AGAIN) => Ok(Nowait::WouldBlock),
+            Err(e) => Err(e.into()),
+        }
     }
-    let key = rel.clone();
-    let result = open_blocking(vol, rel).await;
-    vol.hot.opened(&key, &result);
-    result.map(|file| RequestFile {
-        file,
-        admitted_by_pool: vol.offload != Offload::Never,
-    })
-}
 
-async fn open_blocking(vol: &Volume, rel: Vec<u8>) -> Result<OpenedFile, OpenError> {
-    match vol.offload {
-        Offload::Never => open_file(vol.root.as_fd(), &rel, &vol.index),
-        Offload::Always | Offload::Auto => {
-            let root = vol.root.clone();
-            let index = vol.index.clone();
-            match vol
-                .pool
-                .run(PoolOp::Open, move || open_file(root.as_fd(), &rel, &index))
-                .await
-            {
-                Ok(r) => r,
-                Err(PoolError::Overflow(_)) => Err(OpenError::Overflow),
-                Err(PoolError::Lost(e)) => Err(OpenError::Io(std::io::Error::other(e))),
+    #[test]
+    fn open_beneath_opens_cached_paths_and_refuses_escapes() {
+        let dir = disk_tempdir();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let mut f = File::create(dir.path().join("sub/a.txt")).unwrap();
+        f.write_all(b"hello").unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", dir.path().join("abs")).unwrap();
+        std::os::unix::fs::symlink("../..", dir.path().join("sub/up")).unwrap();
+        let root = root_fd(dir.path());
+        // Just created: every dentry is cached.
+        match cached(root.as_fd(), "sub/a.txt").unwrap() {
+            Nowait::Ready(fd) => assert!(fd.as_raw_fd() >= 0),
+            Nowait::WouldBlock => panic!("fresh dentries must be cached"),
+        }
+        // An escape is refused (EXDEV) or, where the scoped `..` walk cannot stay in RCU mode,
+        // answered WouldBlock, so the pool's blocking open refuses it; never opened.
+        for escape in ["../x", "/etc/hostname", "abs", "sub/up/etc"] {
+            match cached(root.as_fd(), escape) {
+                Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EXDEV), "{escape}: {e}"),
+                Ok(Nowait::WouldBlock) => {
+                    let e = rustix::fs::openat2(&root, escape, OPEN_FLAGS, Mode::empty(), BENEATH)
+                        .unwrap_err();
+                    assert_eq!(e, Errno::XDEV, "{escape}");
+                }
+                Ok(Nowait::Ready(_)) => panic!("{escape} escaped the root"),
             }
         }
+        // A name never looked up has no (negative) dentry yet: the lookup would read the
+        // directory, so WouldBlock; once a blocking lookup cached the miss, ENOENT inline.
+        match cached(root.as_fd(), "sub/missing") {
+            Ok(Nowait::WouldBlock) => {}
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::NotFound),
+            Ok(Nowait::Ready(_)) => panic!("opened a missing file"),
+        }
+        assert!(!dir.path().join("sub/missing").exists());
+        let err = cached(root.as_fd(), "sub/missing").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn open_beneath_does_not_hang_on_a_fifo() {
+        let dir = disk_tempdir();
+        let fifo = dir.path().join("pipe");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let root = root_fd(dir.path());
+        // O_NONBLOCK: returns at once (a FIFO with no writer opens fine for reading).
+        let fd = match cached(root.as_fd(), "pipe").unwrap() {
+            Nowait::Ready(fd) => fd,
+            Nowait::WouldBlock => panic!("cached"),
+        };
+        let st = rustix::fs::fstat(&fd).unwrap();
+        assert_eq!(
+            rustix::fs::FileType::from_raw_mode(st.st_mode),
+            rustix::fs::FileType::Fifo
+        );
     }
 }

@@ -15,13 +15,14 @@
 //! RWF_NOWAIT copy path, which returns EAGAIN for any page not yet up to date, kept hot p99 at
 //! 63 ms; on 10 KiB files (c10k, keep-alive) the copy costs ~4% req/s against sendfile.
 //! cachestat stays as a cheap pre-check that sends a cold chunk to the pool without a read.
-//! It must not know about HTTP; the blocking work itself is in [`super::open`] and
-//! [`crate::send`].
+//! It must not know about HTTP nor touch the pool: the volume ([`super`]) sends what it
+//! answers `NeedsOpen` or `Miss` to the pool; the blocking work itself is in [`crate::fs`].
 
-use super::cache::{self, Check, Lookup, OpenFileCache};
-use super::nowait::{self, Nowait, VolumeSupport};
-use super::open::{OpenError, OpenedFile};
 use crate::config::{self, Offload};
+use crate::fs::cache::{self, Check, Lookup, OpenFileCache};
+use crate::fs::nowait::{self, Nowait};
+use crate::fs::open::{open_file_cached, OpenError, OpenedFile};
+use crate::fs::probe::VolumeSupport;
 use crate::metrics::{CacheOp, Metrics};
 use prometheus::IntCounter;
 use std::io;
@@ -138,11 +139,13 @@ impl HotPath {
     }
 
     /// The volume's support state (`None` unless `offload = auto`).
+    #[cfg(test)]
     pub fn support(&self) -> Option<&VolumeSupport> {
         self.support.as_ref()
     }
 
     /// The open-file cache.
+    #[cfg(test)]
     pub fn cache(&self) -> &OpenFileCache {
         &self.cache
     }
@@ -180,7 +183,7 @@ impl HotPath {
             self.open_misses.inc();
             return Ok(InlineOpen::NeedsOpen);
         }
-        match super::open::open_file_cached(root, rel, index) {
+        match open_file_cached(root, rel, index) {
             Ok(Nowait::Ready(f)) => {
                 self.remember(rel, stale.as_ref(), &f, now);
                 Ok(self.open_hit(f))
@@ -367,8 +370,7 @@ impl HotPath {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::nowait::tests::disk_tempdir;
-    use rustix::fs::{Mode, OFlags};
+    use crate::fs::test_support::{disk_tempdir, evict, root_fd};
     use std::io::Read;
     use std::net::TcpListener;
 
@@ -377,15 +379,6 @@ mod tests {
         c.open_file_cache.max_entries = max_entries;
         c.open_file_cache.valid_ms = valid_ms;
         c
-    }
-
-    fn root_fd(p: &std::path::Path) -> OwnedFd {
-        rustix::fs::open(
-            p,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .unwrap()
     }
 
     fn hits(m: &Metrics, op: CacheOp) -> (u64, u64) {
@@ -436,7 +429,7 @@ mod tests {
             hot.open_inline(root.as_fd(), b"f", &[]).unwrap(),
             InlineOpen::NeedsOpen
         ));
-        let r = super::super::open::open_file(root.as_fd(), b"f", &[]);
+        let r = crate::fs::open::open_file(root.as_fd(), b"f", &[]);
         hot.opened(b"f", &r);
         assert!(matches!(
             hot.open_inline(root.as_fd(), b"f", &[]).unwrap(),
@@ -491,8 +484,7 @@ mod tests {
         let cold_path = dir.path().join("cold");
         std::fs::write(&cold_path, &data).unwrap();
         let cold = std::fs::File::open(&cold_path).unwrap();
-        cold.sync_all().unwrap();
-        rustix::fs::fadvise(&cold, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        evict(&cold);
         let cold = OwnedFd::from(cold);
         assert!(matches!(
             hot.send_inline(&server, &cold, 300 * 1024, 4096).unwrap(),
@@ -541,8 +533,7 @@ mod tests {
         }
         assert_eq!(reader.join().unwrap(), &data[7..7 + want]);
         let cold = std::fs::File::open(dir.path().join("cold")).unwrap();
-        cold.sync_all().unwrap();
-        rustix::fs::fadvise(&cold, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        evict(&cold);
         let cold = OwnedFd::from(cold);
         assert!(matches!(
             hot.send_inline(&server, &cold, 0, 4096).unwrap(),
