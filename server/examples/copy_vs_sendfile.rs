@@ -12,10 +12,11 @@
 //! Printed per strategy and chunk size: throughput, CPU of the loop thread per MiB (what limits
 //! how many requests one event loop can serve), and CPU of loop + pool threads per MiB.
 
+use content_server::fs::nowait::{all_resident, read_at, Nowait};
 use std::fs::File;
-use std::io::{IoSliceMut, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -25,40 +26,6 @@ fn thread_cpu() -> Duration {
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
     Duration::from_micros(us(ru.ru_utime) + us(ru.ru_stime))
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct CachestatRange {
-    off: u64,
-    len: u64,
-}
-#[repr(C)]
-#[derive(Default)]
-struct Cachestat {
-    nr_cache: u64,
-    nr_dirty: u64,
-    nr_writeback: u64,
-    nr_evicted: u64,
-    nr_recently_evicted: u64,
-}
-
-/// Pages of `off..off+len` resident in the page cache (cachestat(2), Linux 6.5+).
-fn resident_pages(f: &File, off: u64, len: u64) -> u64 {
-    let range = CachestatRange { off, len };
-    let mut cs = Cachestat::default();
-    // SAFETY: valid pointers to repr(C) structs matching the kernel ABI; flags must be 0.
-    let r = unsafe {
-        libc::syscall(
-            451 as libc::c_long, // SYS_cachestat (same number on every architecture)
-            f.as_raw_fd(),
-            &range as *const CachestatRange,
-            &mut cs as *mut Cachestat,
-            0u32,
-        )
-    };
-    assert_eq!(r, 0, "cachestat: {}", std::io::Error::last_os_error());
-    cs.nr_cache
 }
 
 fn connected_pair(expect: u64) -> (TcpStream, std::thread::JoinHandle<u64>) {
@@ -131,18 +98,22 @@ fn run(strategy: Strategy, f: &File, file_len: u64, chunk: usize, rounds: u64) -
             match strategy {
                 Strategy::Copy => {
                     // As offload=auto does it: cachestat, then the RWF_NOWAIT read, then write.
-                    let pages = (len as u64).div_ceil(4096);
-                    assert!(resident_pages(f, off, len as u64) >= pages, "not resident");
-                    let mut bufs = [IoSliceMut::new(&mut buf[..len])];
-                    let n =
-                        rustix::io::preadv2(f, &mut bufs, off, rustix::io::ReadWriteFlags::NOWAIT)
-                            .unwrap();
+                    assert!(
+                        all_resident(f.as_fd(), off, len as u64).unwrap(),
+                        "not resident"
+                    );
+                    let n = match read_at(f.as_fd(), &mut buf[..len], off).unwrap() {
+                        Nowait::Ready(n) => n,
+                        Nowait::WouldBlock => panic!("file not resident"),
+                    };
                     assert_eq!(n, len, "file not resident");
                     sock.write_all(&buf[..n]).unwrap();
                 }
                 Strategy::SendfileInline => {
-                    let pages = (len as u64).div_ceil(4096);
-                    assert!(resident_pages(f, off, len as u64) >= pages, "not resident");
+                    assert!(
+                        all_resident(f.as_fd(), off, len as u64).unwrap(),
+                        "not resident"
+                    );
                     sendfile_all(&sock, f, off, len);
                 }
                 Strategy::SendfilePool => {

@@ -203,20 +203,17 @@ impl OpenFileCache {
     /// The path was re-resolved at `now` to the same inode as cached: keep the cached descriptor
     /// with `file`'s (current) stat data and restart the validity window.
     pub fn revalidated(&self, key: &[u8], file: &OpenedFile, now: Instant) {
-        let mut s = lock(self.shard(key));
-        if let Some(&i) = s.map.get(key) {
-            let slot = &mut s.slots[i];
-            if same_file(&slot.file, file) {
-                slot.file.size = file.size;
-                slot.file.mtime = file.mtime;
-                slot.file.mtime_nsec = file.mtime_nsec;
-                slot.resolved_at = now;
-            }
-        }
+        self.set_stat(key, file, Some(now));
     }
 
     /// Store new stat data for the cached inode (it was modified in place); the window is kept.
     pub fn update_stat(&self, key: &[u8], file: &OpenedFile) {
+        self.set_stat(key, file, None);
+    }
+
+    /// Copy `file`'s stat data into the entry for `key` if it holds the same inode, and restart
+    /// its window at `resolved_at` when given.
+    fn set_stat(&self, key: &[u8], file: &OpenedFile, resolved_at: Option<Instant>) {
         let mut s = lock(self.shard(key));
         if let Some(&i) = s.map.get(key) {
             let slot = &mut s.slots[i];
@@ -224,6 +221,9 @@ impl OpenFileCache {
                 slot.file.size = file.size;
                 slot.file.mtime = file.mtime;
                 slot.file.mtime_nsec = file.mtime_nsec;
+                if let Some(now) = resolved_at {
+                    slot.resolved_at = now;
+                }
             }
         }
     }
@@ -280,15 +280,27 @@ mod tests {
         }
     }
 
+    /// A fresh directory holding one file `name` with `content`; the file's path.
+    fn one_file(name: &str, content: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = disk_tempdir();
+        let p = write(&dir, name, content);
+        (dir, p)
+    }
+
+    /// Write `content` to `dir/name`; its path.
+    fn write(dir: &tempfile::TempDir, name: &str, content: &[u8]) -> std::path::PathBuf {
+        let p = dir.path().join(name);
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
     fn key(i: usize) -> Vec<u8> {
         format!("dir/file-{i}").into_bytes()
     }
 
     #[test]
     fn hit_fresh_then_stale_after_the_window() {
-        let dir = disk_tempdir();
-        let p = dir.path().join("a");
-        std::fs::write(&p, b"abc").unwrap();
+        let (_dir, p) = one_file("a", b"abc");
         let c = OpenFileCache::new(8, Duration::from_millis(100));
         let t0 = Instant::now();
         assert!(matches!(c.get(b"a", t0), Lookup::Miss));
@@ -334,9 +346,7 @@ mod tests {
 
     #[test]
     fn clock_keeps_referenced_entries() {
-        let dir = disk_tempdir();
-        let p = dir.path().join("f");
-        std::fs::write(&p, b"x").unwrap();
+        let (_dir, p) = one_file("f", b"x");
         // Two entries, one shard: the clock order is deterministic.
         let c = OpenFileCache::new(2, Duration::from_secs(60));
         let now = Instant::now();
@@ -353,9 +363,7 @@ mod tests {
 
     #[test]
     fn disabled_cache_stores_nothing() {
-        let dir = disk_tempdir();
-        let p = dir.path().join("f");
-        std::fs::write(&p, b"x").unwrap();
+        let (_dir, p) = one_file("f", b"x");
         let c = OpenFileCache::new(0, Duration::from_secs(60));
         c.insert(b"f", opened(&p), Instant::now());
         assert!(c.is_empty());
@@ -364,9 +372,7 @@ mod tests {
 
     #[test]
     fn check_notices_in_place_modification_and_replacement() {
-        let dir = disk_tempdir();
-        let p = dir.path().join("f");
-        std::fs::write(&p, b"first").unwrap();
+        let (dir, p) = one_file("f", b"first");
         let f = opened(&p);
         assert!(matches!(check(&f).unwrap(), Check::Same));
         // Modified in place (same inode, new size).
@@ -381,8 +387,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Replaced by rename: the cached inode has no name left.
-        let tmp = dir.path().join("f.new");
-        std::fs::write(&tmp, b"second").unwrap();
+        let tmp = write(&dir, "f.new", b"second");
         std::fs::rename(&tmp, &p).unwrap();
         assert!(matches!(check(&f).unwrap(), Check::Unlinked));
         let fresh = opened(&p);
@@ -391,11 +396,8 @@ mod tests {
 
     #[test]
     fn remove_and_update_only_touch_the_same_inode() {
-        let dir = disk_tempdir();
-        let a = dir.path().join("a");
-        let b = dir.path().join("b");
-        std::fs::write(&a, b"aaaa").unwrap();
-        std::fs::write(&b, b"bb").unwrap();
+        let (dir, a) = one_file("a", b"aaaa");
+        let b = write(&dir, "b", b"bb");
         let c = OpenFileCache::new(4, Duration::from_secs(60));
         let now = Instant::now();
         let fa = opened(&a);
@@ -425,9 +427,7 @@ mod tests {
 
     #[test]
     fn concurrent_use_stays_bounded() {
-        let dir = disk_tempdir();
-        let p = dir.path().join("f");
-        std::fs::write(&p, b"x").unwrap();
+        let (_dir, p) = one_file("f", b"x");
         let base = opened(&p);
         let c = Arc::new(OpenFileCache::new(50, Duration::from_secs(60)));
         let threads: Vec<_> = (0..4)

@@ -125,13 +125,19 @@ mod tests {
     use std::fs::File;
     use std::os::fd::AsFd;
 
-    #[test]
-    fn resident_file_reads_inline_and_evicted_file_would_block() {
+    /// A file holding `content` in a fresh directory on a disk filesystem, opened for reading.
+    fn data_file(content: &[u8]) -> (tempfile::TempDir, File) {
         let dir = disk_tempdir();
         let path = dir.path().join("data");
-        let content: Vec<u8> = (0..256 * 1024).map(|i| (i % 251) as u8).collect();
-        std::fs::write(&path, &content).unwrap();
+        std::fs::write(&path, content).unwrap();
         let f = File::open(&path).unwrap();
+        (dir, f)
+    }
+
+    #[test]
+    fn resident_file_reads_inline_and_evicted_file_would_block() {
+        let content: Vec<u8> = (0..256 * 1024).map(|i| (i % 251) as u8).collect();
+        let (_dir, f) = data_file(&content);
         // Written just now: resident.
         let mut buf = vec![0u8; 64 * 1024];
         assert_eq!(
@@ -153,10 +159,7 @@ mod tests {
 
     #[test]
     fn all_resident_counts_pages_without_reading() {
-        let dir = disk_tempdir();
-        let path = dir.path().join("data");
-        std::fs::write(&path, vec![1u8; 512 * 1024]).unwrap();
-        let f = File::open(&path).unwrap();
+        let (_dir, f) = data_file(&[1u8; 512 * 1024]);
         assert!(all_resident(f.as_fd(), 0, 512 * 1024).unwrap());
         assert!(all_resident(f.as_fd(), 1000, 5000).unwrap());
         evict(&f);
@@ -172,10 +175,7 @@ mod tests {
 
     #[test]
     fn partially_resident_file_gives_a_short_read() {
-        let dir = disk_tempdir();
-        let path = dir.path().join("data");
-        std::fs::write(&path, vec![7u8; 1024 * 1024]).unwrap();
-        let f = File::open(&path).unwrap();
+        let (_dir, f) = data_file(&vec![7u8; 1024 * 1024]);
         evict(&f);
         // Make only the first 64 KiB resident, with readahead off so no more comes in.
         rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Random).unwrap();

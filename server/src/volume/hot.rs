@@ -381,6 +381,27 @@ mod tests {
         c
     }
 
+    /// The hot path of a volume "v" rooted at `dir`, its root descriptor and its metrics.
+    fn start(
+        dir: &std::path::Path,
+        offload: Offload,
+        cfg: config::Config,
+    ) -> (OwnedFd, Metrics, HotPath) {
+        let root = root_fd(dir);
+        let m = Metrics::new(&["v"], 1);
+        let hot = HotPath::start("v", root.as_fd(), offload, &cfg, &m);
+        (root, m, hot)
+    }
+
+    /// A connected loopback pair: the client and the non-blocking server side.
+    fn socket_pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        (client, server)
+    }
+
     fn hits(m: &Metrics, op: CacheOp) -> (u64, u64) {
         (
             m.page_cache_hits_total
@@ -396,9 +417,7 @@ mod tests {
     fn auto_open_hits_inline_then_from_the_cache_and_notices_replacement() {
         let dir = disk_tempdir();
         std::fs::write(dir.path().join("a.txt"), b"one").unwrap();
-        let root = root_fd(dir.path());
-        let m = Metrics::new(&["v"], 1);
-        let hot = HotPath::start("v", root.as_fd(), Offload::Auto, &cfg(16, 60_000), &m);
+        let (root, m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
         let open = |rel: &[u8]| match hot.open_inline(root.as_fd(), rel, &[]).unwrap() {
             InlineOpen::Hit(f) => f,
             InlineOpen::NeedsOpen => panic!("resident path should open inline"),
@@ -422,9 +441,7 @@ mod tests {
     fn always_trusts_the_cache_only_within_the_window() {
         let dir = disk_tempdir();
         std::fs::write(dir.path().join("f"), b"abc").unwrap();
-        let root = root_fd(dir.path());
-        let m = Metrics::new(&["v"], 1);
-        let hot = HotPath::start("v", root.as_fd(), Offload::Always, &cfg(16, 100), &m);
+        let (root, m, hot) = start(dir.path(), Offload::Always, cfg(16, 100));
         assert!(matches!(
             hot.open_inline(root.as_fd(), b"f", &[]).unwrap(),
             InlineOpen::NeedsOpen
@@ -450,14 +467,9 @@ mod tests {
         let path = dir.path().join("big");
         let data: Vec<u8> = (0..600 * 1024).map(|i| (i % 241) as u8).collect();
         std::fs::write(&path, &data).unwrap();
-        let root = root_fd(dir.path());
-        let m = Metrics::new(&["v"], 1);
-        let hot = HotPath::start("v", root.as_fd(), Offload::Auto, &cfg(16, 60_000), &m);
+        let (_root, m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
         assert!(hot.reads_inline());
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (server, _) = l.accept().unwrap();
-        server.set_nonblocking(true).unwrap();
+        let (client, server) = socket_pair();
         let f = OwnedFd::from(std::fs::File::open(&path).unwrap());
         let reader = std::thread::spawn(move || {
             let mut got = vec![0u8; 100 * 1024];
@@ -499,17 +511,12 @@ mod tests {
         let data: Vec<u8> = (0..300 * 1024).map(|i| (i % 239) as u8).collect();
         std::fs::write(dir.path().join("hot"), &data).unwrap();
         std::fs::write(dir.path().join("cold"), &data).unwrap();
-        let root = root_fd(dir.path());
-        let m = Metrics::new(&["v"], 1);
-        let hot = HotPath::start("v", root.as_fd(), Offload::Auto, &cfg(16, 60_000), &m);
+        let (_root, m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
         let support = hot.support().unwrap();
         // As on kernels that refuse cachestat to non-owners.
         support.cachestat_failed(&io::Error::from_raw_os_error(libc::EPERM));
         assert!(!support.cachestat() && hot.reads_inline());
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (server, _) = l.accept().unwrap();
-        server.set_nonblocking(true).unwrap();
+        let (client, server) = socket_pair();
         let f = OwnedFd::from(std::fs::File::open(dir.path().join("hot")).unwrap());
         let want = 200 * 1024;
         let reader = std::thread::spawn(move || {
@@ -549,13 +556,9 @@ mod tests {
         let shm = std::path::Path::new("/dev/shm");
         let dir = tempfile::tempdir_in(shm).unwrap();
         std::fs::write(dir.path().join("f"), b"x").unwrap();
-        let root = root_fd(dir.path());
-        let m = Metrics::new(&["v"], 1);
-        let hot = HotPath::start("v", root.as_fd(), Offload::Auto, &cfg(16, 60_000), &m);
+        let (_root, _m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
         assert!(!hot.reads_inline());
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let _client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (server, _) = l.accept().unwrap();
+        let (_client, server) = socket_pair();
         let f = OwnedFd::from(std::fs::File::open(dir.path().join("f")).unwrap());
         assert!(matches!(
             hot.send_inline(&server, &f, 0, 1).unwrap(),
