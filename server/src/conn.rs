@@ -1,6 +1,7 @@
 //! One client connection: read request heads (with the header-read and keep-alive timeouts and
 //! the drain signal), answer them in order (keep-alive and pipelining), count and log each
-//! response, close on errors. It must not do file I/O itself nor decide responses (that is [`crate::serve`]).
+//! response, close on errors. It must not do file I/O itself nor decide responses (that is
+//! [`crate::serve`]).
 
 use crate::http::parse::{self, ParseError, Request};
 use crate::http::response;

@@ -1,5 +1,10 @@
 //! content-server: a static file server built around an event loop plus one bounded thread pool
 //! per volume. See ARCHITECTURE.md for the path of a request through these modules.
+//!
+//! Layers, from the top: [`cli`] -> [`runtime`] -> [`accept`] -> [`conn`] -> [`serve`] ->
+//! [`volume`] -> [`fs`] / [`pool`]; [`shared`] is what connections share; [`http`], [`socket`],
+//! [`resolve`], [`config`], [`metrics`], [`lifecycle`] are leaves. A module imports only from
+//! layers below it, never from one above (no import cycles).
 
 pub mod accept;
 pub mod admin;

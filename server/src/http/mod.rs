@@ -1,7 +1,9 @@
-//! HTTP/1.1 pieces used by the connection state machine: request parsing, response heads,
-//! ranges and multipart framing, conditional requests, media types, dates, CORS, header rules,
-//! content negotiation of precompressed siblings, directory listings, redirects and cache
-//! freshness. Pure code; no sockets, no files.
+//! HTTP/1.1 pieces used by the connection ([`crate::conn`]) and the request ([`crate::serve`]):
+//! request parsing, the response plan of a file ([`plan`]), response heads, ranges and multipart
+//! framing, conditional requests, media types, dates, CORS, header rules, content negotiation of
+//! precompressed siblings, directory listings, redirects and cache freshness. Pure code: it must
+//! not touch sockets or files, nor import anything of the server but its own pieces and the
+//! config types.
 
 pub mod conditional;
 pub mod cors;

@@ -1,6 +1,6 @@
 //! A volume at run time: its name, an O_PATH descriptor of its root (every open is resolved
 //! beneath it), its offload mode, its thread pool, its open-file cache and, for `offload = auto`,
-//! its page-cache hot path ([`hot`]).
+//! its page-cache hot path (`volume/hot.rs`).
 //!
 //! This is the one place that decides where file work runs — inline on the event loop or on the
 //! volume's pool — for each open ([`Volume::open`]), each admission ([`Volume::admit`]), each
