@@ -13,6 +13,7 @@ pub mod config;
 pub mod conn;
 pub mod fs;
 pub mod http;
+pub mod layers;
 pub mod lifecycle;
 pub mod logging;
 pub mod metrics;
