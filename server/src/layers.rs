@@ -15,7 +15,8 @@ pub const LAYERS: &[&[&str]] = &[
     &["shared"],
     &["volume"],
     &["admin", "logging", "pool", "resolve"],
-    &["config", "fs", "http", "lifecycle", "metrics", "socket"],
+    &["fs", "http"],
+    &["config", "lifecycle", "metrics", "socket"],
 ];
 
 #[cfg(test)]
