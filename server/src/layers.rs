@@ -14,7 +14,7 @@ pub const LAYERS: &[&[&str]] = &[
     &["serve"],
     &["shared"],
     &["volume"],
-    &["admin", "logging", "pool", "resolve"],
+    &["admin", "logging", "origin", "pool", "resolve"],
     &["fs", "http"],
     &["config", "lifecycle", "metrics", "socket"],
 ];
