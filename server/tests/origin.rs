@@ -47,14 +47,14 @@ async fn full_object_range_validators_and_metrics() {
     assert_eq!(r.status, 200);
     assert_eq!(r.expected, Some(100_000));
     assert_eq!(r.bytes().await.expect("body"), body);
-    let v = Validators::of(r.status, &r.headers);
+    let v = r.validators();
     assert_eq!(v.etag.as_deref(), Some("\"v1\""));
     assert_eq!(v.size, Some(100_000));
     assert!(v.last_modified.is_some());
 
     let mut r = up.fetch(range("/a.bin", 1000, 1999)).await.expect("range");
     assert_eq!(r.status, 206);
-    let cr = content_server::origin::content_range(&r.headers).expect("Content-Range");
+    let cr = r.content_range().expect("Content-Range");
     assert_eq!((cr.start, cr.end, cr.total), (1000, 1999, Some(100_000)));
     assert_eq!(r.bytes().await.unwrap(), &body[1000..2000]);
     assert!(Validators::of(206, &r.headers).same_version(&v));

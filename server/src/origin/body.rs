@@ -90,6 +90,16 @@ impl OriginResponse {
         }
     }
 
+    /// The `Content-Range` of a 206, parsed (None when absent or malformed).
+    pub fn content_range(&self) -> Option<super::ContentRange> {
+        super::content_range(&self.headers)
+    }
+
+    /// ETag, Last-Modified and the whole object's size of this answer.
+    pub fn validators(&self) -> super::Validators {
+        super::Validators::of(self.status, &self.headers)
+    }
+
     /// Body bytes returned by [`OriginResponse::chunk`] so far.
     pub fn received(&self) -> u64 {
         self.received
