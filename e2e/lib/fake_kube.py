@@ -13,6 +13,8 @@ clients need: Helm's install action (through helm_native) and the real content-o
 - WATCH: every `touch_every` seconds each stored object of a `touch` resource (ContentServers by
   default) is sent again as MODIFIED, as if someone edited it, so reconciles keep happening;
   other watches stay open and idle;
+- requests for a resource that is neither built in nor defined by a stored CRD answer 404 (an
+  optional CRD that is not installed);
 - writes to a namespace in `failing_namespaces` answer 500 (reconciles there fail);
 - a protobuf body (the typed client's Secret that is Helm's release record) is stored as a
   Secret carrying only its name and Helm's `owner`/`name` labels.
@@ -316,6 +318,11 @@ class FakeKube:
         if not (path.startswith("/api/") or path.startswith("/apis/")):
             return self.send(h, 404, status_body(404, "NotFound", f"{path} not found"))
         route = Route(path)
+        if not any(r == route.resource for r, _, _ in self.groups().get(route.gv, [])):
+            # Not served (e.g. the CRD of an optional kind is not installed): 404, as the
+            # API server answers.
+            return self.send(h, 404, status_body(404, "NotFound",
+                                                 "the server could not find the requested resource"))
         if route.namespace in self.failing and method != "GET":
             return self.send(h, 500, status_body(500, "InternalError", "injected failure"))
         if method == "GET" and route.name is None:
