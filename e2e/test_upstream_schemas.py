@@ -3,7 +3,7 @@
 - The children the real content-operator applies for every ContentServer in examples/ (run
   against the in-memory API of e2e/lib/fake_kube.py with the optional CRDs installed, so every
   optional kind is rendered), whatever kinds they are;
-- every manifest of the Helm chart, with default values and with every toggle on;
+- every manifest of the Helm chart, with default values and with every toggle on, and its CRDs;
 - the other documents of examples/ (an HPA, ...).
 
 Built-in kinds: `kubernetes-validate`, strict, for the Kubernetes version of the operator's
@@ -119,6 +119,16 @@ def test_chart_manifests_match_upstream_schemas(chart_manifests: dict, values: s
     problems = [e for o in objs for e in U.errors(o)]
     print(values, sorted({(o["kind"], U.schema_of(o)) for o in objs}))
     assert problems == []
+
+
+def test_chart_crds_match_the_upstream_crd_schema() -> None:
+    """The chart's crds/ (installed by Helm before rendering, so not in the manifests above)."""
+    crds = [d for p in sorted((CHART / "crds").glob("*.yaml")) for d in docs(p)]
+    assert crds and all(d["kind"] == "CustomResourceDefinition" for d in crds)
+    assert [e for d in crds for e in U.errors(d)] == []
+    broken = copy.deepcopy(crds[0])
+    broken["spec"]["scope"] = 7
+    assert U.errors(broken)
 
 
 def test_chart_with_every_toggle_renders_the_monitoring_kinds(chart_manifests: dict) -> None:
