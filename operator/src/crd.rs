@@ -330,6 +330,9 @@ pub struct RouteSpec {
     /// Remove the prefix before the lookup in the volume.
     #[serde(default)]
     pub strip_prefix: bool,
+    /// Response headers, CORS, precompressed siblings and listings of this route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<crate::crd_http::RouteHttpSpec>,
 }
 
 /// One share of a split.
@@ -385,6 +388,9 @@ pub struct ServerSpec {
     #[serde(default = "default_shutdown_timeout_secs")]
     #[schemars(range(min = 1, max = 3600))]
     pub shutdown_timeout_secs: u32,
+    /// Ranges, ETags, listings, media types and headers by media type.
+    #[serde(flatten)]
+    pub http: crate::crd_http::ServerHttpSpec,
 }
 
 /// Log format.
@@ -657,6 +663,7 @@ impl Default for ServerSpec {
             log_level: default_log_level(),
             index: default_index(),
             shutdown_timeout_secs: default_shutdown_timeout_secs(),
+            http: Default::default(),
         }
     }
 }

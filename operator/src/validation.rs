@@ -235,7 +235,7 @@ pub fn spec_path(config_field: &str) -> String {
         ("workers", _) => "spec.server.workers".into(),
         ("limits", Some("sendfile_max_chunk")) => "spec.server.sendfileMaxChunk".into(),
         ("limits", _) => format!("spec.server.limits.{}", rest_camel.unwrap_or_default()),
-        ("http", Some(r)) => format!("spec.server.{r}"),
+        ("http", Some(_)) => format!("spec.server.{}", rest_camel.unwrap_or_default()),
         ("http", None) => "spec.server.index".into(),
         ("admin", _) => "spec.metrics.port".into(),
         ("logging", Some("format")) => "spec.server.logFormat".into(),

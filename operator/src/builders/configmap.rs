@@ -6,7 +6,10 @@
 
 use crate::builders::child_meta;
 use crate::crd::{ContentServer, ContentServerSpec, LogFormatSpec};
-use content_server::config::{Config, ConfigError, LogFormat, Pool, Route, SplitTarget, Volume};
+use crate::crd_http::{HeaderRuleSpec, RouteHttpSpec};
+use content_server::config::{
+    Config, ConfigError, Cors, HeaderRule, LogFormat, Pool, Route, RouteHttp, SplitTarget, Volume,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -41,6 +44,11 @@ pub fn server_config(spec: &ContentServerSpec) -> Config {
     cfg.limits.send_timeout_secs = u64::from(s.limits.send_timeout_secs);
     cfg.limits.sendfile_max_chunk = usize::try_from(s.sendfile_max_chunk).unwrap_or(usize::MAX);
     cfg.http.index = s.index.clone();
+    cfg.http.max_ranges = s.http.max_ranges as usize;
+    cfg.http.etag_inode = s.http.etag_inode;
+    cfg.http.listing_max_entries = s.http.listing_max_entries as usize;
+    cfg.http.media_types = s.http.media_types.clone();
+    cfg.http.media_headers = header_rules(&s.http.media_headers);
     cfg.admin.listen = format!("0.0.0.0:{}", spec.metrics.port);
     cfg.logging.format = match s.log_format {
         LogFormatSpec::Text => LogFormat::Text,
@@ -78,12 +86,48 @@ pub fn server_config(spec: &ContentServerSpec) -> Config {
                 })
                 .collect(),
             strip_prefix: r.strip_prefix,
-            http: Default::default(),
+            http: r.http.as_ref().map(route_http).unwrap_or_default(),
             origin: None,
             cache: None,
         })
         .collect();
     cfg
+}
+
+fn header_rule(h: &HeaderRuleSpec) -> HeaderRule {
+    HeaderRule {
+        cache_control: h.cache_control.clone(),
+        expires_secs: h.expires_secs,
+        add: h.add.clone(),
+    }
+}
+
+fn header_rules(m: &BTreeMap<String, HeaderRuleSpec>) -> BTreeMap<String, HeaderRule> {
+    m.iter().map(|(k, v)| (k.clone(), header_rule(v))).collect()
+}
+
+fn route_http(h: &RouteHttpSpec) -> RouteHttp {
+    RouteHttp {
+        headers: header_rule(&h.headers),
+        media_headers: header_rules(&h.media_headers),
+        cors: h.cors.as_ref().map(|c| {
+            let mut cors = Cors::with_origins(c.allow_origins.clone());
+            for (spec, field) in [
+                (&c.allow_methods, &mut cors.allow_methods),
+                (&c.allow_headers, &mut cors.allow_headers),
+                (&c.expose_headers, &mut cors.expose_headers),
+            ] {
+                if let Some(list) = spec {
+                    field.clone_from(list);
+                }
+            }
+            cors.max_age_secs = c.max_age_secs;
+            cors.allow_credentials = c.allow_credentials;
+            cors
+        }),
+        precompressed: h.precompressed.clone(),
+        listing: h.listing,
+    }
 }
 
 /// Render the config to TOML and hash it.

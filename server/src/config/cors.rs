@@ -46,6 +46,18 @@ pub fn default_expose_headers() -> Vec<String> {
 }
 
 impl Cors {
+    /// A policy for `origins` with every other field at its default.
+    pub fn with_origins(origins: Vec<String>) -> Cors {
+        Cors {
+            allow_origins: origins,
+            allow_methods: default_methods(),
+            allow_headers: default_allow_headers(),
+            expose_headers: default_expose_headers(),
+            max_age_secs: None,
+            allow_credentials: false,
+        }
+    }
+
     /// Any origin (`allow_origins = ["*"]`).
     pub fn any_origin(&self) -> bool {
         self.allow_origins.iter().any(|o| o == "*")
