@@ -2,45 +2,30 @@
 //! disappears), `/config` equal to the configuration file, content types, unknown paths, and the
 //! listener switched off with an empty `admin.listen`.
 
-mod admin_support;
+mod common;
 
-use admin_support::*;
-use content_server::config::Config;
-use std::process::{Command, Stdio};
+use common::*;
 use std::time::Duration;
 
 fn server_for(dir: &std::path::Path) -> Server {
-    Server::start(
-        |port, admin| {
-            config_toml(
-                port,
-                admin,
-                2,
-                &[Vol {
-                    name: "media",
-                    path: dir,
-                    offload: "always",
-                    threads: 4,
-                    max_queue: 16,
-                }],
-            )
-        },
-        "",
-    )
+    Server::start(&Config {
+        volumes: vec![volume("media", dir).offload(Offload::Always).pool(4, 16)],
+        ..config(2)
+    })
 }
 
 #[test]
 fn healthz_and_readyz_are_ok_when_serving() {
     let dir = content_dir(1, 100);
     let server = server_for(dir.path());
-    let h = get(server.admin, "/healthz");
-    assert_eq!(h.status, 200, "{}", h.body);
-    let r = get(server.admin, "/readyz");
-    assert_eq!(r.status, 200, "{}", r.body);
+    let h = server.admin_get("/healthz");
+    assert_eq!(h.status, 200, "{}", h.text());
+    let r = server.admin_get("/readyz");
+    assert_eq!(r.status, 200, "{}", r.text());
     // It is the same process that serves content.
-    assert_eq!(get(server.addr, "/f0.bin").status, 200);
-    assert_eq!(get(server.admin, "/nope").status, 404);
-    let m = get(server.admin, "/metrics");
+    assert_eq!(server.get("/f0.bin").status, 200);
+    assert_eq!(server.admin_get("/nope").status, 404);
+    let m = server.admin_get("/metrics");
     assert!(
         m.header("content-type")
             .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")),
@@ -53,16 +38,17 @@ fn healthz_and_readyz_are_ok_when_serving() {
 fn config_endpoint_is_the_effective_configuration() {
     let dir = content_dir(1, 100);
     let server = server_for(dir.path());
-    let r = get(server.admin, "/config");
+    let r = server.admin_get("/config");
     assert_eq!(r.status, 200);
     assert!(r
         .header("content-type")
         .is_some_and(|t| t.starts_with("application/json")));
-    let served: Config = serde_json::from_str(&r.body).expect("/config is a Config as JSON");
-    let expected = Config::load(&server.config_path).expect("the test's config is valid");
+    let served: Config = serde_json::from_slice(&r.body).expect("/config is a Config as JSON");
+    let config_path = server.config_path.as_ref().expect("started from a file");
+    let expected = Config::load(config_path).expect("the test's config is valid");
     assert_eq!(served, expected);
     // Spot-check the JSON shape operators script against.
-    let v: serde_json::Value = serde_json::from_str(&r.body).expect("json");
+    let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
     assert_eq!(v["volumes"][0]["name"], "media");
     assert_eq!(v["volumes"][0]["pool"]["threads"], 4);
     assert_eq!(v["workers"], 2);
@@ -72,31 +58,37 @@ fn config_endpoint_is_the_effective_configuration() {
 fn config_endpoint_shows_command_line_overrides() {
     let dir = content_dir(1, 100);
     let root = dir.path().to_path_buf();
-    let server = Server::start_with(
-        |port, admin, _| {
-            vec![
-                "serve".into(),
-                "--root".into(),
-                root.display().to_string(),
-                "--listen".into(),
-                format!("127.0.0.1:{port}"),
-                "--admin-listen".into(),
-                format!("127.0.0.1:{admin}"),
-                "--threads".into(),
-                "3".into(),
-                "--max-queue".into(),
-                "9".into(),
-                "--offload".into(),
-                "never".into(),
-                "--workers".into(),
-                "1".into(),
-            ]
-        },
-        "",
-    );
+    // The ports are named before the start, as /config shows them: retry on a port race.
+    let server = (0..3)
+        .find_map(|_| {
+            let listen = format!("127.0.0.1:{}", free_port());
+            let admin = format!("127.0.0.1:{}", free_port());
+            Server::try_spawn(
+                &[
+                    "serve",
+                    "--root",
+                    root.to_str().expect("utf-8"),
+                    "--listen",
+                    &listen,
+                    "--admin-listen",
+                    &admin,
+                    "--threads",
+                    "3",
+                    "--max-queue",
+                    "9",
+                    "--offload",
+                    "never",
+                    "--workers",
+                    "1",
+                ],
+                &[],
+            )
+            .ok()
+        })
+        .expect("content-server started on named ports");
     let v: serde_json::Value =
-        serde_json::from_str(&get(server.admin, "/config").body).expect("json");
-    assert_eq!(v["admin"]["listen"], server.admin.to_string());
+        serde_json::from_slice(&server.admin_get("/config").body).expect("json");
+    assert_eq!(v["admin"]["listen"], server.admin().to_string());
     assert_eq!(v["listeners"][0]["port"], server.addr.port());
     assert_eq!(v["workers"], 1);
     let vol = &v["volumes"][0];
@@ -123,55 +115,35 @@ fn readyz_fails_when_a_volume_root_disappears() {
     let root = parent.path().join("media");
     std::fs::create_dir(&root).expect("mkdir");
     let server = server_for(&root);
-    assert_eq!(get(server.admin, "/readyz").status, 200);
+    assert_eq!(server.admin_get("/readyz").status, 200);
     std::fs::remove_dir(&root).expect("rmdir");
-    let r = get(server.admin, "/readyz");
+    let r = server.admin_get("/readyz");
     assert_eq!(r.status, 503);
-    assert!(r.body.contains("volume \"media\""), "{}", r.body);
+    assert!(r.text().contains("volume \"media\""), "{}", r.text());
     // Liveness is unaffected: restarting would not bring the disk back.
-    assert_eq!(get(server.admin, "/healthz").status, 200);
+    assert_eq!(server.admin_get("/healthz").status, 200);
     std::fs::create_dir(&root).expect("mkdir again");
-    assert_eq!(get(server.admin, "/readyz").status, 200);
+    assert_eq!(server.admin_get("/readyz").status, 200);
 }
 
 #[test]
 fn empty_admin_listen_disables_the_admin_listener() {
     let dir = content_dir(1, 100);
-    let cfg_dir = tempfile::tempdir().expect("tempdir");
-    let (port, admin_port) = (free_port(), free_port());
-    let toml = config_toml(
-        port,
-        admin_port,
-        1,
-        &[Vol {
-            name: "media",
-            path: dir.path(),
-            offload: "always",
-            threads: 1,
-            max_queue: 1,
-        }],
-    )
-    .replace(
-        &format!("listen = \"127.0.0.1:{admin_port}\""),
-        "listen = \"\"",
-    );
-    let path = cfg_dir.path().join("s.toml");
-    std::fs::write(&path, toml).expect("write");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_content-server"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let addr = ([127, 0, 0, 1], port).into();
+    // A port the admin listener would have had; nothing may listen on it.
+    let admin_port = free_port();
+    let mut cfg = Config {
+        volumes: vec![volume("media", dir.path())
+            .offload(Offload::Always)
+            .pool(1, 1)],
+        ..config(1)
+    };
+    cfg.admin.listen = String::new();
+    let mut server = Server::start(&cfg);
     let served = wait_until(Duration::from_secs(10), || {
-        try_get(addr, "/f0.bin").is_ok_and(|r| r.status == 200)
+        try_get(server.addr, "/f0.bin").is_ok_and(|r| r.status == 200)
     });
     let admin_refused = std::net::TcpStream::connect(("127.0.0.1", admin_port)).is_err();
-    let _ = child.kill();
-    let _ = child.wait();
+    server.stop();
     assert!(served, "server did not serve content");
     assert!(
         admin_refused,

@@ -6,40 +6,30 @@
 //!
 //! Failpoint: `open_file=sleep(MS)` with offload `never` blocks the worker's loop for MS.
 
-mod admin_support;
+mod common;
 
-use admin_support::*;
+use common::*;
 use std::time::{Duration, Instant};
 
 #[test]
 fn healthz_fails_while_the_event_loop_is_stuck_and_recovers() {
     let dir = content_dir(1, 100);
-    let server = Server::start(
-        |port, admin| {
-            config_toml(
-                port,
-                admin,
-                1,
-                &[Vol {
-                    name: "media",
-                    path: dir.path(),
-                    offload: "never",
-                    threads: 1,
-                    max_queue: 0,
-                }],
-            )
-        },
-        "open_file=sleep(6500)",
-    );
-    assert_eq!(get(server.admin, "/healthz").status, 200);
+    let cfg = Config {
+        volumes: vec![volume("media", dir.path())
+            .offload(Offload::Never)
+            .pool(1, 0)],
+        ..config(1)
+    };
+    let server = Server::start_with_failpoints(&cfg, "open_file=sleep(6500)");
+    assert_eq!(server.admin_get("/healthz").status, 200);
     let addr = server.addr;
     let started = Instant::now();
     let client = std::thread::spawn(move || get(addr, "/f0.bin").status);
 
     let mut last = String::new();
     let unhealthy = wait_until(Duration::from_secs(6), || {
-        let r = get(server.admin, "/healthz");
-        last = format!("{} {}", r.status, r.body);
+        let r = server.admin_get("/healthz");
+        last = format!("{} {}", r.status, r.text());
         r.status == 503
     });
     assert!(
@@ -56,7 +46,8 @@ fn healthz_fails_while_the_event_loop_is_stuck_and_recovers() {
 
     assert_eq!(client.join().expect("client"), 200);
     assert!(
-        wait_until(Duration::from_secs(1), || get(server.admin, "/healthz")
+        wait_until(Duration::from_secs(1), || server
+            .admin_get("/healthz")
             .status
             == 200),
         "healthy again once the loop runs"

@@ -6,96 +6,51 @@
 //! Counters come from the admin `/metrics` endpoint. Files live under CARGO_TARGET_TMPDIR (the
 //! build disk), not /tmp, which may be a tmpfs without RWF_NOWAIT.
 
-mod admin_support;
+mod common;
 
-use admin_support::{Metrics, Server};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use common::*;
+use std::io::Write;
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
 const VOL: &str = "disk";
 
-fn disk_dir() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir on the build disk")
-}
-
 /// Start a server with one volume `disk` at `dir` and the given offload mode / chunk / cache window.
-fn start(dir: &Path, offload: &str, max_chunk: usize, valid_ms: u64) -> Server {
+fn start(dir: &Path, offload: Offload, max_chunk: usize, valid_ms: u64) -> Server {
     start_with(dir, offload, max_chunk, valid_ms, "")
 }
 
 fn start_with(
     dir: &Path,
-    offload: &str,
+    offload: Offload,
     max_chunk: usize,
     valid_ms: u64,
     failpoints: &str,
 ) -> Server {
-    let dir = dir.to_owned();
-    let offload = offload.to_owned();
-    Server::start(
-        move |port, admin| {
-            format!(
-                "workers = 1\n\
-                 [[listeners]]\naddress = \"127.0.0.1\"\nport = {port}\n\n\
-                 [admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
-                 [limits]\nsendfile_max_chunk = {max_chunk}\n\n\
-                 [open_file_cache]\nmax_entries = 64\nvalid_ms = {valid_ms}\n\n\
-                 [[volumes]]\nname = \"{VOL}\"\npath = \"{}\"\noffload = \"{offload}\"\n\
-                 [volumes.pool]\nthreads = 2\nmax_queue = 64\n",
-                dir.display()
-            )
-        },
-        failpoints,
-    )
+    let mut cfg = Config {
+        volumes: vec![volume(VOL, dir).offload(offload).pool(2, 64)],
+        ..config(1)
+    };
+    cfg.limits.sendfile_max_chunk = max_chunk;
+    cfg.open_file_cache.max_entries = 64;
+    cfg.open_file_cache.valid_ms = valid_ms;
+    Server::start_with_failpoints(&cfg, failpoints)
 }
 
-/// Deterministic, position-dependent content (a wrong offset shows as wrong bytes).
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-struct Reply {
-    status: u16,
-    head: String,
-    body: Vec<u8>,
-}
-
-/// One request with `Connection: close`; the whole reply, body as bytes.
-fn fetch(addr: SocketAddr, path: &str, extra: &str) -> Reply {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: t\r\n{extra}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read reply");
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("end of head");
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    let body = raw[end + 4..].to_vec();
-    if let Some(cl) = head
-        .lines()
-        .find_map(|l| l.strip_prefix("Content-Length: "))
-    {
-        assert_eq!(cl.trim().parse::<usize>().unwrap(), body.len(), "{head}");
+/// One GET with `Connection: close`, read to EOF; the body must be as long as Content-Length.
+fn fetch(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Response {
+    let r = request(addr, "GET", path, headers);
+    if let Some(cl) = r.header("Content-Length") {
+        assert_eq!(
+            cl.parse::<usize>().unwrap(),
+            r.body.len(),
+            "{:?}",
+            r.headers
+        );
     }
-    Reply { status, head, body }
+    r
 }
 
 fn write_file(path: &Path, data: &[u8]) {
@@ -197,19 +152,19 @@ fn counters(s: &Server) -> Counters {
 
 #[test]
 fn resident_file_is_served_on_the_loop_without_any_pool_task() {
-    let dir = disk_dir();
-    let data = pattern(3 << 20, 1);
+    let dir = disk_tempdir();
+    let data = bytes(3 << 20, 1);
     let path = dir.path().join("hot.bin");
     write_file(&path, &data);
     assert_eq!(std::fs::read(&path).unwrap(), data); // read it once: resident
-    let s = start(dir.path(), "auto", 1 << 20, 60_000);
+    let s = start(dir.path(), Offload::Auto, 1 << 20, 60_000);
     let before = counters(&s);
     for _ in 0..3 {
-        let r = fetch(s.addr, "/hot.bin", "");
-        assert_eq!(r.status, 200, "{}", r.head);
+        let r = fetch(s.addr, "/hot.bin", &[]);
+        assert_eq!(r.status, 200, "{:?}", r.headers);
         assert!(r.body == data, "body differs");
     }
-    let r = fetch(s.addr, "/hot.bin", "Range: bytes=1000000-2500000\r\n");
+    let r = fetch(s.addr, "/hot.bin", &[("Range", "bytes=1000000-2500000")]);
     assert_eq!(r.status, 206);
     assert!(r.body == data[1_000_000..=2_500_000]);
     let after = counters(&s);
@@ -226,25 +181,25 @@ fn resident_file_is_served_on_the_loop_without_any_pool_task() {
 
 #[test]
 fn evicted_file_is_read_on_the_pool_and_unknown_paths_are_looked_up_there() {
-    let dir = disk_dir();
-    let data = pattern(1 << 20, 2);
+    let dir = disk_tempdir();
+    let data = bytes(1 << 20, 2);
     let path = dir.path().join("cold.bin");
     write_file(&path, &data);
-    let s = start(dir.path(), "auto", 256 << 10, 60_000);
+    let s = start(dir.path(), Offload::Auto, 256 << 10, 60_000);
     evict(&path);
     assert!(
         resident_pages(&path).iter().all(|r| !r),
         "eviction did not work"
     );
     let before = counters(&s);
-    let r = fetch(s.addr, "/cold.bin", "");
+    let r = fetch(s.addr, "/cold.bin", &[]);
     assert_eq!(r.status, 200);
     assert!(r.body == data, "body differs");
     let after = counters(&s);
     assert!(after.read_misses > before.read_misses);
     assert!(after.pool_sendfile > before.pool_sendfile);
     // A name never looked up has no dentry: the open goes to the pool (and 404s there).
-    let r = fetch(s.addr, "/never-seen-before.bin", "");
+    let r = fetch(s.addr, "/never-seen-before.bin", &[]);
     assert_eq!(r.status, 404);
     let later = counters(&s);
     assert_eq!(later.open_misses, after.open_misses + 1.0);
@@ -265,16 +220,17 @@ fn without_cachestat_mixed_chunks_are_copied_with_correct_bytes() {
 }
 
 fn mixed_chunks(failpoints: &str) {
-    let dir = disk_dir();
+    let dir = disk_tempdir();
     let len = 2 << 20;
-    let data = pattern(len, 3);
-    let s = start_with(dir.path(), "auto", 64 << 10, 60_000, failpoints);
+    let data = bytes(len, 3);
+    let s = start_with(dir.path(), Offload::Auto, 64 << 10, 60_000, failpoints);
     let resident = [(256 << 10, 256 << 10), (1 << 20, 192 << 10)];
-    let cases: [(&str, usize, usize); 4] = [
-        ("", 0, len),
-        ("Range: bytes=200000-1400000\r\n", 200_000, 1_400_001),
-        ("Range: bytes=300001-\r\n", 300_001, len),
-        ("Range: bytes=-700000\r\n", len - 700_000, len),
+    type Headers<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(Headers, usize, usize); 4] = [
+        (&[], 0, len),
+        (&[("Range", "bytes=200000-1400000")], 200_000, 1_400_001),
+        (&[("Range", "bytes=300001-")], 300_001, len),
+        (&[("Range", "bytes=-700000")], len - 700_000, len),
     ];
     for (i, (extra, from, to)) in cases.into_iter().enumerate() {
         // A fresh file per case: one already sent may stay referenced by socket buffers.
@@ -303,13 +259,13 @@ fn mixed_chunks(failpoints: &str) {
 
 #[test]
 fn open_file_cache_notices_replaced_and_modified_files() {
-    let dir = disk_dir();
+    let dir = disk_tempdir();
     let path = dir.path().join("page.html");
     write_file(&path, b"version one");
-    let s = start(dir.path(), "auto", 1 << 20, 300);
-    assert_eq!(fetch(s.addr, "/page.html", "").body, b"version one");
+    let s = start(dir.path(), Offload::Auto, 1 << 20, 300);
+    assert_eq!(fetch(s.addr, "/page.html", &[]).body, b"version one");
     let c0 = counters(&s);
-    assert_eq!(fetch(s.addr, "/page.html", "").body, b"version one");
+    assert_eq!(fetch(s.addr, "/page.html", &[]).body, b"version one");
     // Served from the cache: an open hit, no pool open.
     let c1 = counters(&s);
     assert_eq!(c1.open_hits, c0.open_hits + 1.0);
@@ -319,7 +275,10 @@ fn open_file_cache_notices_replaced_and_modified_files() {
     let tmp = dir.path().join("page.tmp");
     write_file(&tmp, b"version two, longer");
     std::fs::rename(&tmp, &path).unwrap();
-    assert_eq!(fetch(s.addr, "/page.html", "").body, b"version two, longer");
+    assert_eq!(
+        fetch(s.addr, "/page.html", &[]).body,
+        b"version two, longer"
+    );
 
     // Modified in place (same inode): the new size is served at once.
     let mut f = std::fs::OpenOptions::new()
@@ -329,7 +288,7 @@ fn open_file_cache_notices_replaced_and_modified_files() {
     f.write_all(b" + appended").unwrap();
     f.sync_all().unwrap();
     assert_eq!(
-        fetch(s.addr, "/page.html", "").body,
+        fetch(s.addr, "/page.html", &[]).body,
         b"version two, longer + appended"
     );
 
@@ -339,22 +298,22 @@ fn open_file_cache_notices_replaced_and_modified_files() {
     write_file(&tmp, b"version three");
     std::fs::rename(&tmp, &path).unwrap();
     std::thread::sleep(Duration::from_millis(400));
-    assert_eq!(fetch(s.addr, "/page.html", "").body, b"version three");
+    assert_eq!(fetch(s.addr, "/page.html", &[]).body, b"version three");
 
     // Deleted: 404, not the cached descriptor.
     std::fs::remove_file(&path).unwrap();
-    assert_eq!(fetch(s.addr, "/page.html", "").status, 404);
+    assert_eq!(fetch(s.addr, "/page.html", &[]).status, 404);
 }
 
 #[test]
 fn always_mode_uses_the_cache_for_opens_within_the_window() {
-    let dir = disk_dir();
+    let dir = disk_tempdir();
     let path = dir.path().join("a.txt");
     write_file(&path, b"first");
-    let s = start(dir.path(), "always", 1 << 20, 300);
-    assert_eq!(fetch(s.addr, "/a.txt", "").body, b"first");
+    let s = start(dir.path(), Offload::Always, 1 << 20, 300);
+    assert_eq!(fetch(s.addr, "/a.txt", &[]).body, b"first");
     let c0 = counters(&s);
-    assert_eq!(fetch(s.addr, "/a.txt", "").body, b"first");
+    assert_eq!(fetch(s.addr, "/a.txt", &[]).body, b"first");
     let c1 = counters(&s);
     assert_eq!(
         c1.pool_open, c0.pool_open,
@@ -367,7 +326,7 @@ fn always_mode_uses_the_cache_for_opens_within_the_window() {
     write_file(&tmp, b"second");
     std::fs::rename(&tmp, &path).unwrap();
     std::thread::sleep(Duration::from_millis(400));
-    assert_eq!(fetch(s.addr, "/a.txt", "").body, b"second");
+    assert_eq!(fetch(s.addr, "/a.txt", &[]).body, b"second");
     assert!(counters(&s).pool_open > c1.pool_open);
 }
 
@@ -377,26 +336,18 @@ fn volume_without_rwf_nowait_falls_back_to_the_pool_and_says_so() {
     let shm = Path::new("/dev/shm");
     assert!(shm.is_dir(), "this test needs /dev/shm (a tmpfs)");
     let dir = tempfile::tempdir_in(shm).unwrap();
-    let data = pattern(300 << 10, 4);
+    let data = bytes(300 << 10, 4);
     std::fs::write(dir.path().join("t.bin"), &data).unwrap();
-    let mut s = start(dir.path(), "auto", 1 << 20, 60_000);
+    let mut s = start(dir.path(), Offload::Auto, 1 << 20, 60_000);
     let before = counters(&s);
-    let r = fetch(s.addr, "/t.bin", "Range: bytes=100-200099\r\n");
+    let r = fetch(s.addr, "/t.bin", &[("Range", "bytes=100-200099")]);
     assert_eq!(r.status, 206);
     assert!(r.body == data[100..200_100]);
     let after = counters(&s);
     assert_eq!(after.read_hits, before.read_hits);
     assert!(after.read_misses > before.read_misses);
     assert!(after.pool_sendfile > before.pool_sendfile);
-    s.child.kill().unwrap();
-    s.child.wait().unwrap();
-    let mut log = String::new();
-    s.child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let log = s.stop();
     assert!(
         log.contains("RWF_NOWAIT is not supported on this volume") && log.contains(VOL),
         "no fallback message in the log:\n{log}"
@@ -414,19 +365,19 @@ fn volume_without_rwf_nowait_falls_back_to_the_pool_and_says_so() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn volume_whose_probe_fails_runs_as_always_and_says_so() {
-    let dir = disk_dir();
-    let data = pattern(100 << 10, 5);
+    let dir = disk_tempdir();
+    let data = bytes(100 << 10, 5);
     write_file(&dir.path().join("f.bin"), &data);
     std::fs::read(dir.path().join("f.bin")).unwrap();
     let mut s = start_with(
         dir.path(),
-        "auto",
+        Offload::Auto,
         1 << 20,
         60_000,
         "nowait::probe=return(ENOSYS injected)",
     );
     let before = counters(&s);
-    let r = fetch(s.addr, "/f.bin", "");
+    let r = fetch(s.addr, "/f.bin", &[]);
     assert_eq!(r.status, 200);
     assert!(r.body == data);
     let after = counters(&s);
@@ -435,15 +386,7 @@ fn volume_whose_probe_fails_runs_as_always_and_says_so() {
     assert_eq!(after.open_hits + after.read_hits, 0.0);
     assert_eq!(after.open_misses, before.open_misses + 1.0);
     assert_eq!(after.read_misses, before.read_misses + 1.0);
-    s.child.kill().unwrap();
-    s.child.wait().unwrap();
-    let mut log = String::new();
-    s.child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let log = s.stop();
     assert_eq!(
         log.matches("offload=auto is not supported on this volume")
             .count(),
@@ -460,37 +403,28 @@ fn volume_whose_probe_fails_runs_as_always_and_says_so() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn hits_are_served_while_the_pool_is_stalled_on_a_miss() {
-    let dir = disk_dir();
-    let hot = pattern(512 << 10, 6);
-    let cold = pattern(256 << 10, 7);
+    let dir = disk_tempdir();
+    let hot = bytes(512 << 10, 6);
+    let cold = bytes(256 << 10, 7);
     write_file(&dir.path().join("hot.bin"), &hot);
     write_file(&dir.path().join("cold.bin"), &cold);
     std::fs::read(dir.path().join("hot.bin")).unwrap();
-    let dir_path = dir.path().to_owned();
-    let s = Server::start(
-        move |port, admin| {
-            format!(
-                "workers = 1\n\
-                 [[listeners]]\naddress = \"127.0.0.1\"\nport = {port}\n\n\
-                 [admin]\nlisten = \"127.0.0.1:{admin}\"\n\n\
-                 [[volumes]]\nname = \"{VOL}\"\npath = \"{}\"\noffload = \"auto\"\n\
-                 [volumes.pool]\nthreads = 1\nmax_queue = 0\n",
-                dir_path.display()
-            )
-        },
-        &format!("pool_task=return({VOL}:1500)"),
-    );
+    let cfg = Config {
+        volumes: vec![volume(VOL, dir.path()).offload(Offload::Auto).pool(1, 0)],
+        ..config(1)
+    };
+    let s = Server::start_with_failpoints(&cfg, &format!("pool_task=return({VOL}:1500)"));
     // Warm the opens (fstat-checked cache entries), then evict the cold file's data.
     assert_eq!(
-        fetch(s.addr, "/hot.bin", "Range: bytes=0-0\r\n").status,
+        fetch(s.addr, "/hot.bin", &[("Range", "bytes=0-0")]).status,
         206
     );
     evict(&dir.path().join("cold.bin"));
     let addr = s.addr;
     let t0 = std::time::Instant::now();
-    let cold_req = std::thread::spawn(move || fetch(addr, "/cold.bin", ""));
+    let cold_req = std::thread::spawn(move || fetch(addr, "/cold.bin", &[]));
     assert!(
-        admin_support::wait_until(Duration::from_secs(2), || {
+        wait_until(Duration::from_secs(2), || {
             s.metrics()
                 .get("contentserver_pool_busy_threads", &[("volume", VOL)])
                 == 1.0
@@ -499,7 +433,7 @@ fn hits_are_served_while_the_pool_is_stalled_on_a_miss() {
     );
     for _ in 0..10 {
         let t = std::time::Instant::now();
-        let r = fetch(s.addr, "/hot.bin", "");
+        let r = fetch(s.addr, "/hot.bin", &[]);
         assert_eq!(r.status, 200);
         assert!(r.body == hot);
         assert!(

@@ -5,16 +5,6 @@
 mod common;
 
 use common::*;
-use std::process::Command;
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn check_config_prints_normalized_toml() {
@@ -237,12 +227,14 @@ fn serve_limit_overrides_take_effect() {
 fn serve_config_file_with_ipv6_listener() {
     let d = tempdir();
     std::fs::write(d.path().join("f.txt"), b"six").unwrap();
-    let toml = format!(
-        "[[listeners]]\naddress = \"::1\"\nport = 0\n[admin]\nlisten = \"\"\n[[volumes]]\nname = \"v\"\npath = \"{}\"\n",
-        d.path().display()
-    );
+    let mut cfg = Config {
+        volumes: vec![volume("v", d.path())],
+        ..config(0)
+    };
+    cfg.listeners[0].address = "::1".into();
+    cfg.admin.listen = String::new();
     let path = d.path().join("c.toml");
-    std::fs::write(&path, toml).unwrap();
+    std::fs::write(&path, cfg.to_toml().unwrap()).unwrap();
     // IPv6 loopback may be unavailable in some sandboxes; then the error must be clean.
     let probe = std::net::TcpListener::bind("[::1]:0");
     if probe.is_err() {

@@ -7,21 +7,21 @@ mod common;
 use common::*;
 use std::time::Duration;
 
-fn serve(fp: &str, offload: &str) -> (tempfile::TempDir, Server, Vec<u8>) {
+fn serve(fp: &str, offload: Offload) -> (tempfile::TempDir, Server, Vec<u8>) {
     let d = tempdir();
     let data = bytes(64 * 1024, 3);
     std::fs::write(d.path().join("f.bin"), &data).unwrap();
     std::fs::write(d.path().join("small.txt"), b"x").unwrap();
-    let toml = format!(
-        "{}[limits]\nsendfile_max_chunk = 4096\n[[volumes]]\nname = \"v\"\npath = \"{}\"\noffload = \"{offload}\"\n",
-        config_head(1),
-        d.path().display()
-    );
-    let s = Server::with_config(d.path(), &toml, &[("FAILPOINTS", fp)]);
+    let mut cfg = Config {
+        volumes: vec![volume("v", d.path()).offload(offload)],
+        ..config(1)
+    };
+    cfg.limits.sendfile_max_chunk = 4096;
+    let s = Server::start_with_failpoints(&cfg, fp);
     (d, s, data)
 }
 
-fn broken_body(fp: &str, offload: &str, log: &str) {
+fn broken_body(fp: &str, offload: Offload, log: &str) {
     let (_d, s, data) = serve(fp, offload);
     let mut c = s.connect();
     c.send(b"GET /f.bin HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -42,29 +42,33 @@ fn broken_body(fp: &str, offload: &str, log: &str) {
 fn eio_mid_body_closes_the_connection() {
     broken_body(
         "send_chunk=return(eio)",
-        "always",
+        Offload::Always,
         "response body failed; closing connection",
     );
-    broken_body("send_chunk=return(eio)", "never", "Input/output error");
+    broken_body(
+        "send_chunk=return(eio)",
+        Offload::Never,
+        "Input/output error",
+    );
 }
 
 #[test]
 fn truncation_mid_body_closes_the_connection() {
     broken_body(
         "send_chunk=return(truncate)",
-        "always",
+        Offload::Always,
         "file ended at byte 4096",
     );
     broken_body(
         "send_chunk=return(truncate)",
-        "never",
+        Offload::Never,
         "file ended at byte 4096",
     );
 }
 
 #[test]
 fn eio_on_open_is_500() {
-    let (_d, s, _) = serve("open_file=return(eio)", "always");
+    let (_d, s, _) = serve("open_file=return(eio)", Offload::Always);
     assert_eq!(s.get("/f.bin").status, 500);
     assert!(
         s.wait_log("cannot open file", Duration::from_secs(2)),

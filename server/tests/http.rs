@@ -18,6 +18,21 @@ fn site() -> tempfile::TempDir {
     d
 }
 
+/// A server with one volume `name` at `dir` on `workers` loops, its config changed by `edit`.
+fn serve_with(
+    dir: &std::path::Path,
+    name: &str,
+    workers: usize,
+    edit: impl FnOnce(&mut Config),
+) -> Server {
+    let mut cfg = Config {
+        volumes: vec![volume(name, dir)],
+        ..config(workers)
+    };
+    edit(&mut cfg);
+    Server::start(&cfg)
+}
+
 #[test]
 fn get_and_head_with_headers() {
     let d = site();
@@ -147,12 +162,10 @@ fn malformed_and_oversized_requests() {
 #[test]
 fn header_read_and_keepalive_timeouts() {
     let d = site();
-    let toml = format!(
-        "{}[limits]\nheader_read_timeout_secs = 1\nkeepalive_timeout_secs = 1\n[[volumes]]\nname = \"site\"\npath = \"{}\"\n",
-        config_head(1),
-        d.path().display()
-    );
-    let s = Server::with_config(d.path(), &toml, &[]);
+    let s = serve_with(d.path(), "site", 1, |c| {
+        c.limits.header_read_timeout_secs = 1;
+        c.limits.keepalive_timeout_secs = 1;
+    });
     // A slow client that never finishes its head gets 408 and is closed.
     let mut c = s.connect();
     c.send(b"GET /hello.txt HTTP/1.1\r\nHo");
@@ -264,22 +277,21 @@ fn directories_index_or_404() {
     assert_eq!(s.get("/hello.txt/x").status, 404);
 }
 
-fn large_body(offload: &str) {
+fn large_body(offload: Offload) {
     let d = tempdir();
     let data = bytes(5 * 1024 * 1024 + 123, 7);
     std::fs::write(d.path().join("big.bin"), &data).unwrap();
-    let toml = format!(
-        "{}[limits]\nsendfile_max_chunk = 65536\n[[volumes]]\nname = \"v\"\npath = \"{}\"\noffload = \"{offload}\"\n[volumes.pool]\nthreads = 2\n",
-        config_head(2),
-        d.path().display()
-    );
-    let s = Server::with_config(d.path(), &toml, &[]);
+    let s = serve_with(d.path(), "v", 2, |c| {
+        c.limits.sendfile_max_chunk = 65536;
+        c.volumes[0].offload = offload;
+        c.volumes[0].pool.threads = 2;
+    });
     let mut c = s.connect();
     for _ in 0..2 {
         c.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
         let r = c.response(false).unwrap();
         assert_eq!(r.status, 200);
-        assert!(r.body == data, "body differs ({offload})");
+        assert!(r.body == data, "body differs ({offload:?})");
     }
     c.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=3000000-\r\n\r\n");
     let r = c.response(false).unwrap();
@@ -289,12 +301,12 @@ fn large_body(offload: &str) {
 
 #[test]
 fn large_body_offload_always() {
-    large_body("always");
+    large_body(Offload::Always);
 }
 
 #[test]
 fn large_body_offload_never() {
-    large_body("never");
+    large_body(Offload::Never);
 }
 
 #[test]
@@ -315,12 +327,7 @@ fn slow_reader_gets_the_whole_body() {
 #[test]
 fn max_connections_refuses_extra_connections() {
     let d = site();
-    let toml = format!(
-        "{}[limits]\nmax_connections = 2\n[[volumes]]\nname = \"site\"\npath = \"{}\"\n",
-        config_head(1),
-        d.path().display()
-    );
-    let s = Server::with_config(d.path(), &toml, &[]);
+    let s = serve_with(d.path(), "site", 1, |c| c.limits.max_connections = 2);
     let mut a = s.connect();
     let mut b = s.connect();
     a.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -346,12 +353,10 @@ fn max_connections_refuses_extra_connections() {
 #[test]
 fn access_log_and_json_logs() {
     let d = site();
-    let toml = format!(
-        "{}[logging]\nformat = \"json\"\naccess_log = true\n[[volumes]]\nname = \"site\"\npath = \"{}\"\n",
-        config_head(1),
-        d.path().display()
-    );
-    let s = Server::with_config(d.path(), &toml, &[]);
+    let s = serve_with(d.path(), "site", 1, |c| {
+        c.logging.format = LogFormat::Json;
+        c.logging.access_log = true;
+    });
     assert_eq!(s.get("/hello.txt").status, 200);
     assert!(
         s.wait_log("\"path\":\"/hello.txt\"", Duration::from_secs(2)),
@@ -372,12 +377,7 @@ fn file_shrinking_mid_response_closes_the_connection() {
     let path = d.path().join("shrink.bin");
     std::fs::write(&path, vec![7u8; len]).unwrap();
     std::fs::write(d.path().join("other.txt"), b"other").unwrap();
-    let toml = format!(
-        "{}[limits]\nsendfile_max_chunk = 65536\n[[volumes]]\nname = \"v\"\npath = \"{}\"\n",
-        config_head(1),
-        d.path().display()
-    );
-    let s = Server::with_config(d.path(), &toml, &[]);
+    let s = serve_with(d.path(), "v", 1, |c| c.limits.sendfile_max_chunk = 65536);
     let mut c = s.connect();
     c.send(b"GET /shrink.bin HTTP/1.1\r\nHost: t\r\n\r\n");
     // The client does not read: the server fills the socket buffers and waits for writability.

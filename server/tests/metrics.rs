@@ -1,9 +1,9 @@
 //! `/metrics` of the real server: every known series exists from start-up at 0, the exposition
 //! passes `promtool check metrics`, and the HTTP/connection/pool counters follow real traffic.
 
-mod admin_support;
+mod common;
 
-use admin_support::*;
+use common::*;
 use std::process::{Command, Stdio};
 
 /// Every metric family the server exports (README documents each).
@@ -32,32 +32,15 @@ const FAMILIES: &[&str] = &[
 ];
 
 fn two_volume_server(a: &std::path::Path, b: &std::path::Path) -> Server {
-    Server::start(
-        |port, admin| {
-            config_toml(
-                port,
-                admin,
-                2,
-                &[
-                    Vol {
-                        name: "disk1",
-                        path: a,
-                        offload: "always",
-                        threads: 3,
-                        max_queue: 7,
-                    },
-                    Vol {
-                        name: "disk2",
-                        path: b,
-                        offload: "auto",
-                        threads: 5,
-                        max_queue: 0,
-                    },
-                ],
-            )
-        },
-        "",
-    )
+    let volumes = vec![
+        volume("disk1", a).offload(Offload::Always).pool(3, 7),
+        volume("disk2", b).offload(Offload::Auto).pool(5, 0),
+    ];
+    Server::start(&Config {
+        routes: route_per_volume(&volumes),
+        volumes,
+        ..config(2)
+    })
 }
 
 #[test]
@@ -157,9 +140,9 @@ fn promtool_check_metrics_reports_nothing() {
     let (a, b) = (content_dir(2, 5000), content_dir(1, 10));
     let server = two_volume_server(a.path(), b.path());
     // Some traffic first, so labelled series created on demand (method, code) are checked too.
-    assert_eq!(get(server.addr, "/disk1/f0.bin").status, 200);
-    assert_eq!(get(server.addr, "/disk2/missing").status, 404);
-    let body = get(server.admin, "/metrics").body;
+    assert_eq!(server.get("/disk1/f0.bin").status, 200);
+    assert_eq!(server.get("/disk2/missing").status, 404);
+    let body = server.admin_get("/metrics").text();
 
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
@@ -189,9 +172,9 @@ fn http_and_connection_counters_follow_traffic() {
     let server = two_volume_server(a.path(), b.path());
     // Distinct files: a repeated one may be served from the open-file cache without a pool task.
     for i in 0..3 {
-        assert_eq!(get(server.addr, &format!("/disk1/f{i}.bin")).status, 200);
+        assert_eq!(server.get(&format!("/disk1/f{i}.bin")).status, 200);
     }
-    assert_eq!(get(server.addr, "/disk2/nope").status, 404);
+    assert_eq!(server.get("/disk2/nope").status, 404);
 
     let m = server.metrics();
     let code = |c: &str| {
@@ -230,25 +213,14 @@ fn http_and_connection_counters_follow_traffic() {
 fn refused_connections_are_counted_and_active_follows_open_connections() {
     use std::io::{Read, Write};
     let dir = content_dir(1, 100);
-    let server = Server::start(
-        |port, admin| {
-            let mut toml = config_toml(
-                port,
-                admin,
-                1,
-                &[Vol {
-                    name: "media",
-                    path: dir.path(),
-                    offload: "always",
-                    threads: 2,
-                    max_queue: 4,
-                }],
-            );
-            toml.push_str("[limits]\nmax_connections = 1\n");
-            toml
-        },
-        "",
-    );
+    let mut cfg = Config {
+        volumes: vec![volume("media", dir.path())
+            .offload(Offload::Always)
+            .pool(2, 4)],
+        ..config(1)
+    };
+    cfg.limits.max_connections = 1;
+    let server = Server::start(&cfg);
     // One keep-alive connection holds the only slot.
     let mut held = std::net::TcpStream::connect(server.addr).expect("connect");
     write!(held, "GET /f0.bin HTTP/1.1\r\nHost: t\r\n\r\n").expect("write");

@@ -10,32 +10,27 @@
 //! Failpoints used (see pool.rs and fs/mod.rs): `pool_task=return(VOLUME:MS)` stalls every task of
 //! one pool; `open_file=sleep(MS)` makes every file open slow, wherever it runs.
 
-mod admin_support;
+mod common;
 
-use admin_support::*;
+use common::*;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-fn one_volume<'a>(
-    dir: &'a Path,
-    offload: &'static str,
+/// One volume `slow` on one event loop, started with `failpoints`.
+fn one_volume(
+    dir: &Path,
+    offload: Offload,
     threads: usize,
     max_queue: usize,
-) -> impl Fn(u16, u16) -> String + 'a {
-    move |port, admin| {
-        config_toml(
-            port,
-            admin,
-            1,
-            &[Vol {
-                name: "slow",
-                path: dir,
-                offload,
-                threads,
-                max_queue,
-            }],
-        )
-    }
+    failpoints: &str,
+) -> Server {
+    let cfg = Config {
+        volumes: vec![volume("slow", dir)
+            .offload(offload)
+            .pool(threads, max_queue)],
+        ..config(1)
+    };
+    Server::start_with_failpoints(&cfg, failpoints)
 }
 
 /// GET each path on its own thread; the handles yield (status, elapsed).
@@ -61,8 +56,11 @@ const V: [(&str, &str); 1] = [("volume", "slow")];
 #[test]
 fn stalled_pool_raises_busy_threads_and_queue_depth() {
     let dir = content_dir(5, 1000);
-    let server = Server::start(
-        one_volume(dir.path(), "always", 2, 10),
+    let server = one_volume(
+        dir.path(),
+        Offload::Always,
+        2,
+        10,
         "pool_task=return(slow:700)",
     );
     let before = server.metrics();
@@ -113,8 +111,11 @@ fn stalled_pool_raises_busy_threads_and_queue_depth() {
 fn every_overflow_counts_once_in_rejected_total() {
     let dir = content_dir(5, 1000);
     // One thread, nothing may wait: while it is stalled, every other request overflows.
-    let server = Server::start(
-        one_volume(dir.path(), "always", 1, 0),
+    let server = one_volume(
+        dir.path(),
+        Offload::Always,
+        1,
+        0,
         "pool_task=return(slow:1500)",
     );
     let holder = fire(server.addr, &["/f0.bin".to_string()]);
@@ -207,7 +208,7 @@ fn lag(server: &Server) -> Lag {
 fn loop_lag_stays_low_when_slow_opens_run_on_the_pool() {
     let dir = content_dir(12, 1000);
     let fp = format!("open_file=sleep({SLOW_OPEN_MS})");
-    let server = Server::start(one_volume(dir.path(), "always", 6, 100), &fp);
+    let server = one_volume(dir.path(), Offload::Always, 6, 100, &fp);
     let before = lag(&server);
 
     // Two waves of six concurrent slow opens: the pool is stalled for over 1.6 s.
@@ -243,7 +244,7 @@ fn loop_lag_stays_low_when_slow_opens_run_on_the_pool() {
 fn loop_lag_rises_when_the_same_slow_opens_run_inline() {
     let dir = content_dir(3, 1000);
     let fp = format!("open_file=sleep({SLOW_OPEN_MS})");
-    let server = Server::start(one_volume(dir.path(), "never", 6, 100), &fp);
+    let server = one_volume(dir.path(), Offload::Never, 6, 100, &fp);
     let before = lag(&server);
 
     for i in 0..3 {
@@ -272,10 +273,7 @@ fn loop_lag_rises_when_the_same_slow_opens_run_inline() {
 #[test]
 fn admin_answers_while_the_only_event_loop_is_blocked() {
     let dir = content_dir(1, 1000);
-    let server = Server::start(
-        one_volume(dir.path(), "never", 1, 0),
-        "open_file=sleep(1500)",
-    );
+    let server = one_volume(dir.path(), Offload::Never, 1, 0, "open_file=sleep(1500)");
     let client = fire(server.addr, &["/f0.bin".to_string()]);
     std::thread::sleep(Duration::from_millis(300));
     // The worker is inside the 1.5 s inline open now; the admin thread still answers at once.
@@ -288,7 +286,7 @@ fn admin_answers_while_the_only_event_loop_is_blocked() {
     );
     assert_eq!(m.get("contentserver_http_requests_in_flight", &[]), 1.0);
     assert_eq!(
-        get(server.admin, "/healthz").status,
+        server.admin_get("/healthz").status,
         200,
         "a 1.5 s block is not yet unhealthy"
     );

@@ -20,42 +20,27 @@ fn two_volumes(
     std::fs::create_dir_all(&fast).unwrap();
     std::fs::write(slow.join("a.txt"), b"slow a").unwrap();
     std::fs::write(fast.join("b.txt"), b"fast b").unwrap();
-    let toml = format!(
-        r#"{}
-[[volumes]]
-name = "slowvol"
-path = "{}"
-offload = "always"
-[volumes.pool]
-threads = {slow_threads}
-max_queue = {slow_queue}
-[[volumes]]
-name = "fastvol"
-path = "{}"
-offload = "always"
-[volumes.pool]
-threads = 1
-max_queue = 0
-[[routes]]
-prefix = "/slow"
-volume = "slowvol"
-strip_prefix = true
-[[routes]]
-prefix = "/"
-volume = "fastvol"
-"#,
-        config_head(1),
-        slow.display(),
-        fast.display()
-    );
-    let fp = format!("pool_task=return(slowvol:{stall_ms})");
-    let s = Server::with_config(base.path(), &toml, &[("FAILPOINTS", fp.as_str())]);
+    let volumes = vec![
+        volume("slowvol", &slow)
+            .offload(Offload::Always)
+            .pool(slow_threads, slow_queue),
+        volume("fastvol", &fast).offload(Offload::Always).pool(1, 0),
+    ];
+    let cfg = Config {
+        volumes,
+        routes: vec![
+            route("/slow", "slowvol").strip_prefix(),
+            route("/", "fastvol"),
+        ],
+        ..config(1)
+    };
+    let s = Server::start_with_failpoints(&cfg, &format!("pool_task=return(slowvol:{stall_ms})"));
     (base, s)
 }
 
 fn send_get(s: &Server, path: &str) -> Conn {
     let mut c = s.connect();
-    c.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes());
+    c.send(&request_bytes("GET", path, &[], true));
     c
 }
 
@@ -152,26 +137,12 @@ fn overflow_never_cuts_an_admitted_response_short() {
     std::fs::create_dir_all(&slow).unwrap();
     let body = bytes(32 * 1024, 7);
     std::fs::write(slow.join("big.bin"), &body).unwrap();
-    let toml = format!(
-        r#"{}
-[limits]
-sendfile_max_chunk = 4096
-[[volumes]]
-name = "slowvol"
-path = "{}"
-offload = "always"
-[volumes.pool]
-threads = 2
-max_queue = 0
-"#,
-        config_head(1),
-        slow.display()
-    );
-    let s = Server::with_config(
-        base.path(),
-        &toml,
-        &[("FAILPOINTS", "pool_task=return(slowvol:30)")],
-    );
+    let mut cfg = Config {
+        volumes: vec![volume("slowvol", &slow).offload(Offload::Always).pool(2, 0)],
+        ..config(1)
+    };
+    cfg.limits.sendfile_max_chunk = 4096;
+    let s = Server::start_with_failpoints(&cfg, "pool_task=return(slowvol:30)");
     // Requests arrive every 25 ms while earlier ones are sending their 8 chunks of 30 ms each.
     let clients: Vec<_> = (0..12)
         .map(|i| {

@@ -30,9 +30,7 @@ fn layout() -> tempfile::TempDir {
 }
 
 fn raw_status(s: &Server, target: &str) -> (u16, Vec<u8>) {
-    let mut c = s.connect();
-    c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes());
-    let r = c.response(false).unwrap();
+    let r = s.get(target);
     (r.status, r.body)
 }
 
@@ -152,36 +150,29 @@ fn routes_prefix_strip_and_split() {
             std::fs::write(p.join(format!("f{i}.bin")), sh.as_bytes()).unwrap();
         }
     }
-    let mut toml = config_head(1);
-    for (name, dir) in [("main", &main), ("media", &media), ("static", &stat)] {
-        toml += &format!(
-            "[[volumes]]\nname = \"{name}\"\npath = \"{}\"\n",
-            dir.display()
-        );
-    }
+    let mut volumes = vec![
+        volume("main", &main),
+        volume("media", &media),
+        volume("static", &stat),
+    ];
     for sh in shards {
-        toml += &format!(
-            "[[volumes]]\nname = \"{sh}\"\npath = \"{}\"\n",
-            base.path().join(sh).display()
-        );
+        volumes.push(volume(sh, &base.path().join(sh)));
     }
-    toml += r#"
-[[routes]]
-prefix = "/"
-volume = "main"
-[[routes]]
-prefix = "/media"
-volume = "media"
-[[routes]]
-prefix = "/static/"
-volume = "static"
-strip_prefix = true
-[[routes]]
-prefix = "/split"
-strip_prefix = true
-split = [{ volume = "s1", percent = 33.3 }, { volume = "s2", percent = 33.3 }, { volume = "s3" }]
-"#;
-    let s = Server::with_config(base.path(), &toml, &[]);
+    let cfg = Config {
+        volumes,
+        routes: vec![
+            route("/", "main"),
+            route("/media", "media"),
+            route("/static/", "static").strip_prefix(),
+            split_route(
+                "/split",
+                &[("s1", Some(33.3)), ("s2", Some(33.3)), ("s3", None)],
+            )
+            .strip_prefix(),
+        ],
+        ..config(1)
+    };
+    let s = Server::start(&cfg);
     assert_eq!(raw_status(&s, "/root.txt"), (200, b"main root".to_vec()));
     assert_eq!(raw_status(&s, "/media/m.txt"), (200, b"media m".to_vec()));
     // "/media" matches whole segments only.
@@ -199,8 +190,7 @@ split = [{ volume = "s1", percent = 33.3 }, { volume = "s2", percent = 33.3 }, {
     let mut c = s.connect();
     for i in 0..300 {
         let path = format!("/split/f{i}.bin");
-        c.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
-        let r = c.response(false).unwrap();
+        let r = c.get(&path);
         assert_eq!(r.status, 200, "{path}");
         let got = shards
             .iter()

@@ -1,18 +1,16 @@
 //! The bounded pool through its public API: the nginx overflow rule (idle thread or fewer than
 //! max_queue waiting, else an immediate error), the error's text, and the pool metrics.
 
+mod common;
+
 use content_server::metrics::{Metrics, PoolOp};
 use content_server::pool::Pool;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-fn metric(m: &Metrics, needle: &str) -> f64 {
-    let text = m.render();
-    text.lines()
-        .find(|l| l.starts_with(needle))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{needle} not in\n{text}"))
+/// The sample `name{labels}` of the registry's exposition.
+fn metric(m: &Metrics, name: &str, labels: &[(&str, &str)]) -> f64 {
+    common::Metrics::parse(&m.render()).get(name, labels)
 }
 
 /// Occupy the pool's threads (and queue) with tasks blocked until the returned senders drop.
@@ -41,11 +39,7 @@ fn block(
 
 fn wait_busy(m: &Metrics, name: &str, busy: f64) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while metric(
-        m,
-        &format!("contentserver_pool_busy_threads{{volume=\"{name}\"}}"),
-    ) != busy
-    {
+    while metric(m, "contentserver_pool_busy_threads", &[("volume", name)]) != busy {
         assert!(
             Instant::now() < deadline,
             "pool never reached {busy} busy threads"
@@ -69,7 +63,7 @@ fn max_queue_zero_rejects_when_all_threads_are_busy() {
         "thread pool \"p\" queue overflow: 0 tasks waiting"
     );
     assert_eq!(
-        metric(&m, "contentserver_pool_rejected_total{volume=\"p\"}"),
+        metric(&m, "contentserver_pool_rejected_total", &[("volume", "p")]),
         1.0
     );
     drop(gates);
@@ -85,26 +79,31 @@ fn max_queue_zero_rejects_when_all_threads_are_busy() {
         7
     );
     assert_eq!(
-        metric(&m, "contentserver_pool_rejected_total{volume=\"p\"}"),
+        metric(&m, "contentserver_pool_rejected_total", &[("volume", "p")]),
         1.0
     );
     assert_eq!(
         metric(
             &m,
-            "contentserver_pool_tasks_total{op=\"open\",volume=\"p\"}"
+            "contentserver_pool_tasks_total",
+            &[("op", "open"), ("volume", "p")]
         ),
         1.0
     );
     assert_eq!(
         metric(
             &m,
-            "contentserver_pool_tasks_total{op=\"read\",volume=\"p\"}"
+            "contentserver_pool_tasks_total",
+            &[("op", "read"), ("volume", "p")]
         ),
         1.0
     );
-    assert_eq!(metric(&m, "contentserver_pool_threads{volume=\"p\"}"), 1.0);
     assert_eq!(
-        metric(&m, "contentserver_pool_queue_capacity{volume=\"p\"}"),
+        metric(&m, "contentserver_pool_threads", &[("volume", "p")]),
+        1.0
+    );
+    assert_eq!(
+        metric(&m, "contentserver_pool_queue_capacity", &[("volume", "p")]),
         0.0
     );
 }
@@ -117,13 +116,13 @@ fn max_queue_bounds_waiting_tasks() {
     wait_busy(&m, "q", 2.0);
     let (more_gates, more) = block(&pool, 3);
     assert_eq!(
-        metric(&m, "contentserver_pool_queue_depth{volume=\"q\"}"),
+        metric(&m, "contentserver_pool_queue_depth", &[("volume", "q")]),
         3.0
     );
     let err = pool.submit(PoolOp::Sendfile, || 0usize).unwrap_err();
     assert_eq!(err.waiting, 3);
     assert_eq!(
-        metric(&m, "contentserver_pool_rejected_total{volume=\"q\"}"),
+        metric(&m, "contentserver_pool_rejected_total", &[("volume", "q")]),
         1.0
     );
     drop(gates);
@@ -136,7 +135,7 @@ fn max_queue_bounds_waiting_tasks() {
     assert_eq!(got, vec![0, 1, 0, 1, 2]);
     wait_busy(&m, "q", 0.0);
     assert_eq!(
-        metric(&m, "contentserver_pool_queue_depth{volume=\"q\"}"),
+        metric(&m, "contentserver_pool_queue_depth", &[("volume", "q")]),
         0.0
     );
 }
@@ -153,21 +152,24 @@ fn many_tasks_all_complete_with_metrics() {
     assert_eq!(
         metric(
             &m,
-            "contentserver_pool_tasks_total{op=\"read\",volume=\"r\"}"
+            "contentserver_pool_tasks_total",
+            &[("op", "read"), ("volume", "r")]
         ),
         1000.0
     );
     assert_eq!(
         metric(
             &m,
-            "contentserver_pool_task_duration_seconds_count{op=\"read\",volume=\"r\"}"
+            "contentserver_pool_task_duration_seconds_count",
+            &[("op", "read"), ("volume", "r")]
         ),
         1000.0
     );
     assert_eq!(
         metric(
             &m,
-            "contentserver_pool_queue_wait_seconds_count{volume=\"r\"}"
+            "contentserver_pool_queue_wait_seconds_count",
+            &[("volume", "r")]
         ),
         1000.0
     );
@@ -199,13 +201,14 @@ fn a_thread_is_idle_again_before_its_result_arrives() {
         assert_eq!(rx.blocking_recv().unwrap(), i);
     }
     assert_eq!(
-        metric(&m, "contentserver_pool_rejected_total{volume=\"t\"}"),
+        metric(&m, "contentserver_pool_rejected_total", &[("volume", "t")]),
         0.0
     );
     assert_eq!(
         metric(
             &m,
-            "contentserver_pool_tasks_total{op=\"sendfile\",volume=\"t\"}"
+            "contentserver_pool_tasks_total",
+            &[("op", "sendfile"), ("volume", "t")]
         ),
         2000.0
     );

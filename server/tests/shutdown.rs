@@ -18,30 +18,16 @@ fn server(stall_ms: u64, shutdown_timeout: u64) -> (tempfile::TempDir, Server, V
     let data = bytes(200_000, 5);
     std::fs::write(slow.join("big.bin"), &data).unwrap();
     std::fs::write(fast.join("x.txt"), b"x").unwrap();
-    let toml = format!(
-        r#"shutdown_timeout_secs = {shutdown_timeout}
-{}
-[[volumes]]
-name = "slow"
-path = "{}"
-offload = "always"
-[[volumes]]
-name = "fast"
-path = "{}"
-[[routes]]
-prefix = "/slow"
-volume = "slow"
-strip_prefix = true
-[[routes]]
-prefix = "/"
-volume = "fast"
-"#,
-        config_head(2),
-        slow.display(),
-        fast.display()
-    );
-    let fp = format!("pool_task=return(slow:{stall_ms})");
-    let s = Server::with_config(base.path(), &toml, &[("FAILPOINTS", fp.as_str())]);
+    let mut cfg = Config {
+        volumes: vec![
+            volume("slow", &slow).offload(Offload::Always),
+            volume("fast", &fast),
+        ],
+        routes: vec![route("/slow", "slow").strip_prefix(), route("/", "fast")],
+        ..config(2)
+    };
+    cfg.shutdown_timeout_secs = shutdown_timeout;
+    let s = Server::start_with_failpoints(&cfg, &format!("pool_task=return(slow:{stall_ms})"));
     (base, s, data)
 }
 
