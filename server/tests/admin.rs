@@ -8,10 +8,10 @@ use common::*;
 use std::time::Duration;
 
 fn server_for(dir: &std::path::Path) -> Server {
-    Server::start(&Config {
-        volumes: vec![volume("media", dir).offload(Offload::Always).pool(4, 16)],
-        ..config(2)
-    })
+    Server::start(&one_volume(
+        2,
+        volume("media", dir).offload(Offload::Always).pool(4, 16),
+    ))
 }
 
 #[test]
@@ -131,12 +131,12 @@ fn empty_admin_listen_disables_the_admin_listener() {
     let dir = content_dir(1, 100);
     // A port the admin listener would have had; nothing may listen on it.
     let admin_port = free_port();
-    let mut cfg = Config {
-        volumes: vec![volume("media", dir.path())
+    let mut cfg = one_volume(
+        1,
+        volume("media", dir.path())
             .offload(Offload::Always)
-            .pool(1, 1)],
-        ..config(1)
-    };
+            .pool(1, 1),
+    );
     cfg.admin.listen = String::new();
     let mut server = Server::start(&cfg);
     let served = wait_until(Duration::from_secs(10), || {

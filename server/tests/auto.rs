@@ -29,10 +29,7 @@ fn start_with(
     valid_ms: u64,
     failpoints: &str,
 ) -> Server {
-    let mut cfg = Config {
-        volumes: vec![volume(VOL, dir).offload(offload).pool(2, 64)],
-        ..config(1)
-    };
+    let mut cfg = one_volume(1, volume(VOL, dir).offload(offload).pool(2, 64));
     cfg.limits.sendfile_max_chunk = max_chunk;
     cfg.open_file_cache.max_entries = 64;
     cfg.open_file_cache.valid_ms = valid_ms;
@@ -150,12 +147,22 @@ fn counters(s: &Server) -> Counters {
     }
 }
 
+/// A dir on the build disk with one synced file `name` of `len` pseudo-random bytes (`seed`).
+fn disk_file(
+    name: &str,
+    len: usize,
+    seed: u64,
+) -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>) {
+    let dir = disk_tempdir();
+    let data = bytes(len, seed);
+    let path = dir.path().join(name);
+    write_file(&path, &data);
+    (dir, path, data)
+}
+
 #[test]
 fn resident_file_is_served_on_the_loop_without_any_pool_task() {
-    let dir = disk_tempdir();
-    let data = bytes(3 << 20, 1);
-    let path = dir.path().join("hot.bin");
-    write_file(&path, &data);
+    let (dir, path, data) = disk_file("hot.bin", 3 << 20, 1);
     assert_eq!(std::fs::read(&path).unwrap(), data); // read it once: resident
     let s = start(dir.path(), Offload::Auto, 1 << 20, 60_000);
     let before = counters(&s);
@@ -181,10 +188,7 @@ fn resident_file_is_served_on_the_loop_without_any_pool_task() {
 
 #[test]
 fn evicted_file_is_read_on_the_pool_and_unknown_paths_are_looked_up_there() {
-    let dir = disk_tempdir();
-    let data = bytes(1 << 20, 2);
-    let path = dir.path().join("cold.bin");
-    write_file(&path, &data);
+    let (dir, path, data) = disk_file("cold.bin", 1 << 20, 2);
     let s = start(dir.path(), Offload::Auto, 256 << 10, 60_000);
     evict(&path);
     assert!(
@@ -257,24 +261,42 @@ fn mixed_chunks(failpoints: &str) {
     }
 }
 
+/// Write `dir/name` = `body`, serve `dir` (1 MiB chunks, 300 ms cache window) and GET it twice:
+/// the server and the counters between the two requests.
+fn served_twice(
+    dir: &Path,
+    offload: Offload,
+    name: &str,
+    body: &[u8],
+) -> (Server, Counters, Counters) {
+    write_file(&dir.join(name), body);
+    let s = start(dir, offload, 1 << 20, 300);
+    let uri = format!("/{name}");
+    assert_eq!(fetch(s.addr, &uri, &[]).body, body);
+    let c0 = counters(&s);
+    assert_eq!(fetch(s.addr, &uri, &[]).body, body);
+    let c1 = counters(&s);
+    (s, c0, c1)
+}
+
+/// Replace `path` by a new file (another inode) holding `body`, renamed over it.
+fn rename_over(path: &Path, body: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    write_file(&tmp, body);
+    std::fs::rename(&tmp, path).unwrap();
+}
+
 #[test]
 fn open_file_cache_notices_replaced_and_modified_files() {
     let dir = disk_tempdir();
     let path = dir.path().join("page.html");
-    write_file(&path, b"version one");
-    let s = start(dir.path(), Offload::Auto, 1 << 20, 300);
-    assert_eq!(fetch(s.addr, "/page.html", &[]).body, b"version one");
-    let c0 = counters(&s);
-    assert_eq!(fetch(s.addr, "/page.html", &[]).body, b"version one");
+    let (s, c0, c1) = served_twice(dir.path(), Offload::Auto, "page.html", b"version one");
     // Served from the cache: an open hit, no pool open.
-    let c1 = counters(&s);
     assert_eq!(c1.open_hits, c0.open_hits + 1.0);
     assert_eq!(c1.pool_open, c0.pool_open);
 
     // Renamed over: the cached inode is unlinked, noticed on the next request.
-    let tmp = dir.path().join("page.tmp");
-    write_file(&tmp, b"version two, longer");
-    std::fs::rename(&tmp, &path).unwrap();
+    rename_over(&path, b"version two, longer");
     assert_eq!(
         fetch(s.addr, "/page.html", &[]).body,
         b"version two, longer"
@@ -295,8 +317,7 @@ fn open_file_cache_notices_replaced_and_modified_files() {
     // Replaced while the old inode keeps another name: only the path re-check after valid_ms
     // (300 ms here) can notice it.
     std::fs::hard_link(&path, dir.path().join("keep.html")).unwrap();
-    write_file(&tmp, b"version three");
-    std::fs::rename(&tmp, &path).unwrap();
+    rename_over(&path, b"version three");
     std::thread::sleep(Duration::from_millis(400));
     assert_eq!(fetch(s.addr, "/page.html", &[]).body, b"version three");
 
@@ -308,13 +329,7 @@ fn open_file_cache_notices_replaced_and_modified_files() {
 #[test]
 fn always_mode_uses_the_cache_for_opens_within_the_window() {
     let dir = disk_tempdir();
-    let path = dir.path().join("a.txt");
-    write_file(&path, b"first");
-    let s = start(dir.path(), Offload::Always, 1 << 20, 300);
-    assert_eq!(fetch(s.addr, "/a.txt", &[]).body, b"first");
-    let c0 = counters(&s);
-    assert_eq!(fetch(s.addr, "/a.txt", &[]).body, b"first");
-    let c1 = counters(&s);
+    let (s, c0, c1) = served_twice(dir.path(), Offload::Always, "a.txt", b"first");
     assert_eq!(
         c1.pool_open, c0.pool_open,
         "a cached open needs no pool task"
@@ -322,9 +337,7 @@ fn always_mode_uses_the_cache_for_opens_within_the_window() {
     assert_eq!(c1.pool_sendfile, c0.pool_sendfile + 1.0);
     // No page-cache accounting outside auto.
     assert_eq!(c1.open_hits + c1.read_hits, 0.0);
-    let tmp = dir.path().join("a.tmp");
-    write_file(&tmp, b"second");
-    std::fs::rename(&tmp, &path).unwrap();
+    rename_over(&dir.path().join("a.txt"), b"second");
     std::thread::sleep(Duration::from_millis(400));
     assert_eq!(fetch(s.addr, "/a.txt", &[]).body, b"second");
     assert!(counters(&s).pool_open > c1.pool_open);
@@ -409,10 +422,7 @@ fn hits_are_served_while_the_pool_is_stalled_on_a_miss() {
     write_file(&dir.path().join("hot.bin"), &hot);
     write_file(&dir.path().join("cold.bin"), &cold);
     std::fs::read(dir.path().join("hot.bin")).unwrap();
-    let cfg = Config {
-        volumes: vec![volume(VOL, dir.path()).offload(Offload::Auto).pool(1, 0)],
-        ..config(1)
-    };
+    let cfg = one_volume(1, volume(VOL, dir.path()).offload(Offload::Auto).pool(1, 0));
     let s = Server::start_with_failpoints(&cfg, &format!("pool_task=return({VOL}:1500)"));
     // Warm the opens (fstat-checked cache entries), then evict the cold file's data.
     assert_eq!(

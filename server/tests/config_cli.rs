@@ -80,16 +80,17 @@ volume = "nope"
 #[test]
 fn serve_rejects_bad_input_cleanly() {
     let d = tempdir();
+    let missing_dir = [
+        "serve",
+        "--root",
+        "/nonexistent/dir",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "",
+    ];
     for args in [
-        vec![
-            "serve",
-            "--root",
-            "/nonexistent/dir",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "",
-        ],
+        missing_dir.to_vec(),
         vec![
             "serve",
             "--root",
@@ -123,15 +124,7 @@ fn serve_rejects_bad_input_cleanly() {
         );
     }
     // The missing directory is named.
-    let (_, _, err) = run(&[
-        "serve",
-        "--root",
-        "/nonexistent/dir",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "",
-    ]);
+    let (_, _, err) = run(&missing_dir);
     assert!(err.contains("/nonexistent/dir"), "{err}");
     let (_, _, err) = run(&[
         "serve",
@@ -145,30 +138,22 @@ fn serve_rejects_bad_input_cleanly() {
     assert!(err.contains("volumes[0].pool.threads"), "{err}");
 }
 
-#[test]
-fn serve_root_with_overrides() {
+/// `serve --root DIR --admin-listen "" ARGS...` (space-separated) for a DIR with one file
+/// `f.txt` holding `f`.
+fn serve_root(args: &str) -> (tempfile::TempDir, Server) {
     let d = tempdir();
     std::fs::write(d.path().join("f.txt"), b"f").unwrap();
-    let s = Server::spawn(
-        &[
-            "serve",
-            "--root",
-            d.path().to_str().unwrap(),
-            "--listen",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--threads",
-            "3",
-            "--max-queue",
-            "7",
-            "--offload",
-            "never",
-            "--admin-listen",
-            "",
-        ],
-        &[],
-    );
+    let mut all = vec!["serve", "--root", d.path().to_str().unwrap()];
+    all.extend(["--admin-listen", ""]);
+    all.extend(args.split_whitespace());
+    let s = Server::spawn(&all, &[]);
+    (d, s)
+}
+
+#[test]
+fn serve_root_with_overrides() {
+    let (_d, s) =
+        serve_root("--listen 127.0.0.1 --port 0 --threads 3 --max-queue 7 --offload never");
     assert!(s.addr.ip().is_loopback());
     assert_ne!(s.addr.port(), 0);
     assert_eq!(s.get("/f.txt").body, b"f");
@@ -183,25 +168,8 @@ fn serve_root_with_overrides() {
 
 #[test]
 fn serve_limit_overrides_take_effect() {
-    let d = tempdir();
-    std::fs::write(d.path().join("f.txt"), b"f").unwrap();
-    let s = Server::spawn(
-        &[
-            "serve",
-            "--root",
-            d.path().to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "",
-            "--backlog",
-            "77",
-            "--max-connections",
-            "1",
-            "--sendfile-max-chunk",
-            "4096",
-        ],
-        &[],
+    let (_d, s) = serve_root(
+        "--listen 127.0.0.1:0 --backlog 77 --max-connections 1 --sendfile-max-chunk 4096",
     );
     assert!(s.logs().contains("backlog=77"), "{}", s.logs());
     let mut first = s.connect();
@@ -227,10 +195,7 @@ fn serve_limit_overrides_take_effect() {
 fn serve_config_file_with_ipv6_listener() {
     let d = tempdir();
     std::fs::write(d.path().join("f.txt"), b"six").unwrap();
-    let mut cfg = Config {
-        volumes: vec![volume("v", d.path())],
-        ..config(0)
-    };
+    let mut cfg = one_volume(0, volume("v", d.path()));
     cfg.listeners[0].address = "::1".into();
     cfg.admin.listen = String::new();
     let path = d.path().join("c.toml");

@@ -12,10 +12,7 @@ fn serve(fp: &str, offload: Offload) -> (tempfile::TempDir, Server, Vec<u8>) {
     let data = bytes(64 * 1024, 3);
     std::fs::write(d.path().join("f.bin"), &data).unwrap();
     std::fs::write(d.path().join("small.txt"), b"x").unwrap();
-    let mut cfg = Config {
-        volumes: vec![volume("v", d.path()).offload(offload)],
-        ..config(1)
-    };
+    let mut cfg = one_volume(1, volume("v", d.path()).offload(offload));
     cfg.limits.sendfile_max_chunk = 4096;
     let s = Server::start_with_failpoints(&cfg, fp);
     (d, s, data)

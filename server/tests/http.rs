@@ -25,10 +25,7 @@ fn serve_with(
     workers: usize,
     edit: impl FnOnce(&mut Config),
 ) -> Server {
-    let mut cfg = Config {
-        volumes: vec![volume(name, dir)],
-        ..config(workers)
-    };
+    let mut cfg = one_volume(workers, volume(name, dir));
     edit(&mut cfg);
     Server::start(&cfg)
 }

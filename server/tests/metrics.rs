@@ -213,12 +213,12 @@ fn http_and_connection_counters_follow_traffic() {
 fn refused_connections_are_counted_and_active_follows_open_connections() {
     use std::io::{Read, Write};
     let dir = content_dir(1, 100);
-    let mut cfg = Config {
-        volumes: vec![volume("media", dir.path())
+    let mut cfg = one_volume(
+        1,
+        volume("media", dir.path())
             .offload(Offload::Always)
-            .pool(2, 4)],
-        ..config(1)
-    };
+            .pool(2, 4),
+    );
     cfg.limits.max_connections = 1;
     let server = Server::start(&cfg);
     // One keep-alive connection holds the only slot.

@@ -17,19 +17,19 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// One volume `slow` on one event loop, started with `failpoints`.
-fn one_volume(
+fn slow_server(
     dir: &Path,
     offload: Offload,
     threads: usize,
     max_queue: usize,
     failpoints: &str,
 ) -> Server {
-    let cfg = Config {
-        volumes: vec![volume("slow", dir)
+    let cfg = common::one_volume(
+        1,
+        volume("slow", dir)
             .offload(offload)
-            .pool(threads, max_queue)],
-        ..config(1)
-    };
+            .pool(threads, max_queue),
+    );
     Server::start_with_failpoints(&cfg, failpoints)
 }
 
@@ -52,17 +52,20 @@ fn fire(
 }
 
 const V: [(&str, &str); 1] = [("volume", "slow")];
+/// The labels of the volume's open tasks.
+const OPENS: [(&str, &str); 2] = [("volume", "slow"), ("op", "open")];
+
+/// Five files `f0.bin`.. behind an `always` pool whose every task stalls `stall_ms`.
+fn stalled_pool(threads: usize, max_queue: usize, stall_ms: u64) -> (tempfile::TempDir, Server) {
+    let dir = content_dir(5, 1000);
+    let fp = format!("pool_task=return(slow:{stall_ms})");
+    let server = slow_server(dir.path(), Offload::Always, threads, max_queue, &fp);
+    (dir, server)
+}
 
 #[test]
 fn stalled_pool_raises_busy_threads_and_queue_depth() {
-    let dir = content_dir(5, 1000);
-    let server = one_volume(
-        dir.path(),
-        Offload::Always,
-        2,
-        10,
-        "pool_task=return(slow:700)",
-    );
+    let (_dir, server) = stalled_pool(2, 10, 700);
     let before = server.metrics();
     assert_eq!(before.get("contentserver_pool_busy_threads", &V), 0.0);
     assert_eq!(before.get("contentserver_pool_queue_depth", &V), 0.0);
@@ -93,13 +96,7 @@ fn stalled_pool_raises_busy_threads_and_queue_depth() {
     assert_eq!(m.get("contentserver_pool_busy_threads", &V), 0.0);
     assert_eq!(m.get("contentserver_pool_queue_depth", &V), 0.0);
     assert_eq!(m.get("contentserver_pool_rejected_total", &V), 0.0);
-    assert_eq!(
-        m.get(
-            "contentserver_pool_tasks_total",
-            &[("volume", "slow"), ("op", "open")]
-        ),
-        5.0
-    );
+    assert_eq!(m.get("contentserver_pool_tasks_total", &OPENS), 5.0);
     // The queued opens waited for a stalled thread: at least one full stall each.
     let waited = m.get("contentserver_pool_queue_wait_seconds_sum", &V);
     assert!(waited >= 3.0 * 0.6, "queue wait sum {waited}");
@@ -109,15 +106,8 @@ fn stalled_pool_raises_busy_threads_and_queue_depth() {
 
 #[test]
 fn every_overflow_counts_once_in_rejected_total() {
-    let dir = content_dir(5, 1000);
     // One thread, nothing may wait: while it is stalled, every other request overflows.
-    let server = one_volume(
-        dir.path(),
-        Offload::Always,
-        1,
-        0,
-        "pool_task=return(slow:1500)",
-    );
+    let (_dir, server) = stalled_pool(1, 0, 1500);
     let holder = fire(server.addr, &["/f0.bin".to_string()]);
     assert!(
         wait_until(Duration::from_secs(2), || server
@@ -166,13 +156,7 @@ fn every_overflow_counts_once_in_rejected_total() {
     // The accepted request completed and nothing more was rejected afterwards.
     let m = server.metrics();
     assert_eq!(m.get("contentserver_pool_rejected_total", &V), 4.0);
-    assert_eq!(
-        m.get(
-            "contentserver_pool_tasks_total",
-            &[("volume", "slow"), ("op", "open")]
-        ),
-        1.0
-    );
+    assert_eq!(m.get("contentserver_pool_tasks_total", &OPENS), 1.0);
 }
 
 /// Event-loop figures of worker 0 (the only worker).
@@ -204,12 +188,19 @@ fn lag(server: &Server) -> Lag {
     }
 }
 
+/// `files` files behind a pool of 6 (max_queue 100) where every open takes [`SLOW_OPEN_MS`],
+/// and the loop figures before any request.
+fn slow_opens(files: usize, offload: Offload) -> (tempfile::TempDir, Server, Lag) {
+    let dir = content_dir(files, 1000);
+    let fp = format!("open_file=sleep({SLOW_OPEN_MS})");
+    let server = slow_server(dir.path(), offload, 6, 100, &fp);
+    let before = lag(&server);
+    (dir, server, before)
+}
+
 #[test]
 fn loop_lag_stays_low_when_slow_opens_run_on_the_pool() {
-    let dir = content_dir(12, 1000);
-    let fp = format!("open_file=sleep({SLOW_OPEN_MS})");
-    let server = one_volume(dir.path(), Offload::Always, 6, 100, &fp);
-    let before = lag(&server);
+    let (_dir, server, before) = slow_opens(12, Offload::Always);
 
     // Two waves of six concurrent slow opens: the pool is stalled for over 1.6 s.
     for wave in 0..2 {
@@ -242,10 +233,7 @@ fn loop_lag_stays_low_when_slow_opens_run_on_the_pool() {
 
 #[test]
 fn loop_lag_rises_when_the_same_slow_opens_run_inline() {
-    let dir = content_dir(3, 1000);
-    let fp = format!("open_file=sleep({SLOW_OPEN_MS})");
-    let server = one_volume(dir.path(), Offload::Never, 6, 100, &fp);
-    let before = lag(&server);
+    let (_dir, server, before) = slow_opens(3, Offload::Never);
 
     for i in 0..3 {
         let t = Instant::now();
@@ -273,7 +261,7 @@ fn loop_lag_rises_when_the_same_slow_opens_run_inline() {
 #[test]
 fn admin_answers_while_the_only_event_loop_is_blocked() {
     let dir = content_dir(1, 1000);
-    let server = one_volume(dir.path(), Offload::Never, 1, 0, "open_file=sleep(1500)");
+    let server = slow_server(dir.path(), Offload::Never, 1, 0, "open_file=sleep(1500)");
     let client = fire(server.addr, &["/f0.bin".to_string()]);
     std::thread::sleep(Duration::from_millis(300));
     // The worker is inside the 1.5 s inline open now; the admin thread still answers at once.

@@ -137,10 +137,10 @@ fn overflow_never_cuts_an_admitted_response_short() {
     std::fs::create_dir_all(&slow).unwrap();
     let body = bytes(32 * 1024, 7);
     std::fs::write(slow.join("big.bin"), &body).unwrap();
-    let mut cfg = Config {
-        volumes: vec![volume("slowvol", &slow).offload(Offload::Always).pool(2, 0)],
-        ..config(1)
-    };
+    let mut cfg = one_volume(
+        1,
+        volume("slowvol", &slow).offload(Offload::Always).pool(2, 0),
+    );
     cfg.limits.sendfile_max_chunk = 4096;
     let s = Server::start_with_failpoints(&cfg, "pool_task=return(slowvol:30)");
     // Requests arrive every 25 ms while earlier ones are sending their 8 chunks of 30 ms each.

@@ -8,19 +8,24 @@ use content_server::pool::Pool;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// The sample `name{labels}` of the registry's exposition.
-fn metric(m: &Metrics, name: &str, labels: &[(&str, &str)]) -> f64 {
-    common::Metrics::parse(&m.render()).get(name, labels)
+/// The sample `name{volume}` of the registry's exposition.
+fn of_volume(m: &Metrics, name: &str, volume: &str) -> f64 {
+    common::Metrics::parse(&m.render()).get(name, &[("volume", volume)])
 }
 
-/// Occupy the pool's threads (and queue) with tasks blocked until the returned senders drop.
-fn block(
-    pool: &Pool,
-    n: usize,
-) -> (
+/// The sample `name{op, volume}` of the registry's exposition.
+fn of_op(m: &Metrics, name: &str, op: &str, volume: &str) -> f64 {
+    common::Metrics::parse(&m.render()).get(name, &[("op", op), ("volume", volume)])
+}
+
+/// Tasks blocked until their gate (sender) drops, and their results.
+type Blocked = (
     Vec<mpsc::Sender<()>>,
     Vec<tokio::sync::oneshot::Receiver<usize>>,
-) {
+);
+
+/// Occupy the pool's threads (and queue) with tasks blocked until the returned senders drop.
+fn block(pool: &Pool, n: usize) -> Blocked {
     let mut gates = Vec::new();
     let mut results = Vec::new();
     for i in 0..n {
@@ -39,7 +44,7 @@ fn block(
 
 fn wait_busy(m: &Metrics, name: &str, busy: f64) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while metric(m, "contentserver_pool_busy_threads", &[("volume", name)]) != busy {
+    while of_volume(m, "contentserver_pool_busy_threads", name) != busy {
         assert!(
             Instant::now() < deadline,
             "pool never reached {busy} busy threads"
@@ -48,12 +53,19 @@ fn wait_busy(m: &Metrics, name: &str, busy: f64) {
     }
 }
 
+/// A pool `name` (its own registry) with every one of its `threads` blocked: the gates that
+/// release them and their results.
+fn occupied(name: &str, threads: usize, max_queue: usize) -> (Metrics, Pool, Blocked) {
+    let m = Metrics::new(&[name], 1);
+    let pool = Pool::start(name, threads, max_queue, &m).unwrap();
+    let blocked = block(&pool, threads);
+    wait_busy(&m, name, threads as f64);
+    (m, pool, blocked)
+}
+
 #[test]
 fn max_queue_zero_rejects_when_all_threads_are_busy() {
-    let m = Metrics::new(&["p"], 1);
-    let pool = Pool::start("p", 1, 0, &m).unwrap();
-    let (gates, results) = block(&pool, 1);
-    wait_busy(&m, "p", 1.0);
+    let (m, pool, (gates, results)) = occupied("p", 1, 0);
     let t = Instant::now();
     let err = pool.submit(PoolOp::Read, || 0usize).unwrap_err();
     assert!(t.elapsed() < Duration::from_millis(50));
@@ -62,10 +74,7 @@ fn max_queue_zero_rejects_when_all_threads_are_busy() {
         err.to_string(),
         "thread pool \"p\" queue overflow: 0 tasks waiting"
     );
-    assert_eq!(
-        metric(&m, "contentserver_pool_rejected_total", &[("volume", "p")]),
-        1.0
-    );
+    assert_eq!(of_volume(&m, "contentserver_pool_rejected_total", "p"), 1.0);
     drop(gates);
     for r in results {
         assert_eq!(r.blocking_recv().unwrap(), 0);
@@ -78,53 +87,27 @@ fn max_queue_zero_rejects_when_all_threads_are_busy() {
             .unwrap(),
         7
     );
+    assert_eq!(of_volume(&m, "contentserver_pool_rejected_total", "p"), 1.0);
     assert_eq!(
-        metric(&m, "contentserver_pool_rejected_total", &[("volume", "p")]),
+        of_op(&m, "contentserver_pool_tasks_total", "open", "p"),
         1.0
     );
     assert_eq!(
-        metric(
-            &m,
-            "contentserver_pool_tasks_total",
-            &[("op", "open"), ("volume", "p")]
-        ),
+        of_op(&m, "contentserver_pool_tasks_total", "read", "p"),
         1.0
     );
-    assert_eq!(
-        metric(
-            &m,
-            "contentserver_pool_tasks_total",
-            &[("op", "read"), ("volume", "p")]
-        ),
-        1.0
-    );
-    assert_eq!(
-        metric(&m, "contentserver_pool_threads", &[("volume", "p")]),
-        1.0
-    );
-    assert_eq!(
-        metric(&m, "contentserver_pool_queue_capacity", &[("volume", "p")]),
-        0.0
-    );
+    assert_eq!(of_volume(&m, "contentserver_pool_threads", "p"), 1.0);
+    assert_eq!(of_volume(&m, "contentserver_pool_queue_capacity", "p"), 0.0);
 }
 
 #[test]
 fn max_queue_bounds_waiting_tasks() {
-    let m = Metrics::new(&["q"], 1);
-    let pool = Pool::start("q", 2, 3, &m).unwrap();
-    let (gates, results) = block(&pool, 2);
-    wait_busy(&m, "q", 2.0);
+    let (m, pool, (gates, results)) = occupied("q", 2, 3);
     let (more_gates, more) = block(&pool, 3);
-    assert_eq!(
-        metric(&m, "contentserver_pool_queue_depth", &[("volume", "q")]),
-        3.0
-    );
+    assert_eq!(of_volume(&m, "contentserver_pool_queue_depth", "q"), 3.0);
     let err = pool.submit(PoolOp::Sendfile, || 0usize).unwrap_err();
     assert_eq!(err.waiting, 3);
-    assert_eq!(
-        metric(&m, "contentserver_pool_rejected_total", &[("volume", "q")]),
-        1.0
-    );
+    assert_eq!(of_volume(&m, "contentserver_pool_rejected_total", "q"), 1.0);
     drop(gates);
     drop(more_gates);
     let got: Vec<usize> = results
@@ -134,10 +117,7 @@ fn max_queue_bounds_waiting_tasks() {
         .collect();
     assert_eq!(got, vec![0, 1, 0, 1, 2]);
     wait_busy(&m, "q", 0.0);
-    assert_eq!(
-        metric(&m, "contentserver_pool_queue_depth", &[("volume", "q")]),
-        0.0
-    );
+    assert_eq!(of_volume(&m, "contentserver_pool_queue_depth", "q"), 0.0);
 }
 
 #[test]
@@ -150,27 +130,20 @@ fn many_tasks_all_complete_with_metrics() {
     let sum: u64 = rxs.into_iter().map(|r| r.blocking_recv().unwrap()).sum();
     assert_eq!(sum, 999 * 1000);
     assert_eq!(
-        metric(
-            &m,
-            "contentserver_pool_tasks_total",
-            &[("op", "read"), ("volume", "r")]
-        ),
+        of_op(&m, "contentserver_pool_tasks_total", "read", "r"),
         1000.0
     );
     assert_eq!(
-        metric(
+        of_op(
             &m,
             "contentserver_pool_task_duration_seconds_count",
-            &[("op", "read"), ("volume", "r")]
+            "read",
+            "r"
         ),
         1000.0
     );
     assert_eq!(
-        metric(
-            &m,
-            "contentserver_pool_queue_wait_seconds_count",
-            &[("volume", "r")]
-        ),
+        of_volume(&m, "contentserver_pool_queue_wait_seconds_count", "r"),
         1000.0
     );
 }
@@ -200,16 +173,9 @@ fn a_thread_is_idle_again_before_its_result_arrives() {
             .unwrap_or_else(|e| panic!("task {i}: {e}"));
         assert_eq!(rx.blocking_recv().unwrap(), i);
     }
+    assert_eq!(of_volume(&m, "contentserver_pool_rejected_total", "t"), 0.0);
     assert_eq!(
-        metric(&m, "contentserver_pool_rejected_total", &[("volume", "t")]),
-        0.0
-    );
-    assert_eq!(
-        metric(
-            &m,
-            "contentserver_pool_tasks_total",
-            &[("op", "sendfile"), ("volume", "t")]
-        ),
+        of_op(&m, "contentserver_pool_tasks_total", "sendfile", "t"),
         2000.0
     );
 }

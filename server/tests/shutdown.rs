@@ -31,6 +31,14 @@ fn server(stall_ms: u64, shutdown_timeout: u64) -> (tempfile::TempDir, Server, V
     (base, s, data)
 }
 
+/// SIGTERM, then the exit status within `within` and how long the exit took.
+fn terminate(s: &mut Server, within: Duration) -> (std::process::ExitStatus, Duration) {
+    let t = Instant::now();
+    s.signal(SIGTERM);
+    let st = s.wait_exit(within).expect("server did not exit");
+    (st, t.elapsed())
+}
+
 fn refused(addr: std::net::SocketAddr) -> bool {
     match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
         Err(_) => true,
@@ -98,17 +106,9 @@ fn shutdown_deadline_cuts_stuck_responses_and_still_exits_0() {
     let mut busy = s.connect();
     busy.send(b"GET /slow/big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
     std::thread::sleep(Duration::from_millis(100));
-    let t = Instant::now();
-    s.signal(SIGTERM);
-    let st = s
-        .wait_exit(Duration::from_secs(4))
-        .expect("server did not exit");
+    let (st, took) = terminate(&mut s, Duration::from_secs(4));
     assert_eq!(st.code(), Some(0));
-    assert!(
-        t.elapsed() < Duration::from_millis(2500),
-        "{:?}",
-        t.elapsed()
-    );
+    assert!(took < Duration::from_millis(2500), "{took:?}");
     assert!(
         s.logs().contains("shutdown timeout reached"),
         "{}",
@@ -121,11 +121,7 @@ fn shutdown_deadline_cuts_stuck_responses_and_still_exits_0() {
 fn idle_server_exits_at_once() {
     let (_d, mut s, _) = server(0, 30);
     assert_eq!(s.get("/x.txt").status, 200);
-    let t = Instant::now();
-    s.signal(SIGTERM);
-    let st = s
-        .wait_exit(Duration::from_secs(3))
-        .expect("server did not exit");
+    let (st, took) = terminate(&mut s, Duration::from_secs(3));
     assert_eq!(st.code(), Some(0));
-    assert!(t.elapsed() < Duration::from_millis(1000));
+    assert!(took < Duration::from_millis(1000));
 }

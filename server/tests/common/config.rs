@@ -23,6 +23,14 @@ pub fn config(workers: usize) -> Config {
     c
 }
 
+/// [`config`] with the one volume `v` (served at `/` by the implicit route).
+pub fn one_volume(workers: usize, v: Volume) -> Config {
+    Config {
+        volumes: vec![v],
+        ..config(workers)
+    }
+}
+
 /// A volume `name` serving `path`, with the default offload mode and pool.
 pub fn volume(name: &str, path: &Path) -> Volume {
     let mut v = Config::for_root(path).volumes.remove(0);

@@ -2,7 +2,8 @@
 //! `Config::to_toml()`) or any command line, its stderr captured line by line, ready once it
 //! logs `content-server ready`; the HTTP and admin addresses are read from its `listening
 //! addr=…` and `admin listening on http://…` lines (text or JSON logs), so ports are
-//! kernel-chosen and tests never race for them. Killed on drop.
+//! kernel-chosen and tests never race for them. With an admin listener, started also means
+//! `/healthz` (every event loop has ticked) and `/readyz` answer 200. Killed on drop.
 
 use super::http::{self, Conn, Response};
 use super::metrics::Metrics;
@@ -128,7 +129,15 @@ impl Server {
                 server.addr = logged_addr(&logs, &["listening addr=", "\"listening\",\"addr\":\""])
                     .ok_or_else(|| format!("ready without a listening address:\n{logs}"))?;
                 server.admin = logged_addr(&logs, &["admin listening on http://"]);
-                return Ok(server);
+                // With an admin listener: also every event loop has ticked (/healthz) and the
+                // server is ready (/readyz), so load-dependent start-up order never shows.
+                let Some(admin) = server.admin else {
+                    return Ok(server);
+                };
+                let up = |path| http::try_get(admin, path).is_ok_and(|r| r.status == 200);
+                if up("/healthz") && up("/readyz") {
+                    return Ok(server);
+                }
             }
             if let Ok(Some(st)) = server.child.try_wait() {
                 return Err(format!("server exited early ({st}):\n{}", server.stop()));
@@ -207,6 +216,18 @@ impl Server {
     /// `GET path` on the admin listener.
     pub fn admin_get(&self, path: &str) -> Response {
         http::get(self.admin(), path)
+    }
+
+    /// Poll `GET path` on the admin listener until it answers `status` or `within` passes:
+    /// whether it did, and the last answer as `"STATUS BODY"`.
+    pub fn wait_admin_status(&self, path: &str, status: u16, within: Duration) -> (bool, String) {
+        let mut last = String::new();
+        let seen = super::files::wait_until(within, || {
+            let r = self.admin_get(path);
+            last = format!("{} {}", r.status, r.text());
+            r.status == status
+        });
+        (seen, last)
     }
 
     /// The current `/metrics` samples.
