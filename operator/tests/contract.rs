@@ -4,9 +4,10 @@
 //! it (volume paths rewritten to temp dirs, listeners on free 127.0.0.1 ports) serves a file
 //! from each volume.
 //!
-//! The server binary comes from `CONTENT_SERVER_BIN`, else `content-server` next to this test's
-//! target directory, else `target/debug/content-server` of the workspace; the test fails (never
-//! skips) when none exists — build it first with `cargo build -p content-server`.
+//! The server binary is built by the test itself from this workspace's sources (`cargo build -p
+//! content-server --bin content-server`, into a target directory of its own), so `cargo test -p
+//! content-operator` needs nothing built before; `CONTENT_SERVER_BIN` names a prebuilt binary
+//! instead. The test fails (never skips) when the build fails.
 
 mod support;
 
@@ -15,33 +16,46 @@ use content_server::config::Config;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
 
+/// The `content-server` binary of this workspace, built now (a no-op when up to date) with the
+/// cargo that runs this test. It gets a target directory of its own, next to this test's
+/// profile directories: building it into the shared one would replace the binary that the
+/// server's own tests of the same `cargo test --workspace --all-features` run use with one
+/// built without their features.
 fn server_bin() -> PathBuf {
-    let mut candidates = Vec::new();
     if let Ok(p) = std::env::var("CONTENT_SERVER_BIN") {
-        candidates.push(PathBuf::from(p));
+        return PathBuf::from(p);
     }
-    if let Ok(exe) = std::env::current_exe() {
-        // target/<profile>/deps/contract-HASH -> target/<profile>/content-server
-        if let Some(profile_dir) = exe.parent().and_then(Path::parent) {
-            candidates.push(profile_dir.join("content-server"));
-        }
-    }
-    candidates.push(repo_root().join("target/debug/content-server"));
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!(
-                "content-server binary not found (looked at {candidates:?}); build it with \
-                 `cargo build -p content-server` or set CONTENT_SERVER_BIN"
-            )
-        })
+    // target/<profile>/deps/contract-HASH -> target/
+    let exe = std::env::current_exe().expect("path of this test binary");
+    let target = exe
+        .ancestors()
+        .nth(3)
+        .expect("the test binary lives in <target>/<profile>/deps");
+    let target_dir = target.join("contract-content-server");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(&cargo)
+        .args(["build", "-p", "content-server", "--bin", "content-server"])
+        .arg("--manifest-path")
+        .arg(repo_root().join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .output()
+        .unwrap_or_else(|e| panic!("run {cargo:?} to build content-server: {e}"));
+    assert!(
+        out.status.success(),
+        "`cargo build -p content-server --bin content-server --target-dir {}` failed ({}):\n{}",
+        target_dir.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bin = target_dir.join("debug").join("content-server");
+    assert!(bin.is_file(), "cargo built no {}", bin.display());
+    bin
 }
 
 fn free_port() -> u16 {
