@@ -5,16 +5,6 @@
 mod common;
 
 use common::*;
-use std::process::Command;
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN).args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 const CACHE_CONFIG: &str = r#"
 [[origins]]
@@ -43,10 +33,7 @@ origin = "origin"
 
 #[test]
 fn check_config_normalizes_a_cache_config() {
-    let d = tempdir();
-    let f = d.path().join("cache.toml");
-    std::fs::write(&f, CACHE_CONFIG).unwrap();
-    let (code, out, err) = run(&["check-config", f.to_str().unwrap()]);
+    let (code, out, err) = check_config(CACHE_CONFIG);
     assert_eq!(code, 0, "{err}");
     let v: toml::Value = toml::from_str(&out).unwrap();
     let o = &v["origins"][0];
@@ -69,22 +56,17 @@ fn check_config_normalizes_a_cache_config() {
     assert_eq!(policy["valid"][1]["status"][0].as_integer(), Some(404));
     assert_eq!(v["admin"]["purge_token_file"].as_str(), Some(""));
     // The output is a valid config that renders to the same text.
-    let f2 = d.path().join("again.toml");
-    std::fs::write(&f2, &out).unwrap();
-    let (code2, out2, _) = run(&["check-config", f2.to_str().unwrap()]);
+    let (code2, out2, _) = check_config(&out);
     assert_eq!((code2, out2), (0, out));
 }
 
 #[test]
 fn check_config_names_bad_cache_fields() {
-    let d = tempdir();
-    let f = d.path().join("bad.toml");
     let bad = CACHE_CONFIG
         .replace("\"https://origin.example\"", "\"origin.example\"")
         .replace("origin = \"origin\"", "origin = \"x\"")
         .replace("[volumes.cache]\nslice_size = 0", "");
-    std::fs::write(&f, bad).unwrap();
-    let (code, out, err) = run(&["check-config", f.to_str().unwrap()]);
+    let (code, out, err) = check_config(&bad);
     assert_eq!(code, 1);
     assert!(out.is_empty());
     for want in [

@@ -8,10 +8,7 @@ use common::*;
 
 #[test]
 fn check_config_prints_normalized_toml() {
-    let d = tempdir();
-    let f = d.path().join("c.toml");
-    std::fs::write(&f, "[[volumes]]\nname = \"disk1\"\npath = \"/srv/disk1\"\n").unwrap();
-    let (code, out, err) = run(&["check-config", f.to_str().unwrap()]);
+    let (code, out, err) = check_config("[[volumes]]\nname = \"disk1\"\npath = \"/srv/disk1\"\n");
     assert_eq!(code, 0, "{err}");
     // Defaults are filled in and the implicit route appears.
     let back: toml::Value = toml::from_str(&out).unwrap();
@@ -28,9 +25,7 @@ fn check_config_prints_normalized_toml() {
         Some(2 * 1024 * 1024)
     );
     // The output is itself a valid config that normalizes to the same text.
-    let f2 = d.path().join("c2.toml");
-    std::fs::write(&f2, &out).unwrap();
-    let (code2, out2, _) = run(&["check-config", f2.to_str().unwrap()]);
+    let (code2, out2, _) = check_config(&out);
     assert_eq!((code2, out2), (0, out));
 }
 

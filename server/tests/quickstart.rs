@@ -15,13 +15,14 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The arguments after `--` of the README's `cargo run ... -p content-server -- ...` line.
+/// The arguments after `--` of the README's `cargo run ... -p content-server -- serve --root`
+/// line.
 fn readme_serve_args() -> Vec<String> {
     let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README.md");
     let line = readme
         .lines()
-        .find(|l| l.starts_with("cargo run") && l.contains("-p content-server --"))
-        .expect("README has a `cargo run -p content-server -- ...` line");
+        .find(|l| l.starts_with("cargo run") && l.contains("-p content-server -- serve --root"))
+        .expect("README has a `cargo run -p content-server -- serve --root DIR` line");
     let (_, args) = line.split_once(" -- ").expect("arguments after --");
     args.split_whitespace().map(str::to_string).collect()
 }

@@ -22,7 +22,7 @@
 //!   and admin addresses come from the log lines `listening addr=…` and `admin listening on …`
 //!   (ports are kernel-chosen), the log is captured ([`Server::logs`], [`Server::wait_log`]),
 //!   signals and exit ([`Server::signal`], [`Server::wait_exit`], [`Server::stop`]); [`run`]
-//!   runs the binary to completion (`check-config`).
+//!   runs the binary to completion, [`check_config`] checks a TOML text.
 //! - [`http`]: [`Response`] (status, headers, body bytes); one-shot requests with
 //!   `Connection: close` read to EOF ([`Server::get`], [`Server::request`], [`get`],
 //!   [`request`]); [`Conn`] for keep-alive, pipelining and raw bytes, framed by Content-Length.

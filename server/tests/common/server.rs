@@ -278,6 +278,14 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// `content-server check-config FILE` on a file holding `toml`: (exit code, stdout, stderr).
+pub fn check_config(toml: &str) -> (i32, String, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, toml).expect("write the config");
+    run(&["check-config", path.to_str().expect("utf-8")])
+}
+
 /// Run `content-server ARGS...` to completion: (exit code, stdout, stderr).
 pub fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(BIN)
