@@ -11,6 +11,11 @@
 //! - `auto`: what the page cache can answer without I/O (RESOLVE_CACHED opens, RWF_NOWAIT reads)
 //!   inline, everything else on the pool.
 //!
+//! A layer that serves other bytes from a volume (a cache volume) uses the same four doors: its
+//! writes, renames and unlinks go through [`Volume::run_blocking`], its reads of a stored file
+//! through [`Volume::open`] (or [`RequestFile::from`] a file it opened itself), [`Volume::admit`]
+//! and [`Volume::send_body`] for any byte range, so the offload policy stays here.
+//!
 //! The blocking work itself is in [`crate::fs`]; the overflow rule in [`crate::pool`]. It must not
 //! know about HTTP (status codes, heads) nor read from the socket.
 
@@ -52,6 +57,17 @@ pub struct Volume {
 pub struct RequestFile {
     pub file: OpenedFile,
     admitted_by_pool: bool,
+}
+
+impl From<OpenedFile> for RequestFile {
+    /// A file opened another way (for example by work given to [`Volume::run_blocking`]): not
+    /// admitted yet, so [`Volume::admit`] checks it before its head goes out.
+    fn from(file: OpenedFile) -> RequestFile {
+        RequestFile {
+            file,
+            admitted_by_pool: false,
+        }
+    }
 }
 
 impl Volume {
@@ -203,5 +219,107 @@ fn pool_error(e: PoolError) -> OpenError {
     match e {
         PoolError::Overflow(_) => OpenError::Overflow,
         PoolError::Lost(e) => OpenError::Io(io::Error::other(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::test_support::disk_tempdir;
+    use std::path::Path;
+    use std::thread::{self, ThreadId};
+
+    /// A started volume "v" over `dir` with one pool thread and no queue.
+    fn volume(dir: &Path, offload: Offload) -> Arc<Volume> {
+        let mut cfg = config::Config::for_root(dir);
+        let v = &mut cfg.volumes[0];
+        (v.name, v.offload, v.pool.threads, v.pool.max_queue) = ("v".into(), offload, 1, 0);
+        let m = Metrics::new(&["v"], 1);
+        Arc::new(Volume::start(&cfg.volumes[0], &cfg, &m).unwrap())
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    /// Create `name` beneath `root` holding `data`.
+    fn create(root: BorrowedFd<'_>, name: &str, data: &[u8]) -> io::Result<usize> {
+        let flags = OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(root, name, flags, Mode::from_raw_mode(0o644))?;
+        Ok(rustix::io::write(&fd, data)?)
+    }
+
+    #[test]
+    fn run_blocking_writes_beneath_the_root_and_open_reads_it_back() {
+        let dir = disk_tempdir();
+        for offload in [Offload::Always, Offload::Auto, Offload::Never] {
+            let v = volume(dir.path(), offload);
+            let name = format!("new-{}.txt", offload.as_str());
+            let n = block_on(v.run_blocking(PoolOp::Open, {
+                let name = name.clone();
+                move |root| create(root, &name, b"hello")
+            }))
+            .unwrap()
+            .unwrap();
+            assert_eq!(n, 5);
+            assert_eq!(std::fs::read(dir.path().join(&name)).unwrap(), b"hello");
+            let f = block_on(v.open(name.into_bytes())).unwrap();
+            assert_eq!(f.file.size, 5);
+            // Admission of a file opened any way is the volume's rule (here: room in the pool).
+            assert!(v.admit(&RequestFile::from(f.file), 0, 5));
+        }
+    }
+
+    #[test]
+    fn run_blocking_runs_inline_only_for_never() {
+        let dir = disk_tempdir();
+        let here = thread::current().id();
+        let ran_on = |offload| -> ThreadId {
+            let v = volume(dir.path(), offload);
+            block_on(v.run_blocking(PoolOp::Open, |_| thread::current().id())).unwrap()
+        };
+        assert_eq!(ran_on(Offload::Never), here);
+        assert_ne!(ran_on(Offload::Always), here);
+        assert_ne!(ran_on(Offload::Auto), here);
+    }
+
+    #[test]
+    fn run_blocking_is_refused_when_the_pool_is_full() {
+        let dir = disk_tempdir();
+        let v = volume(dir.path(), Offload::Always);
+        block_on(async {
+            let (started_tx, started) = tokio::sync::oneshot::channel();
+            let (release, wait) = std::sync::mpsc::channel::<()>();
+            let busy = tokio::spawn({
+                let v = v.clone();
+                async move {
+                    v.run_blocking(PoolOp::Open, move |_| {
+                        let _ = started_tx.send(());
+                        wait.recv().is_ok()
+                    })
+                    .await
+                }
+            });
+            // The only thread is busy and no task may wait: the next work is refused at once.
+            started.await.unwrap();
+            let refused = v.run_blocking(PoolOp::Open, |_| ()).await;
+            assert!(
+                matches!(refused, Err(PoolError::Overflow(_))),
+                "{refused:?}"
+            );
+            // So is a request whose open would need the pool.
+            assert!(matches!(
+                v.open(b"missing".to_vec()).await,
+                Err(OpenError::Overflow)
+            ));
+            release.send(()).unwrap();
+            assert!(busy.await.unwrap().unwrap());
+            // Room again.
+            assert!(v.run_blocking(PoolOp::Open, |_| ()).await.is_ok());
+        });
     }
 }
