@@ -13,6 +13,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "== cargo test"
 cargo build --workspace --all-features --bins
+# The operator's contract test runs this binary instead of building its own copy.
+export CONTENT_SERVER_BIN="$PWD/target/debug/content-server"
 cargo test --workspace --all-features
 echo "== e2e (pytest)"
 python3 -m pytest -q e2e
