@@ -128,8 +128,9 @@ pub struct Timing {
 #[derive(Default)]
 struct State {
     objects: HashMap<String, Object>,
-    /// Fault and how many more requests it applies to (None = all).
-    faults: HashMap<String, (Fault, Option<usize>)>,
+    /// Fault, how many more requests it applies to (None = all), and how many requests pass
+    /// untouched before it starts.
+    faults: HashMap<String, (Fault, Option<usize>, usize)>,
     seen: Vec<Seen>,
     timing: Timing,
     keep_alive: bool,
@@ -232,14 +233,22 @@ impl FaultOrigin {
 
     /// Apply `fault` to every request for `path` (`"*"`: every path) until cleared.
     pub fn fault(&self, path: &str, fault: Fault) {
-        self.state().faults.insert(path.into(), (fault, None));
+        self.state().faults.insert(path.into(), (fault, None, 0));
     }
 
     /// Apply `fault` to the next `times` requests for `path`.
     pub fn fault_times(&self, path: &str, fault: Fault, times: usize) {
         self.state()
             .faults
-            .insert(path.into(), (fault, Some(times)));
+            .insert(path.into(), (fault, Some(times), 0));
+    }
+
+    /// Let the next `skip` requests for `path` pass, then apply `fault` to one request (the
+    /// second slice of an object: `fault_after(path, f, 1)`).
+    pub fn fault_after(&self, path: &str, fault: Fault, skip: usize) {
+        self.state()
+            .faults
+            .insert(path.into(), (fault, Some(1), skip));
     }
 
     pub fn clear_fault(&self, path: &str) {
@@ -460,7 +469,11 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
             None
         };
         let fault = key.and_then(|k| {
-            let (f, left) = st.faults.get_mut(&k)?;
+            let (f, left, skip) = st.faults.get_mut(&k)?;
+            if *skip > 0 {
+                *skip -= 1;
+                return None;
+            }
             let f = f.clone();
             if let Some(n) = left {
                 *n -= 1;
