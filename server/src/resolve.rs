@@ -25,6 +25,8 @@ pub struct Resolved {
     pub volume: usize,
     /// Path beneath the volume root, no leading `/`, empty = the root itself.
     pub rel: Vec<u8>,
+    /// Index into `Config::routes` of the route that matched.
+    pub route: usize,
 }
 
 enum Target {
@@ -40,6 +42,8 @@ struct CompiledRoute {
     target: Target,
     /// A cache route (`origin = ...`).
     cache: bool,
+    /// Index into `Config::routes`.
+    index: usize,
 }
 
 /// The routing table, built once from a validated config.
@@ -54,7 +58,8 @@ impl Router {
         let mut routes: Vec<CompiledRoute> = cfg
             .routes
             .iter()
-            .filter_map(|r| {
+            .enumerate()
+            .filter_map(|(index, r)| {
                 let target = if let Some(v) = &r.volume {
                     Target::One(index_of(v)?)
                 } else {
@@ -81,6 +86,7 @@ impl Router {
                     strip: r.strip_prefix,
                     target,
                     cache: r.origin.is_some(),
+                    index,
                 })
             })
             .collect();
@@ -120,7 +126,11 @@ impl Router {
                 &path[..]
             };
             let rel = rest.strip_prefix(b"/").unwrap_or(rest).to_vec();
-            return Ok(Resolved { volume, rel });
+            return Ok(Resolved {
+                volume,
+                rel,
+                route: r.index,
+            });
         }
         Err(ResolveError::NoRoute)
     }

@@ -77,7 +77,9 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
     let router = Router::new(&config);
     let listeners = accept::bind_all(&config, workers)?;
     lifecycle.add_listeners_bound(listeners.iter().map(Vec::len).sum());
+    let http = crate::http::plan::Policy::new(&config);
     let shared = Arc::new(Shared {
+        http,
         config,
         metrics: metrics.clone(),
         lifecycle: lifecycle.clone(),

@@ -1,18 +1,20 @@
-//! Answering one parsed request: route it, open the file through its volume, then carry out the
-//! plan [`crate::http::plan`] makes (method, conditionals, range, head): write the head and let the
-//! volume admit and send the body. Returns what happened so the connection can log, count and
-//! decide whether to keep the connection. It must not read from the socket, decide where file
-//! work runs (the volume does) nor decide status codes beyond mapping errors to them.
+//! Answering one parsed request: route it, open the file (or its precompressed sibling, or list
+//! the directory) through its volume, then carry out the answer [`crate::http::plan`] makes
+//! (method, preconditions, ranges, every header): write the head and let the volume admit and
+//! send the body — one range, or the parts of a multipart/byteranges body with their heads
+//! between them. Returns what happened so the connection can log, count and decide whether to
+//! keep the connection. It must not read from the socket, decide where file work runs (the
+//! volume does) nor decide status codes or headers beyond mapping errors to them.
 
-use crate::http::parse::{Method, Request};
-use crate::http::plan::{self, Entity, Plan};
-use crate::http::response;
-use crate::http::{conditional, date, mime};
-use crate::resolve::ResolveError;
+use crate::http::conditional::FileVersion;
+use crate::http::listing;
+use crate::http::parse::Request;
+use crate::http::plan::{Answer, Body, Entity, Start};
+use crate::resolve::{self, ResolveError};
 use crate::shared::Shared;
 use crate::socket::Socket;
-use crate::volume::{BodyError, OpenError, RequestFile};
-use std::time::Duration;
+use crate::volume::{BodyError, OpenError, RequestFile, Volume};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The outcome of one response.
 #[derive(Debug, Clone, Copy)]
@@ -22,19 +24,6 @@ pub struct Served {
     pub bytes: u64,
     /// The connection may carry another request.
     pub keep_alive: bool,
-}
-
-/// A small error response (its body omitted for HEAD).
-async fn simple(
-    sock: &Socket,
-    status: u16,
-    req: &Request,
-    keep_alive: bool,
-    extra: &[(&str, &str)],
-) -> Served {
-    let head_only = req.method == Method::Head;
-    let out = response::error(status, head_only, keep_alive, extra);
-    write(sock, status, &out, keep_alive).await
 }
 
 /// Write a whole response that has no file body.
@@ -47,77 +36,194 @@ async fn write(sock: &Socket, status: u16, out: &[u8], keep_alive: bool) -> Serv
     }
 }
 
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
 /// Answer `req` on `sock`.
 pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
     let keep_alive = req.keep_alive && !shared.lifecycle.is_draining();
-    let Some(head_only) = plan::head_only(&req.method) else {
-        return simple(sock, 405, req, keep_alive, &[plan::ALLOW]).await;
+    let policy = &shared.http;
+    let resolved = shared.router.resolve(&req.path);
+    let route = resolved.as_ref().ok().map(|r| r.route);
+    let head_only = match policy.start(req, route, keep_alive) {
+        Start::Serve { head_only } => head_only,
+        Start::Done(a) => return write(sock, a.status, &a.head, keep_alive).await,
     };
-    let resolved = match shared.router.resolve(&req.path) {
+    let error = |status: u16, keep_alive: bool, extra: &[(&str, &str)]| {
+        (
+            status,
+            policy.error(route, req, status, keep_alive, extra),
+            keep_alive,
+        )
+    };
+    let resolved = match resolved {
         Ok(r) => r,
         Err(ResolveError::Bad(why)) => {
             tracing::debug!(path = %req.path, why, "bad request path");
-            return simple(sock, 400, req, false, &[]).await;
+            let (s, out, k) = error(400, false, &[]);
+            return write(sock, s, &out, k).await;
         }
-        Err(ResolveError::NoRoute) => return simple(sock, 404, req, keep_alive, &[]).await,
+        Err(ResolveError::NoRoute) => {
+            let (s, out, k) = error(404, keep_alive, &[]);
+            return write(sock, s, &out, k).await;
+        }
     };
+    let route = resolved.route;
     let vol = &shared.volumes[resolved.volume];
-    let name = resolved.rel.clone();
-    let opened: RequestFile = match vol.open(resolved.rel).await {
-        Ok(f) => f,
-        Err(OpenError::NotFound) => return simple(sock, 404, req, keep_alive, &[]).await,
-        Err(OpenError::Forbidden(why)) => {
-            tracing::debug!(path = %req.path, why, "forbidden");
-            return simple(sock, 403, req, keep_alive, &[]).await;
-        }
-        Err(OpenError::Overflow) => return unavailable(sock, req, keep_alive).await,
-        Err(OpenError::Io(e)) => {
-            tracing::error!(volume = %vol.name(), path = %req.path, error = %e, "cannot open file");
-            return simple(sock, 500, req, keep_alive, &[]).await;
-        }
-    };
-    let file = &opened.file;
+    let slash = req.path.ends_with('/');
+    let rel = resolved.rel.clone();
+    let opened = vol.open(resolved.rel).await;
     // Draining may have started while the file was opened: say `close` from now on.
     let keep_alive = keep_alive && !shared.lifecycle.is_draining();
-    let etag = conditional::etag(file.mtime, file.size);
-    let last_modified = date::format(file.mtime);
-    let entity = Entity {
-        size: file.size,
-        mtime: file.mtime,
-        etag: &etag,
-        last_modified: &last_modified,
-        content_type: match file.via_index {
-            Some(i) => mime::content_type(vol.index_name(i).as_bytes()),
-            None => mime::content_type(&name),
-        },
-    };
-    let plan = plan::plan(req, head_only, &entity);
-    let (status, start, len, body) = match plan {
-        Plan::Send {
-            status,
-            start,
-            len,
-            body,
-        } => (status, start, len, body),
-        Plan::Unsatisfiable => {
-            let out = plan.render(&entity, head_only, keep_alive);
-            return write(sock, 416, &out, keep_alive).await;
+    let fail = |e: OpenError| match e {
+        OpenError::NotFound | OpenError::Directory => error(404, keep_alive, &[]),
+        OpenError::Forbidden(why) => {
+            tracing::debug!(path = %req.path, why, "forbidden");
+            error(403, keep_alive, &[])
         }
-        Plan::NotModified => {
-            let out = plan.render(&entity, head_only, keep_alive);
-            let ok = sock.write_all(&out, false).await.is_ok();
-            return Served {
-                status: 304,
-                bytes: out.len() as u64,
-                keep_alive: keep_alive && ok,
-            };
+        OpenError::Overflow => error(503, keep_alive, &[("Retry-After", "1")]),
+        OpenError::Io(e) => {
+            tracing::error!(volume = %vol.name(), path = %req.path, error = %e, "cannot open file");
+            error(500, keep_alive, &[])
         }
     };
-    if body && !vol.admit(&opened, start, len) {
-        return unavailable(sock, req, keep_alive).await;
+    let opened = match opened {
+        Ok(f) if f.file.via_index.is_some() && !slash => {
+            return redirect(shared, sock, req, route, keep_alive).await
+        }
+        Ok(f) => f,
+        Err(OpenError::Directory) if !slash => {
+            return redirect(shared, sock, req, route, keep_alive).await
+        }
+        Err(OpenError::Directory) if policy.lists(route) => {
+            return list(shared, sock, req, vol, route, rel, keep_alive).await
+        }
+        Err(e) => {
+            let (s, out, k) = fail(e);
+            return write(sock, s, &out, k).await;
+        }
+    };
+    // The name the media type comes from, and the file's path for its siblings.
+    let mut name = rel;
+    if let Some(i) = opened.file.via_index {
+        if !name.is_empty() {
+            name.push(b'/');
+        }
+        name.extend_from_slice(vol.index_name(i).as_bytes());
     }
-    let out = plan.render(&entity, head_only, keep_alive);
-    if sock.write_all(&out, body).await.is_err() {
+    let mut coding = None;
+    let mut opened = opened;
+    for c in policy.codings(route, req) {
+        let mut sibling = name.clone();
+        sibling.extend_from_slice(c.suffix().as_bytes());
+        match vol.open(sibling).await {
+            Ok(f) if f.file.via_index.is_none() => {
+                opened = f;
+                coding = Some(c);
+                break;
+            }
+            Ok(_) | Err(OpenError::NotFound | OpenError::Directory | OpenError::Forbidden(_)) => {}
+            Err(e) => {
+                let (s, out, k) = fail(e);
+                return write(sock, s, &out, k).await;
+            }
+        }
+    }
+    let file = &opened.file;
+    let entity = Entity {
+        version: FileVersion {
+            ino: file.ino,
+            mtime: file.mtime,
+            size: file.size,
+        },
+        name: &name,
+        coding,
+    };
+    let answer = policy.plan(req, Some(route), head_only, &entity, keep_alive, now());
+    send(shared, sock, req, vol, &opened, answer, keep_alive).await
+}
+
+/// 301 to the directory's path plus `/`.
+async fn redirect(
+    shared: &Shared,
+    sock: &Socket,
+    req: &Request,
+    route: usize,
+    keep_alive: bool,
+) -> Served {
+    let path = resolve::normalize(&req.path).unwrap_or_default();
+    let a = shared
+        .http
+        .redirect(Some(route), req, &path, keep_alive, now());
+    write(sock, a.status, &a.head, keep_alive).await
+}
+
+/// A directory listing (the route lists directories without an index file).
+async fn list(
+    shared: &Shared,
+    sock: &Socket,
+    req: &Request,
+    vol: &Volume,
+    route: usize,
+    rel: Vec<u8>,
+    keep_alive: bool,
+) -> Served {
+    let policy = &shared.http;
+    let (entries, truncated) = match vol.list_dir(rel, policy.listing_max_entries).await {
+        Ok(r) => r,
+        Err(e) => {
+            let (status, extra): (u16, &[(&str, &str)]) = match e {
+                OpenError::Overflow => (503, &[("Retry-After", "1")]),
+                OpenError::NotFound | OpenError::Directory => (404, &[]),
+                OpenError::Forbidden(_) => (403, &[]),
+                OpenError::Io(e) => {
+                    tracing::error!(volume = %vol.name(), path = %req.path, error = %e, "cannot list directory");
+                    (500, &[])
+                }
+            };
+            let out = policy.error(Some(route), req, status, keep_alive, extra);
+            return write(sock, status, &out, keep_alive).await;
+        }
+    };
+    let entries = entries
+        .into_iter()
+        .map(|e| listing::Entry {
+            name: e.name,
+            dir: e.dir,
+            size: e.size,
+            mtime: e.mtime,
+        })
+        .collect();
+    let path = resolve::normalize(&req.path).unwrap_or_default();
+    let a = policy.listing(route, req, &path, entries, truncated, keep_alive, now());
+    write(sock, a.status, &a.head, keep_alive).await
+}
+
+/// Carry out a planned answer for an opened file: admission, head, then the body.
+async fn send(
+    shared: &Shared,
+    sock: &Socket,
+    req: &Request,
+    vol: &Volume,
+    opened: &RequestFile,
+    answer: Answer,
+    keep_alive: bool,
+) -> Served {
+    let Answer { status, head, body } = answer;
+    let first = body.first_range();
+    if let Some((start, len)) = first {
+        if !vol.admit(opened, start, len) {
+            let out = shared
+                .http
+                .error(None, req, 503, keep_alive, &[("Retry-After", "1")]);
+            return write(sock, 503, &out, keep_alive).await;
+        }
+    }
+    if sock.write_all(&head, first.is_some()).await.is_err() {
         return Served {
             status,
             bytes: 0,
@@ -126,31 +232,57 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
     }
     let mut served = Served {
         status,
-        bytes: out.len() as u64,
+        bytes: head.len() as u64,
         keep_alive,
     };
-    if body {
-        let timeout = Duration::from_secs(shared.config.limits.send_timeout_secs);
-        match vol.send_body(sock, &file.fd, start, len, timeout).await {
-            Ok(n) => served.bytes += n,
-            Err(e) => {
-                match &e {
-                    BodyError::Client(_) | BodyError::Timeout(_) => {
-                        tracing::debug!(volume = %vol.name(), path = %req.path, error = %e, "response aborted")
-                    }
-                    _ => tracing::error!(
-                        volume = %vol.name(), path = %req.path, error = %e,
-                        "response body failed; closing connection"
-                    ),
+    let timeout = Duration::from_secs(shared.config.limits.send_timeout_secs);
+    let fd = &opened.file.fd;
+    let result: Result<u64, BodyError> = match &body {
+        Body::None => Ok(0),
+        Body::Range { start, len } => vol.send_body(sock, fd, *start, *len, timeout).await,
+        Body::Multipart(m) => {
+            let mut sent = 0u64;
+            let mut r = Ok(());
+            for p in m.parts() {
+                if let Err(e) = sock.write_all(&p.head, true).await {
+                    r = Err(BodyError::Client(e));
+                    break;
                 }
-                served.keep_alive = false;
+                sent += p.head.len() as u64;
+                match vol
+                    .send_body(sock, fd, p.range.start, p.range.len(), timeout)
+                    .await
+                {
+                    Ok(n) => sent += n,
+                    Err(e) => {
+                        r = Err(e);
+                        break;
+                    }
+                }
             }
+            match r {
+                Ok(()) => match sock.write_all(m.trailer(), false).await {
+                    Ok(()) => Ok(sent + m.trailer().len() as u64),
+                    Err(e) => Err(BodyError::Client(e)),
+                },
+                Err(e) => Err(e),
+            }
+        }
+    };
+    match result {
+        Ok(n) => served.bytes += n,
+        Err(e) => {
+            match &e {
+                BodyError::Client(_) | BodyError::Timeout(_) => {
+                    tracing::debug!(volume = %vol.name(), path = %req.path, error = %e, "response aborted")
+                }
+                _ => tracing::error!(
+                    volume = %vol.name(), path = %req.path, error = %e,
+                    "response body failed; closing connection"
+                ),
+            }
+            served.keep_alive = false;
         }
     }
     served
-}
-
-/// 503 with `Retry-After`: the volume's pool is full.
-async fn unavailable(sock: &Socket, req: &Request, keep_alive: bool) -> Served {
-    simple(sock, 503, req, keep_alive, &[("Retry-After", "1")]).await
 }

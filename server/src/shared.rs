@@ -5,6 +5,7 @@
 //! Owns nothing but the bundle; it must not start anything or handle requests.
 
 use crate::config::Config;
+use crate::http::plan::Policy;
 use crate::lifecycle::Lifecycle;
 use crate::metrics::Metrics;
 use crate::resolve::Router;
@@ -17,6 +18,8 @@ pub struct Shared {
     pub metrics: Metrics,
     pub lifecycle: Arc<Lifecycle>,
     pub router: Router,
+    /// Response policy of every route (headers, CORS, ranges, siblings, listings).
+    pub http: Policy,
     /// Same order as `config.volumes`.
     pub volumes: Vec<Volume>,
 }

@@ -1,11 +1,12 @@
 //! File primitives beneath a volume root: the openat2 open ([`open`]), page-cache-only reads and
-//! residency checks ([`nowait`]), the support probe for them ([`probe`]), the open-file cache
+//! residency checks ([`nowait`]), reading a directory for a listing ([`listdir`]), the support probe for them ([`probe`]), the open-file cache
 //! ([`cache`]) and sendfile of one chunk ([`sendfile`]).
 //!
 //! Each runs wherever its caller puts it (a pool thread or the event loop); this module never
 //! decides that and imports nothing above it: no pool, no volume, no offload mode, no HTTP.
 
 pub mod cache;
+pub mod listdir;
 pub mod nowait;
 pub mod open;
 pub mod probe;

@@ -34,9 +34,12 @@ pub struct OpenedFile {
 /// Why a file cannot be served.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    /// Missing, outside the volume, or a directory without an index file (404).
+    /// Missing or outside the volume (404).
     #[error("not found")]
     NotFound,
+    /// A directory without an index file (a listing, a redirect or 404).
+    #[error("directory without an index file")]
+    Directory,
     /// Not a regular file (FIFO, device, socket) or permission denied (403).
     #[error("forbidden: {0}")]
     Forbidden(&'static str),
@@ -48,7 +51,7 @@ pub enum OpenError {
     Io(std::io::Error),
 }
 
-fn map_errno(e: Errno) -> OpenError {
+pub(crate) fn map_errno(e: Errno) -> OpenError {
     match e {
         Errno::NOENT | Errno::NOTDIR | Errno::NAMETOOLONG | Errno::LOOP | Errno::XDEV => {
             OpenError::NotFound
@@ -157,7 +160,7 @@ fn open_file_with(
                     _ => Err(OpenError::NotFound),
                 };
             }
-            Err(OpenError::NotFound)
+            Err(OpenError::Directory)
         }
         _ => Err(OpenError::Forbidden("not a regular file")),
     }

@@ -121,10 +121,10 @@ pub fn probe(root: BorrowedFd<'_>) -> (Probe, Probe) {
         (Probe::Unsupported(why.clone()), Probe::Unsupported(why))
     });
     // The very open requests use, of the root itself (a directory, so with no index names it
-    // answers NotFound once opened).
+    // answers Directory once opened).
     let open = match open_file_cached(root, b"", &[]) {
         // WouldBlock still proves the kernel knows the flag.
-        Ok(_) | Err(OpenError::NotFound) => Probe::Supported,
+        Ok(_) | Err(OpenError::NotFound | OpenError::Directory) => Probe::Supported,
         Err(OpenError::Io(e)) if is_unsupported(&e) => Probe::Unsupported(e.to_string()),
         // Any other error (EACCES...) is not about support; real opens will report it.
         Err(_) => Probe::Supported,

@@ -139,45 +139,6 @@ fn range_applies(if_range: Option<&str>, cur: &Current<'_>) -> bool {
     }
 }
 
-/// `"mtime-size"`, as served before the inode was added; kept for `serve.rs` until the response
-/// planner uses [`entity_tag`] and [`evaluate`].
-pub fn etag(mtime: i64, size: u64) -> String {
-    entity_tag(
-        FileVersion {
-            ino: 0,
-            mtime,
-            size,
-        },
-        false,
-        None,
-    )
-}
-
-/// If-None-Match / If-Modified-Since alone (see [`etag`]).
-pub fn not_modified(inm: Option<&str>, ims: Option<&str>, etag: &str, mtime: i64) -> bool {
-    let c = Conditions {
-        if_none_match: inm,
-        if_modified_since: ims,
-        ..Default::default()
-    };
-    let cur = Current {
-        etag,
-        last_modified: Some(mtime),
-    };
-    evaluate(&c, &cur, true, i64::MAX) == Precondition::NotModified
-}
-
-/// If-Range alone (see [`etag`]).
-pub fn range_allowed(if_range: Option<&str>, etag: &str, mtime: i64) -> bool {
-    range_applies(
-        if_range,
-        &Current {
-            etag,
-            last_modified: Some(mtime),
-        },
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::Precondition::*;

@@ -14,7 +14,7 @@ pub struct Part {
 }
 
 /// The framing of one multipart/byteranges body.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Multipart {
     boundary: String,
     parts: Vec<Part>,

@@ -1,380 +1,469 @@
-//! What to answer for a file, decided without sockets or files: the method (405 unless GET or
-//! HEAD), the conditionals (If-None-Match / If-Modified-Since -> 304, If-Range), the Range
-//! (206, 416), and the response head of each outcome. [`crate::serve`] carries a plan out.
+//! What to answer for a request, decided without sockets or files: the method (405 unless GET or
+//! HEAD; `OPTIONS` on a CORS route is 204), the preconditions (RFC 9110 §13.2.2: 412, 304,
+//! If-Range), the Range (206 with one range or multipart/byteranges, 416), and every head: the
+//! configured headers of the route and media type, CORS, `Vary`, `Content-Encoding` of a
+//! precompressed sibling, the 301 of a directory without its slash and a directory listing.
+//! [`crate::serve`] carries a plan out for files; a cached object goes through the same planner.
 //!
-//! Pure code: it must not do I/O nor know where the file lives.
+//! Pure code: it must not do I/O nor know where the representation lives; the caller passes the
+//! clock.
 
-use super::conditional;
+use super::conditional::{self, Conditions, Current, FileVersion, Precondition};
+use super::cors::{self, CorsHeaders, CorsRequest};
+use super::headers::HeaderPolicy;
+use super::mime::MediaTypes;
+use super::multipart::{self, Multipart};
 use super::parse::{Method, Request};
-use super::range::{self, RangeOutcome};
+use super::range::{self, ByteRange, Ranges};
 use super::response::{self, Head};
+use super::{date, encoding, listing, uri};
+use crate::config::{Config, Cors, Precompressed};
 
 /// The extra header of a 405.
 pub const ALLOW: (&str, &str) = ("Allow", "GET, HEAD");
+/// `Allow` on a route with CORS, where `OPTIONS` is answered.
+const ALLOW_CORS: &str = "GET, HEAD, OPTIONS";
 
-/// Whether `method` is served: `Some(head_only)` for GET (false) and HEAD (true), `None` for
-/// anything else (405 with [`ALLOW`]).
-pub fn head_only(method: &Method) -> Option<bool> {
-    match method {
-        Method::Get => Some(false),
-        Method::Head => Some(true),
-        Method::Other(_) => None,
-    }
+/// The HTTP options of one route, compiled at start.
+#[derive(Debug, Clone, Default)]
+struct RoutePolicy {
+    cors: Option<Cors>,
+    precompressed: Vec<Precompressed>,
+    listing: bool,
 }
 
-/// The file a response is about, as far as HTTP cares.
+/// Everything the planner needs from the configuration, built once at start.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    headers: HeaderPolicy,
+    media: MediaTypes,
+    max_ranges: usize,
+    etag_inode: bool,
+    /// Indexed like `Config::routes` (see `Resolved::route`).
+    routes: Vec<RoutePolicy>,
+    /// `http.listing_max_entries`.
+    pub listing_max_entries: usize,
+}
+
+/// The file (or cached object) a response is about, as far as HTTP cares.
 #[derive(Debug, Clone, Copy)]
 pub struct Entity<'a> {
-    pub size: u64,
-    /// Modification time, seconds since the epoch.
-    pub mtime: i64,
-    /// [`conditional::etag`] of the file.
-    pub etag: &'a str,
-    /// The `Last-Modified` value ([`super::date::format`] of `mtime`).
-    pub last_modified: &'a str,
-    pub content_type: &'a str,
+    pub version: FileVersion,
+    /// The name the media type comes from (for a precompressed sibling: the original's).
+    pub name: &'a [u8],
+    /// The sibling's coding, when a precompressed sibling is served.
+    pub coding: Option<Precompressed>,
 }
 
-/// What to send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Plan {
-    /// 304: the client's copy is current; head only.
-    NotModified,
-    /// 416 with `Content-Range: bytes */size`.
-    Unsatisfiable,
-    /// 200 (whole file) or 206 (one range): bytes `start..start + len`; `body` is false for HEAD
-    /// and for an empty range (head only).
-    Send {
-        status: u16,
-        start: u64,
-        len: u64,
-        body: bool,
-    },
+/// How a planned response's body is sent after its head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// Head only (HEAD, 304, empty file, or a small response whose body is in the head bytes).
+    None,
+    /// Bytes `start..start + len` of the representation.
+    Range { start: u64, len: u64 },
+    /// Part heads and ranges, then the closing delimiter.
+    Multipart(Multipart),
 }
 
-/// Plan the answer to `req` (GET, or HEAD when `head_only`) for `file`. If-None-Match /
-/// If-Modified-Since come first (RFC 9110 §13.2.2); a Range applies only when If-Range allows.
-pub fn plan(req: &Request, head_only: bool, file: &Entity<'_>) -> Plan {
-    let (etag, mtime) = (file.etag, file.mtime);
-    if conditional::not_modified(
-        req.if_none_match.as_deref(),
-        req.if_modified_since.as_deref(),
-        etag,
-        mtime,
-    ) {
-        return Plan::NotModified;
-    }
-    let ranged = if conditional::range_allowed(req.if_range.as_deref(), etag, mtime) {
-        range::evaluate(req.range.as_deref(), file.size)
-    } else {
-        RangeOutcome::Full
-    };
-    let (status, start, len) = match ranged {
-        RangeOutcome::Full => (200, 0, file.size),
-        RangeOutcome::Partial { start, end } => (206, start, end - start + 1),
-        RangeOutcome::Unsatisfiable => return Plan::Unsatisfiable,
-    };
-    Plan::Send {
-        status,
-        start,
-        len,
-        body: !head_only && len > 0,
-    }
-}
-
-impl Plan {
-    /// The status code.
-    pub fn status(&self) -> u16 {
+impl Body {
+    /// The first byte range the body reads (what admission looks at).
+    pub fn first_range(&self) -> Option<(u64, u64)> {
         match self {
-            Plan::NotModified => 304,
-            Plan::Unsatisfiable => 416,
-            Plan::Send { status, .. } => *status,
-        }
-    }
-
-    /// The bytes of the response head (for a 416 the whole small response, its body omitted for
-    /// HEAD).
-    pub fn render(&self, file: &Entity<'_>, head_only: bool, keep_alive: bool) -> Vec<u8> {
-        match *self {
-            Plan::NotModified => Head::new(304)
-                .header("ETag", file.etag)
-                .header("Last-Modified", file.last_modified)
-                .finish(keep_alive),
-            Plan::Unsatisfiable => {
-                let cr = format!("bytes */{}", file.size);
-                response::error(416, head_only, keep_alive, &[("Content-Range", &cr)])
-            }
-            Plan::Send {
-                status, start, len, ..
-            } => {
-                let mut head = Head::new(status)
-                    .header("Content-Type", file.content_type)
-                    .header("Content-Length", len)
-                    .header("Last-Modified", file.last_modified)
-                    .header("ETag", file.etag)
-                    .header("Accept-Ranges", "bytes");
-                if status == 206 {
-                    head = head.header(
-                        "Content-Range",
-                        format_args!("bytes {}-{}/{}", start, start + len - 1, file.size),
-                    );
-                }
-                head.finish(keep_alive)
-            }
+            Body::None => None,
+            Body::Range { start, len } => Some((*start, *len)),
+            Body::Multipart(m) => m.parts().first().map(|p| (p.range.start, p.range.len())),
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::http::{date, parse};
+/// A planned response.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    /// The response head (for small responses the whole response).
+    pub head: Vec<u8>,
+    pub body: Body,
+}
 
-    /// 1994-11-06 08:49:37 UTC, the RFC's example date.
-    const MTIME: i64 = 784_111_777;
-    const DATE: &str = "Sun, 06 Nov 1994 08:49:37 GMT";
+/// The first decision, before anything is opened.
+#[derive(Debug, Clone)]
+pub enum Start {
+    /// GET (false) or HEAD (true): route, open and [`Policy::plan`].
+    Serve { head_only: bool },
+    /// Answered without a file (405, or 204 for OPTIONS on a CORS route).
+    Done(Answer),
+}
 
-    /// Parse a request head with the given extra header lines, as the connection does.
-    fn req(method: &str, headers: &[&str]) -> Request {
-        let mut head = format!("{method} /f.txt HTTP/1.1\r\nHost: x\r\n");
-        for h in headers {
-            head.push_str(h);
-            head.push_str("\r\n");
+/// The Content-Types of a listing (chosen by `Accept` / `?format=`).
+const HTML: &str = "text/html; charset=utf-8";
+const JSON: &str = "application/json";
+
+impl Policy {
+    pub fn new(cfg: &Config) -> Policy {
+        Policy {
+            headers: HeaderPolicy::new(cfg),
+            media: MediaTypes::new(&cfg.http.media_types),
+            max_ranges: cfg.http.max_ranges,
+            etag_inode: cfg.http.etag_inode,
+            routes: cfg
+                .routes
+                .iter()
+                .map(|r| RoutePolicy {
+                    cors: r.http.cors.clone(),
+                    precompressed: r.http.precompressed.clone(),
+                    listing: r.http.listing,
+                })
+                .collect(),
+            listing_max_entries: cfg.http.listing_max_entries,
         }
-        head.push_str("\r\n");
-        parse::parse(head.as_bytes(), 8192).unwrap().unwrap()
     }
 
-    struct File {
-        size: u64,
-        etag: String,
-        last_modified: String,
+    fn route(&self, route: Option<usize>) -> Option<&RoutePolicy> {
+        route.and_then(|i| self.routes.get(i))
     }
 
-    fn file(size: u64) -> File {
-        File {
-            size,
-            etag: conditional::etag(MTIME, size),
-            last_modified: date::format(MTIME),
+    /// Does the route list directories without an index file?
+    pub fn lists(&self, route: usize) -> bool {
+        self.route(Some(route)).is_some_and(|r| r.listing)
+    }
+
+    /// The precompressed codings to try for `req` on `route`, best first (empty: serve the file).
+    pub fn codings(&self, route: usize, req: &Request) -> Vec<Precompressed> {
+        match self.route(Some(route)) {
+            Some(r) if !r.precompressed.is_empty() => {
+                encoding::acceptable(req.accept_encoding.as_deref(), &r.precompressed)
+            }
+            _ => Vec::new(),
         }
     }
 
-    impl File {
-        fn entity(&self) -> Entity<'_> {
-            Entity {
-                size: self.size,
-                mtime: MTIME,
-                etag: &self.etag,
-                last_modified: &self.last_modified,
-                content_type: "text/plain",
+    /// Method check. `route`: the request's route when it has one (only `OPTIONS` needs it).
+    pub fn start(&self, req: &Request, route: Option<usize>, keep_alive: bool) -> Start {
+        let head_only = match &req.method {
+            Method::Get => false,
+            Method::Head => true,
+            Method::Other(m) => {
+                let cors = self.route(route).and_then(|r| r.cors.as_ref());
+                return Start::Done(match cors {
+                    Some(c) if m == "OPTIONS" => self.options(c, req, keep_alive),
+                    Some(_) => Answer::small(
+                        405,
+                        response::error(405, false, keep_alive, &[("Allow", ALLOW_CORS)]),
+                    ),
+                    None => Answer::small(405, response::error(405, false, keep_alive, &[ALLOW])),
+                });
+            }
+        };
+        Start::Serve { head_only }
+    }
+
+    /// 204 for `OPTIONS` on a CORS route: a preflight's CORS headers, or just `Allow`.
+    fn options(&self, c: &Cors, req: &Request, keep_alive: bool) -> Answer {
+        let creq = cors_request(req);
+        let ch = if creq.is_preflight() {
+            cors::preflight(c, &creq)
+        } else {
+            cors::actual(c, &creq)
+        };
+        let mut head = Head::new(204).header("Allow", ALLOW_CORS);
+        for (n, v) in &ch.headers {
+            head = head.header(n, v);
+        }
+        head = vary(head, &ch.vary, false, false);
+        Answer::small(204, head.finish(keep_alive))
+    }
+
+    /// CORS headers of an ordinary response on `route` (and whether it varies by coding).
+    fn decoration(&self, route: Option<usize>, req: &Request) -> (CorsHeaders, bool) {
+        let r = self.route(route);
+        let ch = match r.and_then(|r| r.cors.as_ref()) {
+            Some(c) => cors::actual(c, &cors_request(req)),
+            None => CorsHeaders::default(),
+        };
+        (ch, r.is_some_and(|r| !r.precompressed.is_empty()))
+    }
+
+    /// A small error response (404, 403, 500, 503...) after routing: with the route's CORS
+    /// headers, so a cross-origin script can read the status. `extra`: e.g. `Retry-After`.
+    pub fn error(
+        &self,
+        route: Option<usize>,
+        req: &Request,
+        status: u16,
+        keep_alive: bool,
+        extra: &[(&str, &str)],
+    ) -> Vec<u8> {
+        let (ch, _) = self.decoration(route, req);
+        let vary_value = vary_value(&ch.vary, false, false);
+        let mut all: Vec<(&str, &str)> = extra.to_vec();
+        all.extend(ch.headers.iter().map(|(n, v)| (*n, v.as_str())));
+        if let Some(v) = &vary_value {
+            all.push(("Vary", v));
+        }
+        response::error(status, req.method == Method::Head, keep_alive, &all)
+    }
+
+    /// Add the configured headers (route, media type), CORS and `Vary` to a head.
+    #[allow(clippy::too_many_arguments)]
+    fn decorate(
+        &self,
+        mut head: Head,
+        route: Option<usize>,
+        req: &Request,
+        name: Option<&[u8]>,
+        content_type: Option<&str>,
+        configured: bool,
+        vary_accept: bool,
+        now: i64,
+    ) -> Head {
+        if configured {
+            let ext = name.and_then(super::mime::extension);
+            let eff = self
+                .headers
+                .for_response(route, ext.as_deref(), content_type);
+            for (n, v) in eff.lines(now) {
+                head = head.header(n, v);
             }
         }
-    }
-
-    /// Plan and render `req` for a file of `size` bytes; the head as text.
-    fn answer(r: &Request, size: u64) -> (Plan, String) {
-        let f = file(size);
-        let head_only = head_only(&r.method).expect("GET or HEAD");
-        let p = plan(r, head_only, &f.entity());
-        let out = p.render(&f.entity(), head_only, true);
-        (p, String::from_utf8(out).unwrap())
-    }
-
-    /// Assert `head` starts with `status_line` and has each of `lines` as a header line.
-    fn assert_head(head: &str, status_line: &str, lines: &[&str]) {
-        assert!(
-            head.starts_with(&format!("{status_line}\r\n")),
-            "{status_line} in {head}"
-        );
-        for line in lines {
-            assert!(
-                head.contains(&format!("\r\n{line}\r\n")),
-                "{line} in {head}"
-            );
+        let (ch, coded) = self.decoration(route, req);
+        for (n, v) in &ch.headers {
+            head = head.header(n, v);
         }
+        vary(head, &ch.vary, coded, vary_accept)
     }
 
-    fn send(status: u16, start: u64, len: u64, body: bool) -> Plan {
-        Plan::Send {
-            status,
-            start,
-            len,
-            body,
+    /// 301 to the directory's path plus `/` (query kept); `path`: the decoded, normalized path.
+    pub fn redirect(
+        &self,
+        route: Option<usize>,
+        req: &Request,
+        path: &[u8],
+        keep_alive: bool,
+        now: i64,
+    ) -> Answer {
+        let location = uri::directory_location(path, req.query.as_deref());
+        let body = "301 Moved Permanently\n";
+        let head = Head::new(301)
+            .header("Location", &location)
+            .header("Content-Type", "text/plain; charset=utf-8")
+            .header("Content-Length", body.len());
+        let head = self.decorate(head, route, req, None, None, true, false, now);
+        let mut out = head.finish(keep_alive);
+        if req.method != Method::Head {
+            out.extend_from_slice(body.as_bytes());
         }
+        Answer::small(301, out)
     }
 
-    #[test]
-    fn only_get_and_head_are_served() {
-        assert_eq!(head_only(&req("GET", &[]).method), Some(false));
-        assert_eq!(head_only(&req("HEAD", &[]).method), Some(true));
-        assert_eq!(head_only(&req("POST", &[]).method), None);
-        assert_eq!(head_only(&req("DELETE", &[]).method), None);
-        let out = response::error(405, false, true, &[ALLOW]);
-        let text = String::from_utf8(out).unwrap();
-        assert_head(
-            &text,
-            "HTTP/1.1 405 Method Not Allowed",
-            &["Allow: GET, HEAD"],
-        );
-    }
-
-    #[test]
-    fn plain_get_sends_the_whole_file_with_validators() {
-        let (p, head) = answer(&req("GET", &[]), 10);
-        assert_eq!(p, send(200, 0, 10, true));
-        assert_eq!(p.status(), 200);
-        assert_head(
-            &head,
-            "HTTP/1.1 200 OK",
-            &[
-                "Content-Type: text/plain",
-                "Content-Length: 10",
-                &format!("Last-Modified: {DATE}"),
-                &format!("ETag: {}", conditional::etag(MTIME, 10)),
-                "Accept-Ranges: bytes",
-                "Connection: keep-alive",
-            ],
-        );
-        assert!(!head.contains("Content-Range"), "{head}");
-        assert!(head.ends_with("\r\n\r\n"));
-    }
-
-    #[test]
-    fn head_has_the_get_head_and_no_body() {
-        let (get, get_head) = answer(&req("GET", &[]), 10);
-        let (head, head_head) = answer(&req("HEAD", &[]), 10);
-        assert_eq!(head, send(200, 0, 10, false));
-        assert_eq!(get, send(200, 0, 10, true));
-        // Same headers (the Date line may differ by a second).
-        let strip = |h: &str| -> Vec<String> {
-            h.lines()
-                .filter(|l| !l.starts_with("Date:"))
-                .map(str::to_owned)
-                .collect()
+    /// 200 with a directory listing (HTML or JSON by `Accept`/`?format=`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn listing(
+        &self,
+        route: usize,
+        req: &Request,
+        path: &[u8],
+        entries: Vec<listing::Entry>,
+        truncated: bool,
+        keep_alive: bool,
+        now: i64,
+    ) -> Answer {
+        let entries = listing::arrange(entries);
+        let mut dir = path.to_vec();
+        if !dir.ends_with(b"/") {
+            dir.push(b'/');
+        }
+        let json = listing::wants_json(req.accept.as_deref(), req.query.as_deref());
+        let (ctype, body) = if json {
+            (JSON, listing::json(&dir, &entries, truncated))
+        } else {
+            (HTML, listing::html(&dir, &entries, truncated))
         };
-        assert_eq!(strip(&get_head), strip(&head_head));
-        // HEAD with a range: 206 head only.
-        let (p, _) = answer(&req("HEAD", &["Range: bytes=0-3"]), 10);
-        assert_eq!(p, send(206, 0, 4, false));
-    }
-
-    #[test]
-    fn empty_file_is_200_without_body() {
-        let (p, head) = answer(&req("GET", &[]), 0);
-        assert_eq!(p, send(200, 0, 0, false));
-        assert!(head.contains("\r\nContent-Length: 0\r\n"), "{head}");
-    }
-
-    #[test]
-    fn if_none_match_and_if_modified_since_give_304() {
-        let tag = conditional::etag(MTIME, 10);
-        let inm = format!("If-None-Match: {tag}");
-        let (p, head) = answer(&req("GET", &[&inm]), 10);
-        assert_eq!(p, Plan::NotModified);
-        assert_eq!(p.status(), 304);
-        assert_head(
-            &head,
-            "HTTP/1.1 304 Not Modified",
-            &[&format!("ETag: {tag}"), &format!("Last-Modified: {DATE}")],
-        );
-        assert!(!head.contains("Content-Length"), "{head}");
-        let ims = format!("If-Modified-Since: {DATE}");
-        assert_eq!(answer(&req("GET", &[&ims]), 10).0, Plan::NotModified);
-        assert_eq!(answer(&req("HEAD", &[&ims]), 10).0, Plan::NotModified);
-        // 304 wins over a range.
-        assert_eq!(
-            answer(&req("GET", &[&inm, "Range: bytes=0-1"]), 10).0,
-            Plan::NotModified
-        );
-        // Another tag: If-None-Match decides alone (an old If-Modified-Since is not consulted).
-        assert_eq!(
-            answer(&req("GET", &["If-None-Match: \"other\"", &ims]), 10).0,
-            send(200, 0, 10, true)
-        );
-        // Modified after the client's date: full answer.
-        let old = "If-Modified-Since: Sun, 06 Nov 1994 08:49:36 GMT";
-        assert_eq!(answer(&req("GET", &[old]), 10).0, send(200, 0, 10, true));
-    }
-
-    #[test]
-    fn one_range_gives_206_with_content_range() {
-        let (p, head) = answer(&req("GET", &["Range: bytes=2-5"]), 10);
-        assert_eq!(p, send(206, 2, 4, true));
-        assert_head(
-            &head,
-            "HTTP/1.1 206 Partial Content",
-            &["Content-Length: 4", "Content-Range: bytes 2-5/10"],
-        );
-        assert_eq!(
-            answer(&req("GET", &["Range: bytes=-3"]), 10).0,
-            send(206, 7, 3, true)
-        );
-        assert_eq!(
-            answer(&req("GET", &["Range: bytes=8-"]), 10).0,
-            send(206, 8, 2, true)
-        );
-        // Several ranges: the whole file.
-        assert_eq!(
-            answer(&req("GET", &["Range: bytes=0-1,4-5"]), 10).0,
-            send(200, 0, 10, true)
-        );
-    }
-
-    #[test]
-    fn unsatisfiable_range_gives_416_with_the_size() {
-        let (p, out) = answer(&req("GET", &["Range: bytes=10-"]), 10);
-        assert_eq!(p, Plan::Unsatisfiable);
-        assert_eq!(p.status(), 416);
-        assert_head(
-            &out,
-            "HTTP/1.1 416 Range Not Satisfiable",
-            &["Content-Range: bytes */10"],
-        );
-        assert!(
-            out.ends_with("\r\n\r\n416 Range Not Satisfiable\n"),
-            "{out}"
-        );
-        // HEAD: the same head, no body.
-        let (_, out) = answer(&req("HEAD", &["Range: bytes=10-"]), 10);
-        assert!(out.ends_with("\r\n\r\n"), "{out}");
-    }
-
-    #[test]
-    fn if_range_applies_the_range_only_for_the_current_validator() {
-        let tag = conditional::etag(MTIME, 10);
-        let current = format!("If-Range: {tag}");
-        assert_eq!(
-            answer(&req("GET", &["Range: bytes=0-3", &current]), 10).0,
-            send(206, 0, 4, true)
-        );
-        let by_date = format!("If-Range: {DATE}");
-        assert_eq!(
-            answer(&req("GET", &["Range: bytes=0-3", &by_date]), 10).0,
-            send(206, 0, 4, true)
-        );
-        for stale in [
-            "If-Range: \"old\"".to_string(),
-            format!("If-Range: W/{tag}"),
-            "If-Range: Sun, 06 Nov 1994 08:49:36 GMT".to_string(),
-        ] {
-            assert_eq!(
-                answer(&req("GET", &["Range: bytes=0-3", &stale]), 10).0,
-                send(200, 0, 10, true),
-                "{stale}"
-            );
+        let head = Head::new(200)
+            .header("Content-Type", ctype)
+            .header("Content-Length", body.len());
+        let head = self.decorate(head, Some(route), req, None, Some(ctype), true, true, now);
+        let mut out = head.finish(keep_alive);
+        if req.method != Method::Head {
+            out.extend_from_slice(body.as_bytes());
         }
-        // A stale If-Range also turns an unsatisfiable range into the whole file.
-        assert_eq!(
-            answer(&req("GET", &["Range: bytes=50-", "If-Range: \"old\""]), 10).0,
-            send(200, 0, 10, true)
-        );
+        Answer::small(200, out)
     }
 
-    #[test]
-    fn connection_header_follows_keep_alive() {
-        let f = file(3);
-        let p = plan(&req("GET", &[]), false, &f.entity());
-        let close = String::from_utf8(p.render(&f.entity(), false, false)).unwrap();
-        assert!(close.ends_with("\r\nConnection: close\r\n\r\n"), "{close}");
+    /// Plan the answer to `req` (GET, or HEAD when `head_only`) on `route` for `entity`.
+    pub fn plan(
+        &self,
+        req: &Request,
+        route: Option<usize>,
+        head_only: bool,
+        entity: &Entity<'_>,
+        keep_alive: bool,
+        now: i64,
+    ) -> Answer {
+        let v = entity.version;
+        let etag = conditional::entity_tag(v, self.etag_inode, entity.coding.map(|c| c.token()));
+        let last_modified = date::format(v.mtime);
+        let content_type = self.media.for_name(entity.name);
+        let conds = Conditions {
+            if_match: req.if_match.as_deref(),
+            if_unmodified_since: req.if_unmodified_since.as_deref(),
+            if_none_match: req.if_none_match.as_deref(),
+            if_modified_since: req.if_modified_since.as_deref(),
+            if_range: req.if_range.as_deref(),
+        };
+        let current = Current {
+            etag: &etag,
+            last_modified: Some(v.mtime),
+        };
+        let decorate = |head: Head, configured: bool| {
+            self.decorate(
+                head,
+                route,
+                req,
+                Some(entity.name),
+                Some(content_type),
+                configured,
+                false,
+                now,
+            )
+        };
+        let range_ok = match conditional::evaluate(&conds, &current, true, now) {
+            Precondition::Failed => {
+                let body = "412 Precondition Failed\n";
+                let head = Head::new(412)
+                    .header("Content-Type", "text/plain; charset=utf-8")
+                    .header("Content-Length", body.len());
+                let mut out = decorate(head, false).finish(keep_alive);
+                if !head_only {
+                    out.extend_from_slice(body.as_bytes());
+                }
+                return Answer::small(412, out);
+            }
+            Precondition::NotModified => {
+                let head = Head::new(304)
+                    .header("ETag", &etag)
+                    .header("Last-Modified", &last_modified);
+                return Answer::small(304, decorate(head, true).finish(keep_alive));
+            }
+            Precondition::Proceed { range } => range,
+        };
+        let ranges = if range_ok {
+            range::plan(req.range.as_deref(), v.size, self.max_ranges)
+        } else {
+            Ranges::Full
+        };
+        let accept_ranges = if self.max_ranges == 0 {
+            "none"
+        } else {
+            "bytes"
+        };
+        let (status, length, ctype, body) = match ranges {
+            Ranges::Unsatisfiable => {
+                let body = "416 Range Not Satisfiable\n";
+                let head = Head::new(416)
+                    .header("Content-Type", "text/plain; charset=utf-8")
+                    .header("Content-Length", body.len())
+                    .header("Content-Range", format_args!("bytes */{}", v.size));
+                let mut out = decorate(head, false).finish(keep_alive);
+                if !head_only {
+                    out.extend_from_slice(body.as_bytes());
+                }
+                return Answer::small(416, out);
+            }
+            Ranges::Full => (
+                200,
+                v.size,
+                None,
+                Body::Range {
+                    start: 0,
+                    len: v.size,
+                },
+            ),
+            Ranges::One(r) => (
+                206,
+                r.len(),
+                None,
+                Body::Range {
+                    start: r.start,
+                    len: r.len(),
+                },
+            ),
+            Ranges::Many(rs) => {
+                let m = Multipart::new(&rs, v.size, content_type, multipart::new_boundary());
+                (
+                    206,
+                    m.content_length(),
+                    Some(m.content_type()),
+                    Body::Multipart(m),
+                )
+            }
+        };
+        let mut head = Head::new(status)
+            .header("Content-Type", ctype.as_deref().unwrap_or(content_type))
+            .header("Content-Length", length);
+        if let Some(c) = entity.coding {
+            head = head.header("Content-Encoding", c.token());
+        }
+        head = head
+            .header("Last-Modified", &last_modified)
+            .header("ETag", &etag)
+            .header("Accept-Ranges", accept_ranges);
+        if let Body::Range { start, len } = body {
+            if status == 206 {
+                let r = ByteRange {
+                    start,
+                    end: start + len - 1,
+                };
+                head = head.header(
+                    "Content-Range",
+                    format_args!("bytes {}-{}/{}", r.start, r.end, v.size),
+                );
+            }
+        }
+        let head = decorate(head, true).finish(keep_alive);
+        let body = if head_only || length == 0 {
+            Body::None
+        } else {
+            body
+        };
+        Answer { status, head, body }
+    }
+}
+
+impl Answer {
+    fn small(status: u16, head: Vec<u8>) -> Answer {
+        Answer {
+            status,
+            head,
+            body: Body::None,
+        }
+    }
+}
+
+fn cors_request(req: &Request) -> CorsRequest<'_> {
+    CorsRequest {
+        origin: req.origin.as_deref(),
+        request_method: req.access_control_request_method.as_deref(),
+        request_headers: req.access_control_request_headers.as_deref(),
+    }
+}
+
+/// The `Vary` value: CORS's fields, `Accept-Encoding` on precompressed routes, `Accept` for
+/// listings; None when the response varies by nothing.
+fn vary_value(cors: &[&str], coded: bool, accept: bool) -> Option<String> {
+    let mut v: Vec<&str> = cors.to_vec();
+    if coded {
+        v.push("Accept-Encoding");
+    }
+    if accept {
+        v.push("Accept");
+    }
+    (!v.is_empty()).then(|| v.join(", "))
+}
+
+fn vary(head: Head, cors: &[&str], coded: bool, accept: bool) -> Head {
+    match vary_value(cors, coded, accept) {
+        Some(v) => head.header("Vary", v),
+        None => head,
     }
 }

@@ -119,29 +119,6 @@ pub fn plan(header: Option<&str>, size: u64, max_ranges: usize) -> Ranges {
     Ranges::Many(ranges)
 }
 
-/// What `serve.rs` uses until the response planner takes over: one range at most.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RangeOutcome {
-    /// No (usable) range: 200 with the whole file.
-    Full,
-    /// 206 with bytes `start..=end`.
-    Partial { start: u64, end: u64 },
-    /// 416 with `Content-Range: bytes */size`.
-    Unsatisfiable,
-}
-
-/// [`plan`] with `max_ranges = 1`.
-pub fn evaluate(header: Option<&str>, size: u64) -> RangeOutcome {
-    match plan(header, size, 1) {
-        Ranges::One(r) => RangeOutcome::Partial {
-            start: r.start,
-            end: r.end,
-        },
-        Ranges::Unsatisfiable => RangeOutcome::Unsatisfiable,
-        Ranges::Full | Ranges::Many(_) => RangeOutcome::Full,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,19 +204,5 @@ mod tests {
         let h = format!("bytes={}", many.join(","));
         assert_eq!(p(&h, 100), Ranges::Full);
         assert!(matches!(plan(Some(&h), 100, 17), Ranges::Many(v) if v.len() == 17));
-    }
-
-    #[test]
-    fn compat_evaluate_serves_one_range_only() {
-        assert_eq!(
-            evaluate(Some("bytes=0-9"), 100),
-            RangeOutcome::Partial { start: 0, end: 9 }
-        );
-        assert_eq!(evaluate(Some("bytes=0-1,5-6"), 100), RangeOutcome::Full);
-        assert_eq!(
-            evaluate(Some("bytes=100-"), 100),
-            RangeOutcome::Unsatisfiable
-        );
-        assert_eq!(evaluate(None, 100), RangeOutcome::Full);
     }
 }

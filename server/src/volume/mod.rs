@@ -22,10 +22,12 @@
 mod hot;
 mod send;
 
+pub use crate::fs::listdir::DirEntry;
 pub use crate::fs::open::{OpenError, OpenedFile};
 pub use send::BodyError;
 
 use crate::config::{self, Offload};
+use crate::fs::listdir::read_dir;
 use crate::fs::open::open_file;
 use crate::fs::sendfile::sendfile_chunk;
 use crate::metrics::{Metrics, PoolOp};
@@ -195,6 +197,18 @@ impl Volume {
                     .unwrap_or_else(|e| Err(io::Error::other(e)))
             }
         }
+    }
+
+    /// The entries of directory `rel` for a listing (at most `max`, and whether there were more),
+    /// read where the offload mode says (as one `open` task on the pool).
+    pub async fn list_dir(
+        &self,
+        rel: Vec<u8>,
+        max: usize,
+    ) -> Result<(Vec<DirEntry>, bool), OpenError> {
+        self.run_blocking(PoolOp::Open, move |root| read_dir(root, &rel, max))
+            .await
+            .map_err(pool_error)?
     }
 
     /// Run blocking work beneath the root (`f` gets the root's descriptor) where the offload mode
