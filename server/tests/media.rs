@@ -48,8 +48,9 @@ fn site() -> Site {
     write(&root, "plain/data.bin", &bytes(100, 3));
     write(&root, "plain/sub/a.txt", b"a");
     fs::create_dir_all(root.join("v/season 1")).unwrap();
+    // The options as a user writes them; listeners and admin from the harness's base config.
     let toml = format!(
-        r#"{head}
+        r#"
 [open_file_cache]
 max_entries = 0
 [http]
@@ -82,10 +83,16 @@ max_age_secs = 600
 prefix = "/plain"
 volume = "lib"
 "#,
-        head = config_head(1),
         root = root.display()
     );
-    let server = Server::with_config(dir.path(), &toml, &[]);
+    let base = config(1);
+    let cfg = Config {
+        listeners: base.listeners,
+        admin: base.admin,
+        workers: 1,
+        ..Config::from_toml(&toml).expect("the example parses")
+    };
+    let server = Server::start(&cfg);
     Site {
         _dir: dir,
         root,
@@ -392,11 +399,11 @@ fn preconditions_in_rfc_order() {
         200
     );
     // If-Match fails before If-None-Match would give 304.
-    let both = [
-        format!("If-Match: \"nope\""),
-        format!("If-None-Match: {etag}"),
-    ];
-    assert_eq!(s.get("/v/seg1.m4s", &[&both[0], &both[1]]).status, 412);
+    let inm = format!("If-None-Match: {etag}");
+    assert_eq!(
+        s.get("/v/seg1.m4s", &["If-Match: \"nope\"", &inm]).status,
+        412
+    );
     assert_eq!(
         s.get("/v/seg1.m4s", &[&format!("If-Modified-Since: {lm}")])
             .status,

@@ -467,3 +467,195 @@ fn vary(head: Head, cors: &[&str], coded: bool, accept: bool) -> Head {
         None => head,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::parse;
+
+    const MTIME: i64 = 784_111_777;
+    const NOW: i64 = 1_700_000_000;
+
+    fn policy(extra: &str) -> Policy {
+        let mut c = Config::from_toml(&format!(
+            "[[volumes]]\nname = \"a\"\npath = \"/a\"\n{extra}"
+        ))
+        .expect("parses");
+        c.normalize();
+        c.validate().expect("valid");
+        Policy::new(&c)
+    }
+
+    fn req(method: &str, headers: &[&str]) -> Request {
+        let mut head = format!("{method} /f.m4s HTTP/1.1\r\nHost: x\r\n");
+        for h in headers {
+            head.push_str(h);
+            head.push_str("\r\n");
+        }
+        head.push_str("\r\n");
+        parse::parse(head.as_bytes(), 8192).unwrap().unwrap()
+    }
+
+    fn entity(size: u64) -> Entity<'static> {
+        Entity {
+            version: FileVersion {
+                ino: 7,
+                mtime: MTIME,
+                size,
+            },
+            name: b"v/f.m4s",
+            coding: None,
+        }
+    }
+
+    fn text(a: &Answer) -> String {
+        String::from_utf8_lossy(&a.head).into_owned()
+    }
+
+    fn answer(p: &Policy, r: &Request, size: u64) -> Answer {
+        let head_only = r.method == Method::Head;
+        p.plan(r, Some(0), head_only, &entity(size), true, NOW)
+    }
+
+    #[test]
+    fn plain_get_is_unchanged_by_default() {
+        let p = policy("");
+        let a = answer(&p, &req("GET", &[]), 10);
+        assert_eq!(
+            (a.status, a.body.clone()),
+            (200, Body::Range { start: 0, len: 10 })
+        );
+        let h = text(&a);
+        for line in [
+            "Content-Type: video/iso.segment",
+            "Content-Length: 10",
+            "ETag: \"7-2ebc98a1-a\"",
+            "Accept-Ranges: bytes",
+            "Last-Modified: Sun, 06 Nov 1994 08:49:37 GMT",
+        ] {
+            assert!(h.contains(&format!("\r\n{line}\r\n")), "{line} in {h}");
+        }
+        for absent in ["Cache-Control", "Vary", "Access-Control", "Expires"] {
+            assert!(!h.contains(absent), "{absent} in {h}");
+        }
+        let a = answer(&p, &req("HEAD", &[]), 10);
+        assert_eq!((a.status, a.body), (200, Body::None));
+    }
+
+    #[test]
+    fn methods_and_options() {
+        let p = policy("");
+        let Start::Done(a) = p.start(&req("OPTIONS", &[]), Some(0), true) else {
+            panic!("answered")
+        };
+        assert_eq!(a.status, 405);
+        assert!(text(&a).contains("Allow: GET, HEAD\r\n"));
+        let p = policy(
+            "[[routes]]\nprefix = \"/\"\nvolume = \"a\"\n[routes.http.cors]\nallow_origins = [\"*\"]\n",
+        );
+        let r = req(
+            "OPTIONS",
+            &[
+                "Origin: https://o.example",
+                "Access-Control-Request-Method: GET",
+            ],
+        );
+        let Start::Done(a) = p.start(&r, Some(0), true) else {
+            panic!("answered")
+        };
+        assert_eq!(a.status, 204);
+        let h = text(&a);
+        assert!(h.contains("Access-Control-Allow-Origin: *\r\n"), "{h}");
+        assert!(
+            h.contains("Access-Control-Allow-Methods: GET, HEAD\r\n"),
+            "{h}"
+        );
+        assert!(!h.contains("Content-Length"), "{h}");
+        assert!(matches!(
+            p.start(&req("GET", &[]), Some(0), true),
+            Start::Serve { head_only: false }
+        ));
+    }
+
+    #[test]
+    fn preconditions_and_their_heads() {
+        let p = policy("[http.media_headers.m4s]\ncache_control = \"max-age=60\"\n");
+        let a = answer(&p, &req("GET", &["If-Match: \"x\""]), 10);
+        assert_eq!((a.status, &a.body), (412, &Body::None));
+        assert!(text(&a).ends_with("412 Precondition Failed\n"));
+        let a = answer(&p, &req("GET", &["If-None-Match: \"7-2ebc98a1-a\""]), 10);
+        assert_eq!(a.status, 304);
+        let h = text(&a);
+        assert!(h.contains("Cache-Control: max-age=60\r\n"), "{h}");
+        assert!(!h.contains("Content-Length"), "{h}");
+    }
+
+    #[test]
+    fn multipart_length_is_exact() {
+        let p = policy("");
+        let a = answer(&p, &req("GET", &["Range: bytes=0-1,5-6"]), 10);
+        assert_eq!(a.status, 206);
+        let Body::Multipart(m) = &a.body else {
+            panic!("multipart")
+        };
+        let h = text(&a);
+        assert!(
+            h.contains(&format!("Content-Length: {}\r\n", m.content_length())),
+            "{h}"
+        );
+        assert!(
+            h.contains(&format!("Content-Type: {}\r\n", m.content_type())),
+            "{h}"
+        );
+        assert!(!h.contains("Content-Range"), "{h}");
+        assert_eq!(a.body.first_range(), Some((0, 2)));
+        let p = policy("[http]\nmax_ranges = 0\n");
+        let a = answer(&p, &req("GET", &["Range: bytes=0-1"]), 10);
+        assert_eq!(a.status, 200);
+        assert!(text(&a).contains("Accept-Ranges: none\r\n"));
+    }
+
+    #[test]
+    fn precompressed_and_vary() {
+        let p = policy(
+            "[[routes]]\nprefix = \"/\"\nvolume = \"a\"\n[routes.http]\nprecompressed = [\"gzip\"]\n\
+             [routes.http.cors]\nallow_origins = [\"https://o.example\"]\n",
+        );
+        let r = req(
+            "GET",
+            &["Accept-Encoding: gzip", "Origin: https://o.example"],
+        );
+        assert_eq!(p.codings(0, &r), vec![Precompressed::Gzip]);
+        let e = Entity {
+            coding: Some(Precompressed::Gzip),
+            ..entity(4)
+        };
+        let a = p.plan(&r, Some(0), false, &e, true, NOW);
+        let h = text(&a);
+        for line in [
+            "Content-Encoding: gzip",
+            "ETag: \"7-2ebc98a1-4-gzip\"",
+            "Vary: Origin, Accept-Encoding",
+            "Access-Control-Allow-Origin: https://o.example",
+            "Content-Type: video/iso.segment",
+        ] {
+            assert!(h.contains(&format!("\r\n{line}\r\n")), "{line} in {h}");
+        }
+        let a = p.error(Some(0), &r, 404, true, &[]);
+        let h = String::from_utf8_lossy(&a).into_owned();
+        assert!(
+            h.contains("Access-Control-Allow-Origin: https://o.example\r\n"),
+            "{h}"
+        );
+    }
+
+    #[test]
+    fn redirect_keeps_the_query() {
+        let p = policy("");
+        let mut r = req("GET", &[]);
+        r.query = Some("a=1".into());
+        let a = p.redirect(Some(0), &r, b"/v", true, NOW);
+        assert_eq!(a.status, 301);
+        assert!(text(&a).contains("Location: /v/?a=1\r\n"));
+    }
+}
