@@ -5,7 +5,7 @@
 //! back as integer bytes) and the validation of cache volumes and cache routes. Pure: no
 //! filesystem access (the free-space default is computed by the cache store at start-up).
 
-use super::validate::Errors;
+use super::errors::Errors;
 use super::{Config, Route};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -3,8 +3,8 @@
 //! how long a preflight may be cached. Types and validation only; the per-request decision is
 //! `http::cors`.
 
+use super::errors::Errors;
 use super::headers::is_token;
-use super::validate::Errors;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

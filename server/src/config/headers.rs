@@ -3,7 +3,7 @@
 //! (`http.media_headers`, `routes[].http.media_headers`), and their validation. How rules are
 //! merged and applied to a response lives in `http::headers`; this module only defines them.
 
-use super::validate::Errors;
+use super::errors::Errors;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};

@@ -2,8 +2,8 @@
 //! differently (`key = "application/pgp-keys"`). Validation only; the merged table is
 //! `http::mime::MediaTypes`.
 
+use super::errors::Errors;
 use super::headers::{is_field_value, is_token};
-use super::validate::Errors;
 use std::collections::{BTreeMap, HashSet};
 
 /// `type/subtype` followed by optional `; parameters`.

@@ -7,6 +7,7 @@
 
 mod cache;
 mod cors;
+mod errors;
 mod headers;
 mod media;
 mod origin;
@@ -15,10 +16,10 @@ mod validate;
 
 pub use cache::{ByteSize, CachePolicy, ValidRule, VolumeCache, DEFAULT_SLICE_SIZE};
 pub use cors::{default_expose_headers, Cors};
+pub use errors::{ConfigError, FieldError};
 pub use headers::HeaderRule;
 pub use origin::{parse_server_url, Origin, ServerUrl, DEFAULT_ORIGIN};
 pub use route_http::{Precompressed, RouteHttp};
-pub use validate::{ConfigError, FieldError};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

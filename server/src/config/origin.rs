@@ -4,7 +4,7 @@
 //! connection cap) and the validation of `origins[i].…` fields. Pure: it parses URLs as text and
 //! never resolves, connects or reads the CA file (the origin client does that at start-up).
 
-use super::validate::{check_unique_name, Errors};
+use super::errors::{check_unique_name, Errors};
 use super::Config;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -3,8 +3,8 @@
 //! defaults and validation only; the response planner (`http/`) applies them.
 
 use super::cors::{self, Cors};
+use super::errors::Errors;
 use super::headers::{self, HeaderRule};
-use super::validate::Errors;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};

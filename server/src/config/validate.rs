@@ -2,53 +2,10 @@
 //! holds it (`volumes[1].pool.threads`) and what is wrong. Pure: no filesystem access, so the
 //! operator can run the same checks on a ContentServer before rendering it.
 
+use super::errors::{check_unique_name, ConfigError, Errors, FieldError};
 use super::{Config, Route};
 use std::collections::HashSet;
-use std::fmt;
 use std::net::IpAddr;
-use std::path::PathBuf;
-
-/// One invalid field.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
-    /// Dotted path of the field, e.g. `routes[0].split[2].percent`.
-    pub field: String,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
-
-/// Why a configuration could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("invalid TOML: {0}")]
-    Parse(String),
-    #[error("cannot render configuration: {0}")]
-    Render(String),
-    #[error("invalid configuration:\n{}", .0.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
-    Invalid(Vec<FieldError>),
-}
-
-pub(super) struct Errors(Vec<FieldError>);
-
-impl Errors {
-    pub(super) fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        self.0.push(FieldError {
-            field: field.into(),
-            message: message.into(),
-        });
-    }
-}
 
 impl Config {
     /// Check every semantic rule; all violations are returned together.
@@ -257,36 +214,4 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
             );
         }
     }
-}
-
-/// `FIELD.name` must be a valid name, not used by an earlier entry of the same `kind`.
-pub(super) fn check_unique_name<'a>(
-    e: &mut Errors,
-    field: &str,
-    kind: &str,
-    name: &'a str,
-    seen: &mut HashSet<&'a str>,
-) {
-    if !valid_name(name) {
-        e.push(
-            format!("{field}.name"),
-            format!("{name:?} must be 1-63 characters of a-z, 0-9 and '-', starting with a letter"),
-        );
-    }
-    if !seen.insert(name) {
-        e.push(
-            format!("{field}.name"),
-            format!("{kind} {name:?} is defined twice"),
-        );
-    }
-}
-
-/// A DNS-label-like name: it becomes a metrics label and, in the operator, part of object names.
-pub(crate) fn valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.starts_with(|c: char| c.is_ascii_lowercase())
-        && !s.ends_with('-')
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
