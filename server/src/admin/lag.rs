@@ -153,11 +153,16 @@ mod tests {
         Metrics::new(&["v"], 2)
     }
 
+    /// The probe of worker `i` of `workers`, with the metrics it writes.
+    fn worker(workers: usize, i: usize) -> (Metrics, WorkerProbe) {
+        let m = metrics();
+        let w = LagProbe::new(&m, workers).worker(i).expect("worker exists");
+        (m, w)
+    }
+
     #[test]
     fn late_tick_counts_as_stall_and_lands_in_histogram() {
-        let m = metrics();
-        let probe = LagProbe::new(&m, 2);
-        let w = probe.worker(1).expect("worker 1 exists");
+        let (m, w) = worker(2, 1);
         let due = Instant::now();
         assert_eq!(
             w.observe(due, due + Duration::from_millis(5)),
@@ -174,9 +179,7 @@ mod tests {
 
     #[test]
     fn early_tick_is_zero_lag() {
-        let m = metrics();
-        let probe = LagProbe::new(&m, 1);
-        let w = probe.worker(0).expect("worker 0 exists");
+        let (_m, w) = worker(1, 0);
         let now = Instant::now();
         assert_eq!(
             w.observe(now + Duration::from_millis(10), now),
