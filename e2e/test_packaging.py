@@ -94,17 +94,21 @@ def test_keda_example_scales_on_the_adapter_query() -> None:
 
 
 def test_hpa_example_targets_the_scale_subresource(crd: dict) -> None:
+    """The example scales through spec.autoscaling: the operator renders the HPA (targeting the
+    scale subresource, checked in operator/tests); the HPA owns spec.replicas, so the example
+    leaves it out."""
     docs = load_all(ROOT / "examples" / "hpa.yaml")
-    (hpa,) = [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
-    (cs,) = [d for d in docs if d["kind"] == "ContentServer"]
-    ref = hpa["spec"]["scaleTargetRef"]
-    assert ref == {"apiVersion": cs["apiVersion"], "kind": "ContentServer", "name": cs["metadata"]["name"]}
+    assert [d["kind"] for d in docs] == ["ContentServer"]
+    (cs,) = docs
+    assert "replicas" not in cs["spec"], "spec.replicas belongs to the HPA (via /scale)"
+    a = cs["spec"]["autoscaling"]
+    assert 1 <= a["minReplicas"] <= a["maxReplicas"]
+    assert 1 <= a["targetPoolUtilization"] <= 100
     (ver,) = [v for v in crd["spec"]["versions"] if v["name"] == cs["apiVersion"].split("/")[1]]
     scale = ver["subresources"]["scale"]
     assert scale["specReplicasPath"] == ".spec.replicas"
     assert scale["statusReplicasPath"] == ".status.replicas"
     assert scale["labelSelectorPath"] == ".status.selector"
-    assert hpa["spec"]["minReplicas"] <= cs["spec"]["replicas"] <= hpa["spec"]["maxReplicas"]
 
 
 def test_media_node_example_is_the_three_disk_layout() -> None:
@@ -212,12 +216,20 @@ def _cel_variants() -> dict[str, tuple[dict, str]]:
     d = _example("media-node.yaml")
     d["spec"]["routes"][0]["volume"] = "disk1"
     out["volume-and-split"] = (d, "set exactly one of volume and split")
+
+    d = _example("hpa.yaml")
+    d["spec"]["autoscaling"]["minReplicas"] = d["spec"]["autoscaling"]["maxReplicas"] + 1
+    out["autoscaling-min-above-max"] = (d, "minReplicas must not exceed maxReplicas")
+
+    d = _example("exposed.yaml")
+    d["spec"]["networkPolicy"]["metricsFrom"] = [{}]
+    out["network-peer-empty"] = (d, "set namespaceSelector, podSelector or both")
     return out
 
 
 CEL_CASES = ["duplicate-volume-names", "route-to-unknown-volume", "two-volumes-no-routes",
              "hostpath-not-allowed", "two-sources", "metrics-port-clash", "split-over-100",
-             "rest-not-last", "volume-and-split"]
+             "rest-not-last", "volume-and-split", "autoscaling-min-above-max", "network-peer-empty"]
 
 
 def test_cel_cases_are_all_listed() -> None:
@@ -543,8 +555,9 @@ def test_kind_script_applies_the_example_with_the_local_image(crd: dict) -> None
                           capture_output=True, text=True, env={**os.environ, "TAG": "e2e"})
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    (cs,) = [i for i in out["items"] if i["kind"] == "ContentServer"]
+    items = out.get("items", [out])
+    (cs,) = [i for i in items if i["kind"] == "ContentServer"]
     assert cs["spec"]["image"] == "content-server:e2e"
     assert cs["spec"]["imagePullPolicy"] == "Never" and cs["spec"]["replicas"] == 1
-    assert [i["kind"] for i in out["items"]] == ["ContentServer", "HorizontalPodAutoscaler"]
+    assert [i["kind"] for i in items] == ["ContentServer"]
     assert crd_schema.errors(crd, cs) == []

@@ -13,12 +13,16 @@
 //! | apps | deployments | get, list, watch, create, patch, delete | workload without per-pod claims |
 //! | apps | statefulsets | get, list, watch, create, patch, delete | workload with claim templates (orphan delete on immutable change) |
 //! | policy | poddisruptionbudgets | list, watch, create, patch, delete | PDB when replicas > 1 |
-//! | monitoring.coreos.com | servicemonitors | create, patch, delete | optional ServiceMonitor |
-//! | apiextensions.k8s.io | customresourcedefinitions | get | does the ServiceMonitor CRD exist |
+//! | autoscaling | horizontalpodautoscalers | list, watch, create, patch, delete | HPA of spec.autoscaling |
+//! | networking.k8s.io | ingresses | list, watch, create, patch, delete | Ingress of spec.expose.ingress |
+//! | networking.k8s.io | networkpolicies | list, watch, create, patch, delete | NetworkPolicy of spec.networkPolicy |
+//! | gateway.networking.k8s.io | httproutes | create, patch, delete | optional HTTPRoute (CRD may be missing: not watched) |
+//! | monitoring.coreos.com | servicemonitors | create, patch, delete | optional ServiceMonitor (CRD may be missing: not watched) |
 //! | events.k8s.io | events | create, patch | Events on the ContentServer |
 //! | coordination.k8s.io | leases | get, create, update | leader election (operator's own namespace) |
 //!
-//! Server-side apply is a PATCH (`create` is listed because apply creates missing objects).
+//! Server-side apply is a PATCH (`create` is listed because apply creates missing objects). A
+//! missing optional CRD shows as a 404 for its kind: no CRD read access is needed.
 
 use crate::builders::servicemonitor;
 use crate::crd::ContentServer;
@@ -26,7 +30,9 @@ use crate::metrics::Metrics;
 use crate::reconcile::{error_policy, reconcile, Context};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
@@ -80,6 +86,9 @@ pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: Strin
         let stss: Api<StatefulSet> = scoped(&client, ns.as_deref());
         let svcs: Api<Service> = scoped(&client, ns.as_deref());
         let pdbs: Api<PodDisruptionBudget> = scoped(&client, ns.as_deref());
+        let hpas: Api<HorizontalPodAutoscaler> = scoped(&client, ns.as_deref());
+        let ingresses: Api<Ingress> = scoped(&client, ns.as_deref());
+        let netpols: Api<NetworkPolicy> = scoped(&client, ns.as_deref());
         let owned = watcher::Config::default().labels(&format!(
             "{}={}",
             crate::builders::MANAGED_BY_LABEL,
@@ -90,7 +99,10 @@ pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: Strin
             .owns(deps, owned.clone())
             .owns(stss, owned.clone())
             .owns(svcs, owned.clone())
-            .owns(pdbs, owned)
+            .owns(pdbs, owned.clone())
+            .owns(hpas, owned.clone())
+            .owns(ingresses, owned.clone())
+            .owns(netpols, owned)
             .shutdown_on_signal();
         stores.push(controller.store());
         let ctx = ctx.clone();

@@ -17,6 +17,7 @@ pub mod builders;
 pub mod controller;
 pub mod crd;
 pub mod crd_http;
+pub mod gateway;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;

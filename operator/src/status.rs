@@ -12,6 +12,8 @@ pub const AVAILABLE: &str = "Available";
 pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
 pub const RECONCILED: &str = "Reconciled";
+/// Reconciled reason: an optional kind's CRD (Gateway API, Prometheus Operator) is missing.
+pub const CRD_MISSING: &str = "CRDMissing";
 
 /// What the workload reported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -128,11 +130,41 @@ pub fn workload_conditions(
     merge_conditions(previous, vec![available, progressing, degraded, reconciled])
 }
 
+/// `Reconciled=False/CRDMissing`: children of the kinds in `missing` (e.g. `HTTPRoute
+/// (httproutes.gateway.networking.k8s.io)`) could not be applied because the cluster does not
+/// have their CRD; everything else was applied. The reconcile does not fail (no retry storm):
+/// the periodic requeue applies them once the CRD is installed.
+pub fn crd_missing(
+    previous: &[Condition],
+    missing: &[String],
+    note: Option<&str>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let mut message = format!(
+        "not applied, CRD not installed: {}; the other children are applied",
+        missing.join(", ")
+    );
+    if let Some(n) = note {
+        message = format!("{message}; {n}");
+    }
+    condition(
+        previous,
+        RECONCILED,
+        false,
+        CRD_MISSING,
+        message,
+        generation,
+        now,
+    )
+}
+
 /// The phase printed in the Status column.
 pub fn phase(conditions: &[Condition]) -> String {
     let get = |t: &str| conditions.iter().find(|c| c.type_ == t);
     if let Some(r) = get(RECONCILED) {
-        if r.status == "False" {
+        // A missing optional CRD leaves the pods serving: the phase follows them.
+        if r.status == "False" && r.reason != CRD_MISSING {
             return match r.reason.as_str() {
                 "Paused" => "Paused".into(),
                 "InvalidSpec" => "Invalid".into(),

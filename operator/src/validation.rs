@@ -54,6 +54,7 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
             s.claim_template.is_some(),
             s.empty_dir.is_some(),
             s.host_path.is_some(),
+            s.image.is_some(),
         ]
         .iter()
         .filter(|x| **x)
@@ -61,7 +62,7 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
         if set != 1 {
             push(
                 format!("{f}.source"),
-                "set exactly one of persistentVolumeClaim, claimTemplate, emptyDir, hostPath"
+                "set exactly one of persistentVolumeClaim, claimTemplate, emptyDir, hostPath, image"
                     .into(),
             );
         }

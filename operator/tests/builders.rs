@@ -7,10 +7,13 @@ use content_operator::builders::configmap::{config_hash, configmap, render, serv
 use content_operator::builders::workload::{
     deployment, pod_template, statefulset, termination_grace_secs, WorkloadKind,
 };
-use content_operator::builders::{pdb, service, servicemonitor, CONFIG_HASH_ANNOTATION};
+use content_operator::builders::{
+    self, expose, hpa, networkpolicy, pdb, service, servicemonitor, CONFIG_HASH_ANNOTATION,
+};
 use content_operator::validation::{spec_path, validate};
 use content_server::config::{Config, Offload};
 use k8s_openapi::api::core::v1::HTTPGetAction;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use support::*;
 
@@ -185,7 +188,7 @@ fn hpa_example_scales_through_the_spec_and_gets_a_pdb() {
     let cfg = server_config(&cs.spec);
     assert_eq!(cfg.volumes[0].offload, Offload::Auto);
     assert_eq!(cfg.volumes[0].path.to_str(), Some("/srv/site"));
-    let p = pdb::pdb(&cs).expect("PDB with 2 replicas");
+    let p = pdb::pdb(&cs).expect("PDB: the autoscaler keeps at least 2 pods");
     let spec = p.spec.expect("spec");
     assert_eq!(
         spec.max_unavailable,
@@ -206,20 +209,295 @@ fn hpa_example_scales_through_the_spec_and_gets_a_pdb() {
             .is_some_and(|r| r.contains_key("cpu")),
         "HPA needs cpu requests"
     );
-    // The HPA document targets the ContentServer's scale subresource.
-    let hpa = example_docs("hpa.yaml")
-        .into_iter()
-        .find(|d| d["kind"] == "HorizontalPodAutoscaler")
-        .expect("HPA");
-    assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "ContentServer");
+    // The operator's HPA targets the ContentServer's scale subresource (the autoscaling contract).
+    let h = hpa::hpa(&cs).expect("HPA for spec.autoscaling");
+    assert_eq!(h.metadata.name.as_deref(), Some("web"));
     assert_eq!(
-        hpa["spec"]["scaleTargetRef"]["apiVersion"],
-        "contentserver.dev/v1alpha1"
+        h.metadata
+            .owner_references
+            .as_ref()
+            .map(|o| o[0].kind.as_str()),
+        Some("ContentServer")
+    );
+    let spec = h.spec.expect("HPA spec");
+    let target = &spec.scale_target_ref;
+    assert_eq!(
+        (
+            target.api_version.as_deref(),
+            target.kind.as_str(),
+            target.name.as_str()
+        ),
+        (Some("contentserver.dev/v1alpha1"), "ContentServer", "web")
+    );
+    assert_eq!((spec.min_replicas, spec.max_replicas), (Some(2), 10));
+    let metrics = spec.metrics.expect("metrics");
+    let pods = metrics[0].pods.as_ref().expect("Pods metric first");
+    assert_eq!(metrics[0].type_, "Pods");
+    assert_eq!(pods.metric.name, "contentserver_pool_utilization");
+    assert_eq!(pods.target.type_, "AverageValue");
+    assert_eq!(pods.target.average_value, Some(Quantity("700m".into())));
+    let cpu = metrics[1].resource.as_ref().expect("CPU metric second");
+    assert_eq!(
+        (metrics[1].type_.as_str(), cpu.name.as_str()),
+        ("Resource", "cpu")
     );
     assert_eq!(
-        hpa["spec"]["scaleTargetRef"]["name"],
-        cs.metadata.name.clone().expect("name").as_str()
+        (cpu.target.type_.as_str(), cpu.target.average_utilization),
+        ("Utilization", Some(80))
     );
+    assert_eq!(
+        spec.behavior
+            .and_then(|b| b.scale_down)
+            .and_then(|d| d.stabilization_window_seconds),
+        Some(1800)
+    );
+}
+
+#[test]
+fn hpa_quantities_defaults_and_absence() {
+    let q = |p| hpa::utilization_quantity(p).0;
+    assert_eq!([q(70), q(5), q(100), q(1)], ["700m", "50m", "1", "10m"]);
+    let mut cs = example("hpa.yaml");
+    let a = cs.spec.autoscaling.as_mut().expect("autoscaling");
+    a.target_cpu_utilization = None;
+    let spec = hpa::hpa(&cs).and_then(|h| h.spec).expect("HPA");
+    assert_eq!(
+        spec.metrics.map(|m| m.len()),
+        Some(1),
+        "no CPU metric unless asked"
+    );
+    // Defaults: target 70 %, scale-down window 1800 s, min 1.
+    let defaulted: content_operator::crd::AutoscalingSpec =
+        serde_json::from_value(serde_json::json!({"maxReplicas": 4})).expect("defaults");
+    assert_eq!(
+        (
+            defaulted.min_replicas,
+            defaulted.target_pool_utilization,
+            defaulted.scale_down_stabilization_seconds
+        ),
+        (1, 70, 1800)
+    );
+    assert!(hpa::hpa(&example("minimal.yaml")).is_none());
+    // The workload's replicas are spec.replicas, which the HPA sets through /scale.
+    cs.spec.replicas = 7;
+    assert_eq!(deployment(&cs, "h").spec.and_then(|s| s.replicas), Some(7));
+}
+
+#[test]
+fn exposed_example_renders_route_ingress_network_policy_and_an_image_volume() {
+    let cs = example("exposed.yaml");
+    let route = expose::http_route(&cs).expect("HTTPRoute");
+    assert_eq!(route.metadata.name.as_deref(), Some("downloads"));
+    assert!(route.metadata.owner_references.is_some());
+    let v = serde_json::to_value(&route).expect("json");
+    assert_eq!(v["apiVersion"], "gateway.networking.k8s.io/v1");
+    assert_eq!(v["kind"], "HTTPRoute");
+    assert_eq!(
+        v["spec"]["parentRefs"],
+        serde_json::json!([{"name": "public", "namespace": "gateways", "sectionName": "https"}])
+    );
+    assert_eq!(
+        v["spec"]["hostnames"],
+        serde_json::json!(["downloads.example.com"])
+    );
+    let rule = &v["spec"]["rules"][0];
+    assert_eq!(
+        rule["matches"],
+        serde_json::json!([
+            {"path": {"type": "PathPrefix", "value": "/releases/"}},
+            {"path": {"type": "PathPrefix", "value": "/docs/"}}
+        ])
+    );
+    assert_eq!(
+        rule["backendRefs"],
+        serde_json::json!([{"name": "downloads", "port": 80}])
+    );
+
+    let ing = expose::ingress(&cs).expect("Ingress");
+    let annotations = ing.metadata.annotations.clone().expect("annotations");
+    assert_eq!(
+        annotations["nginx.ingress.kubernetes.io/proxy-buffering"],
+        "off"
+    );
+    let spec = ing.spec.expect("spec");
+    assert_eq!(spec.ingress_class_name.as_deref(), Some("nginx"));
+    let tls = spec.tls.expect("tls");
+    assert_eq!(tls[0].secret_name.as_deref(), Some("downloads-tls"));
+    assert_eq!(
+        tls[0].hosts,
+        Some(vec!["downloads.example.com".to_string()])
+    );
+    let rules = spec.rules.expect("rules");
+    assert_eq!(rules[0].host.as_deref(), Some("downloads.example.com"));
+    let paths = &rules[0].http.as_ref().expect("http").paths;
+    let got: Vec<(&str, &str)> = paths
+        .iter()
+        .map(|p| (p.path.as_deref().unwrap_or(""), p.path_type.as_str()))
+        .collect();
+    assert_eq!(got, [("/releases/", "Prefix"), ("/docs/", "Prefix")]);
+    let backend = paths[0].backend.service.as_ref().expect("service backend");
+    assert_eq!(backend.name, "downloads");
+    assert_eq!(backend.port.as_ref().and_then(|p| p.number), Some(80));
+    assert_eq!(
+        expose::hostnames(&cs),
+        ["downloads.example.com"],
+        "one host named twice is listed once"
+    );
+    assert_eq!(
+        builders::service_url(&cs),
+        "http://downloads.media-ns.svc:80"
+    );
+
+    let np = networkpolicy::network_policy(&cs).expect("NetworkPolicy");
+    let spec = np.spec.expect("spec");
+    assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
+    assert_eq!(
+        spec.pod_selector.and_then(|s| s.match_labels),
+        Some(builders::selector_labels(&cs))
+    );
+    let ingress = spec.ingress.expect("rules");
+    let port = |r: &k8s_openapi::api::networking::v1::NetworkPolicyIngressRule| {
+        r.ports.as_ref().and_then(|p| p[0].port.clone())
+    };
+    assert_eq!(ingress.len(), 2);
+    assert_eq!(port(&ingress[0]), Some(IntOrString::Int(8080)));
+    assert!(ingress[0].from.is_none(), "HTTP port open to every client");
+    assert_eq!(port(&ingress[1]), Some(IntOrString::Int(9190)));
+    let from = ingress[1].from.as_ref().expect("metrics peers");
+    assert_eq!(from.len(), 1);
+    assert_eq!(
+        from[0]
+            .namespace_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.as_ref())
+            .map(|m| m["kubernetes.io/metadata.name"].as_str()),
+        Some("monitoring")
+    );
+    assert!(
+        from[0].pod_selector.is_some(),
+        "namespace AND pod selector in one peer"
+    );
+
+    // The image volume: a pod volume with the reference and pull policy, mounted read-only.
+    let pod = pod_template(&cs, "h").spec.expect("pod");
+    let vol = pod
+        .volumes
+        .as_ref()
+        .and_then(|v| v.iter().find(|v| v.name == "vol-docs"))
+        .and_then(|v| v.image.clone())
+        .expect("image volume");
+    assert_eq!(
+        vol.reference.as_deref(),
+        Some("registry.example/docs-site:2026.01")
+    );
+    assert_eq!(vol.pull_policy.as_deref(), Some("IfNotPresent"));
+    let mount = pod.containers[0]
+        .volume_mounts
+        .as_ref()
+        .and_then(|m| m.iter().find(|m| m.name == "vol-docs"))
+        .expect("mount");
+    assert_eq!(mount.read_only, Some(true));
+    let mut rw = cs.clone();
+    rw.spec.volumes[1].read_only = false;
+    let pod = pod_template(&rw, "h").spec.expect("pod");
+    let mount = pod.containers[0]
+        .volume_mounts
+        .as_ref()
+        .and_then(|m| m.iter().find(|m| m.name == "vol-docs"))
+        .expect("mount");
+    assert_eq!(
+        mount.read_only,
+        Some(true),
+        "image volumes are always read-only"
+    );
+}
+
+#[test]
+fn no_expose_no_network_policy_without_their_specs() {
+    let cs = example("minimal.yaml");
+    assert!(expose::http_route(&cs).is_none());
+    assert!(expose::ingress(&cs).is_none());
+    assert!(networkpolicy::network_policy(&cs).is_none());
+    assert!(expose::hostnames(&cs).is_empty());
+    // Without routes the one volume serves `/`.
+    assert_eq!(expose::path_prefixes(&cs), ["/"]);
+}
+
+/// The HTTPRoute the operator writes uses only fields of the released Gateway API CRD, with the
+/// required ones present and enum values it allows (upstream schema in ../shared/schemas, as the
+/// Gateway API project releases it).
+#[test]
+fn http_route_matches_the_upstream_gateway_api_schema() {
+    let crd_file = repo_root()
+        .parent()
+        .expect("parent of the repository")
+        .join("shared/schemas/gateway-api-v1.6.1/gateway.networking.k8s.io_httproutes.yaml");
+    let text = std::fs::read_to_string(&crd_file)
+        .unwrap_or_else(|e| panic!("{}: {e}", crd_file.display()));
+    let crd: serde_json::Value = serde_yaml_ng::from_str(&text).expect("CRD yaml");
+    let version = crd["spec"]["versions"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "v1"))
+        .expect("v1");
+    let schema = &version["schema"]["openAPIV3Schema"];
+    let route = serde_json::to_value(expose::http_route(&example("exposed.yaml")).expect("route"))
+        .expect("json");
+    let mut spec_only = route.clone();
+    spec_only
+        .as_object_mut()
+        .expect("object")
+        .remove("metadata");
+    let problems = schema_problems(schema, &spec_only, "$");
+    assert!(problems.is_empty(), "{problems:#?}");
+    // The check is not vacuous: a misspelt field and a bad enum value are found.
+    let mut bad = spec_only.clone();
+    bad["spec"]["rules"][0]["matches"][0]["path"]["type"] = serde_json::json!("Prefix");
+    bad["spec"]["parentRef"] = serde_json::json!([]);
+    assert_eq!(schema_problems(schema, &bad, "$").len(), 2);
+}
+
+/// Unknown fields, missing required fields, wrong types and values outside an enum.
+fn schema_problems(schema: &serde_json::Value, v: &serde_json::Value, at: &str) -> Vec<String> {
+    use serde_json::Value;
+    let mut out = Vec::new();
+    if let Some(allowed) = schema["enum"].as_array() {
+        if !allowed.contains(v) {
+            out.push(format!("{at}: {v} not in {allowed:?}"));
+        }
+    }
+    match (schema["type"].as_str(), v) {
+        (Some("object"), Value::Object(o)) => {
+            let props = schema["properties"].as_object();
+            for r in schema["required"].as_array().into_iter().flatten() {
+                if !o.contains_key(r.as_str().unwrap_or("")) {
+                    out.push(format!("{at}: required {r} missing"));
+                }
+            }
+            for (k, child) in o {
+                let path = format!("{at}.{k}");
+                match props.and_then(|p| p.get(k)) {
+                    Some(s) => out.extend(schema_problems(s, child, &path)),
+                    None if at == "$" && (k == "apiVersion" || k == "kind") => {}
+                    None => out.push(format!("{path}: not in the schema")),
+                }
+            }
+        }
+        (Some("array"), Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                out.extend(schema_problems(
+                    &schema["items"],
+                    item,
+                    &format!("{at}[{i}]"),
+                ));
+            }
+        }
+        (Some("string"), Value::String(_))
+        | (Some("integer"), Value::Number(_))
+        | (Some("boolean"), Value::Bool(_))
+        | (None, _) => {}
+        (Some(t), other) => out.push(format!("{at}: {other} is not {t}")),
+    }
+    out
 }
 
 #[test]

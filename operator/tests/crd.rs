@@ -59,7 +59,25 @@ fn names_subresources_and_printer_columns() {
         .iter()
         .map(|c| c["name"].as_str().expect("name"))
         .collect();
-    assert_eq!(cols, ["Desired", "Ready", "Volumes", "Status", "Age"]);
+    assert_eq!(
+        cols,
+        ["Desired", "Ready", "Volumes", "Status", "Hosts", "URL", "Age"]
+    );
+    let col = |name: &str| {
+        v["additionalPrinterColumns"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == name).cloned())
+            .expect("column")
+    };
+    assert_eq!(col("Hosts")["jsonPath"], ".status.hostnames");
+    assert_eq!(
+        (
+            col("URL")["jsonPath"].clone(),
+            col("URL")["priority"].clone()
+        ),
+        (json!(".status.url"), json!(1)),
+        "URL only in -o wide"
+    );
     // Every column and scale path points at a field the schema defines.
     let schema = root_schema();
     let mut paths: Vec<String> = v["additionalPrinterColumns"]
@@ -414,4 +432,95 @@ fn examples_use_only_fields_the_crd_knows() {
             &format!("examples/{file}: spec"),
         );
     }
+}
+
+/// The schema node at a path of property names below `spec`.
+fn spec_field(path: &[&str]) -> Value {
+    let mut node = root_schema()["properties"]["spec"].clone();
+    for p in path {
+        node = node["properties"][*p].clone();
+        if node.is_null() {
+            panic!("no spec field {path:?}");
+        }
+    }
+    node
+}
+
+#[test]
+fn autoscaling_schema_bounds_and_min_not_above_max() {
+    for f in ["targetPoolUtilization", "targetCPUUtilization"] {
+        let n = spec_field(&["autoscaling", f]);
+        assert_eq!(
+            (n["minimum"].as_f64(), n["maximum"].as_f64()),
+            (Some(1.0), Some(100.0)),
+            "{f}"
+        );
+    }
+    let window = spec_field(&["autoscaling", "scaleDownStabilizationSeconds"]);
+    assert_eq!(
+        (window["default"].as_f64(), window["maximum"].as_f64()),
+        (Some(1800.0), Some(3600.0))
+    );
+    assert_eq!(
+        spec_field(&["autoscaling", "minReplicas"])["minimum"].as_f64(),
+        Some(1.0)
+    );
+    let required =
+        root_schema()["properties"]["spec"]["properties"]["autoscaling"]["required"].clone();
+    assert_eq!(required, json!(["maxReplicas"]));
+
+    let mut obj = defaulted("hpa.yaml");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    obj["spec"]["autoscaling"]["minReplicas"] = json!(11);
+    assert_rejected(&obj, "minReplicas must not exceed maxReplicas");
+    obj["spec"]["autoscaling"]["minReplicas"] = json!(10);
+    assert_eq!(cel_errors(&obj), Vec::<String>::new(), "min == max is fine");
+}
+
+#[test]
+fn image_source_counts_as_one_source() {
+    let mut obj = defaulted("minimal.yaml");
+    obj["spec"]["volumes"][0]["source"] =
+        json!({"image": {"reference": "registry.example/site:1"}});
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    obj["spec"]["volumes"][0]["source"]["emptyDir"] = json!({});
+    assert_rejected(
+        &obj,
+        "set exactly one of persistentVolumeClaim, claimTemplate, emptyDir, hostPath, image",
+    );
+    let image =
+        spec_field(&["volumes"])["items"]["properties"]["source"]["properties"]["image"].clone();
+    assert_eq!(image["required"], json!(["reference"]));
+    assert_eq!(
+        image["properties"]["pullPolicy"]["enum"],
+        json!(["Always", "IfNotPresent", "Never", null]),
+        "null: the field is optional (nullable)"
+    );
+}
+
+#[test]
+fn expose_and_network_policy_schema() {
+    let route = spec_field(&["expose", "httpRoute"]);
+    assert_eq!(route["required"], json!(["parentRefs"]));
+    assert_eq!(route["properties"]["parentRefs"]["minItems"], json!(1));
+    let ingress = spec_field(&["expose", "ingress"]);
+    assert_eq!(ingress["required"], json!(["hosts"]));
+    assert_eq!(
+        ingress["properties"]["tls"]["required"],
+        json!(["secretName"])
+    );
+    let host = &ingress["properties"]["hosts"]["items"];
+    let re = host["pattern"].as_str().expect("host pattern");
+    assert!(re.starts_with("^(\\*\\.)?[a-z0-9]"), "{re}");
+
+    let mut obj = defaulted("exposed.yaml");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    obj["spec"]["networkPolicy"]["metricsFrom"] = json!([{}]);
+    assert_rejected(&obj, "set namespaceSelector, podSelector or both");
+    obj["spec"]["networkPolicy"]["metricsFrom"] = json!([{"podSelector": {}}]);
+    assert_eq!(
+        cel_errors(&obj),
+        Vec::<String>::new(),
+        "an empty selector is a valid peer"
+    );
 }

@@ -8,7 +8,7 @@ use content_operator::builders::CONFIG_HASH_ANNOTATION;
 use content_operator::crd::ContentServer;
 use content_operator::metrics::Metrics;
 use content_operator::reconcile::{error_policy, reconcile, Context};
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{json, Value};
@@ -186,7 +186,15 @@ async fn workload_ready_sets_available_and_emits_event() {
 
 #[tokio::test]
 async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
-    let (fake, ctx, name) = reconciled("hpa.yaml").await;
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = create(&fake, "hpa.yaml");
+    // Scaled by hand here (kubectl scale), without the autoscaler.
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["autoscaling"] = Value::Null;
+        cs["spec"]["replicas"] = json!(2);
+    });
+    run(&fake, &ctx, &name).await;
     let before = fake.get(&deployments(), &name).expect("Deployment");
     let cm_before = fake.get(&configmaps(), "web-config").expect("ConfigMap");
     assert!(fake.get(&pdbs(), &name).is_some(), "PDB for 2 replicas");
@@ -326,10 +334,7 @@ async fn paused_leaves_children_as_they_are() {
         cs["spec"]["paused"] = json!(false)
     });
     run(&fake, &ctx, &name).await;
-    assert_eq!(
-        fake.get(&deployments(), &name).expect("Deployment")["spec"]["replicas"],
-        4
-    );
+    assert_eq!(deployment_replicas(&fake, &name), 4);
 }
 
 #[tokio::test]
@@ -546,4 +551,207 @@ async fn switching_away_from_claim_templates_keeps_the_statefulset_and_its_headl
         .find(|l| l.method == "DELETE" && l.path.contains("/statefulsets/"))
         .expect("StatefulSet deleted");
     assert_eq!(sts_delete.body["propagationPolicy"], "Background");
+}
+
+/// The HPA controller's write: spec.replicas through the ContentServer's scale subresource.
+async fn hpa_scales(fake: &FakeApi, name: &str, replicas: i32) {
+    let api: Api<ContentServer> = Api::namespaced(fake.client(), NS);
+    let patch = json!({"spec": {"replicas": replicas}});
+    let scale = api
+        .patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("patch /scale");
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(replicas));
+}
+
+/// The operator wrote nothing to the ContentServer itself but its status.
+fn assert_no_contentserver_spec_write(fake: &FakeApi) {
+    let writes: Vec<Logged> = fake
+        .log()
+        .into_iter()
+        .filter(|l| l.path.contains("/contentservers/") && !l.is_read() && !l.is_status())
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "operator wrote the ContentServer: {writes:?}"
+    );
+}
+
+fn deployment_replicas(fake: &FakeApi, name: &str) -> Value {
+    fake.get(&deployments(), name).expect("Deployment")["spec"]["replicas"].clone()
+}
+
+#[tokio::test]
+async fn autoscaling_hpa_owns_replicas_through_the_scale_subresource() {
+    let (fake, ctx, name) = reconciled("hpa.yaml").await;
+    let hpa = fake.get(&hpas(), &name).expect("HPA");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "ContentServer");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], "web");
+    assert_eq!(
+        hpa["spec"]["metrics"][0]["pods"]["target"]["averageValue"],
+        "700m"
+    );
+    assert_eq!(
+        hpa["metadata"]["ownerReferences"][0]["kind"],
+        "ContentServer"
+    );
+    // What the HPA reads through /scale: the selector and replica count the operator reports.
+    let api: Api<ContentServer> = Api::namespaced(fake.client(), NS);
+    let scale = api.get_scale(&name).await.expect("GET /scale");
+    assert_eq!(
+        scale.status.and_then(|s| s.selector).as_deref(),
+        Some("app.kubernetes.io/instance=web,app.kubernetes.io/name=content-server")
+    );
+
+    // The HPA scales to 6: the operator carries it to the Deployment and writes nothing back.
+    hpa_scales(&fake, &name, 6).await;
+    fake.clear_log();
+    run(&fake, &ctx, &name).await;
+    assert_eq!(deployment_replicas(&fake, &name), 6);
+    assert_no_contentserver_spec_write(&fake);
+
+    // Reconciles for other reasons (a config change, a periodic requeue) keep the HPA's count.
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["volumes"][0]["pool"]["threads"] = json!(8)
+    });
+    fake.clear_log();
+    run(&fake, &ctx, &name).await;
+    run(&fake, &ctx, &name).await;
+    let cs = api.get(&name).await.expect("get");
+    assert_eq!(
+        cs.spec.replicas, 6,
+        "the operator never writes spec.replicas"
+    );
+    assert_eq!(deployment_replicas(&fake, &name), 6);
+    assert_no_contentserver_spec_write(&fake);
+    let applied_replicas: Vec<Value> = fake
+        .log()
+        .into_iter()
+        .filter(|l| l.method == "PATCH" && l.path.contains("/deployments/"))
+        .map(|l| l.body["spec"]["replicas"].clone())
+        .collect();
+    assert_eq!(applied_replicas, [json!(6), json!(6)]);
+
+    // Scaling in follows too; removing spec.autoscaling deletes the HPA.
+    hpa_scales(&fake, &name, 3).await;
+    run(&fake, &ctx, &name).await;
+    assert_eq!(deployment_replicas(&fake, &name), 3);
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["autoscaling"] = Value::Null
+    });
+    run(&fake, &ctx, &name).await;
+    assert!(fake.get(&hpas(), &name).is_none(), "HPA pruned");
+    assert_eq!(deployment_replicas(&fake, &name), 3);
+}
+
+fn install_gateway_api(fake: &FakeApi) {
+    fake.insert(
+        &crds(),
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "httproutes.gateway.networking.k8s.io"}}),
+    );
+}
+
+#[tokio::test]
+async fn expose_applies_route_ingress_and_network_policy_updates_and_prunes_them() {
+    let fake = FakeApi::new();
+    install_gateway_api(&fake);
+    let ctx = context(&fake);
+    let name = create(&fake, "exposed.yaml");
+    let cs = run(&fake, &ctx, &name).await;
+    let route = fake.get(&httproutes(), &name).expect("HTTPRoute");
+    assert_eq!(route["spec"]["parentRefs"][0]["name"], "public");
+    assert_eq!(
+        route["spec"]["rules"][0]["backendRefs"][0]["name"],
+        "downloads"
+    );
+    let ing = fake.get(&ingresses(), &name).expect("Ingress");
+    assert_eq!(ing["spec"]["ingressClassName"], "nginx");
+    assert_eq!(ing["spec"]["tls"][0]["secretName"], "downloads-tls");
+    let np = fake.get(&networkpolicies(), &name).expect("NetworkPolicy");
+    assert_eq!(np["spec"]["ingress"][1]["ports"][0]["port"], 9190);
+    for obj in [&route, &ing, &np] {
+        assert_eq!(
+            obj["metadata"]["ownerReferences"][0]["kind"],
+            "ContentServer"
+        );
+    }
+    let st = cs.status.clone().expect("status");
+    assert_eq!(st.url.as_deref(), Some("http://downloads.media-ns.svc:80"));
+    assert_eq!(st.hostnames, ["downloads.example.com"]);
+    assert_eq!(condition(&cs, "Reconciled").reason, "Applied");
+
+    // Update: new host names reach both objects and the status.
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["expose"]["httpRoute"]["hostnames"] = json!(["dl.example.com"]);
+        cs["spec"]["expose"]["ingress"]["hosts"] = json!(["dl.example.com", "www.example.com"]);
+    });
+    let cs = run(&fake, &ctx, &name).await;
+    assert_eq!(
+        fake.get(&httproutes(), &name).expect("route")["spec"]["hostnames"],
+        json!(["dl.example.com"])
+    );
+    let rules = fake.get(&ingresses(), &name).expect("ingress")["spec"]["rules"].clone();
+    assert_eq!(rules.as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        cs.status.expect("status").hostnames,
+        ["dl.example.com", "www.example.com"]
+    );
+
+    // Removal prunes, one part at a time.
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["expose"]["ingress"] = Value::Null
+    });
+    run(&fake, &ctx, &name).await;
+    assert!(fake.get(&ingresses(), &name).is_none(), "Ingress pruned");
+    assert!(fake.get(&httproutes(), &name).is_some(), "HTTPRoute kept");
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["expose"] = Value::Null;
+        cs["spec"]["networkPolicy"] = Value::Null;
+    });
+    let cs = run(&fake, &ctx, &name).await;
+    assert!(fake.get(&httproutes(), &name).is_none(), "HTTPRoute pruned");
+    assert!(
+        fake.get(&networkpolicies(), &name).is_none(),
+        "NetworkPolicy pruned"
+    );
+    assert!(cs.status.expect("status").hostnames.is_empty());
+    assert!(fake.get(&services(), &name).is_some(), "the Service stays");
+}
+
+#[tokio::test]
+async fn missing_gateway_api_crd_is_a_condition_not_a_failing_reconcile() {
+    let (fake, ctx, name) = reconciled("exposed.yaml").await;
+    let cs = run(&fake, &ctx, &name).await;
+    let rec = condition(&cs, "Reconciled");
+    assert_eq!(
+        (rec.status.as_str(), rec.reason.as_str()),
+        ("False", "CRDMissing")
+    );
+    assert!(
+        rec.message
+            .contains("HTTPRoute (httproutes.gateway.networking.k8s.io)"),
+        "{}",
+        rec.message
+    );
+    assert_ne!(
+        cs.status.clone().and_then(|s| s.phase).as_deref(),
+        Some("Error")
+    );
+    assert!(
+        fake.get(&ingresses(), &name).is_some(),
+        "the rest is applied"
+    );
+    assert_eq!(ctx.metrics.reconciles.with_label_values(&["ok"]).get(), 2);
+    assert_eq!(ctx.metrics.errors.get(), 0);
+    assert!(fake
+        .events()
+        .iter()
+        .any(|(t, r, n)| t == "Warning" && r == "CRDMissing" && n.contains("HTTPRoute")));
+
+    // Once the CRD is installed the next reconcile creates the route.
+    install_gateway_api(&fake);
+    let cs = run(&fake, &ctx, &name).await;
+    assert!(fake.get(&httproutes(), &name).is_some());
+    assert_eq!(condition(&cs, "Reconciled").reason, "Applied");
 }

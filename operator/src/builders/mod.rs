@@ -5,6 +5,9 @@
 //! (which is what the builder unit tests pin down).
 
 pub mod configmap;
+pub mod expose;
+pub mod hpa;
+pub mod networkpolicy;
 pub mod pdb;
 pub mod service;
 pub mod servicemonitor;
@@ -34,6 +37,16 @@ pub fn selector_labels(cs: &ContentServer) -> BTreeMap<String, String> {
         (NAME_LABEL.to_string(), APP_NAME.to_string()),
         (INSTANCE_LABEL.to_string(), cs.name_any()),
     ])
+}
+
+/// The in-cluster URL of the client Service (status.url).
+pub fn service_url(cs: &ContentServer) -> String {
+    format!(
+        "http://{}.{}.svc:{}",
+        workload_name(cs),
+        cs.namespace().unwrap_or_default(),
+        cs.spec.service.port
+    )
 }
 
 /// The selector as a string (status.selector, for the scale subresource).
@@ -73,7 +86,8 @@ pub fn child_meta(cs: &ContentServer, name: String) -> ObjectMeta {
 pub fn configmap_name(cs: &ContentServer) -> String {
     format!("{}-config", cs.name_any())
 }
-/// Name of the Deployment or StatefulSet, the Service, the PDB and the ServiceMonitor.
+/// Name of the Deployment or StatefulSet, the Service, the PDB, the ServiceMonitor, the HPA,
+/// the HTTPRoute, the Ingress and the NetworkPolicy.
 pub fn workload_name(cs: &ContentServer) -> String {
     cs.name_any()
 }

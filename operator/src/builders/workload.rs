@@ -24,10 +24,10 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
-    HTTPGetAction, HostPathVolumeSource, Lifecycle, LifecycleHandler, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, SeccompProfile, SecurityContext, SleepAction, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    HTTPGetAction, HostPathVolumeSource, ImageVolumeSource, Lifecycle, LifecycleHandler,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext,
+    SleepAction, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -159,6 +159,15 @@ fn pod_volumes(cs: &ContentServer) -> Vec<Volume> {
                 }),
                 ..Volume::default()
             }
+        } else if let Some(img) = &src.image {
+            Volume {
+                name,
+                image: Some(ImageVolumeSource {
+                    reference: Some(img.reference.clone()),
+                    pull_policy: img.pull_policy.map(|p| p.as_str().to_string()),
+                }),
+                ..Volume::default()
+            }
         } else {
             // claimTemplate: provided by volumeClaimTemplates under the same name.
             continue;
@@ -228,7 +237,8 @@ pub fn pod_template(cs: &ContentServer, config_hash: &str) -> PodTemplateSpec {
     mounts.extend(spec.volumes.iter().map(|v| VolumeMount {
         name: pod_volume_name(&v.name),
         mount_path: ContentServerSpec::mount_path(v),
-        read_only: Some(v.read_only),
+        // An image volume is read-only whatever the spec says.
+        read_only: Some(v.read_only || v.source.image.is_some()),
         ..VolumeMount::default()
     }));
 

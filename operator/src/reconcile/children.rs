@@ -1,19 +1,33 @@
 //! Apply every child the spec wants, in dependency order: the ConfigMap (pods mount it), the
-//! Services, the workload, then the optional children (PDB, ServiceMonitor), each pruned when
-//! the spec stops wanting it. Must not remove the workload of the other kind (see `replace.rs`).
+//! Services, the workload, then the optional children (PDB, HPA, NetworkPolicy, Ingress,
+//! HTTPRoute, ServiceMonitor), each pruned when the spec stops wanting it. A kind whose CRD is
+//! not installed (HTTPRoute, ServiceMonitor: the API answers 404 for the kind) is reported in
+//! `Applied::missing_crds`, not failed on. Must not remove the workload of the other kind (see
+//! `replace.rs`).
+//!
+//! Replicas: the workload always gets `spec.replicas`. With `spec.autoscaling` the HPA writes
+//! that field through the ContentServer's scale subresource, so the operator (the only writer of
+//! the workload's replicas) carries the HPA's decision to the pods and never writes the field the
+//! HPA owns.
 
 use crate::builders::configmap::{configmap, render};
 use crate::builders::workload::{deployment, WorkloadKind};
-use crate::builders::{self, pdb, service, servicemonitor};
+use crate::builders::{self, expose, hpa, networkpolicy, pdb, service, servicemonitor};
+use crate::gateway::HTTPRoute;
 use crate::reconcile::api::{apply, apply_or_delete};
 use crate::reconcile::{replace, Error, Scope};
 use crate::status::WorkloadState;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject};
+use kube::Resource;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt::Debug;
 
 /// What applying the children left behind, for the status step.
 pub struct Applied {
@@ -25,9 +39,11 @@ pub struct Applied {
     pub notes: Vec<String>,
     /// A StatefulSet replacement is under way (requeue soon).
     pub replacing: bool,
+    /// Children not applied because their kind's CRD is not installed, as `Kind (crd name)`.
+    pub missing_crds: Vec<String>,
 }
 
-/// Apply the ConfigMap, the Services, the workload, the PDB and the ServiceMonitor.
+/// Apply the ConfigMap, the Services, the workload and the optional children.
 pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
     let cs = scope.cs;
     let rendered = render(&cs.spec)?;
@@ -42,6 +58,7 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
         state: None,
         notes: Vec::new(),
         replacing: false,
+        missing_crds: Vec::new(),
     };
     match applied.kind {
         WorkloadKind::StatefulSet => {
@@ -64,8 +81,50 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
     let name = builders::workload_name(cs);
     let pdbs: Api<PodDisruptionBudget> = scope.api();
     apply_or_delete(&pdbs, &name, pdb::pdb(cs)).await?;
-    apply_servicemonitor(scope, &mut applied.notes).await?;
+    let hpas: Api<HorizontalPodAutoscaler> = scope.api();
+    apply_or_delete(&hpas, &name, hpa::hpa(cs)).await?;
+    let netpols: Api<NetworkPolicy> = scope.api();
+    apply_or_delete(&netpols, &name, networkpolicy::network_policy(cs)).await?;
+    let ingresses: Api<Ingress> = scope.api();
+    apply_or_delete(&ingresses, &name, expose::ingress(cs)).await?;
+
+    let routes: Api<HTTPRoute> = scope.api();
+    let route = expose::http_route(cs);
+    if !apply_if_kind_exists(&routes, &name, route).await? {
+        applied
+            .missing_crds
+            .push("HTTPRoute (httproutes.gateway.networking.k8s.io)".into());
+    }
+    let sms: Api<DynamicObject> = Api::namespaced_with(
+        scope.ctx.client.clone(),
+        &scope.ns,
+        &servicemonitor::api_resource(),
+    );
+    let sm = servicemonitor::servicemonitor(cs);
+    if !apply_if_kind_exists(&sms, &name, sm).await? {
+        applied.missing_crds.push(format!(
+            "ServiceMonitor ({})",
+            servicemonitor::SERVICEMONITOR_CRD
+        ));
+    }
     Ok(applied)
+}
+
+/// [`apply_or_delete`] for a kind defined by an optional CRD: false when the API does not know
+/// the kind (404 on the apply; a 404 on the delete of an unwanted child is already fine).
+async fn apply_if_kind_exists<K>(
+    api: &Api<K>,
+    name: &str,
+    desired: Option<K>,
+) -> Result<bool, Error>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + Debug,
+{
+    match apply_or_delete(api, name, desired).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The rollout state of an applied Deployment or StatefulSet from its status counters
@@ -83,28 +142,4 @@ pub fn rollout_state(
         updated: updated.unwrap_or(0),
         observed_latest: observed_generation.is_some() && observed_generation >= meta.generation,
     }
-}
-
-/// The ServiceMonitor, when enabled and its CRD (Prometheus Operator) is installed.
-async fn apply_servicemonitor(scope: &Scope<'_>, notes: &mut Vec<String>) -> Result<(), Error> {
-    let client = scope.ctx.client.clone();
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &scope.ns, &servicemonitor::api_resource());
-    let desired = servicemonitor::servicemonitor(scope.cs);
-    if desired.is_some() {
-        let crds: Api<CustomResourceDefinition> = Api::all(client);
-        if crds
-            .get_opt(servicemonitor::SERVICEMONITOR_CRD)
-            .await?
-            .is_none()
-        {
-            notes.push(
-                "ServiceMonitor not created: the Prometheus Operator CRD is not installed".into(),
-            );
-            return Ok(());
-        }
-    }
-    // Disabled: remove ours if it exists (404 also covers "CRD not installed").
-    apply_or_delete(&api, &builders::workload_name(scope.cs), desired).await?;
-    Ok(())
 }

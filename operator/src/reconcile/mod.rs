@@ -145,13 +145,23 @@ async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Act
         ..WorkloadState::default()
     });
     let note = (!applied.notes.is_empty()).then(|| applied.notes.join("; "));
-    let conditions = status::workload_conditions(
+    let mut conditions = status::workload_conditions(
         &scope.previous.conditions,
         &w,
         note.as_deref(),
         scope.generation(),
         scope.now,
     );
+    if !applied.missing_crds.is_empty() {
+        let missing = status::crd_missing(
+            &scope.previous.conditions,
+            &applied.missing_crds,
+            note.as_deref(),
+            scope.generation(),
+            scope.now,
+        );
+        conditions = status::merge_conditions(&conditions, vec![missing]);
+    }
     let mut st = status::with_conditions(Some(&scope.previous), conditions);
     st.observed_generation = scope.generation();
     st.replicas = w.replicas;
@@ -159,6 +169,8 @@ async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Act
     st.selector = Some(builders::selector_string(cs));
     st.config_hash = Some(applied.config_hash);
     st.volumes = i32::try_from(cs.spec.volumes.len()).unwrap_or(i32::MAX);
+    st.url = Some(builders::service_url(cs));
+    st.hostnames = builders::expose::hostnames(cs);
     api::write_status(scope.ctx, cs, st).await?;
 
     Ok(if applied.replacing || !w.rolled_out() {

@@ -91,10 +91,38 @@ collections! {
     pdbs => "policy/v1" / "poddisruptionbudgets",
     contentservers => "contentserver.dev/v1alpha1" / "contentservers",
     servicemonitors => "monitoring.coreos.com/v1" / "servicemonitors",
+    hpas => "autoscaling/v2" / "horizontalpodautoscalers",
+    ingresses => "networking.k8s.io/v1" / "ingresses",
+    networkpolicies => "networking.k8s.io/v1" / "networkpolicies",
+    httproutes => "gateway.networking.k8s.io/v1" / "httproutes",
 }
 
 pub fn crds() -> String {
     "/apis/apiextensions.k8s.io/v1/customresourcedefinitions".into()
+}
+
+/// API groups the fake serves without a CRD (built in, plus the ContentServer's own).
+const SERVED_GROUPS: &[&str] = &[
+    "apps",
+    "policy",
+    "autoscaling",
+    "networking.k8s.io",
+    "coordination.k8s.io",
+    "events.k8s.io",
+    "apiextensions.k8s.io",
+    "contentserver.dev",
+];
+
+/// For a collection of a CRD-defined kind (e.g. ServiceMonitor, HTTPRoute): the CRD's name
+/// (`plural.group`) that must exist in the fake for the kind to be served.
+fn crd_backed(collection: &str) -> Option<String> {
+    let rest = collection.strip_prefix("/apis/")?;
+    let group = rest.split('/').next()?;
+    if SERVED_GROUPS.contains(&group) {
+        return None;
+    }
+    let plural = rest.rsplit('/').next()?;
+    Some(format!("{plural}.{group}"))
 }
 
 /// Split a request path into (collection, name, subresource).
@@ -228,6 +256,19 @@ impl FakeApi {
             );
         }
         let (collection, name, sub) = split_path(path);
+        if let Some(crd) = crd_backed(&collection) {
+            if !st.objects.contains_key(&(crds(), crd)) {
+                // What the API server answers for a kind it does not serve.
+                return status_response(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource".into(),
+                );
+            }
+        }
+        if sub.as_deref() == Some("scale") {
+            return Self::scale(&mut st, method, collection, name, &body_v);
+        }
         let ns = path
             .split("/namespaces/")
             .nth(1)
@@ -354,6 +395,43 @@ impl FakeApi {
             },
             _ => status_response(405, "MethodNotAllowed", format!("{method} {path}")),
         }
+    }
+
+    /// The scale subresource of a ContentServer (what an HPA reads and writes):
+    /// spec.replicas <-> `spec.replicas`, status.replicas and status.selector from the status.
+    fn scale(
+        st: &mut State,
+        method: &str,
+        collection: String,
+        name: Option<String>,
+        body: &Value,
+    ) -> (u16, Value) {
+        let Some(name) = name else {
+            return status_response(405, "MethodNotAllowed", format!("{method} scale"));
+        };
+        let key = (collection, name.clone());
+        let Some(old) = st.objects.get(&key).cloned() else {
+            return status_response(404, "NotFound", format!("{name} not found"));
+        };
+        if method == "PATCH" || method == "PUT" {
+            let Some(replicas) = body["spec"]["replicas"].as_i64() else {
+                return status_response(422, "Invalid", "scale: spec.replicas missing".into());
+            };
+            let mut obj = old.clone();
+            obj["spec"]["replicas"] = json!(replicas);
+            Self::stamp_update(st, &old, &mut obj);
+            st.objects.insert(key.clone(), obj);
+        }
+        let obj = &st.objects[&key];
+        (
+            200,
+            json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                   "metadata": {"name": name, "namespace": obj["metadata"]["namespace"],
+                                "resourceVersion": obj["metadata"]["resourceVersion"]},
+                   "spec": {"replicas": obj["spec"]["replicas"]},
+                   "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0),
+                              "selector": obj["status"]["selector"]}}),
+        )
     }
 
     fn stamp_new(st: &mut State, obj: &mut Value, name: &str, ns: Option<&str>) {

@@ -1,0 +1,125 @@
+//! `spec.expose` (a Gateway API HTTPRoute and/or an Ingress in front of the Service) and
+//! `spec.networkPolicy` (who may reach which port). API shape only; the objects are built by
+//! `builders::expose` and `builders::networkpolicy`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// How clients outside the cluster reach the Service. Both parts are optional; removing one
+/// deletes the object the operator made for it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExposeSpec {
+    /// A Gateway API HTTPRoute (gateway.networking.k8s.io/v1) attached to existing Gateways.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_route: Option<HttpRouteExpose>,
+    /// A networking.k8s.io/v1 Ingress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress: Option<IngressExpose>,
+}
+
+/// The HTTPRoute: one rule matching every route prefix (`PathPrefix`), backed by the Service.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteExpose {
+    /// Gateways (or listeners of them) the route attaches to.
+    #[schemars(length(min = 1, max = 32))]
+    pub parent_refs: Vec<GatewayParentRef>,
+    /// Host names the route answers; empty = the Gateway listener's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub hostnames: Vec<Hostname>,
+    /// Extra annotations on the HTTPRoute.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A host name (RFC 1123; a leading `*.` wildcard label is allowed).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+#[serde(transparent)]
+pub struct Hostname(
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(
+            pattern = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+        )
+    )]
+    pub String,
+);
+
+/// A Gateway the HTTPRoute attaches to (Gateway API `ParentReference`, kind Gateway).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayParentRef {
+    /// Name of the Gateway.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Namespace of the Gateway (default: the ContentServer's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: Option<String>,
+    /// A listener of the Gateway, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub section_name: Option<String>,
+    /// A listener of the Gateway, by port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
+}
+
+/// The Ingress: one rule per host, a `Prefix` path per route prefix, backed by the Service.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IngressExpose {
+    /// IngressClass; unset uses the cluster's default class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub class_name: Option<String>,
+    /// Host names of the rules.
+    #[schemars(length(min = 1, max = 16))]
+    pub hosts: Vec<Hostname>,
+    /// Terminate TLS for every host with this Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<IngressTls>,
+    /// Annotations on the Ingress (controller-specific settings).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// TLS of the Ingress.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IngressTls {
+    /// Secret (type kubernetes.io/tls) in the ContentServer's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+}
+
+/// A NetworkPolicy for the pods: anyone may reach the HTTP port; only `metricsFrom` reaches the
+/// admin/metrics port (`/metrics`, `/config` and, with caches, purge).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// Peers allowed on the admin/metrics port, e.g. the monitoring namespace. Empty: nobody
+    /// (kubelet probes come from the node, which network plugins let through).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub metrics_from: Vec<NetworkPeer>,
+}
+
+/// Pods selected by namespace and/or pod labels (both set: those pods in those namespaces).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.namespaceSelector) || has(self.podSelector)",
+    "message": "set namespaceSelector, podSelector or both"
+}]))]
+pub struct NetworkPeer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<LabelSelector>,
+}

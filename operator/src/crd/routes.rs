@@ -1,0 +1,55 @@
+//! Routes: which URI prefix is served by which volume (or split over several). API shape only.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A URI prefix served by one volume or spread over several.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.volume) != (has(self.split) && size(self.split) > 0)",
+        "message": "set exactly one of volume and split"
+    },
+    {
+        "rule": "!has(self.split) || self.split.map(t, has(t.percent) ? double(t.percent) : 0.0).sum() <= 100.0",
+        "message": "split percentages must add up to at most 100",
+        "fieldPath": ".split"
+    },
+    {
+        "rule": "!has(self.split) || self.split.filter(t, !has(t.percent)).size() == 0 || (self.split.filter(t, !has(t.percent)).size() == 1 && !has(self.split[size(self.split) - 1].percent))",
+        "message": "only the last split target may omit percent (it takes the rest)",
+        "fieldPath": ".split"
+    }
+]))]
+pub struct RouteSpec {
+    /// URI path prefix starting with `/`; the longest match wins.
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
+    pub prefix: String,
+    /// Serve the prefix from this volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<String>,
+    /// Spread the prefix over volumes by a stable hash of the URI path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub split: Vec<SplitTargetSpec>,
+    /// Remove the prefix before the lookup in the volume.
+    #[serde(default)]
+    pub strip_prefix: bool,
+    /// Response headers, CORS, precompressed siblings and listings of this route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<crate::crd_http::RouteHttpSpec>,
+}
+
+/// One share of a split.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SplitTargetSpec {
+    /// Volume name.
+    #[schemars(length(min = 1, max = 59))]
+    pub volume: String,
+    /// Share in percent (0 < percent <= 100); omit on the last target to take the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0001, max = 100))]
+    pub percent: Option<f64>,
+}

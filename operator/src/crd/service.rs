@@ -1,0 +1,111 @@
+//! The Service, the PodDisruptionBudget and the metrics listener with its optional
+//! ServiceMonitor. API shape only.
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The client-facing Service.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSpec {
+    #[serde(default, rename = "type")]
+    pub type_: ServiceType,
+    /// Service port (targets the container's http port).
+    #[serde(default = "default_service_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Service type.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ServiceType {
+    #[default]
+    ClusterIP,
+    NodePort,
+    LoadBalancer,
+}
+
+impl ServiceType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceType::ClusterIP => "ClusterIP",
+            ServiceType::NodePort => "NodePort",
+            ServiceType::LoadBalancer => "LoadBalancer",
+        }
+    }
+}
+
+/// PodDisruptionBudget settings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PdbSpec {
+    /// Pods that may be voluntarily disrupted at once (number or percentage).
+    #[serde(default = "default_max_unavailable")]
+    pub max_unavailable: IntOrString,
+}
+
+/// Metrics and admin listener.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsSpec {
+    /// Admin port (/metrics, /healthz, /readyz) bound on 0.0.0.0 so kubelet probes reach it.
+    #[serde(default = "default_metrics_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    #[serde(default)]
+    pub service_monitor: ServiceMonitorSpec,
+}
+
+/// Prometheus Operator ServiceMonitor.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceMonitorSpec {
+    /// Create a ServiceMonitor (only when its CRD is installed).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Labels on the ServiceMonitor (to match the Prometheus selector).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Scrape interval such as `30s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+}
+
+fn default_service_port() -> i32 {
+    80
+}
+fn default_max_unavailable() -> IntOrString {
+    IntOrString::Int(1)
+}
+fn default_metrics_port() -> i32 {
+    9190
+}
+
+impl Default for ServiceSpec {
+    fn default() -> Self {
+        ServiceSpec {
+            type_: ServiceType::default(),
+            port: default_service_port(),
+            annotations: BTreeMap::new(),
+        }
+    }
+}
+impl Default for PdbSpec {
+    fn default() -> Self {
+        PdbSpec {
+            max_unavailable: default_max_unavailable(),
+        }
+    }
+}
+impl Default for MetricsSpec {
+    fn default() -> Self {
+        MetricsSpec {
+            port: default_metrics_port(),
+            service_monitor: ServiceMonitorSpec::default(),
+        }
+    }
+}

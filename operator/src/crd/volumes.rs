@@ -1,0 +1,187 @@
+//! Volumes of a ContentServer: where each one's data comes from (exactly one source) and its
+//! bounded thread pool. API shape only.
+
+use super::{default_true, PullPolicy};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A mounted volume and its thread pool.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeSpec {
+    /// Unique name: the server's volume and pool name (metrics label `volume`).
+    #[schemars(
+        length(min = 1, max = 59),
+        regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub name: String,
+    /// Absolute mount path in the container (default `/srv/content/<name>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 4096), regex(pattern = r"^/"))]
+    pub mount_path: Option<String>,
+    /// Mount read-only (the server only reads; image volumes are always read-only).
+    #[serde(default = "default_true")]
+    pub read_only: bool,
+    /// Where the data comes from: exactly one source.
+    pub source: VolumeSource,
+    /// The volume's bounded thread pool.
+    #[serde(default)]
+    pub pool: PoolSpec,
+}
+
+/// Exactly one of the fields.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "[has(self.persistentVolumeClaim), has(self.claimTemplate), has(self.emptyDir), has(self.hostPath), has(self.image)].filter(x, x).size() == 1",
+    "message": "set exactly one of persistentVolumeClaim, claimTemplate, emptyDir, hostPath, image"
+}]))]
+pub struct VolumeSource {
+    /// An existing PersistentVolumeClaim shared by all pods (ReadOnlyMany for replicas > 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim: Option<PvcSource>,
+    /// A claim per pod (turns the workload into a StatefulSet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_template: Option<ClaimTemplateSource>,
+    /// Scratch space living as long as the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empty_dir: Option<EmptyDirSource>,
+    /// A directory of the node (needs spec.allowHostPath).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_path: Option<HostPathSource>,
+    /// An OCI image (or artifact) mounted read-only (Kubernetes image volumes: beta since 1.33,
+    /// on by default since 1.35).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageSource>,
+}
+
+/// An existing claim.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PvcSource {
+    /// Name of the PersistentVolumeClaim in the ContentServer's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub claim_name: String,
+}
+
+/// A per-pod claim (StatefulSet volumeClaimTemplate). Immutable once created: a change replaces
+/// the StatefulSet with orphaning deletion (pods keep serving, existing claims are kept).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimTemplateSource {
+    /// StorageClass; unset uses the cluster default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// Requested size, a Kubernetes quantity such as `500Gi`.
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
+    pub size: String,
+    /// Access modes of each claim.
+    #[serde(default = "default_access_modes")]
+    #[schemars(length(min = 1, max = 4))]
+    pub access_modes: Vec<AccessMode>,
+}
+
+/// PersistentVolume access mode.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum AccessMode {
+    ReadWriteOnce,
+    ReadOnlyMany,
+    ReadWriteMany,
+    ReadWriteOncePod,
+}
+
+impl AccessMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessMode::ReadWriteOnce => "ReadWriteOnce",
+            AccessMode::ReadOnlyMany => "ReadOnlyMany",
+            AccessMode::ReadWriteMany => "ReadWriteMany",
+            AccessMode::ReadWriteOncePod => "ReadWriteOncePod",
+        }
+    }
+}
+
+/// An emptyDir.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EmptyDirSource {
+    /// Size limit, a quantity such as `1Gi`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
+    pub size_limit: Option<String>,
+    /// Storage medium: `Memory` for tmpfs, unset for the node's disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub medium: Option<EmptyDirMedium>,
+}
+
+/// emptyDir medium.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum EmptyDirMedium {
+    Memory,
+}
+
+/// A node directory.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostPathSource {
+    /// Absolute path on the node.
+    #[schemars(regex(pattern = r"^/"))]
+    pub path: String,
+    /// hostPath type, e.g. `Directory`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+}
+
+/// An OCI image volume: the image's filesystem, read-only. Its files often carry one constant
+/// mtime, so ETags must not rely on mtime alone (see the README, "Validators").
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageSource {
+    /// Image reference, e.g. `registry.example/site:2026-01` or a digest.
+    #[schemars(length(min = 1, max = 1024))]
+    pub reference: String,
+    /// Pull policy of the image (Kubernetes' default: Always for `:latest`, else IfNotPresent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_policy: Option<PullPolicy>,
+}
+
+/// A volume's bounded thread pool.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolSpec {
+    /// Worker threads.
+    #[serde(default = "default_threads")]
+    #[schemars(range(min = 1, max = 4096))]
+    pub threads: u32,
+    /// Tasks allowed to wait beyond the busy threads; excess gets 503.
+    #[serde(default = "default_max_queue")]
+    #[schemars(range(min = 0, max = 16777216))]
+    pub max_queue: u32,
+    /// Where blocking file work runs: auto (page-cache hits inline, misses to the pool; the default),
+    /// always (everything on the pool), never (inline; a baseline).
+    #[serde(default)]
+    pub offload: OffloadMode,
+}
+
+/// Offload mode: the server's own type (one definition), serialized `always|never|auto`.
+pub use content_server::config::Offload as OffloadMode;
+
+fn default_access_modes() -> Vec<AccessMode> {
+    vec![AccessMode::ReadWriteOnce]
+}
+fn default_threads() -> u32 {
+    content_server::config::DEFAULT_THREADS as u32
+}
+fn default_max_queue() -> u32 {
+    content_server::config::DEFAULT_MAX_QUEUE as u32
+}
+
+impl Default for PoolSpec {
+    fn default() -> Self {
+        PoolSpec {
+            threads: default_threads(),
+            max_queue: default_max_queue(),
+            offload: OffloadMode::default(),
+        }
+    }
+}

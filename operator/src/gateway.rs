@@ -1,0 +1,81 @@
+//! Gateway API `HTTPRoute` (gateway.networking.k8s.io/v1, standard channel): the typed subset
+//! the operator writes. A local definition because the maintained crate (`gateway-api`) is built
+//! on kube 4 / k8s-openapi 0.28, whose types do not work with this operator's kube 5 client.
+//! Field names and shapes follow the upstream CRD (checked against it in tests/builders.rs).
+//! Must not grow fields the operator does not set.
+
+use kube::CustomResource;
+use serde::{Deserialize, Serialize};
+
+/// HTTPRoute spec: where it attaches, which hosts, which requests go to which backend.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "gateway.networking.k8s.io",
+    version = "v1",
+    kind = "HTTPRoute",
+    plural = "httproutes",
+    namespaced,
+    schema = "disabled"
+)]
+#[serde(default, rename_all = "camelCase")]
+pub struct HTTPRouteSpec {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parent_refs: Vec<ParentReference>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hostnames: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<HTTPRouteRule>,
+}
+
+/// A Gateway (or one of its listeners) the route attaches to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ParentReference {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
+
+/// Requests matching any of `matches` go to `backendRefs`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct HTTPRouteRule {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub matches: Vec<HTTPRouteMatch>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub backend_refs: Vec<HTTPBackendRef>,
+}
+
+/// A request match (the operator matches on the path only).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct HTTPRouteMatch {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<HTTPPathMatch>,
+}
+
+/// A path match: `type` is `Exact`, `PathPrefix` or `RegularExpression`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct HTTPPathMatch {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub value: String,
+}
+
+/// A Service backend.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default, rename_all = "camelCase")]
+pub struct HTTPBackendRef {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
