@@ -144,7 +144,7 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
         coding,
     };
     let answer = policy.plan(req, Some(route), head_only, &entity, keep_alive, now());
-    send(shared, sock, req, vol, &opened, answer, keep_alive).await
+    send(shared, sock, req, (vol, route), &opened, answer, keep_alive).await
 }
 
 /// 301 to the directory's path plus `/`.
@@ -203,12 +203,12 @@ async fn list(
     write(sock, a.status, &a.head, keep_alive).await
 }
 
-/// Carry out a planned answer for an opened file: admission, head, then the body.
+/// Carry out a planned answer for an opened file of `vol` on `route`: admission, head, body.
 async fn send(
     shared: &Shared,
     sock: &Socket,
     req: &Request,
-    vol: &Volume,
+    (vol, route): (&Volume, usize),
     opened: &RequestFile,
     answer: Answer,
     keep_alive: bool,
@@ -219,7 +219,7 @@ async fn send(
         if !vol.admit(opened, start, len) {
             let out = shared
                 .http
-                .error(None, req, 503, keep_alive, &[("Retry-After", "1")]);
+                .error(Some(route), req, 503, keep_alive, &[("Retry-After", "1")]);
             return write(sock, 503, &out, keep_alive).await;
         }
     }
