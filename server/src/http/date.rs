@@ -36,19 +36,40 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 
 /// Format seconds since the epoch as an IMF-fixdate.
 pub fn format(secs: i64) -> String {
+    let mut out = String::with_capacity(29);
+    push(&mut out, secs);
+    out
+}
+
+/// Append the IMF-fixdate of `secs` to `out` (no formatting machinery: it runs per response).
+pub fn push(out: &mut String, secs: i64) {
+    fn two(out: &mut String, v: i64) {
+        out.push(char::from(b'0' + (v / 10 % 10) as u8));
+        out.push(char::from(b'0' + (v % 10) as u8));
+    }
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!(
-        "{}, {:02} {} {:04} {:02}:{:02}:{:02} GMT",
-        DAYS[days.rem_euclid(7) as usize],
-        d,
-        MONTHS[(m - 1) as usize],
-        y,
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    out.push_str(DAYS[days.rem_euclid(7) as usize]);
+    out.push_str(", ");
+    two(out, d as i64);
+    out.push(' ');
+    out.push_str(MONTHS[(m - 1) as usize]);
+    out.push(' ');
+    if (0..10_000).contains(&y) {
+        two(out, y / 100);
+        two(out, y % 100);
+    } else {
+        // Outside IMF-fixdate's four digits; never produced by a sane clock or file time.
+        out.push_str(&y.to_string());
+    }
+    out.push(' ');
+    two(out, rem / 3600);
+    out.push(':');
+    two(out, rem % 3600 / 60);
+    out.push(':');
+    two(out, rem % 60);
+    out.push_str(" GMT");
 }
 
 fn month(s: &str) -> Option<u32> {
@@ -106,16 +127,25 @@ thread_local! {
 
 /// The `Date` header value for now, formatted at most once per second per thread.
 pub fn now_header() -> String {
+    let mut out = String::with_capacity(29);
+    push_now(&mut out);
+    out
+}
+
+/// Append the `Date` header value for now to `out` (formatted at most once per second per
+/// thread).
+pub fn push_now(out: &mut String) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
-    CACHED.with(|c| {
-        let mut c = c.borrow_mut();
+    CACHED.with_borrow_mut(|c| {
         if c.0 != now {
-            *c = (now, format(now));
+            c.0 = now;
+            c.1.clear();
+            push(&mut c.1, now);
         }
-        c.1.clone()
+        out.push_str(&c.1);
     })
 }
 

@@ -1,8 +1,6 @@
 //! Rendering response heads (status line + headers) and the small bodies of error responses.
 //! It must not write to sockets; the caller sends the bytes.
 
-use std::fmt::Write;
-
 /// Reason phrase of the status codes the server sends.
 pub fn reason(status: u16) -> &'static str {
     match status {
@@ -28,6 +26,87 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
+/// Append `v` in decimal (heads are built per response: no formatting machinery).
+pub fn push_u64(out: &mut String, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    out.push_str(std::str::from_utf8(&digits[i..]).unwrap_or("0"));
+}
+
+/// Append `v` in lower-case hexadecimal.
+pub fn push_hex(out: &mut String, v: u64) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut i = digits.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        digits[i] = HEX[(v & 15) as usize];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[i..]).unwrap_or("0"));
+}
+
+/// A header value appended to a head: strings and integers without the formatting machinery
+/// (heads are built per response), anything else through `format_args!`.
+pub trait HeaderValue {
+    fn push_to(self, out: &mut String);
+}
+
+impl HeaderValue for &str {
+    fn push_to(self, out: &mut String) {
+        out.push_str(self);
+    }
+}
+
+impl HeaderValue for &String {
+    fn push_to(self, out: &mut String) {
+        out.push_str(self);
+    }
+}
+
+impl HeaderValue for String {
+    fn push_to(self, out: &mut String) {
+        out.push_str(&self);
+    }
+}
+
+impl HeaderValue for u64 {
+    fn push_to(self, out: &mut String) {
+        push_u64(out, self);
+    }
+}
+
+impl HeaderValue for usize {
+    fn push_to(self, out: &mut String) {
+        push_u64(out, self as u64);
+    }
+}
+
+impl HeaderValue for u32 {
+    fn push_to(self, out: &mut String) {
+        push_u64(out, u64::from(self));
+    }
+}
+
+impl HeaderValue for std::fmt::Arguments<'_> {
+    fn push_to(self, out: &mut String) {
+        let _ = std::fmt::Write::write_fmt(out, self);
+    }
+}
+
 /// A response head under construction.
 pub struct Head {
     buf: String,
@@ -37,18 +116,33 @@ impl Head {
     /// Status line plus `Server` and `Date`.
     pub fn new(status: u16) -> Head {
         let mut buf = String::with_capacity(320);
-        let _ = write!(
-            buf,
-            "HTTP/1.1 {} {}\r\nServer: content-server\r\nDate: {}\r\n",
-            status,
-            reason(status),
-            super::date::now_header()
-        );
+        buf.push_str("HTTP/1.1 ");
+        push_u64(&mut buf, u64::from(status));
+        buf.push(' ');
+        buf.push_str(reason(status));
+        buf.push_str("\r\nServer: content-server\r\nDate: ");
+        super::date::push_now(&mut buf);
+        buf.push_str("\r\n");
         Head { buf }
     }
 
-    pub fn header(mut self, name: &str, value: impl std::fmt::Display) -> Head {
-        let _ = write!(self.buf, "{name}: {value}\r\n");
+    pub fn header(mut self, name: &str, value: impl HeaderValue) -> Head {
+        self.buf.push_str(name);
+        self.buf.push_str(": ");
+        value.push_to(&mut self.buf);
+        self.buf.push_str("\r\n");
+        self
+    }
+
+    /// `Content-Range: bytes FIRST-LAST/SIZE`.
+    pub fn content_range(mut self, first: u64, last: u64, size: u64) -> Head {
+        self.buf.push_str("Content-Range: bytes ");
+        push_u64(&mut self.buf, first);
+        self.buf.push('-');
+        push_u64(&mut self.buf, last);
+        self.buf.push('/');
+        push_u64(&mut self.buf, size);
+        self.buf.push_str("\r\n");
         self
     }
 
@@ -65,7 +159,11 @@ impl Head {
 
 /// A complete error response: head plus a one-line text body (omitted for HEAD).
 pub fn error(status: u16, head_only: bool, keep_alive: bool, extra: &[(&str, &str)]) -> Vec<u8> {
-    let body = format!("{} {}\n", status, reason(status));
+    let mut body = String::with_capacity(40);
+    push_u64(&mut body, u64::from(status));
+    body.push(' ');
+    body.push_str(reason(status));
+    body.push('\n');
     let mut h = Head::new(status)
         .header("Content-Type", "text/plain; charset=utf-8")
         .header("Content-Length", body.len());
@@ -77,4 +175,35 @@ pub fn error(status: u16, head_only: bool, keep_alive: bool, extra: &[(&str, &st
         out.extend_from_slice(body.as_bytes());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_heads() {
+        for v in [0u64, 7, 10, 4096, u64::MAX] {
+            let mut s = String::new();
+            push_u64(&mut s, v);
+            assert_eq!(s, v.to_string());
+            let mut h = String::new();
+            push_hex(&mut h, v);
+            assert_eq!(h, format!("{v:x}"));
+        }
+        let out = String::from_utf8(
+            Head::new(206)
+                .header("Content-Length", 10u64)
+                .content_range(5, 14, 100)
+                .finish(false),
+        )
+        .unwrap();
+        assert!(out.starts_with("HTTP/1.1 206 Partial Content\r\nServer: content-server\r\nDate: "));
+        assert!(out.ends_with(
+            "GMT\r\nContent-Length: 10\r\nContent-Range: bytes 5-14/100\r\nConnection: close\r\n\r\n"
+        ));
+        let err = String::from_utf8(error(404, false, true, &[])).unwrap();
+        assert!(err.contains("Content-Length: 14\r\n"));
+        assert!(err.ends_with("\r\n\r\n404 Not Found\n"));
+    }
 }
