@@ -121,15 +121,9 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::
                     }
                     shared.metrics.connections_accepted_total.inc();
                     shared.metrics.connections_active.inc();
-                    let _ = rustix::net::sockopt::set_tcp_nodelay(&fd, true);
-                    let peer = rustix::net::getpeername(&fd)
-                        .ok()
-                        .flatten()
-                        .and_then(|a| SocketAddr::try_from(a).ok())
-                        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
                     match Socket::new(fd, send_timeout) {
                         Ok(sock) => {
-                            tokio::spawn(conn::run(shared.clone(), sock, peer));
+                            tokio::spawn(conn::run(shared.clone(), sock));
                         }
                         Err(e) => {
                             shared.lifecycle.remove_connection();

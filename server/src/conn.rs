@@ -2,19 +2,33 @@
 //! the drain signal), answer them in order (keep-alive and pipelining), count and log each
 //! response, close on errors. It must not do file I/O itself nor decide responses (that is
 //! [`crate::serve`]).
+//!
+//! Memory: a connection waiting for a request holds only its socket, the bytes received and not
+//! yet consumed (none between requests, part of a head otherwise, in a vector sized to them) and
+//! a small wait (readiness through the socket's own slot, one timer, one drain waiter). Request
+//! bytes are read into the worker's buffer and parsed there; everything a request needs while it
+//! is answered lives in a boxed future that exists only while it is in flight (nginx likewise
+//! frees its request buffers on keep-alive).
 
 use crate::http::parse::{self, ParseError, Request};
 use crate::http::response;
 use crate::serve;
 use crate::shared::Shared;
 use crate::socket::Socket;
-use std::net::SocketAddr;
+use std::cell::RefCell;
+use std::future::Future;
+use std::io::Read;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
-use tokio::time::{sleep_until, Instant as TokioInstant};
+use tokio::sync::futures::Notified;
+use tokio::time::{sleep_until, Instant as TokioInstant, Sleep};
 
-const READ_CHUNK: usize = 4096;
+thread_local! {
+    /// This worker's read buffer (`limits.max_header_bytes` long, allocated on first use).
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
 
 /// Why no request came.
 enum NoRequest {
@@ -36,69 +50,97 @@ impl Drop for ConnGuard {
 }
 
 /// Serve a connection until it closes. The caller already counted it in the lifecycle.
-pub async fn run(shared: Arc<Shared>, sock: Socket, peer: SocketAddr) {
+pub async fn run(shared: Arc<Shared>, sock: Socket) {
+    // The arguments are used in place (not moved into new locals), which keeps them out of the
+    // task's state twice.
     let _guard = ConnGuard(shared.clone());
-    let mut drain = shared.lifecycle.subscribe_drain();
-    let lim = &shared.config.limits;
-    let header_timeout = Duration::from_secs(lim.header_read_timeout_secs);
-    let keepalive = Duration::from_secs(lim.keepalive_timeout_secs);
-    let mut buf: Vec<u8> = Vec::new();
-    let mut idle_timeout = header_timeout;
+    // Bytes received and not yet consumed; empty (no allocation) between requests.
+    let mut pending: Vec<u8> = Vec::new();
+    let mut first = true;
     loop {
-        let req = read_request(
-            &sock,
-            &mut buf,
-            lim.max_header_bytes,
-            idle_timeout,
-            header_timeout,
-            &mut drain,
-        )
-        .await;
-        let req = match req {
-            Ok(r) => r,
-            Err(e) => {
-                // No request to answer: close, silently or after a 408 (head incomplete in time)
-                // or the parse error's status (then read what the client still sends).
-                let (status, linger) = match e {
-                    NoRequest::Parse(e) => {
-                        tracing::debug!(%peer, error = %e, "bad request");
-                        (e.status(), true)
-                    }
-                    NoRequest::Timeout => (408, false),
-                    NoRequest::Close => return,
-                };
-                let out = response::error(status, false, false, &[]);
-                let _ = sock.write_all(&out, false).await;
-                let len = out.len() as u64;
-                record(&shared, "other", status, len, Instant::now(), peer, "-");
-                if linger {
-                    sock.lingering_close().await;
-                }
-                return;
-            }
+        let max = shared.config.limits.max_header_bytes;
+        let req = match pipelined(&mut pending, max) {
+            Some(r) => r,
+            None => ReadHead::new(&shared, &sock, &mut pending, first).await,
         };
-        let started = Instant::now();
-        shared.metrics.http_requests_in_flight.inc();
-        let served = serve::respond(&shared, &sock, &req).await;
-        shared.metrics.http_requests_in_flight.dec();
-        record(
-            &shared,
-            crate::metrics::method_label(req.method.as_str()),
-            served.status,
-            served.bytes,
-            started,
-            peer,
-            &req.path,
-        );
-        buf.drain(..req.head_len);
-        if !served.keep_alive {
-            // The client may still be sending (a body, more pipelined requests).
-            if served.bytes > 0 && (req.has_body || !buf.is_empty()) {
-                sock.lingering_close().await;
-            }
+        // Boxed: the state of an answer exists only while it is in flight, so the task of a
+        // waiting connection stays small.
+        if !Box::pin(answer(&shared, &sock, req, &pending)).await {
             return;
         }
-        idle_timeout = keepalive;
+        if first {
+            // The connection stays for more requests: from now on small responses must not wait
+            // for the previous one's acknowledgement (Nagle). Set only here, as nginx does, so a
+            // connection that carries one request costs no setsockopt.
+            sock.set_nodelay();
+            first = false;
+        }
+    }
+}
+
+/// Answer what [`read_request`] gave; false when the connection must close.
+async fn answer(
+    shared: &Shared,
+    sock: &Socket,
+    req: Result<Request, NoRequest>,
+    pending: &[u8],
+) -> bool {
+    let req = match req {
+        Ok(r) => r,
+        Err(e) => {
+            // No request to answer: close, silently or after a 408 (head incomplete in time)
+            // or the parse error's status (then read what the client still sends).
+            let (status, linger) = match e {
+                NoRequest::Parse(e) => {
+                    tracing::debug!(peer = %Peer(sock), error = %e, "bad request");
+                    (e.status(), true)
+                }
+                NoRequest::Timeout => (408, false),
+                NoRequest::Close => return false,
+            };
+            let out = response::error(status, false, false, &[]);
+            let _ = sock.write_all(&out, false).await;
+            let len = out.len() as u64;
+            record(shared, "other", status, len, Instant::now(), sock, "-");
+            if linger {
+                sock.lingering_close().await;
+            }
+            return false;
+        }
+    };
+    let started = Instant::now();
+    shared.metrics.http_requests_in_flight.inc();
+    let served = serve::respond(shared, sock, &req).await;
+    shared.metrics.http_requests_in_flight.dec();
+    record(
+        shared,
+        crate::metrics::method_label(req.method.as_str()),
+        served.status,
+        served.bytes,
+        started,
+        sock,
+        &req.path,
+    );
+    if !served.keep_alive {
+        // The client may still be sending (a body, more pipelined requests).
+        if served.bytes > 0 && (req.has_body || !pending.is_empty()) {
+            sock.lingering_close().await;
+        }
+        return false;
+    }
+    true
+}
+
+/// The client's address, asked of the kernel only when a log line shows it (not kept per
+/// connection). `-` once the connection is gone.
+struct Peer<'a>(&'a Socket);
+
+impl std::fmt::Display for Peer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.stream().peer_addr() {
+            Ok(a) => a.fmt(f),
+            Err(_) => f.write_str("-"),
+        }
     }
 }
 
@@ -108,7 +150,7 @@ fn record(
     status: u16,
     bytes: u64,
     started: Instant,
-    peer: SocketAddr,
+    sock: &Socket,
     path: &str,
 ) {
     let m = &shared.metrics;
@@ -119,58 +161,155 @@ fn record(
     if shared.config.logging.access_log {
         tracing::info!(
             target: "access",
-            %peer, method, path, status, bytes, duration_ms = secs * 1000.0,
+            peer = %Peer(sock), method, path, status, bytes, duration_ms = secs * 1000.0,
             "request"
         );
     }
 }
 
-/// Read until `buf` starts with a complete request head.
-async fn read_request(
-    sock: &Socket,
-    buf: &mut Vec<u8>,
-    max: usize,
-    idle_timeout: Duration,
-    header_timeout: Duration,
-    drain: &mut watch::Receiver<bool>,
-) -> Result<Request, NoRequest> {
-    let now = TokioInstant::now();
-    let mut deadline = if buf.is_empty() {
-        now + idle_timeout
-    } else {
-        now + header_timeout
-    };
-    loop {
-        if !buf.is_empty() {
-            if let Some(r) = parse::parse(buf, max).map_err(NoRequest::Parse)? {
-                return Ok(r);
-            }
+/// What one read into the worker's buffer gave (a return value only, never stored: the size of
+/// the request variant costs nothing while a connection waits).
+#[allow(clippy::large_enum_variant)]
+enum Step {
+    Request(Request),
+    /// Part of a head; it is in the connection's `pending` now.
+    Partial,
+    Closed,
+}
+
+/// Take the request at the start of `pending` if it is complete (pipelined requests), keeping
+/// the bytes after it.
+fn take_pending(pending: &mut Vec<u8>, max: usize) -> Result<Option<Request>, NoRequest> {
+    match parse::parse(pending, max).map_err(NoRequest::Parse)? {
+        Some(r) => {
+            *pending = pending[r.head_len..].to_vec();
+            Ok(Some(r))
         }
-        let old = buf.len();
-        let want = max.saturating_sub(old).clamp(1, READ_CHUNK);
-        buf.resize(old + want, 0);
-        let r = tokio::select! {
-            r = sock.read(&mut buf[old..]) => r,
-            _ = sleep_until(deadline) => {
-                buf.truncate(old);
-                return Err(if old == 0 { NoRequest::Close } else { NoRequest::Timeout });
+        None => Ok(None),
+    }
+}
+
+/// One read of what the socket holds, placed after the `pending` bytes in the worker's buffer,
+/// then parsed there. Whatever is not consumed by a complete head is copied back to `pending`
+/// (exactly sized). `WouldBlock` when there was nothing to read after all.
+fn read_step(
+    sock: &Socket,
+    pending: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Result<Step, ParseError>> {
+    SCRATCH.with_borrow_mut(|scratch| {
+        if scratch.len() < max {
+            scratch.resize(max, 0);
+        }
+        let old = pending.len();
+        scratch[..old].copy_from_slice(pending);
+        let n = sock.stream().read(&mut scratch[old..max])?;
+        if n == 0 {
+            return Ok(Ok(Step::Closed));
+        }
+        let got = &scratch[..old + n];
+        Ok(match parse::parse(got, max) {
+            Ok(Some(r)) => {
+                *pending = got[r.head_len..].to_vec();
+                Ok(Step::Request(r))
             }
-            _ = drain.wait_for(|d| *d), if old == 0 => {
-                buf.truncate(old);
-                return Err(NoRequest::Close);
+            Ok(None) => {
+                *pending = got.to_vec();
+                Ok(Step::Partial)
             }
-        };
-        match r {
-            Ok(0) | Err(_) => {
-                buf.truncate(old);
-                return Err(NoRequest::Close);
-            }
-            Ok(n) => {
-                buf.truncate(old + n);
-                if old == 0 {
-                    deadline = TokioInstant::now() + header_timeout;
+            Err(e) => Err(e),
+        })
+    })
+}
+
+pin_project_lite::pin_project! {
+    /// Waiting for (the rest of) a request head: the socket's readiness (its waker lives in the
+    /// socket's registration), one timer and, while idle, the drain. A hand-written future so
+    /// the waiting task holds little more than the timer and the drain waiter.
+    struct ReadHead<'a> {
+        shared: &'a Shared,
+        sock: &'a Socket,
+        pending: &'a mut Vec<u8>,
+        #[pin]
+        sleep: Sleep,
+        #[pin]
+        drained: Notified<'a>,
+    }
+}
+
+impl Future for ReadHead<'_> {
+    type Output = Result<Request, NoRequest>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let max = this.shared.config.limits.max_header_bytes;
+        loop {
+            let idle = this.pending.is_empty();
+            if this.sock.poll_read_ready(cx).is_ready() {
+                match this
+                    .sock
+                    .try_read_with(|| read_step(this.sock, this.pending, max))
+                {
+                    None => continue,
+                    Some(Err(_)) | Some(Ok(Ok(Step::Closed))) => {
+                        return Poll::Ready(Err(NoRequest::Close))
+                    }
+                    Some(Ok(Err(e))) => return Poll::Ready(Err(NoRequest::Parse(e))),
+                    Some(Ok(Ok(Step::Request(r)))) => return Poll::Ready(Ok(r)),
+                    Some(Ok(Ok(Step::Partial))) => {
+                        if idle {
+                            let secs = this.shared.config.limits.header_read_timeout_secs;
+                            let at = TokioInstant::now() + Duration::from_secs(secs);
+                            this.sleep.as_mut().reset(at);
+                        }
+                        continue;
+                    }
                 }
             }
+            if idle
+                && (this.shared.lifecycle.is_draining()
+                    || this.drained.as_mut().poll(cx).is_ready())
+            {
+                return Poll::Ready(Err(NoRequest::Close));
+            }
+            if this.sleep.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(if idle {
+                    NoRequest::Close
+                } else {
+                    NoRequest::Timeout
+                }));
+            }
+            return Poll::Pending;
+        }
+    }
+}
+
+/// A complete request head already in `pending` (pipelined requests), taken out of it.
+fn pipelined(pending: &mut Vec<u8>, max: usize) -> Option<Result<Request, NoRequest>> {
+    if pending.is_empty() {
+        return None;
+    }
+    take_pending(pending, max).transpose()
+}
+
+impl<'a> ReadHead<'a> {
+    /// Wait until a complete request head arrived; it is taken out of `pending`. The first
+    /// request and a partly received head get `header_read_timeout_secs`; an idle keep-alive
+    /// connection gets `keepalive_timeout_secs` and closes (silently) on drain.
+    fn new(shared: &'a Shared, sock: &'a Socket, pending: &'a mut Vec<u8>, first: bool) -> Self {
+        let lim = &shared.config.limits;
+        let wait = if first || !pending.is_empty() {
+            lim.header_read_timeout_secs
+        } else {
+            lim.keepalive_timeout_secs
+        };
+        ReadHead {
+            shared,
+            sock,
+            pending,
+            sleep: sleep_until(TokioInstant::now() + Duration::from_secs(wait)),
+            // Created before `poll` checks the flag, so a drain starting in between wakes it.
+            drained: shared.lifecycle.drain_notified(),
         }
     }
 }

@@ -4,7 +4,8 @@
 //! Owns only state and the drain broadcast; it must not start or stop anything itself.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use tokio::sync::watch;
+use tokio::sync::futures::Notified;
+use tokio::sync::{watch, Notify};
 
 /// Shared through `Arc<Lifecycle>`.
 pub struct Lifecycle {
@@ -13,6 +14,7 @@ pub struct Lifecycle {
     listeners_bound: AtomicUsize,
     connections: AtomicUsize,
     drain_tx: watch::Sender<bool>,
+    drain_notify: Notify,
 }
 
 impl Default for Lifecycle {
@@ -30,6 +32,7 @@ impl Lifecycle {
             listeners_bound: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
             drain_tx,
+            drain_notify: Notify::new(),
         }
     }
 
@@ -51,6 +54,13 @@ impl Lifecycle {
     pub fn begin_drain(&self) {
         self.draining.store(true, Ordering::Release);
         self.drain_tx.send_replace(true);
+        self.drain_notify.notify_waiters();
+    }
+
+    /// Completes when draining starts after this call (check [`Lifecycle::is_draining`] after
+    /// creating it). Smaller than a [`Lifecycle::subscribe_drain`] wait: for idle connections.
+    pub fn drain_notified(&self) -> Notified<'_> {
+        self.drain_notify.notified()
     }
 
     /// A receiver that changes to `true` when draining starts.

@@ -9,6 +9,7 @@ use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::io::Interest;
@@ -34,6 +35,31 @@ impl Socket {
     /// The stream, for a pool task that writes to it.
     pub fn shared(&self) -> Arc<TcpStream> {
         self.io.get_ref().clone()
+    }
+
+    /// The stream, for a read or write that the caller makes after a readiness wait.
+    pub fn stream(&self) -> &TcpStream {
+        self.io.get_ref()
+    }
+
+    /// Turn Nagle's algorithm off (TCP_NODELAY), best effort.
+    pub fn set_nodelay(&self) {
+        let _ = rustix::net::sockopt::set_tcp_nodelay(self.stream(), true);
+    }
+
+    /// Ready once the socket is (believed) readable. The waker is kept in the socket's own
+    /// registration (no waiter stored in the caller's future).
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.io.poll_read_ready(cx).map(|_| ())
+    }
+
+    /// Run `read` (a read of this socket) if it is believed readable; `None` when it would block
+    /// (readiness is then cleared, so [`Socket::poll_read_ready`] waits for the next edge).
+    pub fn try_read_with<R>(&self, read: impl FnOnce() -> io::Result<R>) -> Option<io::Result<R>> {
+        match self.io.try_io(Interest::READABLE, |_| read()) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+            r => Some(r),
+        }
     }
 
     /// Read what is available (waits until something is). 0 = peer closed.
@@ -81,7 +107,9 @@ impl Socket {
     /// destroy the response before the client reads it (nginx `lingering_close`).
     pub async fn lingering_close(&self) {
         let _ = rustix::net::shutdown(self.io.get_ref().as_ref(), rustix::net::Shutdown::Write);
-        let mut scratch = [0u8; 4096];
+        // On the heap: only closing connections need it, and an array here would be part of every
+        // connection's task.
+        let mut scratch = vec![0u8; 4096];
         let mut budget = 1usize << 20;
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
             while budget > 0 {

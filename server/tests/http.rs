@@ -100,6 +100,59 @@ fn keep_alive_and_pipelining() {
     assert!(c.closed_within(Duration::from_secs(2)));
 }
 
+/// Sends `raw` in pieces of `piece` bytes, each its own segment (the server reads them one by one).
+fn send_in_pieces(c: &mut common::Conn, raw: &[u8], piece: usize) {
+    c.stream.set_nodelay(true).unwrap();
+    for p in raw.chunks(piece) {
+        c.send(p);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn heads_split_over_many_reads_and_pipelined_across_reads() {
+    // Request bytes pass through the worker's buffer and only unconsumed bytes stay with the
+    // connection: heads split over many reads, heads split across pipelined requests, and heads
+    // larger than what one read returns must parse exactly as a head sent in one write.
+    let d = site();
+    let toml = format!(
+        "{}[limits]\nmax_header_bytes = 1024\n[[volumes]]\nname = \"site\"\npath = \"{}\"\n",
+        config_head(1),
+        d.path().display()
+    );
+    let s = Server::with_config(d.path(), &toml, &[]);
+    let mut c = s.connect();
+    send_in_pieces(&mut c, b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n", 1);
+    assert_eq!(c.response(false).unwrap().body, b"hello world\n");
+    // Two pipelined requests whose boundary falls inside a piece, then a third in pieces.
+    let two =
+        b"GET /nope HTTP/1.1\r\nHost: t\r\n\r\nGET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /hel";
+    send_in_pieces(&mut c, two, 7);
+    assert_eq!(c.response(false).unwrap().status, 404);
+    assert_eq!(c.response(false).unwrap().body, b"hello world\n");
+    send_in_pieces(&mut c, b"lo.txt HTTP/1.1\r\nHost: t\r\n\r\n", 5);
+    assert_eq!(c.response(false).unwrap().body, b"hello world\n");
+    // A head just under the limit, in pieces, still parses; one over it is 431 and closes.
+    let fits = format!(
+        "GET /hello.txt HTTP/1.1\r\nHost: t\r\nX-Pad: {}\r\n\r\n",
+        "p".repeat(1023 - 45)
+    );
+    assert_eq!(fits.len(), 1023);
+    send_in_pieces(&mut c, fits.as_bytes(), 100);
+    assert_eq!(c.response(false).unwrap().status, 200);
+    let over = format!(
+        "GET /hello.txt HTTP/1.1\r\nHost: t\r\nX-Pad: {}\r\n\r\n",
+        "p".repeat(1500)
+    );
+    send_in_pieces(&mut c, over.as_bytes(), 100);
+    assert_eq!(c.response(false).unwrap().status, 431);
+    assert!(c.closed_within(Duration::from_secs(2)));
+    // The same over-long head in one write on a fresh connection: 431 too.
+    let mut c = s.connect();
+    c.send(over.as_bytes());
+    assert_eq!(c.response(false).unwrap().status, 431);
+}
+
 #[test]
 fn malformed_and_oversized_requests() {
     let d = site();
