@@ -4,6 +4,7 @@
 //! ([`MediaTypes`]). No filesystem sniffing.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// The type of anything the table does not name.
 pub const DEFAULT: &str = "application/octet-stream";
@@ -30,7 +31,20 @@ pub fn content_type(name: &[u8]) -> &'static str {
 
 /// The built-in type of a lower-cased extension.
 pub fn builtin(ext: &str) -> Option<&'static str> {
-    TABLE.iter().find(|(e, _)| *e == ext).map(|(_, t)| *t)
+    // Binary search over the table sorted once (it runs per response; a linear scan compared
+    // the extension with every entry of its length).
+    static SORTED: OnceLock<Vec<(&'static str, &'static str)>> = OnceLock::new();
+    let sorted = SORTED.get_or_init(|| {
+        let mut v = TABLE.to_vec();
+        v.sort_by_key(|(e, _)| *e);
+        // An extension listed twice keeps its first entry, as the linear scan did.
+        v.dedup_by_key(|(e, _)| *e);
+        v
+    });
+    sorted
+        .binary_search_by(|(e, _)| (*e).cmp(ext))
+        .ok()
+        .map(|i| sorted[i].1)
 }
 
 /// The built-in table merged with the config's `http.media_types` (extension -> type; a config
@@ -185,6 +199,16 @@ mod tests {
             ("m.wasm", "application/wasm"),
         ] {
             assert_eq!(content_type(name.as_bytes()), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn every_table_entry_is_found_and_nothing_else() {
+        for (e, t) in TABLE {
+            assert_eq!(builtin(e), Some(*t), "{e}");
+        }
+        for e in ["", "dat", "zzzz", "MP4", "a"] {
+            assert_eq!(builtin(e), None, "{e}");
         }
     }
 
