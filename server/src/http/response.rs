@@ -71,6 +71,12 @@ impl HeaderValue for &str {
     }
 }
 
+impl HeaderValue for &&str {
+    fn push_to(self, out: &mut String) {
+        out.push_str(self);
+    }
+}
+
 impl HeaderValue for &String {
     fn push_to(self, out: &mut String) {
         out.push_str(self);
