@@ -101,7 +101,7 @@ fn keep_alive_and_pipelining() {
 }
 
 /// Sends `raw` in pieces of `piece` bytes, each its own segment (the server reads them one by one).
-fn send_in_pieces(c: &mut common::Conn, raw: &[u8], piece: usize) {
+fn send_in_pieces(c: &mut Conn, raw: &[u8], piece: usize) {
     c.stream.set_nodelay(true).unwrap();
     for p in raw.chunks(piece) {
         c.send(p);
@@ -115,12 +115,7 @@ fn heads_split_over_many_reads_and_pipelined_across_reads() {
     // connection: heads split over many reads, heads split across pipelined requests, and heads
     // larger than what one read returns must parse exactly as a head sent in one write.
     let d = site();
-    let toml = format!(
-        "{}[limits]\nmax_header_bytes = 1024\n[[volumes]]\nname = \"site\"\npath = \"{}\"\n",
-        config_head(1),
-        d.path().display()
-    );
-    let s = Server::with_config(d.path(), &toml, &[]);
+    let s = serve_with(d.path(), "site", 1, |c| c.limits.max_header_bytes = 1024);
     let mut c = s.connect();
     send_in_pieces(&mut c, b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n", 1);
     assert_eq!(c.response(false).unwrap().body, b"hello world\n");
