@@ -10,8 +10,8 @@ always busy, its queue full); films-1 stays idle.
 Then, through the Prometheus HTTP API, at one evaluation time:
 - the prometheus-adapter rule's metricsQuery, with <<.LabelMatchers>> and <<.GroupBy>> replaced as
   prometheus-adapter does for a Pods metric request (namespace="e2e",pod=~"films-0|films-1" and
-  `pod`), returns exactly one value per pod: films-0 in (0, 1] and above the HPA target (0.7),
-  films-1 below it;
+  `pod`), returns exactly one value per pod: films-0 in (0, 1] and above the HPA target of
+  examples/hpa.yaml (targetPoolUtilization 70 -> 0.7), films-1 below it;
 - the `ContentServerPoolSaturated` alert expression of dashboards/alerts.yaml holds for films-0's
   slow volume (at that time and over the window) and for nothing else;
 - the dashboard's "Pool utilisation" panel (busy averaged) with the HPA's window gives, for the
@@ -40,9 +40,20 @@ PODS = ["films-0", "films-1"]
 STALL_MS = 100
 CLIENTS = 4
 WINDOW_S = 120  # the [2m] of the adapter rule
-TARGET = 0.7  # spec.autoscaling.targetPoolUtilization 70 -> averageValue 700m
 ADAPTER = D.ROOT / "dashboards" / "prometheus-adapter.yaml"
 KEDA = D.ROOT / "examples" / "keda.yaml"
+
+
+def hpa_target():
+    """The HPA's target for the metric: examples/hpa.yaml's targetPoolUtilization / 100 (the
+    operator renders it as the Pods metric's averageValue, e.g. 70 -> 700m:
+    test_upstream_schemas.py checks that)."""
+    (cs,) = [d for d in yaml.safe_load_all((D.ROOT / "examples" / "hpa.yaml").read_text())
+             if d and d["kind"] == "ContentServer"]
+    return cs["spec"]["autoscaling"]["targetPoolUtilization"] / 100
+
+
+TARGET = hpa_target()
 
 
 def adapter_rule():

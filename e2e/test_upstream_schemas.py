@@ -109,7 +109,40 @@ def test_operator_renders_its_optional_kinds(children: dict) -> None:
     rendered = set().union(*(kinds(objs) for objs in children.values()))
     print("operator kinds validated:", sorted(rendered))
     assert {"ConfigMap", "Service", "Deployment", "StatefulSet", "PodDisruptionBudget",
-            "ServiceMonitor"} <= rendered
+            "ServiceMonitor", "HorizontalPodAutoscaler", "HTTPRoute", "Ingress",
+            "NetworkPolicy"} <= rendered
+
+
+def milli(quantity: str) -> int:
+    """A Kubernetes Quantity without binary suffix, in thousandths ("700m" -> 700, "1" -> 1000)."""
+    m = re.fullmatch(r"(\d+)(m?)", quantity)
+    assert m, f"unexpected quantity {quantity!r}"
+    return int(m.group(1)) * (1 if m.group(2) else 1000)
+
+
+def test_operator_hpa_asks_for_the_adapter_metric(children: dict) -> None:
+    """The HPA the operator renders for spec.autoscaling asks for exactly the custom metric the
+    prometheus-adapter rule serves, per pod, with target targetPoolUtilization / 100, and scales
+    the ContentServer through its scale subresource."""
+    (rule,) = yaml.safe_load((ROOT / "dashboards" / "prometheus-adapter.yaml").read_text())["rules"]
+    servers = example_servers()
+    checked = 0
+    for key, objs in children.items():
+        cs = servers[key]
+        auto = cs["spec"].get("autoscaling")
+        hpas = [o for o in objs if o["kind"] == "HorizontalPodAutoscaler"]
+        assert len(hpas) == (1 if auto else 0), (key, [h["metadata"]["name"] for h in hpas])
+        if not auto:
+            continue
+        (hpa,) = hpas
+        assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": cs["apiVersion"], "kind": "ContentServer",
+                                                 "name": cs["metadata"]["name"]}
+        pods = [m["pods"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
+        assert [p["metric"]["name"] for p in pods] == [rule["name"]["as"]]
+        assert pods[0]["target"]["type"] == "AverageValue"
+        assert milli(pods[0]["target"]["averageValue"]) == auto["targetPoolUtilization"] * 10
+        checked += 1
+    assert checked >= 1, "no example sets spec.autoscaling"
 
 
 @pytest.mark.parametrize("values", ["default", "all-enabled"])
@@ -177,17 +210,11 @@ BROKEN = [
     ("PrometheusRule", "spec.groups.0.rules.0.for", "five minutes", "five minutes"),
     ("NetworkPolicy", "spec.podSelector", "all", "all"),
     ("HorizontalPodAutoscaler", "spec.maxReplicas", "ten", "ten"),
+    ("HorizontalPodAutoscaler", "spec.metrics.0.pods", {"metric": {"name": "x"}}, "target"),
+    ("Ingress", "spec.rules.0.http.paths.0.pathType", 5, "5"),
+    ("Ingress", "spec.tls.0.secretname", "downloads-tls", "secretname"),
 ]
 
-# A Gateway API object to break until the operator renders one (spec.expose).
-HTTPROUTE = {
-    "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-    "metadata": {"name": "web", "namespace": "media"},
-    "spec": {"parentRefs": [{"name": "gateway", "namespace": "infra"}],
-             "hostnames": ["media.example.com"],
-             "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
-                        "backendRefs": [{"name": "web", "port": 80}]}]},
-}
 BROKEN_HTTPROUTE = [
     ("spec.hostnames.0", "Media_Example", "does not match"),  # RE2 pattern of the CRD
     ("spec.rules.0.matches.0.path.value", "media", "absolute path"),  # CEL rule of the CRD
@@ -216,8 +243,7 @@ def test_a_broken_copy_is_rejected(children: dict, chart_manifests: dict, kind: 
 
 @pytest.mark.parametrize("path,value,words", BROKEN_HTTPROUTE, ids=[b[0] for b in BROKEN_HTTPROUTE])
 def test_a_broken_httproute_is_rejected(children: dict, path: str, value, words: str) -> None:
-    rendered = [o for objs in children.values() for o in objs if o["kind"] == "HTTPRoute"]
-    good = rendered[0] if rendered else HTTPROUTE
+    good = first_of("HTTPRoute", children, {"all-enabled": []})
     assert U.errors(good) == []
     problems = U.errors(set_path(good, path, value))
     assert any(words in p for p in problems), problems
