@@ -35,9 +35,52 @@ pub(crate) mod test_support {
         .unwrap()
     }
 
-    /// Drop a file's pages from the page cache (written back first).
+    /// Drop a file's pages from the page cache (written back first). DONTNEED skips pages the
+    /// kernel still holds in per-CPU LRU batches or that are under writeback, which happens on a
+    /// loaded machine, so this asks again until mincore(2) sees no resident page (up to 3 s).
     pub(crate) fn evict(f: &std::fs::File) {
         f.sync_all().unwrap();
-        rustix::fs::fadvise(f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+        let len = f.metadata().unwrap().len() as usize;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        loop {
+            rustix::fs::fadvise(f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+            let resident = resident_pages(f, len);
+            if resident == 0 {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{resident} pages stay resident after DONTNEED"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Pages of the first `len` bytes of `f` in the page cache (mincore(2) on a mapping, which
+    /// faults nothing in).
+    pub(crate) fn resident_pages(f: &std::fs::File, len: usize) -> usize {
+        use std::os::fd::AsRawFd;
+        if len == 0 {
+            return 0;
+        }
+        // SAFETY: a read-only shared mapping of a file we own, unmapped before returning; mincore
+        // writes one byte per page into a vector of exactly that many bytes.
+        unsafe {
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED, "mmap for mincore");
+            let page = libc::sysconf(libc::_SC_PAGESIZE) as usize;
+            let mut vec = vec![0u8; len.div_ceil(page)];
+            let rc = libc::mincore(map, len, vec.as_mut_ptr());
+            libc::munmap(map, len);
+            assert_eq!(rc, 0, "mincore");
+            vec.iter().filter(|&&b| b & 1 == 1).count()
+        }
     }
 }
