@@ -224,12 +224,30 @@ def _cel_variants() -> dict[str, tuple[dict, str]]:
     d = _example("exposed.yaml")
     d["spec"]["networkPolicy"]["metricsFrom"] = [{}]
     out["network-peer-empty"] = (d, "set namespaceSelector, podSelector or both")
+
+    d = _example("edge-cache.yaml")
+    d["spec"].pop("origin")
+    out["cache-route-without-origin"] = (d, "a route with cache needs spec.origin")
+
+    d = _example("edge-cache.yaml")
+    d["spec"]["volumes"][2].pop("cache")
+    out["cache-route-on-plain-volume"] = (d, "a route with cache must use only volumes with cache")
+
+    d = _example("edge-cache.yaml")
+    d["spec"]["routes"][0].pop("cache")
+    out["cache-volume-on-static-route"] = (d, "a volume with cache may only be used by routes")
+
+    d = _example("edge-cache.yaml")
+    d["spec"]["origin"]["ca"]["secretKeyRef"] = {"name": "ca", "key": "ca.pem"}
+    out["origin-ca-two-sources"] = (d, "set exactly one of secretKeyRef and configMapKeyRef")
     return out
 
 
 CEL_CASES = ["duplicate-volume-names", "route-to-unknown-volume", "two-volumes-no-routes",
              "hostpath-not-allowed", "two-sources", "metrics-port-clash", "split-over-100",
-             "rest-not-last", "volume-and-split", "autoscaling-min-above-max", "network-peer-empty"]
+             "rest-not-last", "volume-and-split", "autoscaling-min-above-max", "network-peer-empty",
+             "cache-route-without-origin", "cache-route-on-plain-volume",
+             "cache-volume-on-static-route", "origin-ca-two-sources"]
 
 
 def test_cel_cases_are_all_listed() -> None:

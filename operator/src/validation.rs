@@ -10,6 +10,7 @@
 use crate::builders::configmap::server_config;
 use crate::builders::configmap::CONFIG_DIR;
 use crate::crd::{ContentServerSpec, MAX_VOLUME_NAME};
+use crate::crd_cache::{quantity_bytes, ORIGIN_CA_DIR, PURGE_TOKEN_DIR};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::HashSet;
 use std::fmt;
@@ -111,14 +112,14 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
             }
         }
         let mp = ContentServerSpec::mount_path(v);
-        let reserved = [CONFIG_DIR, "/tmp", "/"];
+        let reserved = [CONFIG_DIR, ORIGIN_CA_DIR, PURGE_TOKEN_DIR, "/tmp", "/"];
         if reserved.iter().any(|r| {
             mp.trim_end_matches('/') == *r || (*r != "/" && mp.starts_with(&format!("{r}/")))
         }) || mp == "/"
         {
             push(
                 format!("{f}.mountPath"),
-                format!("{mp} is reserved (/, /tmp and {CONFIG_DIR} are used by the pod)"),
+                format!("{mp} is reserved (/, /tmp, {CONFIG_DIR}, {ORIGIN_CA_DIR} and {PURGE_TOKEN_DIR} are used by the pod)"),
             );
         }
         if !mounts.insert(mp.trim_end_matches('/').to_string()) {
@@ -155,9 +156,16 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
         }
         _ => {}
     }
+    for e in validate_cache(spec) {
+        push(e.field, e.message);
+    }
     let mut cfg = server_config(spec);
     cfg.normalize();
     for e in cfg.field_errors() {
+        // A cache route without spec.origin was reported by validate_cache.
+        if spec.origin.is_none() && e.field.starts_with("routes") && e.field.ends_with(".origin") {
+            continue;
+        }
         // Ports out of u16 range were reported above (the config holds 0 then).
         if e.field.starts_with("listeners") && !(1..=65535).contains(&spec.server.port) {
             continue;
@@ -238,7 +246,14 @@ pub fn spec_path(config_field: &str) -> String {
         ("limits", _) => format!("spec.server.limits.{}", rest_camel.unwrap_or_default()),
         ("http", Some(_)) => format!("spec.server.{}", rest_camel.unwrap_or_default()),
         ("http", None) => "spec.server.index".into(),
+        ("admin", Some("purge_token_file")) => "spec.purgeToken".into(),
         ("admin", _) => "spec.metrics.port".into(),
+        ("origins", Some("ca_file")) => "spec.origin.ca".into(),
+        ("origins", _) => match rest_camel {
+            Some(r) => format!("spec.origin.{r}"),
+            None => "spec.origin".into(),
+        },
+        ("routes", Some("origin")) => format!("spec.{head}.cache"),
         ("logging", Some("format")) => "spec.server.logFormat".into(),
         ("logging", Some("level")) => "spec.server.logLevel".into(),
         ("logging", _) => "spec.server.accessLog".into(),
@@ -250,4 +265,53 @@ pub fn spec_path(config_field: &str) -> String {
             None => format!("spec.{}", camel(head)),
         },
     }
+}
+
+/// The cache rules the server cannot know: quantities, a cache must fit its claim (or emptyDir
+/// limit), a route with cache needs spec.origin.
+pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
+    let mut errs = Vec::new();
+    let mut push = |field: String, message: String| errs.push(SpecError { field, message });
+    for (i, v) in spec.volumes.iter().enumerate() {
+        let Some(c) = &v.cache else { continue };
+        let f = format!("spec.volumes[{i}].cache");
+        if quantity_bytes(&c.slice_size).is_none() {
+            push(
+                format!("{f}.sliceSize"),
+                format!("{:?} is not a quantity such as 1Mi", c.slice_size),
+            );
+        }
+        let Some(max) = &c.max_size else { continue };
+        let Some(max_bytes) = quantity_bytes(max) else {
+            push(
+                format!("{f}.maxSize"),
+                format!("{max:?} is not a quantity such as 90Gi"),
+            );
+            continue;
+        };
+        let limit = match (&v.source.claim_template, &v.source.empty_dir) {
+            (Some(ct), _) => Some(("claimTemplate.size", ct.size.as_str())),
+            (None, Some(ed)) => ed.size_limit.as_deref().map(|l| ("emptyDir.sizeLimit", l)),
+            _ => None,
+        };
+        if let Some((what, size)) = limit {
+            if quantity_bytes(size).is_some_and(|b| max_bytes > b) {
+                push(
+                    format!("{f}.maxSize"),
+                    format!("{max} exceeds {what} {size}"),
+                );
+            }
+        }
+    }
+    if spec.origin.is_none() {
+        for (i, r) in spec.routes.iter().enumerate() {
+            if r.cache.is_some() {
+                push(
+                    format!("spec.routes[{i}].cache"),
+                    "a route with cache needs spec.origin".into(),
+                );
+            }
+        }
+    }
+    errs
 }

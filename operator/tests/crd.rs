@@ -524,3 +524,60 @@ fn expose_and_network_policy_schema() {
         "an empty selector is a valid peer"
     );
 }
+
+#[test]
+fn cel_cache_routes_need_the_origin_and_cache_volumes() {
+    let obj = defaulted("edge-cache.yaml");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    let mut no_origin = obj.clone();
+    no_origin["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("origin");
+    assert_rejected(&no_origin, "a route with cache needs spec.origin");
+    let mut plain_volume = obj.clone();
+    plain_volume["spec"]["volumes"][2]
+        .as_object_mut()
+        .expect("volume")
+        .remove("cache");
+    assert_rejected(
+        &plain_volume,
+        "a route with cache must use only volumes with cache",
+    );
+    let mut static_route = obj.clone();
+    static_route["spec"]["routes"][0]
+        .as_object_mut()
+        .expect("route")
+        .remove("cache");
+    assert_rejected(
+        &static_route,
+        "a volume with cache may only be used by routes with cache",
+    );
+    let mut two_cas = obj.clone();
+    two_cas["spec"]["origin"]["ca"]["secretKeyRef"] = json!({"name": "s", "key": "ca.pem"});
+    assert_rejected(
+        &two_cas,
+        "set exactly one of secretKeyRef and configMapKeyRef",
+    );
+}
+
+#[test]
+fn schema_rejects_origin_urls_without_scheme_and_bad_quantities() {
+    let schema = root_schema();
+    let origin = &schema["properties"]["spec"]["properties"]["origin"];
+    let pattern = origin["properties"]["servers"]["items"]["pattern"]
+        .as_str()
+        .expect("servers[] pattern");
+    assert_eq!(pattern, r"^https?://[^/?#@\s]+/?$");
+    assert_eq!(origin["required"], json!(["servers"]));
+    let cache = &schema["properties"]["spec"]["properties"]["volumes"]["items"]["properties"]
+        ["cache"]["properties"];
+    for field in ["maxSize", "sliceSize"] {
+        assert_eq!(
+            cache[field]["pattern"],
+            schema["properties"]["spec"]["properties"]["volumes"]["items"]["properties"]["source"]
+                ["properties"]["claimTemplate"]["properties"]["size"]["pattern"],
+            "{field} is a quantity"
+        );
+    }
+}

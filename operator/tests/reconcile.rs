@@ -755,3 +755,71 @@ async fn missing_gateway_api_crd_is_a_condition_not_a_failing_reconcile() {
     assert!(fake.get(&httproutes(), &name).is_some());
     assert_eq!(condition(&cs, "Reconciled").reason, "Applied");
 }
+
+#[tokio::test]
+async fn cache_config_change_restarts_pods_onto_the_same_claims() {
+    let (fake, ctx, name) = reconciled("edge-cache.yaml").await;
+    let sts = fake.get(&statefulsets(), &name).expect("StatefulSet");
+    assert_eq!(
+        sts["spec"]["persistentVolumeClaimRetentionPolicy"],
+        json!({"whenDeleted": "Retain", "whenScaled": "Retain"})
+    );
+    assert!(fake.get(&pdbs(), &name).is_some(), "3 replicas get a PDB");
+    let cm = fake.get(&configmaps(), "edge-config").expect("ConfigMap");
+    let toml = cm["data"]["config.toml"].as_str().expect("config");
+    assert!(
+        toml.contains("[[origins]]") && toml.contains("[volumes.cache]"),
+        "{toml}"
+    );
+    let before = template_hash(&sts);
+    // Config-only changes (freshness, cache size, origin): a rolling restart, never a new
+    // StatefulSet (which would lose the claims' caches if it were not orphaning) nor new claims.
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["routes"][0]["cache"]["staleIfErrorSecs"] = json!(600);
+        cs["spec"]["volumes"][0]["cache"]["maxSize"] = json!("800Gi");
+        cs["spec"]["origin"]["readTimeoutMs"] = json!(5000);
+    });
+    fake.clear_log();
+    run(&fake, &ctx, &name).await;
+    assert!(
+        !fake.log().iter().any(|l| l.method == "DELETE"
+            && (l.path.contains("/statefulsets/") || l.path.contains("/persistentvolumeclaims"))),
+        "a config change deletes neither the StatefulSet nor claims: {:?}",
+        fake.log()
+    );
+    let after = fake.get(&statefulsets(), &name).expect("StatefulSet");
+    assert_ne!(
+        template_hash(&after),
+        before,
+        "pods restart on the new config"
+    );
+    assert_eq!(
+        after["spec"]["volumeClaimTemplates"], sts["spec"]["volumeClaimTemplates"],
+        "same claims"
+    );
+    assert_eq!(after["metadata"]["uid"], sts["metadata"]["uid"]);
+}
+
+#[tokio::test]
+async fn cache_bigger_than_its_claim_is_invalid_spec_naming_the_field() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = create(&fake, "edge-cache.yaml");
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["volumes"][1]["cache"]["maxSize"] = json!("200Gi");
+        cs["spec"]["volumes"][1]["source"]["claimTemplate"]["size"] = json!("100Gi");
+    });
+    let cs = run(&fake, &ctx, &name).await;
+    assert!(
+        fake.get(&statefulsets(), &name).is_none(),
+        "nothing applied"
+    );
+    let rec = condition(&cs, "Reconciled");
+    assert_eq!(rec.reason, "InvalidSpec");
+    assert!(
+        rec.message
+            .contains("spec.volumes[1].cache.maxSize: 200Gi exceeds claimTemplate.size 100Gi"),
+        "{}",
+        rec.message
+    );
+}

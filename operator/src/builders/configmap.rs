@@ -91,6 +91,7 @@ pub fn server_config(spec: &ContentServerSpec) -> Config {
             cache: None,
         })
         .collect();
+    crate::builders::cache::apply(spec, &mut cfg);
     cfg
 }
 

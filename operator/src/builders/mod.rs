@@ -4,6 +4,7 @@
 //! here talks to the API server, reads the clock or the environment: same input, same output
 //! (which is what the builder unit tests pin down).
 
+pub mod cache;
 pub mod configmap;
 pub mod expose;
 pub mod hpa;

@@ -137,7 +137,7 @@ fn pod_volumes(cs: &ContentServer) -> Vec<Volume> {
                 name,
                 persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
                     claim_name: pvc.claim_name.clone(),
-                    read_only: Some(v.read_only),
+                    read_only: Some(v.mounted_read_only()),
                 }),
                 ..Volume::default()
             }
@@ -237,10 +237,12 @@ pub fn pod_template(cs: &ContentServer, config_hash: &str) -> PodTemplateSpec {
     mounts.extend(spec.volumes.iter().map(|v| VolumeMount {
         name: pod_volume_name(&v.name),
         mount_path: ContentServerSpec::mount_path(v),
-        // An image volume is read-only whatever the spec says.
-        read_only: Some(v.read_only || v.source.image.is_some()),
+        // An image volume is read-only whatever the spec says; a cache volume is written.
+        read_only: Some(v.mounted_read_only() || v.source.image.is_some()),
         ..VolumeMount::default()
     }));
+    let (cache_vols, cache_mounts) = crate::builders::cache::pod_volumes(spec);
+    mounts.extend(cache_mounts);
 
     let container = Container {
         name: CONTAINER.into(),
@@ -291,7 +293,7 @@ pub fn pod_template(cs: &ContentServer, config_hash: &str) -> PodTemplateSpec {
         }),
         spec: Some(PodSpec {
             containers: vec![container],
-            volumes: Some(pod_volumes(cs)),
+            volumes: Some(pod_volumes(cs).into_iter().chain(cache_vols).collect()),
             security_context: Some(
                 spec.pod
                     .security_context

@@ -94,6 +94,22 @@ pub const MAX_VOLUME_NAME: usize = 59;
         "rule": "!has(self.metrics) || !has(self.metrics.port) || !has(self.server) || !has(self.server.port) || self.metrics.port != self.server.port",
         "message": "metrics.port must differ from server.port",
         "fieldPath": ".metrics.port"
+    },
+    {
+        "rule": "has(self.origin) || !has(self.routes) || self.routes.all(r, !has(r.cache))",
+        "message": "a route with cache needs spec.origin",
+        "fieldPath": ".routes",
+        "reason": "FieldValueRequired"
+    },
+    {
+        "rule": "!has(self.routes) || self.routes.all(r, !has(r.cache) || ((!has(r.volume) || self.volumes.exists(v, v.name == r.volume && has(v.cache))) && (!has(r.split) || r.split.all(t, self.volumes.exists(v, v.name == t.volume && has(v.cache))))))",
+        "message": "a route with cache must use only volumes with cache",
+        "fieldPath": ".routes"
+    },
+    {
+        "rule": "!has(self.routes) || self.routes.all(r, has(r.cache) || ((!has(r.volume) || !self.volumes.exists(v, v.name == r.volume && has(v.cache))) && (!has(r.split) || !r.split.exists(t, self.volumes.exists(v, v.name == t.volume && has(v.cache))))))",
+        "message": "a volume with cache may only be used by routes with cache",
+        "fieldPath": ".routes"
     }
 ]))]
 pub struct ContentServerSpec {
@@ -156,6 +172,12 @@ pub struct ContentServerSpec {
     /// Stop reconciling: children are left exactly as they are.
     #[serde(default)]
     pub paused: bool,
+    /// The origin that routes with `cache` fetch misses from (a caching node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<crate::crd_cache::OriginSpec>,
+    /// Token enabling cache purges on the admin port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purge_token: Option<crate::crd_cache::PurgeTokenSpec>,
 }
 
 /// Image pull policy.

@@ -39,6 +39,9 @@ pub struct RouteSpec {
     /// Response headers, CORS, precompressed siblings and listings of this route.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<crate::crd_http::RouteHttpSpec>,
+    /// Present = fetch the prefix from spec.origin through the route's cache volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::crd_cache::RouteCacheSpec>,
 }
 
 /// One share of a split.

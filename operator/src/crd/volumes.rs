@@ -27,6 +27,17 @@ pub struct VolumeSpec {
     /// The volume's bounded thread pool.
     #[serde(default)]
     pub pool: PoolSpec,
+    /// Present = the volume caches origin responses (mounted read-write whatever readOnly says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<crate::crd_cache::VolumeCacheSpec>,
+}
+
+impl VolumeSpec {
+    /// Whether the pod mounts the volume read-only: `readOnly`, except a cache volume, which the
+    /// server writes.
+    pub fn mounted_read_only(&self) -> bool {
+        self.read_only && self.cache.is_none()
+    }
 }
 
 /// Exactly one of the fields.

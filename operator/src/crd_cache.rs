@@ -1,0 +1,261 @@
+//! The caching part of the ContentServer API (issue 12): `spec.origin` (the upstream a caching
+//! node fetches misses from), per-volume `cache`, the freshness policy of routes that go to the
+//! origin, and the purge token. The same options as the server's `[[origins]]`,
+//! `[volumes.cache]`, `[routes.cache]` and `admin.purge_token_file` (`content_server::config`),
+//! in Kubernetes' camelCase with sizes as Kubernetes quantities; `builders::configmap` maps them
+//! onto the server's types, `builders::workload` mounts the CA and token files, and
+//! `validation.rs` checks them (the server's rules plus "the cache fits its claim").
+//!
+//! Owns the API shape and the quantity -> bytes conversion; it must not render anything itself.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Regex of a Kubernetes quantity (the same as `claimTemplate.size`).
+pub const QUANTITY_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$";
+/// Directory the origin CA bundle is mounted at (file `ca.pem`).
+pub const ORIGIN_CA_DIR: &str = "/etc/content-server-origin";
+/// File name of the CA bundle in [`ORIGIN_CA_DIR`].
+pub const ORIGIN_CA_FILE: &str = "ca.pem";
+/// Directory the purge token is mounted at (file `token`).
+pub const PURGE_TOKEN_DIR: &str = "/etc/content-server-purge";
+/// File name of the token in [`PURGE_TOKEN_DIR`].
+pub const PURGE_TOKEN_FILE: &str = "token";
+
+/// The origin behind every cache route (the server's origin named `origin`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OriginSpec {
+    /// `http://HOST[:PORT]` or `https://HOST[:PORT]`, tried in order on connect errors.
+    #[schemars(
+        length(min = 1, max = 16),
+        inner(regex(pattern = r"^https?://[^/?#@\s]+/?$"))
+    )]
+    pub servers: Vec<String>,
+    /// Host header sent to the origin (S3-style buckets); default: the server URL's authority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub host: Option<String>,
+    /// TLS server name for https servers; default: `host`, else the URL's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub sni: Option<String>,
+    /// PEM CA bundle trusted for https servers (in addition to the system roots), from a key of
+    /// a Secret or a ConfigMap; mounted into the pod and rendered as the origin's `ca_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<CaSourceSpec>,
+    /// TCP connect + TLS handshake timeout per server.
+    #[serde(default = "default_connect_timeout_ms")]
+    #[schemars(range(min = 1, max = 600000))]
+    pub connect_timeout_ms: u64,
+    /// Time allowed between bytes of the origin's answer.
+    #[serde(default = "default_read_timeout_ms")]
+    #[schemars(range(min = 1, max = 3600000))]
+    pub read_timeout_ms: u64,
+    /// Concurrent origin connections per pod; more requests wait for a free one.
+    #[serde(default = "default_max_connections")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub max_connections: u32,
+}
+
+/// Exactly one of the fields.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.secretKeyRef) != has(self.configMapKeyRef)",
+    "message": "set exactly one of secretKeyRef and configMapKeyRef"
+}]))]
+pub struct CaSourceSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<KeyRefSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<KeyRefSpec>,
+}
+
+/// A key of a Secret or ConfigMap in the ContentServer's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyRefSpec {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
+}
+
+/// The purge token (enables `PURGE` on the admin port with `Authorization: Bearer <token>`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PurgeTokenSpec {
+    /// Secret key holding the token; mounted and rendered as `admin.purge_token_file`.
+    pub secret_key_ref: KeyRefSpec,
+}
+
+/// `volumes[].cache`: the volume stores what the origin answers for the routes using it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeCacheSpec {
+    /// Largest total size of stored entries (a quantity such as `90Gi`); must fit the volume's
+    /// `claimTemplate.size` / `emptyDir.sizeLimit`. Absent = keep 10% of the filesystem free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
+    pub max_size: Option<String>,
+    /// Entries unused this long are dropped.
+    #[serde(default = "default_inactive_secs")]
+    #[schemars(range(min = 1))]
+    pub inactive_secs: u64,
+    /// Requests for an object before it is stored.
+    #[serde(default = "default_min_uses")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub min_uses: u32,
+    /// Bytes per stored slice (a quantity such as `1Mi`); `0` = whole objects.
+    #[serde(default = "default_slice_size")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
+    pub slice_size: String,
+}
+
+/// `routes[].cache`: present = the prefix is fetched from `spec.origin` through the route's
+/// (cache) volumes, with this freshness policy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteCacheSpec {
+    /// Freshness by status when the origin says nothing (or always, with ignoreOriginHeaders).
+    #[serde(default = "default_valid")]
+    #[schemars(length(max = 16))]
+    pub valid: Vec<ValidRuleSpec>,
+    /// Ignore the origin's Cache-Control and Expires.
+    #[serde(default)]
+    pub ignore_origin_headers: bool,
+    /// Serve stale while one background request revalidates (origin default absent).
+    #[serde(default = "default_swr_secs")]
+    pub stale_while_revalidate_secs: u64,
+    /// Serve stale while the origin fails (origin default absent).
+    #[serde(default = "default_sie_secs")]
+    pub stale_if_error_secs: u64,
+}
+
+/// These statuses stay fresh for `secs`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidRuleSpec {
+    #[schemars(length(min = 1, max = 32), inner(range(min = 100, max = 599)))]
+    pub status: Vec<u16>,
+    pub secs: u64,
+}
+
+fn server_origin() -> content_server::config::Origin {
+    content_server::config::Origin::new("", Vec::new())
+}
+fn default_connect_timeout_ms() -> u64 {
+    server_origin().connect_timeout_ms
+}
+fn default_read_timeout_ms() -> u64 {
+    server_origin().read_timeout_ms
+}
+fn default_max_connections() -> u32 {
+    u32::try_from(server_origin().max_connections).unwrap_or(u32::MAX)
+}
+fn default_inactive_secs() -> u64 {
+    content_server::config::VolumeCache::default().inactive_secs
+}
+fn default_min_uses() -> u32 {
+    content_server::config::VolumeCache::default().min_uses
+}
+fn default_slice_size() -> String {
+    let b = content_server::config::VolumeCache::default().slice_size;
+    if b % (1 << 20) == 0 {
+        format!("{}Mi", b >> 20)
+    } else {
+        b.to_string()
+    }
+}
+fn default_valid() -> Vec<ValidRuleSpec> {
+    content_server::config::CachePolicy::default()
+        .valid
+        .into_iter()
+        .map(|r| ValidRuleSpec {
+            status: r.status,
+            secs: r.secs,
+        })
+        .collect()
+}
+fn default_swr_secs() -> u64 {
+    content_server::config::CachePolicy::default().stale_while_revalidate_secs
+}
+fn default_sie_secs() -> u64 {
+    content_server::config::CachePolicy::default().stale_if_error_secs
+}
+
+impl Default for VolumeCacheSpec {
+    fn default() -> Self {
+        VolumeCacheSpec {
+            max_size: None,
+            inactive_secs: default_inactive_secs(),
+            min_uses: default_min_uses(),
+            slice_size: default_slice_size(),
+        }
+    }
+}
+impl Default for RouteCacheSpec {
+    fn default() -> Self {
+        RouteCacheSpec {
+            valid: default_valid(),
+            ignore_origin_headers: false,
+            stale_while_revalidate_secs: default_swr_secs(),
+            stale_if_error_secs: default_sie_secs(),
+        }
+    }
+}
+
+/// Bytes of a Kubernetes quantity (`100Gi`, `1.5T`, `4096`), rounded down; None when it is not
+/// a quantity or does not fit in u64.
+pub fn quantity_bytes(q: &str) -> Option<u64> {
+    const UNITS: [(&str, u128); 12] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("Pi", 1 << 50),
+        ("Ei", 1 << 60),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+        ("P", 1_000_000_000_000_000),
+        ("E", 1_000_000_000_000_000_000),
+    ];
+    let (num, mult) = UNITS
+        .iter()
+        .find_map(|(s, m)| q.strip_suffix(s).map(|n| (n, *m)))
+        .unwrap_or((q, 1));
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+    if int.is_empty() || !digits(int) || !digits(frac) || (num.contains('.') && frac.is_empty()) {
+        return None;
+    }
+    let whole: u128 = int.parse().ok()?;
+    let mut bytes = whole.checked_mul(mult)?;
+    if !frac.is_empty() {
+        let scale = 10u128.checked_pow(u32::try_from(frac.len()).ok()?)?;
+        let f: u128 = frac.parse().ok()?;
+        bytes = bytes.checked_add(f.checked_mul(mult)? / scale)?;
+    }
+    u64::try_from(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quantity_bytes;
+
+    #[test]
+    fn quantities_convert_to_bytes() {
+        assert_eq!(quantity_bytes("100Gi"), Some(100 << 30));
+        assert_eq!(quantity_bytes("1Mi"), Some(1 << 20));
+        assert_eq!(quantity_bytes("1.5Ki"), Some(1536));
+        assert_eq!(quantity_bytes("2G"), Some(2_000_000_000));
+        assert_eq!(quantity_bytes("4096"), Some(4096));
+        assert_eq!(quantity_bytes("0"), Some(0));
+        for bad in ["", "Gi", "1.Gi", "x1", "1Xi", "-1", "1.2.3", "20Ei"] {
+            assert_eq!(quantity_bytes(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! The caching options of a ContentServer (issue 12) reach the server's own config:
+//! `examples/edge-cache.yaml` rendered field by field (quantities as bytes, one origin, cache
+//! routes), its CA and purge token mounted, and the rules reported on spec paths (a cache larger
+//! than its claim is InvalidSpec naming the field).
+
+mod support;
+
+use content_operator::builders::configmap::{render, server_config};
+use content_operator::builders::workload::statefulset;
+use content_operator::crd_cache::{ORIGIN_CA_DIR, PURGE_TOKEN_DIR};
+use content_operator::validation::validate;
+use content_server::config::{ByteSize, Config};
+use support::*;
+
+#[test]
+fn edge_cache_example_renders_into_the_server_config() {
+    let cs = example("edge-cache.yaml");
+    let cfg = server_config(&cs.spec);
+    assert_eq!(cfg.origins.len(), 1);
+    let o = &cfg.origins[0];
+    assert_eq!(o.name, "origin");
+    assert_eq!(
+        o.servers,
+        vec![
+            "https://origin-a.media.example",
+            "https://origin-b.media.example"
+        ]
+    );
+    assert_eq!(o.host.as_deref(), Some("media.example"));
+    assert_eq!(
+        o.ca_file.as_deref(),
+        Some(std::path::Path::new(&format!("{ORIGIN_CA_DIR}/ca.pem")))
+    );
+    assert_eq!((o.connect_timeout_ms, o.max_connections), (2000, 512));
+    for v in &cfg.volumes {
+        let c = v.cache.as_ref().expect("cache volume");
+        assert_eq!(c.max_size, Some(ByteSize(900 << 30)), "{}", v.name);
+        assert_eq!((c.slice_size, c.inactive_secs), (1 << 20, 86400));
+    }
+    let r = &cfg.routes[0];
+    assert_eq!(r.origin.as_deref(), Some("origin"));
+    let p = r.cache.as_ref().expect("cache policy");
+    assert_eq!(p.valid[1].status, vec![404]);
+    assert_eq!(p.stale_if_error_secs, 86400);
+    assert_eq!(
+        cfg.admin.purge_token_file,
+        format!("{PURGE_TOKEN_DIR}/token")
+    );
+    assert_eq!(validate(&cs.spec), Vec::new());
+    let toml = render(&cs.spec).expect("renders").toml;
+    let mut back = Config::from_toml(&toml).expect("server parses it");
+    back.normalize();
+    back.validate().expect("server accepts it");
+    assert_eq!(back.origins, cfg.origins);
+    assert_eq!(back.volumes[1].cache, cfg.volumes[1].cache);
+}
+
+#[test]
+fn without_cache_options_nothing_is_rendered() {
+    let toml = render(&example("media-node.yaml").spec)
+        .expect("renders")
+        .toml;
+    for absent in [
+        "origins",
+        "[volumes.cache]",
+        "[routes.cache]",
+        "purge_token_file = \"/",
+    ] {
+        assert!(!toml.contains(absent), "{absent} in\n{toml}");
+    }
+}
+
+#[test]
+fn a_cache_larger_than_its_claim_names_the_field() {
+    let mut cs = example("edge-cache.yaml");
+    cs.spec.volumes[1].cache.as_mut().expect("cache").max_size = Some("200Gi".into());
+    cs.spec.volumes[1]
+        .source
+        .claim_template
+        .as_mut()
+        .expect("claim")
+        .size = "100Gi".into();
+    let errs: Vec<String> = validate(&cs.spec).iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        errs,
+        vec!["spec.volumes[1].cache.maxSize: 200Gi exceeds claimTemplate.size 100Gi"]
+    );
+    // Exactly the claim's size fits; an emptyDir limit is checked the same way.
+    cs.spec.volumes[1].cache.as_mut().expect("cache").max_size = Some("100Gi".into());
+    assert_eq!(validate(&cs.spec), Vec::new());
+    cs.spec.volumes[0].source.claim_template = None;
+    cs.spec.volumes[0].source.empty_dir = Some(content_operator::crd::EmptyDirSource {
+        size_limit: Some("1Ti".into()),
+        medium: None,
+    });
+    cs.spec.volumes[0].cache.as_mut().expect("cache").max_size = Some("1.5Ti".into());
+    let errs: Vec<String> = validate(&cs.spec).iter().map(|e| e.to_string()).collect();
+    assert_eq!(
+        errs,
+        vec!["spec.volumes[0].cache.maxSize: 1.5Ti exceeds emptyDir.sizeLimit 1Ti"]
+    );
+}
+
+#[test]
+fn server_cache_rules_are_reported_on_spec_paths() {
+    let mut cs = example("edge-cache.yaml");
+    let origin = cs.spec.origin.as_mut().expect("origin");
+    origin.servers.push("ftp://nope".into());
+    cs.spec.volumes[2].cache.as_mut().expect("cache").slice_size = "1k".into();
+    cs.spec.volumes[0].cache.as_mut().expect("cache").min_uses = 0;
+    cs.spec.routes[0].cache.as_mut().expect("cache").valid[1].status = vec![200];
+    let fields: Vec<String> = validate(&cs.spec).into_iter().map(|e| e.field).collect();
+    assert_eq!(
+        fields,
+        vec![
+            "spec.origin.servers[2]",
+            "spec.volumes[0].cache.minUses",
+            "spec.volumes[2].cache.sliceSize",
+            "spec.routes[0].cache.valid[1].status",
+        ]
+    );
+    // A cache route without spec.origin is one error on the route, not the server's wording.
+    let mut cs = example("edge-cache.yaml");
+    cs.spec.origin = None;
+    let errs: Vec<String> = validate(&cs.spec).iter().map(|e| e.to_string()).collect();
+    assert!(
+        errs.contains(&"spec.routes[0].cache: a route with cache needs spec.origin".to_string()),
+        "{errs:?}"
+    );
+    assert!(!errs.iter().any(|e| e.contains("spec.origin.")), "{errs:?}");
+}
+
+#[test]
+fn cache_pods_mount_claims_read_write_and_the_ca_and_token_read_only() {
+    let cs = example("edge-cache.yaml");
+    let sts = statefulset(&cs, "h");
+    let spec = sts.spec.expect("spec");
+    let retain = spec
+        .persistent_volume_claim_retention_policy
+        .expect("retention");
+    assert_eq!(
+        (
+            retain.when_scaled.as_deref(),
+            retain.when_deleted.as_deref()
+        ),
+        (Some("Retain"), Some("Retain"))
+    );
+    assert_eq!(spec.volume_claim_templates.expect("claims").len(), 3);
+    let pod = spec.template.spec.expect("pod");
+    let mounts = pod.containers[0].volume_mounts.clone().expect("mounts");
+    let ro = |name: &str| {
+        mounts
+            .iter()
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("mount {name}"))
+            .read_only
+    };
+    for d in ["vol-disk1", "vol-disk2", "vol-disk3"] {
+        assert_eq!(ro(d), Some(false), "{d}: the cache is written");
+    }
+    assert_eq!(
+        (ro("origin-ca"), ro("purge-token")),
+        (Some(true), Some(true))
+    );
+    let vols = pod.volumes.expect("volumes");
+    let ca = vols
+        .iter()
+        .find(|v| v.name == "origin-ca")
+        .expect("ca volume");
+    let cm = ca.config_map.as_ref().expect("from the ConfigMap");
+    assert_eq!(cm.name, "origin-ca");
+    let items = cm.items.as_ref().expect("items");
+    assert_eq!(
+        (items[0].key.as_str(), items[0].path.as_str()),
+        ("ca.pem", "ca.pem")
+    );
+    assert!(ca.secret.is_none());
+    let token = vols
+        .iter()
+        .find(|v| v.name == "purge-token")
+        .expect("token volume");
+    let secret = token.secret.as_ref().expect("from the Secret");
+    assert_eq!(secret.secret_name.as_deref(), Some("edge-purge"));
+    assert_eq!(secret.items.as_ref().expect("items")[0].path, "token");
+}
