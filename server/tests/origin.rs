@@ -23,6 +23,14 @@ fn plain(servers: &[String]) -> config::Origin {
     config::Origin::new("up", servers.to_vec())
 }
 
+/// An origin holding `body` at `path`, and a client for it alone.
+fn serving(path: &str, body: &[u8]) -> (FaultOrigin, Arc<Origin>, Metrics) {
+    let o = FaultOrigin::start();
+    o.put(path, Object::new(body.to_vec()));
+    let (up, m) = client(plain(&[o.url()]));
+    (o, up, m)
+}
+
 fn count(m: &Metrics, code: &str) -> u64 {
     m.origin_requests_total
         .with_label_values(&["up", code])
@@ -38,10 +46,8 @@ fn range(path: &str, a: u64, b: u64) -> OriginRequest {
 
 #[tokio::test]
 async fn full_object_range_validators_and_metrics() {
-    let o = FaultOrigin::start();
     let body = pattern(100_000, 1);
-    o.put("/a.bin", Object::new(body.clone()));
-    let (up, m) = client(plain(&[o.url()]));
+    let (o, up, m) = serving("/a.bin", &body);
 
     let mut r = up.fetch(OriginRequest::get("/a.bin")).await.expect("fetch");
     assert_eq!(r.status, 200);
@@ -98,9 +104,7 @@ async fn full_object_range_validators_and_metrics() {
 
 #[tokio::test]
 async fn conditional_requests_get_304() {
-    let o = FaultOrigin::start();
-    o.put("/c", Object::new(pattern(10, 2)));
-    let (up, _m) = client(plain(&[o.url()]));
+    let (o, up, _m) = serving("/c", &pattern(10, 2));
     let mut r = up
         .fetch(OriginRequest {
             if_none_match: Some("\"v1\"".into()),
@@ -179,16 +183,7 @@ async fn a_sent_request_is_never_retried() {
         .fetch(OriginRequest::get("/x"))
         .await
         .expect_err("no answer");
-    assert!(
-        matches!(
-            e,
-            OriginError::Timeout {
-                what: "response head",
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert_timeout(&e, "response head");
     assert!(
         t.elapsed() >= Duration::from_millis(300),
         "{:?}",
@@ -205,6 +200,22 @@ async fn a_sent_request_is_never_retried() {
     assert_eq!(r.status, 503);
     drop(r);
     assert_eq!(b.requests("/x"), 0, "a 5xx is not retried elsewhere either");
+}
+
+/// `e` is a timeout of the step `what` ("connect", "response head", "body bytes").
+fn assert_timeout(e: &OriginError, what: &str) {
+    assert!(
+        matches!(e, OriginError::Timeout { what: w, .. } if *w == what),
+        "want a {what} timeout: {e:?}"
+    );
+}
+
+/// `(expected, got)` of a truncated body; any other error fails the test.
+fn truncated(e: &OriginError) -> (u64, u64) {
+    match e {
+        OriginError::Truncated { expected, got, .. } => (*expected, *got),
+        other => panic!("want a truncated body: {other:?}"),
+    }
 }
 
 /// A server that accepts TCP but never speaks: the TLS handshake times out.
@@ -240,16 +251,7 @@ async fn connect_timeout_covers_the_tls_handshake_and_fails_over() {
         .fetch(OriginRequest::get("/x"))
         .await
         .expect_err("silent");
-    assert!(
-        matches!(
-            e,
-            OriginError::Timeout {
-                what: "connect",
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert_timeout(&e, "connect");
     assert!(e.is_connect());
 }
 
@@ -287,82 +289,37 @@ async fn read_timeout_between_body_chunks() {
         }
     };
     assert_eq!(got, 20_000);
-    assert!(
-        matches!(
-            e,
-            OriginError::Timeout {
-                what: "body bytes",
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert_timeout(&e, "body bytes");
     assert!(r.chunk().await.is_err(), "a failed body stays failed");
     assert_eq!(count(&m, "error"), 1);
 }
 
 #[tokio::test]
 async fn truncated_reset_and_wrong_length_bodies_are_errors() {
-    let o = FaultOrigin::start();
     let body = pattern(64_000, 5);
-    o.put("/t", Object::new(body.clone()));
-    let (up, m) = client(plain(&[o.url()]));
+    let (o, up, m) = serving("/t", &body);
 
     o.fault_times("/t", Fault::TruncateAfter(10_000), 1);
     let mut r = up.fetch(OriginRequest::get("/t")).await.unwrap();
     let e = r.bytes().await.expect_err("short body");
-    match e {
-        OriginError::Truncated { expected, got, .. } => {
-            assert_eq!((expected, got), (64_000, 10_000))
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(truncated(&e), (64_000, 10_000));
 
     o.fault_times("/t", Fault::ResetAfter(5_000), 1);
     let mut r = up.fetch(OriginRequest::get("/t")).await.unwrap();
     let e = r.bytes().await.expect_err("reset");
-    assert!(
-        matches!(
-            e,
-            OriginError::Truncated {
-                expected: 64_000,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert_eq!(truncated(&e).0, 64_000);
 
     // A range cut short is checked against the Content-Range span.
     o.fault_times("/t", Fault::TruncateAfter(100), 1);
     let mut r = up.fetch(range("/t", 0, 4095)).await.unwrap();
     let e = r.bytes().await.expect_err("short range");
-    assert!(
-        matches!(
-            e,
-            OriginError::Truncated {
-                expected: 4096,
-                got: 100,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert_eq!(truncated(&e), (4096, 100));
 
     // Content-Length larger than the bytes sent, then close: truncated.
     o.fault_times("/t", Fault::ContentLength(70_000), 1);
     let mut r = up.fetch(OriginRequest::get("/t")).await.unwrap();
     let e = r.bytes().await.expect_err("announced more than sent");
-    assert!(
-        matches!(
-            e,
-            OriginError::Truncated {
-                expected: 70_000,
-                got: 64_000,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert_eq!(truncated(&e), (70_000, 64_000));
 
     // A 206 whose Content-Length disagrees with its Content-Range: rejected at the head.
     o.fault_times("/t", Fault::ContentLength(10), 1);
@@ -510,9 +467,7 @@ async fn max_connections_is_honoured() {
 
 #[tokio::test]
 async fn keep_alive_connections_are_reused() {
-    let o = FaultOrigin::start();
-    o.put("/k", Object::new(pattern(200_000, 7)));
-    let (up, m) = client(plain(&[o.url()]));
+    let (o, up, m) = serving("/k", &pattern(200_000, 7));
     for i in 0..5u64 {
         let mut r = up
             .fetch(range("/k", i * 1000, i * 1000 + 999))
@@ -557,9 +512,7 @@ async fn keep_alive_connections_are_reused() {
 
 #[test]
 fn usable_from_any_runtime() {
-    let o = FaultOrigin::start();
-    o.put("/r", Object::new(pattern(30_000, 8)));
-    let (up, _m) = client(plain(&[o.url()]));
+    let (_o, up, _m) = serving("/r", &pattern(30_000, 8));
     // Two independent current-thread runtimes on two threads, like two workers, plus a
     // runtime without timers or I/O: the client needs neither from its caller.
     let mut threads = Vec::new();

@@ -31,18 +31,14 @@ impl Drop for OpenGuard {
 pub(crate) async fn connect(inner: &Inner) -> Result<Conn, OriginError> {
     let mut last = None;
     for (i, server) in inner.servers.iter().enumerate() {
-        match tokio::time::timeout(inner.connect_timeout, connect_one(inner, server)).await {
+        let e = match tokio::time::timeout(inner.connect_timeout, connect_one(inner, server)).await
+        {
             Ok(Ok(sender)) => return Ok(Conn { sender, server: i }),
-            Ok(Err(e)) => {
-                tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed, trying the next");
-                last = Some(e);
-            }
-            Err(_) => {
-                let e = inner.timeout(server, "connect", inner.connect_timeout);
-                tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed, trying the next");
-                last = Some(e);
-            }
-        }
+            Ok(Err(e)) => e,
+            Err(_) => inner.timeout(server, "connect", inner.connect_timeout),
+        };
+        tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed, trying the next");
+        last = Some(e);
     }
     Err(last.unwrap_or_else(|| OriginError::Setup {
         origin: inner.name.clone(),
@@ -78,13 +74,7 @@ async fn connect_one(
     let _ = tcp.set_nodelay(true);
     inner.metrics.connections.inc();
     let guard = OpenGuard(inner.metrics.connections.clone());
-    let builder = http1::Builder::new();
-    let protocol = |e: hyper::Error| OriginError::Protocol {
-        origin: inner.name.clone(),
-        server: server.url.clone(),
-        message: format!("HTTP/1.1 handshake: {e}"),
-    };
-    let sender = match (&inner.tls, &server.tls_name) {
+    match (&inner.tls, &server.tls_name) {
         (Some(tls), Some(name)) => {
             let stream =
                 tls.connect(name.clone(), tcp)
@@ -94,22 +84,32 @@ async fn connect_one(
                         server: server.url.clone(),
                         source,
                     })?;
-            let (sender, conn) = builder
-                .handshake(TokioIo::new(stream))
-                .await
-                .map_err(protocol)?;
-            spawn_conn(conn, guard, inner.name.clone(), server.url.clone());
-            sender
+            handshake(stream, guard, inner, server).await
         }
-        _ => {
-            let (sender, conn) = builder
-                .handshake(TokioIo::new(tcp))
-                .await
-                .map_err(protocol)?;
-            spawn_conn(conn, guard, inner.name.clone(), server.url.clone());
-            sender
-        }
-    };
+        _ => handshake(tcp, guard, inner, server).await,
+    }
+}
+
+/// The HTTP/1.1 handshake over `io` (plain TCP or TLS); the connection task is spawned with
+/// `guard`, so the gauge counts it while it lives.
+async fn handshake<S>(
+    io: S,
+    guard: OpenGuard,
+    inner: &Inner,
+    server: &Server,
+) -> Result<SendRequest<Empty<Bytes>>, OriginError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = http1::Builder::new()
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| OriginError::Protocol {
+            origin: inner.name.clone(),
+            server: server.url.clone(),
+            message: format!("HTTP/1.1 handshake: {e}"),
+        })?;
+    spawn_conn(conn, guard, inner.name.clone(), server.url.clone());
     Ok(sender)
 }
 
