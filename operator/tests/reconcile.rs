@@ -62,6 +62,17 @@ async fn run(fake: &FakeApi, ctx: &Arc<Context>, name: &str) -> ContentServer {
 }
 
 /// Reconcile and assert that no child was written (`why` names the case).
+/// Edit the ContentServer as JSON, reconcile it, and read it back.
+async fn edit_and_run(
+    fake: &FakeApi,
+    ctx: &Arc<Context>,
+    name: &str,
+    f: impl FnOnce(&mut Value),
+) -> ContentServer {
+    fake.edit(&contentservers(), name, f);
+    run(fake, ctx, name).await
+}
+
 async fn run_without_child_writes(
     fake: &FakeApi,
     ctx: &Arc<Context>,
@@ -190,20 +201,17 @@ async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
     let ctx = context(&fake);
     let name = create(&fake, "hpa.yaml");
     // Scaled by hand here (kubectl scale), without the autoscaler.
-    fake.edit(&contentservers(), &name, |cs| {
+    edit_and_run(&fake, &ctx, &name, |cs| {
         cs["spec"]["autoscaling"] = Value::Null;
         cs["spec"]["replicas"] = json!(2);
-    });
-    run(&fake, &ctx, &name).await;
+    })
+    .await;
     let before = fake.get(&deployments(), &name).expect("Deployment");
     let cm_before = fake.get(&configmaps(), "web-config").expect("ConfigMap");
     assert!(fake.get(&pdbs(), &name).is_some(), "PDB for 2 replicas");
 
     // kubectl scale --replicas 5
-    fake.edit(&contentservers(), &name, |cs| {
-        cs["spec"]["replicas"] = json!(5)
-    });
-    run(&fake, &ctx, &name).await;
+    edit_and_run(&fake, &ctx, &name, |cs| cs["spec"]["replicas"] = json!(5)).await;
     let scaled = fake.get(&deployments(), &name).expect("Deployment");
     assert_eq!(scaled["spec"]["replicas"], 5);
     assert_eq!(
@@ -216,10 +224,10 @@ async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
     );
 
     // A config change (pool size) changes the ConfigMap and the pod template's hash.
-    fake.edit(&contentservers(), &name, |cs| {
+    let cs = edit_and_run(&fake, &ctx, &name, |cs| {
         cs["spec"]["volumes"][0]["pool"]["threads"] = json!(8)
-    });
-    let cs = run(&fake, &ctx, &name).await;
+    })
+    .await;
     let rolled = fake.get(&deployments(), &name).expect("Deployment");
     assert_ne!(template_hash(&rolled), template_hash(&before));
     assert_eq!(
@@ -238,10 +246,7 @@ async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
     assert_eq!(cfg.volumes[0].pool.threads, 8);
 
     // Scaling down to one pod removes the PDB.
-    fake.edit(&contentservers(), &name, |cs| {
-        cs["spec"]["replicas"] = json!(1)
-    });
-    run(&fake, &ctx, &name).await;
+    edit_and_run(&fake, &ctx, &name, |cs| cs["spec"]["replicas"] = json!(1)).await;
     assert!(
         fake.get(&pdbs(), &name).is_none(),
         "PDB removed at one replica"
@@ -330,10 +335,7 @@ async fn paused_leaves_children_as_they_are() {
     );
 
     // Unpausing applies the pending change.
-    fake.edit(&contentservers(), &name, |cs| {
-        cs["spec"]["paused"] = json!(false)
-    });
-    run(&fake, &ctx, &name).await;
+    edit_and_run(&fake, &ctx, &name, |cs| cs["spec"]["paused"] = json!(false)).await;
     assert_eq!(deployment_replicas(&fake, &name), 4);
 }
 
@@ -373,10 +375,10 @@ async fn media_node_statefulset_headless_pdb_and_servicemonitor_when_crd_exists(
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
 
     // Disabling it removes it.
-    fake.edit(&contentservers(), &name, |cs| {
+    edit_and_run(&fake, &ctx, &name, |cs| {
         cs["spec"]["metrics"]["serviceMonitor"]["enabled"] = json!(false)
-    });
-    run(&fake, &ctx, &name).await;
+    })
+    .await;
     assert!(fake.get(&servicemonitors(), &name).is_none());
 }
 
@@ -451,11 +453,11 @@ async fn claim_template_change_replaces_statefulset_with_orphaning_delete() {
 #[tokio::test]
 async fn switching_to_claim_templates_keeps_the_deployment_until_the_statefulset_is_ready() {
     let (fake, ctx, name) = reconciled("minimal.yaml").await;
-    fake.edit(&contentservers(), &name, |cs| {
+    let cs = edit_and_run(&fake, &ctx, &name, |cs| {
         cs["spec"]["volumes"][0]["source"] =
             json!({"claimTemplate": {"size": "10Gi", "accessModes": ["ReadWriteOnce"]}})
-    });
-    let cs = run(&fake, &ctx, &name).await;
+    })
+    .await;
     assert!(fake.get(&statefulsets(), &name).is_some());
     assert!(
         fake.get(&deployments(), &name).is_some(),
@@ -524,12 +526,12 @@ async fn api_failure_is_reported_in_status_and_retried_with_backoff() {
 async fn switching_away_from_claim_templates_keeps_the_statefulset_and_its_headless_service_until_ready(
 ) {
     let (fake, ctx, name) = reconciled("media-node.yaml").await;
-    fake.edit(&contentservers(), &name, |cs| {
+    edit_and_run(&fake, &ctx, &name, |cs| {
         for i in 0..3 {
             cs["spec"]["volumes"][i]["source"] = json!({"emptyDir": {}});
         }
-    });
-    run(&fake, &ctx, &name).await;
+    })
+    .await;
     assert!(fake.get(&deployments(), &name).is_some());
     assert!(
         fake.get(&statefulsets(), &name).is_some(),
@@ -636,10 +638,10 @@ async fn autoscaling_hpa_owns_replicas_through_the_scale_subresource() {
     hpa_scales(&fake, &name, 3).await;
     run(&fake, &ctx, &name).await;
     assert_eq!(deployment_replicas(&fake, &name), 3);
-    fake.edit(&contentservers(), &name, |cs| {
+    edit_and_run(&fake, &ctx, &name, |cs| {
         cs["spec"]["autoscaling"] = Value::Null
-    });
-    run(&fake, &ctx, &name).await;
+    })
+    .await;
     assert!(fake.get(&hpas(), &name).is_none(), "HPA pruned");
     assert_eq!(deployment_replicas(&fake, &name), 3);
 }
@@ -682,11 +684,11 @@ async fn expose_applies_route_ingress_and_network_policy_updates_and_prunes_them
     assert_eq!(condition(&cs, "Reconciled").reason, "Applied");
 
     // Update: new host names reach both objects and the status.
-    fake.edit(&contentservers(), &name, |cs| {
+    let cs = edit_and_run(&fake, &ctx, &name, |cs| {
         cs["spec"]["expose"]["httpRoute"]["hostnames"] = json!(["dl.example.com"]);
         cs["spec"]["expose"]["ingress"]["hosts"] = json!(["dl.example.com", "www.example.com"]);
-    });
-    let cs = run(&fake, &ctx, &name).await;
+    })
+    .await;
     assert_eq!(
         fake.get(&httproutes(), &name).expect("route")["spec"]["hostnames"],
         json!(["dl.example.com"])
@@ -699,17 +701,17 @@ async fn expose_applies_route_ingress_and_network_policy_updates_and_prunes_them
     );
 
     // Removal prunes, one part at a time.
-    fake.edit(&contentservers(), &name, |cs| {
+    edit_and_run(&fake, &ctx, &name, |cs| {
         cs["spec"]["expose"]["ingress"] = Value::Null
-    });
-    run(&fake, &ctx, &name).await;
+    })
+    .await;
     assert!(fake.get(&ingresses(), &name).is_none(), "Ingress pruned");
     assert!(fake.get(&httproutes(), &name).is_some(), "HTTPRoute kept");
-    fake.edit(&contentservers(), &name, |cs| {
+    let cs = edit_and_run(&fake, &ctx, &name, |cs| {
         cs["spec"]["expose"] = Value::Null;
         cs["spec"]["networkPolicy"] = Value::Null;
-    });
-    let cs = run(&fake, &ctx, &name).await;
+    })
+    .await;
     assert!(fake.get(&httproutes(), &name).is_none(), "HTTPRoute pruned");
     assert!(
         fake.get(&networkpolicies(), &name).is_none(),

@@ -629,3 +629,14 @@ pub fn example(file: &str) -> ContentServer {
     cs.metadata.generation = Some(1);
     cs
 }
+
+/// Fails unless `validate` names every field in `want` (it may name others as well).
+pub fn assert_invalid_fields(spec: &content_operator::crd::ContentServerSpec, want: &[&str]) {
+    let fields: Vec<String> = content_operator::validation::validate(spec)
+        .into_iter()
+        .map(|e| e.field)
+        .collect();
+    for w in want {
+        assert!(fields.iter().any(|f| f == w), "missing {w} in {fields:?}");
+    }
+}
