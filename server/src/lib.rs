@@ -8,6 +8,7 @@
 
 pub mod accept;
 pub mod admin;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod conn;

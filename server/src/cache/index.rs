@@ -1,0 +1,504 @@
+//! The in-memory index of one cache volume: which entries (files) exist, their sizes, when each
+//! was last used, and the admission sketch.
+//!
+//! Owns size accounting against `max_size`, `inactive` expiry, eviction and admission. Eviction is
+//! sampled LRU (Redis-style: the least recently used of [`SAMPLES`] random entries goes first),
+//! possible in O(1) because entries live in an `IndexMap` (a dense vector plus a table of
+//! positions, so a random position is one array access). Admission is TinyLFU: when storing a new
+//! object would evict, it is stored only if the [`FrequencySketch`] says it was asked for more
+//! often than the entry it would evict, so one-hit objects do not flush popular ones; `min_uses`
+//! is a floor on top. An entry costs 40 bytes in the vector plus 9 in the position table (about
+//! 90 bytes per entry at 1,000,000 entries with growth slack; `bench/cache-index-memory.sh`
+//! measures it). It holds no file descriptor, path or key text, and must not touch the disk:
+//! callers delete the returned victims on the volume's pool.
+
+use super::key::EntryId;
+use super::sketch::FrequencySketch;
+use indexmap::IndexMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Entries compared per eviction.
+pub const SAMPLES: usize = 8;
+/// Sizes are kept in 4 KiB units (what the file occupies, about).
+const UNIT: u64 = 4096;
+
+/// Why an entry left the index (the `reason` label of `contentserver_cache_evictions_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Size,
+    Inactive,
+    Invalid,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Size => "size",
+            Reason::Inactive => "inactive",
+            Reason::Invalid => "invalid",
+        }
+    }
+}
+
+/// An entry removed from the index whose file the caller must delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Victim {
+    pub id: EntryId,
+    pub bytes: u64,
+    pub reason: Reason,
+}
+
+/// Is an entry there?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    /// In the index (its last use is now updated).
+    Yes,
+    /// Not stored.
+    No,
+    /// Not in the index yet, but the rebuild after a restart has not finished: open its path.
+    Maybe,
+}
+
+#[derive(Clone, Copy)]
+struct Slot {
+    /// Size in [`UNIT`]s.
+    units: u32,
+    /// Seconds since the index's epoch.
+    last_use: u32,
+}
+
+struct State {
+    map: IndexMap<EntryId, Slot>,
+    units: u64,
+    max_units: u64,
+    sketch: FrequencySketch,
+    rng: u64,
+    /// Next position of the inactive sweep.
+    cursor: usize,
+}
+
+/// The index of one cache volume; shared by every worker (one mutex, held for O(1) work except
+/// the bounded inactive sweep).
+pub struct Index {
+    st: Mutex<State>,
+    epoch: Instant,
+    inactive_secs: u32,
+    min_uses: u8,
+    rebuilt: AtomicBool,
+}
+
+fn units(bytes: u64) -> u32 {
+    bytes.div_ceil(UNIT).min(u32::MAX as u64) as u32
+}
+
+fn sketch_hash(id: &EntryId) -> u64 {
+    let h = id.hash();
+    (h >> 64) as u64 ^ h as u64
+}
+
+impl Index {
+    /// An empty index keeping at most `max_bytes`, dropping entries unused for `inactive`,
+    /// storing an object once it was asked for `min_uses` times. `expected_entries` sizes the
+    /// sketch (it is grown when the index outgrows it).
+    pub fn new(
+        max_bytes: u64,
+        inactive: Duration,
+        min_uses: u32,
+        expected_entries: usize,
+    ) -> Index {
+        Index {
+            st: Mutex::new(State {
+                map: IndexMap::new(),
+                units: 0,
+                max_units: max_bytes / UNIT,
+                sketch: FrequencySketch::new(expected_entries),
+                rng: 0x853C_49E6_748F_EA9B,
+                cursor: 0,
+            }),
+            epoch: Instant::now(),
+            inactive_secs: inactive.as_secs().min(u32::MAX as u64) as u32,
+            min_uses: min_uses.clamp(1, 15) as u8,
+            rebuilt: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Seconds since the index was created: the clock every `now` argument uses.
+    pub fn now(&self) -> u32 {
+        self.epoch.elapsed().as_secs().min(u32::MAX as u64) as u32
+    }
+
+    /// Count one request for the object `hash` in the admission sketch (once per request).
+    pub fn record_request(&self, id: EntryId) {
+        self.lock().sketch.increment(sketch_hash(&id));
+    }
+
+    /// Is `id` stored? Marks it used at `now`.
+    pub fn lookup(&self, id: EntryId, now: u32) -> Presence {
+        let mut st = self.lock();
+        match st.map.get_mut(&id) {
+            Some(s) => {
+                s.last_use = now;
+                Presence::Yes
+            }
+            None if self.rebuilt.load(Ordering::Acquire) => Presence::No,
+            None => Presence::Maybe,
+        }
+    }
+
+    /// Should a new entry of `bytes` for `id`'s object be stored? Its object must have been
+    /// asked for `min_uses` times, and when storing it would evict, more often than the entry
+    /// that would go (TinyLFU).
+    pub fn admit(&self, id: EntryId, bytes: u64) -> bool {
+        let mut st = self.lock();
+        let freq = st.sketch.frequency(sketch_hash(&id));
+        if freq < self.min_uses {
+            return false;
+        }
+        if st.units + units(bytes) as u64 <= st.max_units {
+            return true;
+        }
+        match st.sample_victim(None) {
+            Some(pos) => {
+                let (vid, _) = st.map.get_index(pos).expect("sampled position exists");
+                let vh = sketch_hash(vid);
+                // Slices of the object itself are not a reason to refuse it.
+                vh == sketch_hash(&id) || freq > st.sketch.frequency(vh)
+            }
+            // Nothing to evict: larger than the whole cache.
+            None => units(bytes) as u64 <= st.max_units,
+        }
+    }
+
+    /// Record a stored entry (a fill committed, or one found on disk). Returns the entries to
+    /// evict (the caller deletes their files) so the total stays under `max_size`; `id` itself is
+    /// never among them.
+    pub fn insert(&self, id: EntryId, bytes: u64, now: u32) -> Vec<Victim> {
+        let mut st = self.lock();
+        let slot = Slot {
+            units: units(bytes),
+            last_use: now,
+        };
+        if let Some(old) = st.map.insert(id, slot) {
+            st.units -= old.units as u64;
+        }
+        st.units += slot.units as u64;
+        let want = (st.map.len() * 2).max(64);
+        if st.sketch.width() < want / 2 {
+            // The sketch should track about as many objects as are stored.
+            st.sketch = FrequencySketch::new(want);
+        }
+        st.evict_to_fit(Some(id))
+    }
+
+    /// Insert what the rebuild walk found, unless a fill or an open already did.
+    pub fn insert_found(&self, id: EntryId, bytes: u64, now: u32) -> Vec<Victim> {
+        if self.lock().map.contains_key(&id) {
+            return Vec::new();
+        }
+        self.insert(id, bytes, now)
+    }
+
+    /// Forget `id` (purged, invalid, replaced by a new version); returns its size if it was there.
+    pub fn remove(&self, id: EntryId) -> Option<u64> {
+        let mut st = self.lock();
+        let s = st.map.swap_remove(&id)?;
+        st.units -= s.units as u64;
+        Some(s.units as u64 * UNIT)
+    }
+
+    /// Examine up to `budget` entries (continuing where the last call stopped) and remove those
+    /// unused for `inactive` at `now`. Call it periodically; a whole pass over N entries takes
+    /// N / budget calls.
+    pub fn expire_inactive(&self, now: u32, budget: usize) -> Vec<Victim> {
+        let mut st = self.lock();
+        let mut out = Vec::new();
+        let mut seen = 0;
+        while seen < budget && !st.map.is_empty() {
+            if st.cursor >= st.map.len() {
+                st.cursor = 0;
+            }
+            let pos = st.cursor;
+            let (id, s) = st
+                .map
+                .get_index(pos)
+                .map(|(k, v)| (*k, *v))
+                .expect("in range");
+            if now.saturating_sub(s.last_use) >= self.inactive_secs {
+                // The last entry moves into `pos`: look at it next (cursor stays).
+                st.map.swap_remove_index(pos);
+                st.units -= s.units as u64;
+                out.push(Victim {
+                    id,
+                    bytes: s.units as u64 * UNIT,
+                    reason: Reason::Inactive,
+                });
+            } else {
+                st.cursor += 1;
+            }
+            seen += 1;
+        }
+        out
+    }
+
+    /// Change the limit (e.g. "keep 10% free" re-evaluated); returns what must be evicted.
+    pub fn set_max_bytes(&self, max: u64) -> Vec<Victim> {
+        let mut st = self.lock();
+        st.max_units = max / UNIT;
+        st.evict_to_fit(None)
+    }
+
+    /// Stored bytes (in 4 KiB units, as accounted).
+    pub fn size_bytes(&self) -> u64 {
+        self.lock().units * UNIT
+    }
+
+    pub fn max_bytes(&self) -> u64 {
+        self.lock().max_units * UNIT
+    }
+
+    pub fn entries(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// Every entry found on disk is now in the index: a miss in it is a miss.
+    pub fn mark_rebuilt(&self) {
+        self.rebuilt.store(true, Ordering::Release);
+    }
+
+    pub fn is_rebuilt(&self) -> bool {
+        self.rebuilt.load(Ordering::Acquire)
+    }
+
+    /// Ids of every stored slice of the object `hash`.
+    pub fn slices_of(&self, hash: u128) -> Vec<EntryId> {
+        self.lock()
+            .map
+            .keys()
+            .filter(|k| k.hash() == hash)
+            .copied()
+            .collect()
+    }
+
+    /// Heap bytes held (map vector + position table + sketch), for the memory benchmark.
+    pub fn heap_bytes_estimate(&self) -> usize {
+        let st = self.lock();
+        let cap = st.map.capacity();
+        cap * (std::mem::size_of::<EntryId>() + std::mem::size_of::<Slot>() + 8)
+            + cap.next_power_of_two() * 9
+            + st.sketch.bytes()
+    }
+}
+
+impl State {
+    fn next_rand(&mut self) -> u64 {
+        // xorshift64*
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// The least recently used of [`SAMPLES`] random entries other than `keep`.
+    fn sample_victim(&mut self, keep: Option<EntryId>) -> Option<usize> {
+        let n = self.map.len();
+        if n == 0 || (n == 1 && keep.is_some_and(|k| self.map.contains_key(&k))) {
+            return None;
+        }
+        let mut best: Option<(usize, u32)> = None;
+        let tries = if n <= SAMPLES { n } else { SAMPLES };
+        for i in 0..tries {
+            // Small maps: look at every entry, so eviction is exact LRU there.
+            let pos = if n <= SAMPLES {
+                i
+            } else {
+                (self.next_rand() % n as u64) as usize
+            };
+            let (id, s) = self.map.get_index(pos).expect("in range");
+            if Some(*id) == keep {
+                continue;
+            }
+            if best.is_none_or(|(_, lu)| s.last_use < lu) {
+                best = Some((pos, s.last_use));
+            }
+        }
+        best.map(|(p, _)| p)
+    }
+
+    fn evict_to_fit(&mut self, keep: Option<EntryId>) -> Vec<Victim> {
+        let mut out = Vec::new();
+        while self.units > self.max_units {
+            let Some(pos) = self.sample_victim(keep) else {
+                break;
+            };
+            let (id, s) = self.map.swap_remove_index(pos).expect("in range");
+            self.units -= s.units as u64;
+            out.push(Victim {
+                id,
+                bytes: s.units as u64 * UNIT,
+                reason: Reason::Size,
+            });
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::key::CacheKey;
+
+    const MIB: u64 = 1 << 20;
+
+    fn id(i: u32) -> EntryId {
+        CacheKey::new(format!("/o/{i}").into_bytes()).slice(0)
+    }
+
+    fn idx(max: u64) -> Index {
+        let ix = Index::new(max, Duration::from_secs(600), 1, 1000);
+        ix.mark_rebuilt();
+        ix
+    }
+
+    #[test]
+    fn eviction_keeps_size_under_max_and_prefers_least_recent() {
+        let ix = idx(100 * MIB);
+        let mut evicted = Vec::new();
+        for i in 0..300 {
+            // Keep object 0 in use.
+            assert_eq!(
+                ix.lookup(id(0), i),
+                if i == 0 { Presence::No } else { Presence::Yes }
+            );
+            evicted.extend(ix.insert(id(i), MIB, i));
+            assert!(ix.size_bytes() <= 100 * MIB, "{} at {i}", ix.size_bytes());
+        }
+        assert_eq!(ix.entries(), 100);
+        assert_eq!(evicted.len(), 200);
+        assert!(evicted
+            .iter()
+            .all(|v| v.reason == Reason::Size && v.bytes == MIB));
+        assert!(
+            !evicted.iter().any(|v| v.id == id(0)),
+            "the entry in use was evicted"
+        );
+        // Sampled LRU: most of the survivors are recent ones.
+        let recent = (200..300)
+            .filter(|&i| ix.lookup(id(i), 999) == Presence::Yes)
+            .count();
+        assert!(recent >= 70, "only {recent} of the 100 newest survived");
+    }
+
+    #[test]
+    fn sizes_are_accounted_and_replaced() {
+        let ix = idx(10 * MIB);
+        ix.insert(id(1), 1, 0);
+        assert_eq!(ix.size_bytes(), UNIT);
+        ix.insert(id(1), 3 * MIB, 0);
+        assert_eq!(ix.size_bytes(), 3 * MIB);
+        assert_eq!(ix.remove(id(1)), Some(3 * MIB));
+        assert_eq!(ix.size_bytes(), 0);
+        assert_eq!(ix.remove(id(1)), None);
+        // Lowering the limit evicts.
+        for i in 0..10 {
+            ix.insert(id(i), MIB, i);
+        }
+        let v = ix.set_max_bytes(4 * MIB);
+        assert_eq!(v.len(), 6);
+        assert_eq!(ix.size_bytes(), 4 * MIB);
+    }
+
+    #[test]
+    fn inactive_entries_are_dropped() {
+        let ix = Index::new(1 << 40, Duration::from_secs(60), 1, 100);
+        for i in 0..50 {
+            ix.insert(id(i), MIB, 0);
+        }
+        for i in 0..10 {
+            assert_eq!(ix.lookup(id(i), 50), Presence::Yes);
+        }
+        assert!(ix.expire_inactive(59, 1000).is_empty());
+        // A sweep in small steps covers everything.
+        let mut gone = Vec::new();
+        for _ in 0..20 {
+            gone.extend(ix.expire_inactive(100, 7));
+        }
+        assert_eq!(gone.len(), 40);
+        assert!(gone.iter().all(|v| v.reason == Reason::Inactive));
+        assert_eq!(ix.entries(), 10);
+        assert_eq!(ix.size_bytes(), 10 * MIB);
+        for i in 0..10 {
+            assert_eq!(ix.lookup(id(i), 100), Presence::Yes);
+        }
+    }
+
+    #[test]
+    fn admission_keeps_popular_objects_against_a_scan_of_one_hit_objects() {
+        let ix = idx(50 * MIB);
+        // 50 popular objects, each asked for several times.
+        for round in 0..5 {
+            for i in 0..50 {
+                ix.record_request(id(i));
+                if round == 0 {
+                    assert!(ix.admit(id(i), MIB));
+                    assert!(ix.insert(id(i), MIB, 0).is_empty());
+                }
+            }
+        }
+        // A scan of 1000 one-hit objects: none is admitted once the cache is full.
+        let mut admitted = 0;
+        for i in 1000..2000 {
+            ix.record_request(id(i));
+            if ix.admit(id(i), MIB) {
+                admitted += 1;
+                ix.insert(id(i), MIB, 1);
+            }
+        }
+        assert!(admitted <= 20, "{admitted} one-hit objects admitted");
+        let kept = (0..50)
+            .filter(|&i| ix.lookup(id(i), 2) == Presence::Yes)
+            .count();
+        assert!(kept >= 40, "only {kept} of 50 popular objects kept");
+    }
+
+    #[test]
+    fn min_uses_delays_admission() {
+        let ix = Index::new(1 << 40, Duration::from_secs(60), 3, 100);
+        for n in 1..=3 {
+            ix.record_request(id(5));
+            assert_eq!(ix.admit(id(5), MIB), n >= 3, "after {n} requests");
+        }
+    }
+
+    #[test]
+    fn presence_is_maybe_until_rebuilt() {
+        let ix = Index::new(1 << 40, Duration::from_secs(60), 1, 100);
+        assert_eq!(ix.lookup(id(1), 0), Presence::Maybe);
+        ix.insert(id(2), 1, 0);
+        assert_eq!(ix.lookup(id(2), 0), Presence::Yes);
+        assert!(ix.insert_found(id(2), 5 * MIB, 0).is_empty());
+        assert_eq!(ix.size_bytes(), UNIT, "insert_found replaced a live entry");
+        ix.mark_rebuilt();
+        assert_eq!(ix.lookup(id(1), 0), Presence::No);
+    }
+
+    #[test]
+    fn slices_of_an_object_are_listed() {
+        let ix = idx(1 << 40);
+        let k = CacheKey::new(b"/big".to_vec());
+        for s in [0, 3, 9] {
+            ix.insert(k.slice(s), MIB, 0);
+        }
+        ix.insert(id(1), MIB, 0);
+        let mut s: Vec<u32> = ix.slices_of(k.hash()).iter().map(|i| i.slice).collect();
+        s.sort();
+        assert_eq!(s, vec![0, 3, 9]);
+    }
+}

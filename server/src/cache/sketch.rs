@@ -1,0 +1,175 @@
+//! Admission frequency sketch (TinyLFU): a count-min sketch of 4-bit counters, four rows, aged by
+//! halving every counter after `10 × width` increments, so it estimates how often each object
+//! was asked for recently in about half a byte per counter (2 bytes per tracked object).
+//!
+//! The index asks it whether a new object is worth storing: a one-hit object does not evict an
+//! object that is asked for more often. It must not know about files or keys beyond a 64-bit hash.
+
+/// 4 rows × `width` 4-bit counters, 16 per `u64` word.
+pub struct FrequencySketch {
+    table: Vec<u64>,
+    /// Counters per row minus one (width is a power of two).
+    mask: u64,
+    words_per_row: usize,
+    additions: usize,
+    sample: usize,
+}
+
+const SEEDS: [u64; 4] = [
+    0x9E37_79B9_7F4A_7C15,
+    0xC2B2_AE3D_27D4_EB4F,
+    0x1656_67B1_9E37_79F9,
+    0x27D4_EB2F_1656_67C5,
+];
+
+impl FrequencySketch {
+    /// A sketch sized for about `capacity` distinct objects (at least 64).
+    pub fn new(capacity: usize) -> FrequencySketch {
+        let width = capacity.max(64).next_power_of_two();
+        let words_per_row = width / 16;
+        FrequencySketch {
+            table: vec![0; 4 * words_per_row],
+            mask: width as u64 - 1,
+            words_per_row,
+            additions: 0,
+            sample: 10 * width,
+        }
+    }
+
+    /// Counters per row.
+    pub fn width(&self) -> usize {
+        self.mask as usize + 1
+    }
+
+    fn slot(&self, hash: u64, row: usize) -> (usize, u32) {
+        // splitmix64's finalizer per row, so rows collide independently.
+        let mut x = hash.wrapping_add(SEEDS[row]);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^= x >> 31;
+        let i = x & self.mask;
+        (
+            row * self.words_per_row + (i / 16) as usize,
+            ((i % 16) * 4) as u32,
+        )
+    }
+
+    /// Count one request for `hash` (saturating at 15); ages the sketch when due. Conservative
+    /// update: only the rows holding the current minimum are raised, which keeps estimates of
+    /// rare keys close to their true counts when many keys share counters.
+    pub fn increment(&mut self, hash: u64) {
+        let slots = [0, 1, 2, 3].map(|row| self.slot(hash, row));
+        let count = |t: &[u64], (w, shift): (usize, u32)| (t[w] >> shift) & 0xF;
+        let min = slots
+            .iter()
+            .map(|&s| count(&self.table, s))
+            .min()
+            .unwrap_or(0);
+        if min >= 15 {
+            return;
+        }
+        for s in slots {
+            if count(&self.table, s) == min {
+                self.table[s.0] += 1 << s.1;
+            }
+        }
+        self.additions += 1;
+        if self.additions >= self.sample {
+            self.age();
+        }
+    }
+
+    /// Estimated recent requests for `hash` (0..=15; never below the true count since the last
+    /// aging, possibly above it when counters are shared).
+    pub fn frequency(&self, hash: u64) -> u8 {
+        (0..4)
+            .map(|row| {
+                let (w, shift) = self.slot(hash, row);
+                ((self.table[w] >> shift) & 0xF) as u8
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Halve every counter (the TinyLFU reset), so old popularity fades.
+    pub fn age(&mut self) {
+        for w in &mut self.table {
+            *w = (*w >> 1) & 0x7777_7777_7777_7777;
+        }
+        self.additions /= 2;
+    }
+
+    /// Bytes of counters.
+    pub fn bytes(&self) -> usize {
+        self.table.len() * 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_saturate_and_age() {
+        let mut s = FrequencySketch::new(1024);
+        assert_eq!(s.frequency(42), 0);
+        for _ in 0..5 {
+            s.increment(42);
+        }
+        assert_eq!(s.frequency(42), 5);
+        for _ in 0..40 {
+            s.increment(42);
+        }
+        assert_eq!(s.frequency(42), 15);
+        s.age();
+        assert_eq!(s.frequency(42), 7);
+    }
+
+    #[test]
+    fn popular_keys_stay_above_one_hit_keys() {
+        let mut s = FrequencySketch::new(4096);
+        for round in 0..8u64 {
+            for k in 0..100u64 {
+                s.increment(k.wrapping_mul(0x9E37_79B9));
+            }
+            // A scan of one-hit keys between rounds.
+            for k in 0..2000u64 {
+                s.increment(1_000_000 + round * 10_000 + k);
+            }
+        }
+        let popular = (0..100u64)
+            .filter(|k| s.frequency(k.wrapping_mul(0x9E37_79B9)) >= 4)
+            .count();
+        let one_hit = (0..2000u64)
+            .filter(|k| s.frequency(1_000_000 + 7 * 10_000 + k) >= 4)
+            .count();
+        assert!(popular >= 95, "popular keys estimated >= 4: {popular}/100");
+        assert!(one_hit <= 40, "one-hit keys estimated >= 4: {one_hit}/2000");
+    }
+
+    #[test]
+    fn aging_happens_by_itself() {
+        let mut s = FrequencySketch::new(1024);
+        let sum = |s: &FrequencySketch| -> u64 {
+            s.table
+                .iter()
+                .map(|w| (0..16).map(|i| (w >> (i * 4)) & 0xF).sum::<u64>())
+                .sum()
+        };
+        let mut k = 0u64;
+        while s.additions + 1 < s.sample {
+            k += 1;
+            s.increment(k.wrapping_mul(0x2545_F491_4F6C_DD1D));
+        }
+        let before = sum(&s);
+        assert!(before > 0);
+        // The increment that reaches `sample` halves every counter.
+        while s.additions + 1 >= s.sample {
+            k += 1;
+            s.increment(k.wrapping_mul(0x2545_F491_4F6C_DD1D));
+        }
+        let after = sum(&s);
+        assert!(after <= before / 2 + 4, "counters {before} -> {after}");
+        assert!(s.additions < s.sample);
+    }
+}

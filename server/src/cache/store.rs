@@ -1,0 +1,529 @@
+//! The files of one cache directory: opening an entry by id, writing a new one through a
+//! temporary file in the same directory (`.tmp/`, on the same filesystem, so committing it is one
+//! rename: nginx `use_temp_path=off`), deleting entries, and walking the `L1/L2` levels.
+//!
+//! Every function here is blocking file work: callers run it on the volume's pool (the event
+//! loop never writes, fsyncs, renames or unlinks). It owns no index and no policy: what to store
+//! or evict is decided by [`super::index`]. Files are not fsynced: a killed process loses nothing
+//! the kernel has (the page cache survives it), and a header whose length does not match its file
+//! is refused on open ([`super::entry`]); after a power loss the cache may lose entries, as nginx's.
+
+use super::entry::{self, EntryError, EntryMeta};
+use super::key::EntryId;
+use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Temporary files live here, inside the cache directory.
+pub const TMP_DIR: &str = ".tmp";
+
+const READ_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::CLOEXEC)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::NOCTTY);
+
+/// One cache directory.
+pub struct Store {
+    path: PathBuf,
+    root: OwnedFd,
+    seq: AtomicU64,
+}
+
+fn io_err(e: Errno) -> io::Error {
+    io::Error::from(e)
+}
+
+impl Store {
+    /// Open (creating if needed) the cache directory and its `.tmp/`, removing every temporary
+    /// file an earlier process left (a fill it did not finish). Returns the store and how many
+    /// temporary files were removed.
+    pub fn open(path: &Path) -> io::Result<(Store, usize)> {
+        std::fs::create_dir_all(path.join(TMP_DIR))?;
+        let root = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io_err)?;
+        let store = Store {
+            path: path.to_path_buf(),
+            root,
+            seq: AtomicU64::new(0),
+        };
+        let removed = store.clean_temp()?;
+        Ok((store, removed))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn root(&self) -> BorrowedFd<'_> {
+        self.root.as_fd()
+    }
+
+    fn clean_temp(&self) -> io::Result<usize> {
+        let dir = rustix::fs::openat(
+            &self.root,
+            TMP_DIR,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io_err)?;
+        let mut n = 0;
+        for name in list(&dir)? {
+            match rustix::fs::unlinkat(&dir, name.as_slice(), AtFlags::empty()) {
+                Ok(()) => n += 1,
+                Err(Errno::NOENT) => {}
+                Err(e) => return Err(io_err(e)),
+            }
+        }
+        Ok(n)
+    }
+
+    /// Open the entry `id` and check it belongs to `key` (collision) and is whole (length and
+    /// header checksum). The returned descriptor serves the body from `meta.body_offset()`.
+    pub fn open_entry(&self, id: EntryId, key: &[u8]) -> Result<(OwnedFd, EntryMeta), EntryError> {
+        let fd = match rustix::fs::openat(&self.root, id.rel_path(), READ_FLAGS, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Err(EntryError::Missing),
+            Err(e) => return Err(EntryError::Io(io_err(e))),
+        };
+        let meta = entry::read_meta(&fd)?;
+        if meta.key != key {
+            return Err(EntryError::Collision);
+        }
+        if meta.slice != id.slice {
+            return Err(EntryError::Corrupt(
+                "slice number differs from the file name",
+            ));
+        }
+        Ok((fd, meta))
+    }
+
+    /// Start writing entry `id`: a new temporary file holding `meta`'s header. The body is then
+    /// written with [`TempEntry::write`] and the entry published with [`TempEntry::commit`].
+    pub fn create_temp(self: &Arc<Self>, id: EntryId, meta: EntryMeta) -> io::Result<TempEntry> {
+        crate::cache::failpoint_write()?;
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let tmp = format!("{TMP_DIR}/{}.{}.{}", id.file_name(), std::process::id(), n);
+        let fd = rustix::fs::openat(
+            &self.root,
+            tmp.as_str(),
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(io_err)?;
+        let header = meta.encode();
+        let t = TempEntry {
+            store: self.clone(),
+            fd: Arc::new(fd),
+            tmp,
+            id,
+            body_offset: header.len() as u64,
+            written: 0,
+            meta,
+        };
+        if let Err(e) = entry::pwrite_all(t.fd.as_fd(), &header, 0) {
+            t.abort();
+            return Err(e);
+        }
+        Ok(t)
+    }
+
+    /// Delete entry `id`'s file; false when it was not there.
+    pub fn remove(&self, id: EntryId) -> io::Result<bool> {
+        match rustix::fs::unlinkat(&self.root, id.rel_path(), AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOENT) => Ok(false),
+            Err(e) => Err(io_err(e)),
+        }
+    }
+
+    /// Delete every stored slice of the object `hash` (found by listing its `L1/L2` directory).
+    pub fn remove_object(&self, hash: u128) -> io::Result<Vec<EntryId>> {
+        let probe = EntryId::new(hash, 0);
+        let dir = match self.open_dir(&probe.dir())? {
+            Some(d) => d,
+            None => return Ok(Vec::new()),
+        };
+        let mut out = Vec::new();
+        for name in list(&dir)? {
+            if let Some(id) = EntryId::parse_file_name(&name) {
+                if id.hash() == hash && self.remove(id)? {
+                    out.push(id);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn open_dir(&self, rel: &str) -> io::Result<Option<OwnedFd>> {
+        match rustix::fs::openat(
+            &self.root,
+            rel,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(d) => Ok(Some(d)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(e) => Err(io_err(e)),
+        }
+    }
+
+    /// Walk the entries under level-1 directory `l1` (0..16), calling `f(id, file length)` for
+    /// each file named like an entry (stat only, no read: headers are checked on open). Other
+    /// names are skipped.
+    pub fn walk_level(&self, l1: u8, f: &mut dyn FnMut(EntryId, u64)) -> io::Result<()> {
+        let l1 = format!("{:x}", l1 & 0xF);
+        let Some(d1) = self.open_dir(&l1)? else {
+            return Ok(());
+        };
+        for l2 in list(&d1)? {
+            let Ok(l2s) = std::str::from_utf8(&l2) else {
+                continue;
+            };
+            let Some(d2) = self.open_dir(&format!("{l1}/{l2s}"))? else {
+                continue;
+            };
+            for name in list(&d2)? {
+                let Some(id) = EntryId::parse_file_name(&name) else {
+                    continue;
+                };
+                if id.dir() != format!("{l1}/{l2s}") {
+                    continue;
+                }
+                match rustix::fs::statat(&d2, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => f(id, st.st_size as u64),
+                    Err(Errno::NOENT) => {}
+                    Err(e) => return Err(io_err(e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every entry whose key starts with `prefix` (reads each header: purge by prefix is rare).
+    /// Unreadable entries are skipped.
+    pub fn find_prefix(&self, prefix: &[u8]) -> io::Result<Vec<EntryId>> {
+        let mut ids = Vec::new();
+        for l1 in 0..16u8 {
+            self.walk_level(l1, &mut |id, _| ids.push(id))?;
+        }
+        Ok(ids
+            .into_iter()
+            .filter(|id| {
+                let Ok(fd) =
+                    rustix::fs::openat(&self.root, id.rel_path(), READ_FLAGS, Mode::empty())
+                else {
+                    return false;
+                };
+                entry::read_meta(&fd).is_ok_and(|m| m.key.starts_with(prefix))
+            })
+            .collect())
+    }
+
+    /// Filesystem size and free bytes (statvfs), for "keep 10% free" and full-disk handling.
+    pub fn fs_space(&self) -> io::Result<(u64, u64)> {
+        let s = rustix::fs::fstatvfs(&self.root).map_err(io_err)?;
+        Ok((s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize))
+    }
+}
+
+fn list(dir: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    let mut d = rustix::fs::Dir::read_from(dir).map_err(io_err)?;
+    while let Some(e) = d.read() {
+        let e = e.map_err(io_err)?;
+        let name = e.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            out.push(name.to_vec());
+        }
+    }
+    Ok(out)
+}
+
+/// An entry being written: the header is on disk, the body is appended. Readers may read the
+/// body bytes written so far from [`TempEntry::fd`] (read-while-write). Dropping it without
+/// [`TempEntry::commit`] or [`TempEntry::abort`] leaves the temporary file for the next start to
+/// remove (a drop may run on the event loop, which must not unlink).
+pub struct TempEntry {
+    store: Arc<Store>,
+    fd: Arc<OwnedFd>,
+    tmp: String,
+    id: EntryId,
+    body_offset: u64,
+    written: u64,
+    meta: EntryMeta,
+}
+
+impl TempEntry {
+    pub fn id(&self) -> EntryId {
+        self.id
+    }
+
+    pub fn meta(&self) -> &EntryMeta {
+        &self.meta
+    }
+
+    /// The file, for readers of the bytes written so far (valid after the rename too).
+    pub fn fd(&self) -> Arc<OwnedFd> {
+        self.fd.clone()
+    }
+
+    pub fn body_offset(&self) -> u64 {
+        self.body_offset
+    }
+
+    /// Body bytes written.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Append body bytes. More than the header's `body_len` is an error (the origin sent more
+    /// than it announced).
+    pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        crate::cache::failpoint_write()?;
+        if self.written + bytes.len() as u64 > self.meta.body_len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "body longer than announced: {} bytes expected",
+                    self.meta.body_len
+                ),
+            ));
+        }
+        entry::pwrite_all(self.fd.as_fd(), bytes, self.body_offset + self.written)?;
+        self.written += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Publish the entry under its name (replacing any older file); fails, removing the
+    /// temporary file, unless exactly `body_len` bytes were written. Returns the file length.
+    pub fn commit(self) -> io::Result<u64> {
+        if self.written != self.meta.body_len {
+            let e = io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "entry incomplete: {} of {} body bytes",
+                    self.written, self.meta.body_len
+                ),
+            );
+            self.abort();
+            return Err(e);
+        }
+        let root = self.store.root();
+        let target = self.id.rel_path();
+        let r = match rustix::fs::renameat(root, self.tmp.as_str(), root, target.as_str()) {
+            Err(Errno::NOENT) => {
+                // First entry in this L1/L2 directory.
+                let dir = self.id.dir();
+                for d in [&dir[..1], &dir[..]] {
+                    match rustix::fs::mkdirat(root, d, Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => {
+                            self.abort();
+                            return Err(io_err(e));
+                        }
+                    }
+                }
+                rustix::fs::renameat(root, self.tmp.as_str(), root, target.as_str())
+            }
+            other => other,
+        };
+        match r {
+            Ok(()) => Ok(self.body_offset + self.written),
+            Err(e) => {
+                self.abort();
+                Err(io_err(e))
+            }
+        }
+    }
+
+    /// Remove the temporary file (the fill failed or is not to be stored).
+    pub fn abort(self) {
+        let _ = rustix::fs::unlinkat(self.store.root(), self.tmp.as_str(), AtFlags::empty());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::entry::sample_meta;
+    use crate::cache::key::CacheKey;
+
+    fn store() -> (tempfile::TempDir, Arc<Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, removed) = Store::open(&dir.path().join("cache")).unwrap();
+        assert_eq!(removed, 0);
+        (dir, Arc::new(s))
+    }
+
+    fn put(s: &Arc<Store>, key: &[u8], slice: u32, body: &[u8]) -> EntryId {
+        let id = CacheKey::new(key.to_vec()).slice(slice);
+        let mut t = s
+            .create_temp(id, sample_meta(key, slice, body.len() as u64))
+            .unwrap();
+        t.write(&body[..body.len() / 2]).unwrap();
+        t.write(&body[body.len() / 2..]).unwrap();
+        t.commit().unwrap();
+        id
+    }
+
+    fn body_of(fd: &OwnedFd, meta: &EntryMeta) -> Vec<u8> {
+        let mut b = vec![0; meta.body_len as usize];
+        let n = entry::pread_full(fd.as_fd(), &mut b, meta.body_offset()).unwrap();
+        b.truncate(n);
+        b
+    }
+
+    #[test]
+    fn write_rename_read() {
+        let (_d, s) = store();
+        let id = put(&s, b"/a.mp4", 2, b"hello world");
+        let (fd, meta) = s.open_entry(id, b"/a.mp4").unwrap();
+        assert_eq!(body_of(&fd, &meta), b"hello world");
+        assert_eq!(meta.slice, 2);
+        let on_disk = s.path().join(id.rel_path());
+        assert!(on_disk.is_file(), "{}", on_disk.display());
+        // Nothing left in .tmp.
+        assert_eq!(
+            std::fs::read_dir(s.path().join(TMP_DIR)).unwrap().count(),
+            0
+        );
+        // A second version replaces the first.
+        put(&s, b"/a.mp4", 2, b"second");
+        let (fd, meta) = s.open_entry(id, b"/a.mp4").unwrap();
+        assert_eq!(body_of(&fd, &meta), b"second");
+    }
+
+    #[test]
+    fn readers_see_bytes_while_they_are_written() {
+        let (_d, s) = store();
+        let id = CacheKey::new(b"/live".to_vec()).slice(0);
+        let mut t = s.create_temp(id, sample_meta(b"/live", 0, 8)).unwrap();
+        let fd = t.fd();
+        t.write(b"abcd").unwrap();
+        let mut b = [0u8; 8];
+        let n = entry::pread_full(fd.as_fd(), &mut b, t.body_offset()).unwrap();
+        assert_eq!(&b[..n], b"abcd");
+        // Not visible under its name before the commit.
+        assert!(matches!(
+            s.open_entry(id, b"/live"),
+            Err(EntryError::Missing)
+        ));
+        t.write(b"efgh").unwrap();
+        t.commit().unwrap();
+        let n = entry::pread_full(fd.as_fd(), &mut b, 4096).unwrap();
+        assert_eq!(&b[..n], b"abcdefgh");
+    }
+
+    #[test]
+    fn incomplete_or_overlong_bodies_are_not_published() {
+        let (_d, s) = store();
+        let id = CacheKey::new(b"/x".to_vec()).slice(0);
+        let mut t = s.create_temp(id, sample_meta(b"/x", 0, 10)).unwrap();
+        t.write(b"12345").unwrap();
+        assert!(t.commit().is_err());
+        assert!(matches!(s.open_entry(id, b"/x"), Err(EntryError::Missing)));
+        let mut t = s.create_temp(id, sample_meta(b"/x", 0, 3)).unwrap();
+        assert!(t.write(b"1234").is_err());
+        t.abort();
+        assert_eq!(
+            std::fs::read_dir(s.path().join(TMP_DIR)).unwrap().count(),
+            0
+        );
+    }
+
+    #[test]
+    fn collisions_are_detected_not_served() {
+        let (_d, s) = store();
+        let id = put(&s, b"/real", 0, b"data");
+        // Another key whose hash names the same file (simulated: the file is opened for another key).
+        assert!(matches!(
+            s.open_entry(id, b"/other"),
+            Err(EntryError::Collision)
+        ));
+        assert!(s.open_entry(id, b"/real").is_ok());
+    }
+
+    #[test]
+    fn short_and_corrupt_entries_are_refused() {
+        let (_d, s) = store();
+        let id = put(&s, b"/cut", 0, &[7u8; 5000]);
+        let p = s.path().join(id.rel_path());
+        let full = std::fs::read(&p).unwrap();
+        // Truncated body (a crash or a full disk mid-write).
+        std::fs::write(&p, &full[..full.len() - 1]).unwrap();
+        let e = s.open_entry(id, b"/cut").unwrap_err();
+        assert!(
+            matches!(e, EntryError::Short { .. }) && e.is_invalid(),
+            "{e:?}"
+        );
+        // Corrupt header byte.
+        let mut bad = full.clone();
+        bad[40] ^= 1;
+        std::fs::write(&p, &bad).unwrap();
+        let e = s.open_entry(id, b"/cut").unwrap_err();
+        assert!(matches!(e, EntryError::Corrupt(_)), "{e:?}");
+        // Header only.
+        std::fs::write(&p, &full[..100]).unwrap();
+        assert!(s.open_entry(id, b"/cut").unwrap_err().is_invalid());
+        assert!(s.remove(id).unwrap());
+        assert!(!s.remove(id).unwrap());
+    }
+
+    #[test]
+    fn restart_removes_temp_files_and_walk_finds_entries() {
+        let (d, s) = store();
+        let a = put(&s, b"/a", 0, b"aaaa");
+        let b = put(&s, b"/b", 0, b"bb");
+        let c = put(&s, b"/b", 1, b"b1");
+        // A fill in progress when the process died.
+        let id = CacheKey::new(b"/dying".to_vec()).slice(0);
+        let mut t = s.create_temp(id, sample_meta(b"/dying", 0, 100)).unwrap();
+        t.write(b"partial").unwrap();
+        drop(t);
+        std::fs::write(s.path().join(a.dir()).join("stray-file"), b"x").unwrap();
+        drop(s);
+        let (s, removed) = Store::open(&d.path().join("cache")).unwrap();
+        assert_eq!(removed, 1);
+        let mut found = Vec::new();
+        for l1 in 0..16 {
+            s.walk_level(l1, &mut |id, len| found.push((id, len)))
+                .unwrap();
+        }
+        found.sort();
+        let mut want = vec![(a, 4096 + 4), (b, 4096 + 2), (c, 4096 + 2)];
+        want.sort();
+        assert_eq!(found, want);
+        assert!(matches!(
+            s.open_entry(id, b"/dying"),
+            Err(EntryError::Missing)
+        ));
+    }
+
+    #[test]
+    fn purge_by_object_and_prefix() {
+        let (_d, s) = store();
+        let k = CacheKey::new(b"/v/big".to_vec());
+        put(&s, b"/v/big", 0, b"0");
+        put(&s, b"/v/big", 5, b"5");
+        let other = put(&s, b"/w/x", 0, b"x");
+        let mut gone = s.remove_object(k.hash()).unwrap();
+        gone.sort();
+        assert_eq!(gone, vec![k.slice(0), k.slice(5)]);
+        assert!(s.open_entry(other, b"/w/x").is_ok());
+        let v1 = put(&s, b"/v/1", 0, b"1");
+        let v2 = put(&s, b"/v/2?q", 3, b"2");
+        let mut found = s.find_prefix(b"/v/").unwrap();
+        found.sort();
+        let mut want = vec![v1, v2];
+        want.sort();
+        assert_eq!(found, want);
+    }
+}
