@@ -13,8 +13,10 @@ pub const LAYERS: &[&[&str]] = &[
     &["conn"],
     &["serve"],
     &["shared"],
+    &["admin"],
+    &["cache"],
     &["volume"],
-    &["admin", "logging", "origin", "pool", "resolve"],
+    &["logging", "origin", "pool", "resolve"],
     &["fs", "http"],
     &["config", "lifecycle", "metrics", "socket"],
 ];

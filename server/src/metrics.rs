@@ -56,6 +56,9 @@ const LATENCY_BUCKETS: &[f64] = &[
 /// `code` values of `http_requests_total` created at start for GET and HEAD.
 pub const PRECREATED_CODES: [u16; 5] = [200, 206, 304, 404, 503];
 
+/// `status` values of `cache_requests_total` (the `X-Cache` header, lower case).
+pub const CACHE_STATUSES: [&str; 6] = ["hit", "miss", "stale", "updating", "revalidated", "bypass"];
+
 /// `code` values of `origin_requests_total`.
 pub const ORIGIN_CODES: [&str; 5] = ["2xx", "3xx", "4xx", "5xx", "error"];
 
@@ -93,6 +96,16 @@ pub struct Metrics {
     pub origin_request_duration_seconds: HistogramVec,
     pub origin_received_bytes_total: IntCounterVec,
     pub origin_connections: IntGaugeVec,
+    // cache volumes (label volume; status, source, reason where noted)
+    pub cache_requests_total: IntCounterVec,
+    pub cache_served_bytes_total: IntCounterVec,
+    pub cache_fills_in_flight: IntGaugeVec,
+    pub cache_collapsed_total: IntCounterVec,
+    pub cache_size_bytes: IntGaugeVec,
+    pub cache_max_bytes: IntGaugeVec,
+    pub cache_entries: IntGaugeVec,
+    pub cache_evictions_total: IntCounterVec,
+    pub cache_purges_total: IntCounterVec,
     /// `http_requests_total` children of the common (method, code) pairs, resolved once.
     common_responses: std::sync::Arc<Vec<(&'static str, u16, IntCounter)>>,
 }
@@ -147,6 +160,15 @@ impl Metrics {
             origin_request_duration_seconds: reg(&r, HistogramVec::new(hopts("origin_request_duration_seconds", "Time from sending an origin request to its response head."), &["origin"]).unwrap()),
             origin_received_bytes_total: reg(&r, IntCounterVec::new(opts("origin_received_bytes_total", "Body bytes received from the origin."), &["origin"]).unwrap()),
             origin_connections: reg(&r, IntGaugeVec::new(opts("origin_connections", "Origin connections open now (busy and idle)."), &["origin"]).unwrap()),
+            cache_requests_total: reg(&r, IntCounterVec::new(opts("cache_requests_total", "Cache route requests by cache status (hit, miss, stale, updating, revalidated, bypass)."), &["volume", "status"]).unwrap()),
+            cache_served_bytes_total: reg(&r, IntCounterVec::new(opts("cache_served_bytes_total", "Body bytes sent to clients of cache routes, by source (cache = stored entry, origin = a fill or a pass-through)."), &["volume", "source"]).unwrap()),
+            cache_fills_in_flight: reg(&r, IntGaugeVec::new(opts("cache_fills_in_flight", "Origin fills (one per object slice) running now."), v).unwrap()),
+            cache_collapsed_total: reg(&r, IntCounterVec::new(opts("cache_collapsed_total", "Requests that joined a fill already under way instead of asking the origin."), v).unwrap()),
+            cache_size_bytes: reg(&r, IntGaugeVec::new(opts("cache_size_bytes", "Bytes of stored entries (4 KiB units)."), v).unwrap()),
+            cache_max_bytes: reg(&r, IntGaugeVec::new(opts("cache_max_bytes", "Size the volume's entries are kept under (max_size, or 10% of the filesystem free)."), v).unwrap()),
+            cache_entries: reg(&r, IntGaugeVec::new(opts("cache_entries", "Stored entries (one per object slice) in the index."), v).unwrap()),
+            cache_evictions_total: reg(&r, IntCounterVec::new(opts("cache_evictions_total", "Entries deleted, by reason (size, inactive, invalid)."), &["volume", "reason"]).unwrap()),
+            cache_purges_total: reg(&r, IntCounterVec::new(opts("cache_purges_total", "Entries deleted by POST /cache/purge."), v).unwrap()),
             common_responses: Default::default(),
             registry: r,
         };
@@ -210,6 +232,32 @@ impl Metrics {
         self.origin_connections.with_label_values(&[origin]);
     }
 
+    /// Create the series of one cache volume at zero (called when the cache volume starts).
+    pub fn init_cache_volume(&self, volume: &str) {
+        for status in CACHE_STATUSES {
+            self.cache_requests_total
+                .with_label_values(&[volume, status]);
+        }
+        for source in ["cache", "origin"] {
+            self.cache_served_bytes_total
+                .with_label_values(&[volume, source]);
+        }
+        for reason in ["size", "inactive", "invalid"] {
+            self.cache_evictions_total
+                .with_label_values(&[volume, reason]);
+        }
+        for g in [
+            &self.cache_fills_in_flight,
+            &self.cache_size_bytes,
+            &self.cache_max_bytes,
+            &self.cache_entries,
+        ] {
+            g.with_label_values(&[volume]);
+        }
+        self.cache_collapsed_total.with_label_values(&[volume]);
+        self.cache_purges_total.with_label_values(&[volume]);
+    }
+
     /// Count one response in `http_requests_total`. The common (method, code) pairs use
     /// counters resolved at start-up: no label hashing or string allocation per request.
     pub fn count_response(&self, method: &str, code: u16) {
@@ -254,6 +302,7 @@ mod tests {
     fn every_series_exists_at_start() {
         let m = Metrics::new(&["disk1", "disk2"], 2);
         m.init_origin("up");
+        m.init_cache_volume("cache1");
         let text = m.render();
         for needle in [
             "contentserver_pool_queue_depth{volume=\"disk2\"} 0",
@@ -267,6 +316,15 @@ mod tests {
             "contentserver_origin_request_duration_seconds_count{origin=\"up\"} 0",
             "contentserver_origin_received_bytes_total{origin=\"up\"} 0",
             "contentserver_origin_connections{origin=\"up\"} 0",
+            "contentserver_cache_requests_total{status=\"revalidated\",volume=\"cache1\"} 0",
+            "contentserver_cache_served_bytes_total{source=\"origin\",volume=\"cache1\"} 0",
+            "contentserver_cache_fills_in_flight{volume=\"cache1\"} 0",
+            "contentserver_cache_collapsed_total{volume=\"cache1\"} 0",
+            "contentserver_cache_size_bytes{volume=\"cache1\"} 0",
+            "contentserver_cache_max_bytes{volume=\"cache1\"} 0",
+            "contentserver_cache_entries{volume=\"cache1\"} 0",
+            "contentserver_cache_evictions_total{reason=\"invalid\",volume=\"cache1\"} 0",
+            "contentserver_cache_purges_total{volume=\"cache1\"} 0",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

@@ -216,6 +216,21 @@ impl Pool {
             .map_err(|_| PoolError::Lost(TaskLost(self.inner.name.clone())))
     }
 
+    /// Queue work that must not be refused (work of an admitted response, or deleting files to
+    /// give space back) without waiting for it; the receiver yields its result.
+    pub fn submit_continuation<F, R>(
+        &self,
+        op: PoolOp,
+        f: F,
+    ) -> Result<oneshot::Receiver<R>, TaskLost>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.enqueue(op, f, false)
+            .map_err(|_| TaskLost(self.inner.name.clone()))
+    }
+
     /// Submit work of an already admitted response (a later body chunk) and wait: never rejected.
     pub async fn run_continuation<F, R>(&self, op: PoolOp, f: F) -> Result<R, TaskLost>
     where

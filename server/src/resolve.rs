@@ -40,8 +40,6 @@ struct CompiledRoute {
     prefix: Vec<u8>,
     strip: bool,
     target: Target,
-    /// A cache route (`origin = ...`).
-    cache: bool,
     /// Index into `Config::routes`.
     index: usize,
 }
@@ -85,7 +83,6 @@ impl Router {
                     prefix: p.as_bytes().to_vec(),
                     strip: r.strip_prefix,
                     target,
-                    cache: r.origin.is_some(),
                     index,
                 })
             })
@@ -102,11 +99,6 @@ impl Router {
                 && (path.len() == r.prefix.len() || path[r.prefix.len()] == b'/');
             if !matches {
                 continue;
-            }
-            if r.cache {
-                // Issue 11: until the cache serves these routes, never serve a cache volume's
-                // files as static content. The cache integration replaces this one spot.
-                return Err(ResolveError::Bad("cache routes are not served yet"));
             }
             let volume = match &r.target {
                 Target::One(v) => *v,

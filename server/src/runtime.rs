@@ -63,6 +63,7 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
     let metrics = Metrics::new(&names, workers);
     let lifecycle = Arc::new(Lifecycle::new());
     let lag = crate::admin::lag::LagProbe::new(&metrics, workers);
+    crate::cache::create_dirs(&config)?;
     let volumes = config
         .volumes
         .iter()
@@ -74,6 +75,7 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
             threads = v.pool.threads, max_queue = v.pool.max_queue, "volume ready"
         );
     }
+    let (caches, cache_routes) = crate::cache::start(&config, &volumes, &metrics)?;
     let router = Router::new(&config);
     let listeners = accept::bind_all(&config, workers)?;
     lifecycle.add_listeners_bound(listeners.iter().map(Vec::len).sum());
@@ -85,6 +87,8 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
         lifecycle: lifecycle.clone(),
         router,
         volumes,
+        caches,
+        cache_routes,
     });
     let mut handles = Vec::with_capacity(workers);
     for (w, socks) in listeners.into_iter().enumerate() {
@@ -101,6 +105,7 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
         metrics: metrics.clone(),
         lag,
         serving: lifecycle.clone(),
+        purge: crate::cache::purge::Purge::from_config(&shared.config, &shared.caches)?,
     })
     .context("start the admin listener")?;
     lifecycle.set_ready();
@@ -181,7 +186,17 @@ async fn drain(server: &Server, signal: &str) {
     );
     lc.begin_drain();
     let start = Instant::now();
-    while lc.connections() > 0 && start.elapsed() < timeout {
+    // Fills run detached from connections: let them finish too, so what was fetched is stored.
+    let fills = || -> usize {
+        server
+            .shared
+            .caches
+            .iter()
+            .flatten()
+            .map(|c| c.fills_in_flight())
+            .sum()
+    };
+    while (lc.connections() > 0 || fills() > 0) && start.elapsed() < timeout {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let left = lc.connections();

@@ -16,15 +16,7 @@ use crate::socket::Socket;
 use crate::volume::{BodyError, OpenError, RequestFile, Volume};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The outcome of one response.
-#[derive(Debug, Clone, Copy)]
-pub struct Served {
-    pub status: u16,
-    /// Bytes written (head + body).
-    pub bytes: u64,
-    /// The connection may carry another request.
-    pub keep_alive: bool,
-}
+pub use crate::http::response::Served;
 
 /// Write a whole response that has no file body.
 async fn write(sock: &Socket, status: u16, out: &[u8], keep_alive: bool) -> Served {
@@ -74,6 +66,15 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
     };
     let route = resolved.route;
     let vol = &shared.volumes[resolved.volume];
+    // A route with an origin goes to the cache.
+    if let (Some(Some(cache_route)), Some(Some(cv))) = (
+        shared.cache_routes.get(route),
+        shared.caches.get(resolved.volume),
+    ) {
+        let timeout = Duration::from_secs(shared.config.limits.send_timeout_secs);
+        return crate::cache::serve::respond(vol, cv, cache_route, sock, req, keep_alive, timeout)
+            .await;
+    }
     let slash = req.path.ends_with('/');
     let rel = resolved.rel.clone();
     let opened = vol.open(resolved.rel).await;

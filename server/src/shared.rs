@@ -1,5 +1,6 @@
 //! What every connection shares: the validated configuration, the metrics, the lifecycle (drain
-//! state and connection count), the router and the run-time volumes. Built once by
+//! state and connection count), the router, the run-time volumes and the caches of the cache
+//! volumes and routes. Built once by
 //! [`crate::runtime`] and handed to each worker behind an `Arc`.
 //!
 //! Owns nothing but the bundle; it must not start anything or handle requests.
@@ -22,4 +23,8 @@ pub struct Shared {
     pub http: Policy,
     /// Same order as `config.volumes`.
     pub volumes: Vec<Volume>,
+    /// The cache of each cache volume (same order as `config.volumes`; None = static volume).
+    pub caches: Vec<Option<Arc<crate::cache::volume::CacheVolume>>>,
+    /// Each cache route's origin and policy (same order as `config.routes`; None = static).
+    pub cache_routes: Vec<Option<crate::cache::serve::CacheRoute>>,
 }

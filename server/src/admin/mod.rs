@@ -4,7 +4,7 @@
 //! its own single-threaded tokio runtime, so a stalled event-loop worker can never starve it: it
 //! is exactly the thing that must still answer when the data plane is in trouble. It only reads
 //! shared state (metrics, lag probe clocks, lifecycle flags, the configuration); it must not serve
-//! content or change anything in the data plane.
+//! content, and it changes nothing in the data plane except through the token-protected purge.
 //!
 //! - `/metrics`: Prometheus text exposition of [`Metrics::render`].
 //! - `/healthz`: 200 while every worker's lag probe ticked recently (process alive and every
@@ -12,6 +12,8 @@
 //! - `/readyz`: 200 when the listeners are bound, the server is not draining and every volume
 //!   root is an accessible directory; else 503 with the reasons (one per line).
 //! - `/config`: the effective configuration as JSON (it holds no secrets).
+//! - `POST /cache/purge?key=PATH` or `?prefix=PATH`: delete cached objects (only when
+//!   `admin.purge_token_file` is set; `Authorization: Bearer TOKEN` required, else 401).
 
 pub mod lag;
 
@@ -75,6 +77,8 @@ pub struct AdminState {
     pub metrics: Metrics,
     pub lag: LagProbe,
     pub serving: Arc<dyn ServingState>,
+    /// The cache purge endpoint (None: disabled).
+    pub purge: Option<Arc<crate::cache::purge::Purge>>,
 }
 
 /// A running admin listener. Dropping it leaves the listener running until the process exits.
@@ -164,6 +168,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/config", get(config))
+        .route("/cache/purge", axum::routing::post(purge))
         .with_state(state)
 }
 
@@ -173,6 +178,55 @@ async fn metrics(State(s): State<AdminState>) -> Response {
         s.metrics.render(),
     )
         .into_response()
+}
+
+/// `POST /cache/purge?key=/path` (one object) or `?prefix=/dir/` (every key under it).
+async fn purge(
+    State(s): State<AdminState>,
+    headers: axum::http::HeaderMap,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
+    use crate::cache::purge::Target;
+    let Some(p) = &s.purge else {
+        return (
+            StatusCode::NOT_FOUND,
+            "purge is disabled (admin.purge_token_file)\n",
+        )
+            .into_response();
+    };
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if !p.authorized(auth) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "missing or wrong bearer token\n",
+        )
+            .into_response();
+    }
+    let mut target = None;
+    for pair in query.as_deref().unwrap_or("").split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = match crate::resolve::percent_decode(v.as_bytes()).map(String::from_utf8) {
+            Ok(Ok(v)) if v.starts_with('/') => v,
+            _ => continue,
+        };
+        target = match k {
+            "key" => Some(Target::Key(v)),
+            "prefix" => Some(Target::Prefix(v)),
+            _ => target,
+        };
+    }
+    let Some(target) = target else {
+        return (
+            StatusCode::BAD_REQUEST,
+            "give key=/path or prefix=/path (percent-encoded)\n",
+        )
+            .into_response();
+    };
+    let n = p.purge(&target).await;
+    Json(serde_json::json!({ "purged_files": n })).into_response()
 }
 
 async fn healthz(State(s): State<AdminState>) -> Response {
@@ -288,6 +342,7 @@ mod tests {
             metrics,
             lag: lag.clone(),
             serving: flags.clone(),
+            purge: None,
         };
         let server = start(state).expect("start").expect("enabled");
         (server, flags, lag, cfg)
@@ -341,6 +396,7 @@ mod tests {
             metrics: metrics.clone(),
             lag: LagProbe::new(&metrics, 1),
             serving: flags.clone(),
+            purge: None,
         };
         let server2 = start(state).expect("start").expect("enabled");
         assert_eq!(get(server2.local_addr(), "/readyz").0, 200);
@@ -389,6 +445,7 @@ mod tests {
             metrics: metrics.clone(),
             lag: LagProbe::new(&metrics, 1),
             serving: flags.clone(),
+            purge: None,
         };
         cfg.admin.listen = String::new();
         assert!(start(mk(&cfg)).expect("disabled is fine").is_none());

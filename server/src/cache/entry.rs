@@ -302,7 +302,7 @@ pub fn read_meta(fd: impl AsFd) -> Result<EntryMeta, EntryError> {
         return Err(short(fd, 0));
     }
     let len = u32::from_le_bytes(buf[12..16].try_into().expect("4")) as usize;
-    if len > MAX_HEADER || len < 20 {
+    if !(20..=MAX_HEADER).contains(&len) {
         return Err(EntryError::Corrupt("bad header length"));
     }
     if len > buf.len() {

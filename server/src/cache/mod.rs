@@ -8,13 +8,82 @@
 //! - [`index`]: sizes, last use, eviction (sampled LRU) and admission (TinyLFU) per volume.
 //! - [`sketch`]: the admission frequency sketch.
 //! - [`rebuild`]: the index rebuilt from the directory after a restart.
+//! - [`volume`]: one cache volume at run time (store + index + fills + open entries, upkeep).
+//! - [`fill`]: one collapsed origin fetch of a slice, written by the pool, read while written.
+//! - [`serve`]: the request path of a cache route (freshness, slices, conditionals, ranges).
+//! - [`purge`]: `POST /cache/purge` on the admin port.
 
 pub mod entry;
+pub mod fill;
 pub mod index;
 pub mod key;
+pub mod purge;
 pub mod rebuild;
+pub mod serve;
 pub mod sketch;
 pub mod store;
+pub mod volume;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use anyhow::Context;
+use std::sync::Arc;
+use volume::CacheVolume;
+
+/// Create missing cache directories (before the volumes open their roots), as nginx creates a
+/// `proxy_cache_path`.
+pub fn create_dirs(cfg: &Config) -> anyhow::Result<()> {
+    for v in cfg.volumes.iter().filter(|v| v.cache.is_some()) {
+        std::fs::create_dir_all(&v.path).with_context(|| {
+            format!(
+                "cache volume {:?}: cannot create {}",
+                v.name,
+                v.path.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Start-up: the origin clients, one [`CacheVolume`] per cache volume (temporary files removed,
+/// rebuild and upkeep started on its pool) and the run-time form of every cache route.
+#[allow(clippy::type_complexity)]
+pub fn start(
+    cfg: &Config,
+    volumes: &[crate::volume::Volume],
+    metrics: &Metrics,
+) -> anyhow::Result<(
+    Vec<Option<Arc<CacheVolume>>>,
+    Vec<Option<serve::CacheRoute>>,
+)> {
+    let origins =
+        crate::origin::Origins::from_config(cfg, metrics).context("start the origin clients")?;
+    let mut caches = Vec::with_capacity(cfg.volumes.len());
+    for (v, vol) in cfg.volumes.iter().zip(volumes) {
+        caches.push(match &v.cache {
+            Some(c) => {
+                let cv = CacheVolume::open(v, c, vol.pool().clone(), metrics)?;
+                cv.spawn_upkeep().with_context(|| {
+                    format!("cache volume {:?}: cannot start its upkeep thread", v.name)
+                })?;
+                Some(cv)
+            }
+            None => None,
+        });
+    }
+    let routes = cfg
+        .routes
+        .iter()
+        .map(|r| {
+            let name = r.origin.as_ref()?;
+            Some(serve::CacheRoute {
+                origin: origins.get(name)?,
+                policy: Arc::new(r.cache.clone().unwrap_or_default()),
+            })
+        })
+        .collect();
+    Ok((caches, routes))
+}
 
 /// Failpoint `cache_write`: `return(enospc)` fails every cache file write (temporary file
 /// creation and body writes) with ENOSPC, as a full disk would.

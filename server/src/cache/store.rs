@@ -135,6 +135,52 @@ impl Store {
         Ok(t)
     }
 
+    /// Replace entry `id`'s header by `meta` (a 304 refreshed its freshness), keeping its body:
+    /// a new temporary file with the new header and the body copied from `old` (copy_file_range,
+    /// no user-space copy), renamed over the old one. Returns the new file and its length.
+    pub fn rewrite(
+        self: &Arc<Self>,
+        id: EntryId,
+        old: &OwnedFd,
+        old_body_offset: u64,
+        meta: EntryMeta,
+    ) -> io::Result<(Arc<OwnedFd>, u64)> {
+        let len = meta.body_len;
+        let mut t = self.create_temp(id, meta)?;
+        let mut from = old_body_offset;
+        let mut to = t.body_offset;
+        let end = old_body_offset + len;
+        while from < end {
+            let want = (end - from) as usize;
+            let n = rustix::fs::copy_file_range(
+                old,
+                Some(&mut from),
+                t.fd.as_fd(),
+                Some(&mut to),
+                want,
+            );
+            match n {
+                Ok(0) => {
+                    t.abort();
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "cache entry shorter than its header says",
+                    ));
+                }
+                Ok(_) => {}
+                Err(Errno::INTR) => continue,
+                Err(e) => {
+                    t.abort();
+                    return Err(io_err(e));
+                }
+            }
+        }
+        t.written = len;
+        let fd = t.fd();
+        let n = t.commit()?;
+        Ok((fd, n))
+    }
+
     /// Delete entry `id`'s file; false when it was not there.
     pub fn remove(&self, id: EntryId) -> io::Result<bool> {
         match rustix::fs::unlinkat(&self.root, id.rel_path(), AtFlags::empty()) {
@@ -437,6 +483,23 @@ mod tests {
             std::fs::read_dir(s.path().join(TMP_DIR)).unwrap().count(),
             0
         );
+    }
+
+    #[test]
+    fn rewrite_replaces_the_header_and_keeps_the_body() {
+        let (_d, s) = store();
+        let id = put(&s, b"/r", 0, b"body bytes");
+        let (fd, meta) = s.open_entry(id, b"/r").unwrap();
+        let mut newer = meta.clone();
+        newer.fresh_until += 1000;
+        newer.headers.push(("X-Extra".into(), "y".repeat(5000)));
+        let (_fd, len) = s
+            .rewrite(id, &fd, meta.body_offset(), newer.clone())
+            .unwrap();
+        assert_eq!(len, newer.file_len());
+        let (fd2, meta2) = s.open_entry(id, b"/r").unwrap();
+        assert_eq!(meta2, newer);
+        assert_eq!(body_of(&fd2, &meta2), b"body bytes");
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub fn reason(status: u16) -> &'static str {
         417 => "Expectation Failed",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        504 => "Gateway Timeout",
         503 => "Service Unavailable",
         505 => "HTTP Version Not Supported",
         _ => "Unknown",
@@ -181,6 +183,16 @@ pub fn error(status: u16, head_only: bool, keep_alive: bool, extra: &[(&str, &st
         out.extend_from_slice(body.as_bytes());
     }
     out
+}
+
+/// The outcome of one response (for the connection's log, counters and keep-alive decision).
+#[derive(Debug, Clone, Copy)]
+pub struct Served {
+    pub status: u16,
+    /// Bytes written (head + body).
+    pub bytes: u64,
+    /// The connection may carry another request.
+    pub keep_alive: bool,
 }
 
 #[cfg(test)]

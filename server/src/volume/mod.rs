@@ -150,15 +150,18 @@ impl Volume {
     /// ran on the pool was admitted then. For `auto` the residency of the first chunk is asked
     /// only when the pool has no room, so the common case costs no syscall here.
     pub fn admit(&self, file: &RequestFile, start: u64, len: u64) -> bool {
-        if file.admitted_by_pool {
-            return true;
-        }
+        file.admitted_by_pool || self.admit_range(&file.file.fd, start, len)
+    }
+
+    /// [`Volume::admit`] for bytes of any open file of this volume (a cache entry, a fill's
+    /// temporary file) whose open did not run on the pool.
+    pub fn admit_range(&self, fd: &OwnedFd, start: u64, len: u64) -> bool {
         match self.offload {
             Offload::Never => true,
             Offload::Always => self.pool.admit().is_ok(),
             Offload::Auto => {
                 self.pool.has_room()
-                    || self.hot.chunk_resident(&file.file.fd, start, len)
+                    || self.hot.chunk_resident(fd, start, len)
                     || self.pool.admit().is_ok()
             }
         }
@@ -209,6 +212,12 @@ impl Volume {
         self.run_blocking(PoolOp::Open, move |root| read_dir(root, &rel, max))
             .await
             .map_err(pool_error)?
+    }
+
+    /// The volume's pool, for work that never runs inline whatever the offload mode: the cache's
+    /// writes, renames and unlinks (the event loop never writes), queued by `crate::cache`.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
     }
 
     /// Run blocking work beneath the root (`f` gets the root's descriptor) where the offload mode

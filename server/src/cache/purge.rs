@@ -1,0 +1,137 @@
+//! `POST /cache/purge` on the admin port: delete one cached object (every slice of it) or every
+//! object whose key starts with a path prefix, on every cache volume.
+//!
+//! Off unless `[admin] purge_token_file` names a file holding a bearer token (read once at
+//! start-up, so a Kubernetes Secret can be mounted there); a request without exactly
+//! `Authorization: Bearer TOKEN` changes nothing. Deletions run on each volume's pool. It owns
+//! the token check and the purge itself, not the HTTP routing (that is [`crate::admin`]).
+
+use super::key::CacheKey;
+use super::volume::CacheVolume;
+use crate::config::Config;
+use anyhow::Context;
+use std::sync::Arc;
+
+/// What to purge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One cache key: a request path, with `?query` if it had one.
+    Key(String),
+    /// Every key starting with this path prefix.
+    Prefix(String),
+}
+
+/// The purge endpoint's state: the token and the cache volumes.
+pub struct Purge {
+    token: String,
+    caches: Vec<Arc<CacheVolume>>,
+}
+
+impl Purge {
+    /// `None` when purging is disabled (no token file configured). A configured file that
+    /// cannot be read or holds no token is a start-up error.
+    pub fn from_config(
+        cfg: &Config,
+        caches: &[Option<Arc<CacheVolume>>],
+    ) -> anyhow::Result<Option<Arc<Purge>>> {
+        let path = cfg.admin.purge_token_file.trim();
+        if path.is_empty() {
+            return Ok(None);
+        }
+        let token = std::fs::read_to_string(path)
+            .with_context(|| format!("admin.purge_token_file: cannot read {path}"))?
+            .trim()
+            .to_string();
+        if token.is_empty() {
+            anyhow::bail!("admin.purge_token_file: {path} holds no token");
+        }
+        Ok(Some(Arc::new(Purge {
+            token,
+            caches: caches.iter().flatten().cloned().collect(),
+        })))
+    }
+
+    /// True for exactly `Bearer TOKEN` (compared in constant time).
+    pub fn authorized(&self, authorization: Option<&str>) -> bool {
+        let Some(v) = authorization.map(str::trim) else {
+            return false;
+        };
+        let Some(given) = v
+            .get(..7)
+            .filter(|s| s.eq_ignore_ascii_case("bearer "))
+            .map(|_| v[7..].trim())
+        else {
+            return false;
+        };
+        let (a, b) = (given.as_bytes(), self.token.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+
+    /// Delete what `target` names; returns the number of files deleted.
+    pub async fn purge(&self, target: &Target) -> usize {
+        let mut n = 0;
+        for cv in &self.caches {
+            let removed = match target {
+                Target::Key(k) => cv
+                    .remove_object(CacheKey::new(k.clone().into_bytes()).hash())
+                    .await
+                    .unwrap_or(0),
+                Target::Prefix(p) => {
+                    let store = cv.store.clone();
+                    let prefix = p.clone().into_bytes();
+                    let found = cv.blocking(move || store.find_prefix(&prefix)).await;
+                    let ids = match found {
+                        Ok(Ok(ids)) => ids,
+                        Ok(Err(e)) => {
+                            tracing::warn!(volume = %cv.name, error = %e, "purge: cannot walk the cache");
+                            Vec::new()
+                        }
+                        Err(e) => {
+                            tracing::warn!(volume = %cv.name, error = %e, "purge: pool busy");
+                            Vec::new()
+                        }
+                    };
+                    let mut hashes: Vec<u128> = ids.iter().map(|i| i.hash()).collect();
+                    hashes.sort_unstable();
+                    hashes.dedup();
+                    let mut removed = 0;
+                    for h in hashes {
+                        removed += cv.remove_object(h).await.unwrap_or(0);
+                    }
+                    removed
+                }
+            };
+            cv.m.purges.inc_by(removed as u64);
+            n += removed;
+        }
+        tracing::info!(?target, files = n, "cache purge");
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_bearer_token_is_authorized() {
+        let p = Purge {
+            token: "s3cret".into(),
+            caches: Vec::new(),
+        };
+        assert!(p.authorized(Some("Bearer s3cret")));
+        assert!(p.authorized(Some("bearer s3cret ")));
+        for bad in [
+            "",
+            "Bearer",
+            "Bearer ",
+            "Bearer s3cre",
+            "Bearer s3cret2",
+            "Basic s3cret",
+            "s3cret",
+        ] {
+            assert!(!p.authorized(Some(bad)), "{bad:?}");
+        }
+        assert!(!p.authorized(None));
+    }
+}

@@ -1,0 +1,653 @@
+//! Answering one request of a cache route: find the object's first needed slice (stored, being
+//! filled, or to fill), decide by its freshness (HIT, UPDATING + one background refresh,
+//! synchronous revalidation -> REVALIDATED / MISS, STALE when the origin fails within
+//! stale-if-error), evaluate conditionals and ranges against the object, send the head, then the
+//! body slice by slice: stored slices and the bytes of fills under way both go through the
+//! volume's send path ([`crate::send::send_body`]: offload mode, sendfile or the page-cache
+//! copy), and the next slice is prefetched while the current one is sent. Every slice is checked
+//! against the first one's validator: a new version at the origin ends the response (never two
+//! versions in one body) and drops the old version's slices. Not storable answers are passed
+//! through (BYPASS). It must not read from the socket.
+
+use super::fill::{unix_now, Fill, FillError, FillJob, Progress};
+use super::key::CacheKey;
+use super::volume::{CacheStatus, CacheVolume, Found, Stored};
+use crate::config::CachePolicy;
+use crate::http::conditional::{self, Conditions, Current, Precondition};
+use crate::http::parse::{Method, Request};
+use crate::http::range::{self, Ranges};
+use crate::http::response::Served;
+use crate::http::response::{self, Head};
+use crate::origin::{Origin, OriginError, OriginRequest, OriginResponse};
+use crate::socket::Socket;
+use crate::volume::Volume;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A cache route at run time: its origin and freshness policy.
+pub struct CacheRoute {
+    pub origin: Arc<Origin>,
+    pub policy: Arc<CachePolicy>,
+}
+
+struct Ctx<'a> {
+    vol: &'a Volume,
+    cv: &'a Arc<CacheVolume>,
+    route: &'a CacheRoute,
+    sock: &'a Socket,
+    req: &'a Request,
+    key: CacheKey,
+    key_bytes: Arc<[u8]>,
+    target: String,
+    keep_alive: bool,
+    head_only: bool,
+    send_timeout: Duration,
+}
+
+/// Where the bytes of one slice come from.
+enum Source {
+    Stored(Arc<Stored>),
+    Fill(Arc<Fill>, Arc<super::fill::FillHead>),
+}
+
+impl Source {
+    fn meta(&self) -> &super::entry::EntryMeta {
+        match self {
+            Source::Stored(s) => &s.meta,
+            Source::Fill(_, h) => &h.meta,
+        }
+    }
+}
+
+/// The first slice, decided.
+enum First {
+    Serve(Source, CacheStatus),
+    /// Stream this origin answer through unchanged (not storable).
+    PassThrough(OriginResponse),
+    /// Ask the origin directly and pass the answer through (a private answer, a collision).
+    FetchThrough,
+    /// Answer this status (origin down without a usable stale entry: 502/504; 416).
+    Error(u16, Option<u64>),
+}
+
+/// Answer `req` (routed to cache volume `cv` of `vol` by `route`).
+#[allow(clippy::too_many_arguments)]
+pub async fn respond(
+    vol: &Volume,
+    cv: &Arc<CacheVolume>,
+    route: &CacheRoute,
+    sock: &Socket,
+    req: &Request,
+    keep_alive: bool,
+    send_timeout: Duration,
+) -> Served {
+    let mut target = req.path.clone();
+    if let Some(q) = &req.query {
+        target.push('?');
+        target.push_str(q);
+    }
+    let key = CacheKey::new(target.clone().into_bytes());
+    let cx = Ctx {
+        vol,
+        cv,
+        route,
+        sock,
+        req,
+        key_bytes: Arc::from(key.as_bytes()),
+        key,
+        target,
+        keep_alive,
+        head_only: req.method == Method::Head,
+        send_timeout,
+    };
+    cv.index.record_request(cx.key.slice(0));
+    let first_slice = match (cv.slice_size, range_start_hint(req.range.as_deref())) {
+        (0, _) | (_, None) => 0,
+        (s, Some(start)) => (start / s).min(u32::MAX as u64) as u32,
+    };
+    let first = cx.first(first_slice).await;
+    match first {
+        First::Serve(src, status) => cx.serve(src, first_slice, status).await,
+        First::PassThrough(resp) => {
+            cv.count(CacheStatus::Bypass);
+            cx.pass_through(resp).await
+        }
+        First::FetchThrough => {
+            cv.count(CacheStatus::Bypass);
+            cx.fetch_through().await
+        }
+        First::Error(status, total) => cx.error(status, total).await,
+    }
+}
+
+/// The first byte a `Range` header asks for, when it names one (`bytes=X-` / `bytes=X-Y`);
+/// None for suffix ranges, several ranges or no range (the object's size decides those).
+fn range_start_hint(h: Option<&str>) -> Option<u64> {
+    let h = h?.trim();
+    if !h.get(..6)?.eq_ignore_ascii_case("bytes=") {
+        return None;
+    }
+    let rest = h[6..].trim();
+    if rest.contains(',') {
+        return None;
+    }
+    let (a, _) = rest.split_once('-')?;
+    a.trim().parse().ok()
+}
+
+impl Ctx<'_> {
+    fn job(&self, slice: u32, revalidate: Option<Arc<Stored>>) -> FillJob {
+        FillJob {
+            key: self.key.clone(),
+            target: self.target.clone(),
+            slice,
+            policy: self.route.policy.clone(),
+            revalidate,
+        }
+    }
+
+    /// The fill of `slice` (joined, or started detached); `revalidate` makes a new one
+    /// conditional. A request joining a fill for its first slice counts as collapsed.
+    fn fill(&self, slice: u32, revalidate: Option<Arc<Stored>>, first: bool) -> (Arc<Fill>, bool) {
+        let id = self.key.slice(slice);
+        let (fill, joined) = self.cv.fill_for(id, || Fill::new(id));
+        if joined {
+            if first {
+                self.cv.m.collapsed.inc();
+            }
+        } else {
+            fill.spawn(
+                self.cv.clone(),
+                self.route.origin.clone(),
+                self.job(slice, revalidate),
+            );
+        }
+        (fill, joined)
+    }
+
+    async fn first(&self, slice: u32) -> First {
+        let id = self.key.slice(slice);
+        let found = match self.cv.find(id, &self.key_bytes).await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(volume = %self.cv.name, error = %e, "cache lookup: pool busy");
+                return First::Error(503, None);
+            }
+        };
+        let stored = match found {
+            Found::Collision => return First::FetchThrough,
+            Found::Absent => None,
+            Found::Stored(s) => Some(s),
+        };
+        let now = unix_now();
+        let Some(s) = stored else {
+            let fill = self.fill(slice, None, true);
+            return self.after_fill(fill, None, now).await;
+        };
+        let m = &s.meta;
+        if now < m.fresh_until {
+            return First::Serve(Source::Stored(s), CacheStatus::Hit);
+        }
+        if now < m.stale_while_revalidate_until {
+            // Serve stale; one background refresh (unless one runs already).
+            if self.cv.fill_running(id).is_none() {
+                self.fill(slice, Some(s.clone()), false);
+            }
+            return First::Serve(Source::Stored(s), CacheStatus::Updating);
+        }
+        let fill = self.fill(slice, Some(s.clone()), true);
+        self.after_fill(fill, Some(s), now).await
+    }
+
+    /// Wait for `fill`'s head and decide; `stale` is the entry being revalidated, if any.
+    async fn after_fill(
+        &self,
+        (fill, joined): (Arc<Fill>, bool),
+        stale: Option<Arc<Stored>>,
+        now: i64,
+    ) -> First {
+        let mut rx = fill.subscribe();
+        let p = loop {
+            let p = rx.borrow_and_update().clone();
+            if !matches!(p, Progress::Waiting) {
+                break p;
+            }
+            if rx.changed().await.is_err() {
+                break Progress::Failed(Arc::new(FillError::Origin(OriginError::Shutdown {
+                    origin: self.route.origin.name().to_string(),
+                })));
+            }
+        };
+        let stale_ok = |s: &Option<Arc<Stored>>| {
+            s.as_ref()
+                .filter(|s| now < s.meta.stale_if_error_until)
+                .cloned()
+        };
+        match p {
+            Progress::Waiting => unreachable!("loop ends on another state"),
+            Progress::Body { head, avail, .. } => {
+                if let Some(s) = &stale {
+                    if !s.meta.same_version(&head.meta) {
+                        // A new version: its other slices must come from the origin too.
+                        let _ = self.cv.remove_object(s.id.hash()).await;
+                    }
+                }
+                // Joining a fill that already has every byte asks the origin nothing: a hit.
+                let status = if joined && avail == head.meta.body_len {
+                    CacheStatus::Hit
+                } else {
+                    CacheStatus::Miss
+                };
+                First::Serve(Source::Fill(fill, head), status)
+            }
+            Progress::Refreshed(s) => First::Serve(Source::Stored(s), CacheStatus::Revalidated),
+            Progress::Bypass { status } if status >= 500 => match stale_ok(&stale) {
+                Some(s) => First::Serve(Source::Stored(s), CacheStatus::Stale),
+                None => match fill.take_response() {
+                    Some(r) => First::PassThrough(r),
+                    None => First::FetchThrough,
+                },
+            },
+            Progress::Bypass { .. } => {
+                if let Some(s) = &stale {
+                    // The object is no longer cacheable: forget the stored version.
+                    let _ = self.cv.remove_object(s.id.hash()).await;
+                }
+                match fill.take_response() {
+                    Some(r) => First::PassThrough(r),
+                    None => First::FetchThrough,
+                }
+            }
+            Progress::Failed(e) => match (&*e, stale_ok(&stale)) {
+                (FillError::Origin(_), Some(s)) => {
+                    First::Serve(Source::Stored(s), CacheStatus::Stale)
+                }
+                (FillError::Origin(OriginError::Timeout { .. }), None) => First::Error(504, None),
+                (FillError::Origin(_), None) => First::Error(502, None),
+                // An empty object has no byte range at all: ask for it whole.
+                (FillError::NotSatisfiable { total: Some(0) }, _) => First::FetchThrough,
+                (FillError::NotSatisfiable { total }, _) => First::Error(416, *total),
+            },
+        }
+    }
+
+    /// The source of a later slice of the same response.
+    async fn source(&self, slice: u32) -> Option<Source> {
+        let id = self.key.slice(slice);
+        match self.cv.find(id, &self.key_bytes).await.ok()? {
+            Found::Stored(s) => return Some(Source::Stored(s)),
+            Found::Collision => return None,
+            Found::Absent => {}
+        }
+        let (fill, _) = self.fill(slice, None, false);
+        let mut rx = fill.subscribe();
+        loop {
+            let p = rx.borrow_and_update().clone();
+            match p {
+                Progress::Waiting => {}
+                Progress::Body { head, .. } => return Some(Source::Fill(fill, head)),
+                Progress::Refreshed(s) => return Some(Source::Stored(s)),
+                _ => return None,
+            }
+            rx.changed().await.ok()?;
+        }
+    }
+
+    /// Start filling `slice` if it is neither stored nor being filled (prefetch).
+    fn prefetch(&self, slice: u32) {
+        let id = self.key.slice(slice);
+        if self.cv.index.lookup(id, self.cv.index.now()) == super::index::Presence::No
+            && self.cv.fill_running(id).is_none()
+        {
+            self.fill(slice, None, false);
+        }
+    }
+
+    async fn serve(&self, first: Source, first_slice: u32, status: CacheStatus) -> Served {
+        let cv = self.cv;
+        let meta = first.meta().clone();
+        let total = meta.total_size;
+        cv.count(status);
+        let now = unix_now();
+        let age = match &first {
+            Source::Stored(s) => s.meta.initial_age as i64 + (now - s.meta.stored_at).max(0),
+            Source::Fill(_, h) => h.meta.initial_age as i64,
+        };
+        let validators = |mut h: Head| {
+            if let Some(e) = &meta.etag {
+                h = h.header("ETag", e);
+            }
+            if let Some(l) = &meta.last_modified {
+                h = h.header("Last-Modified", l);
+            }
+            h
+        };
+        // RFC 9110 preconditions and ranges (the http planner's rules) against the origin's
+        // validators; an absent ETag never matches ("-" is no entity tag). Several ranges are
+        // answered with the whole object.
+        let etag = meta.etag.clone().unwrap_or_else(|| "-".into());
+        let conds = Conditions {
+            if_match: self.req.if_match.as_deref(),
+            if_unmodified_since: self.req.if_unmodified_since.as_deref(),
+            if_none_match: self.req.if_none_match.as_deref(),
+            if_modified_since: self.req.if_modified_since.as_deref(),
+            if_range: self.req.if_range.as_deref(),
+        };
+        let current = Current {
+            etag: &etag,
+            last_modified: meta
+                .last_modified
+                .as_deref()
+                .and_then(crate::http::date::parse),
+        };
+        let range_ok = match conditional::evaluate(&conds, &current, true, now) {
+            Precondition::Failed => return self.error(412, None).await,
+            Precondition::NotModified => {
+                let out = validators(Head::new(304))
+                    .header("Age", age.max(0) as u64)
+                    .header("X-Cache", status.header())
+                    .finish(self.keep_alive);
+                let ok = self.sock.write_all(&out, false).await.is_ok();
+                return Served {
+                    status: 304,
+                    bytes: out.len() as u64,
+                    keep_alive: self.keep_alive && ok,
+                };
+            }
+            Precondition::Proceed { range } => range,
+        };
+        let ranges = if range_ok {
+            range::plan(self.req.range.as_deref(), total, 1)
+        } else {
+            Ranges::Full
+        };
+        let (code, start, len) = match ranges {
+            Ranges::Full | Ranges::Many(_) => (200, 0, total),
+            Ranges::One(r) => (206, r.start, r.len()),
+            Ranges::Unsatisfiable => return self.error(416, Some(total)).await,
+        };
+        let mut head = Head::new(code);
+        for (n, v) in &meta.headers {
+            head = head.header(n, v);
+        }
+        head = validators(head)
+            .header("Content-Length", len)
+            .header("Accept-Ranges", "bytes")
+            .header("Age", age.max(0) as u64)
+            .header("X-Cache", status.header());
+        if code == 206 {
+            head = head.header(
+                "Content-Range",
+                format_args!("bytes {}-{}/{}", start, start + len - 1, total),
+            );
+        }
+        let with_body = !self.head_only && len > 0;
+        if with_body && !self.admitted(&first, len) {
+            return self.error(503, None).await;
+        }
+        let out = head.finish(self.keep_alive);
+        if self.sock.write_all(&out, with_body).await.is_err() {
+            return Served {
+                status: code,
+                bytes: 0,
+                keep_alive: false,
+            };
+        }
+        let mut served = Served {
+            status: code,
+            bytes: out.len() as u64,
+            keep_alive: self.keep_alive,
+        };
+        if !with_body {
+            return served;
+        }
+        match self.body(first, first_slice, &meta, start, len).await {
+            Ok(n) => served.bytes += n,
+            Err((n, why)) => {
+                served.bytes += n;
+                served.keep_alive = false;
+                tracing::debug!(volume = %cv.name, key = %self.target, why, "cache response ended early");
+            }
+        }
+        served
+    }
+
+    /// The volume's admission before the head (a body that may need the pool).
+    fn admitted(&self, first: &Source, len: u64) -> bool {
+        match first {
+            Source::Stored(s) => {
+                self.vol
+                    .admit_range(&s.fd, s.meta.body_offset(), len.min(s.meta.body_len))
+            }
+            Source::Fill(_, h) => match &h.file {
+                Some(fd) => self
+                    .vol
+                    .admit_range(fd, h.body_offset, len.min(h.meta.body_len)),
+                // Bytes from memory need no disk.
+                None => true,
+            },
+        }
+    }
+
+    /// Send body bytes `start..start+len` of the object, slice by slice.
+    async fn body(
+        &self,
+        first: Source,
+        first_slice: u32,
+        meta: &super::entry::EntryMeta,
+        start: u64,
+        len: u64,
+    ) -> Result<u64, (u64, &'static str)> {
+        let s = self.cv.slice_size;
+        let end = start + len; // exclusive
+        let (k0, k1) = match (start.checked_div(s), (end - 1).checked_div(s)) {
+            (Some(a), Some(b)) => (a as u32, b as u32),
+            _ => (0, 0),
+        };
+        let mut first = Some((first_slice, first));
+        let mut sent = 0u64;
+        for k in k0..=k1 {
+            let src = match first.take() {
+                Some((fk, src)) if fk == k => src,
+                _ => match self.source(k).await {
+                    Some(src) => src,
+                    None => return Err((sent, "slice unavailable (origin failed)")),
+                },
+            };
+            if !src.meta().same_version(meta) {
+                // The object changed at the origin: never mix versions; drop the old slices so
+                // the next request fetches the new version whole.
+                let hash = self.key.hash();
+                let _ = self.cv.remove_object(hash).await;
+                return Err((sent, "object changed at the origin mid-response"));
+            }
+            if s > 0 && k < k1 {
+                self.prefetch(k + 1);
+            }
+            let slice_start = if s == 0 { 0 } else { k as u64 * s };
+            let a = start.max(slice_start) - slice_start;
+            let b = end.min(slice_start + src.meta().body_len) - slice_start;
+            if b <= a {
+                return Err((sent, "slice shorter than the object says"));
+            }
+            let n = match &src {
+                Source::Stored(st) => {
+                    let r = self
+                        .vol
+                        .send_body(
+                            self.sock,
+                            &st.fd,
+                            st.meta.body_offset() + a,
+                            b - a,
+                            self.send_timeout,
+                        )
+                        .await;
+                    match r {
+                        Ok(n) => {
+                            self.cv.m.served_cache.inc_by(n);
+                            n
+                        }
+                        Err(_) => return Err((sent, "send failed")),
+                    }
+                }
+                Source::Fill(fill, head) => match self.send_filling(fill, head, a, b).await {
+                    Ok(n) => {
+                        self.cv.m.served_origin.inc_by(n);
+                        n
+                    }
+                    Err((n, why)) => {
+                        self.cv.m.served_origin.inc_by(n);
+                        return Err((sent + n, why));
+                    }
+                },
+            };
+            sent += n;
+        }
+        Ok(sent)
+    }
+
+    /// Send slice-local bytes `a..b` of a fill as they land (read-while-write).
+    async fn send_filling(
+        &self,
+        fill: &Arc<Fill>,
+        head: &Arc<super::fill::FillHead>,
+        a: u64,
+        b: u64,
+    ) -> Result<u64, (u64, &'static str)> {
+        let mut rx = fill.subscribe();
+        let mut pos = a;
+        while pos < b {
+            let (avail, done) = match &*rx.borrow_and_update() {
+                Progress::Body { avail, done, .. } => (*avail, *done),
+                _ => return Err((pos - a, "fill failed")),
+            };
+            let upto = avail.min(b);
+            if pos < upto {
+                match fill.read_at(pos, (upto - pos).min(1 << 20) as usize) {
+                    super::fill::ReadAt::Memory(bytes) => {
+                        if bytes.is_empty() {
+                            return Err((pos - a, "fill memory ended early"));
+                        }
+                        if self.sock.write_all(&bytes, true).await.is_err() {
+                            return Err((pos - a, "client write failed"));
+                        }
+                        pos += bytes.len() as u64;
+                    }
+                    super::fill::ReadAt::File(written) => {
+                        let lim = written.min(upto);
+                        let Some(fd) = &head.file else {
+                            return Err((pos - a, "fill has no file"));
+                        };
+                        match self
+                            .vol
+                            .send_body(
+                                self.sock,
+                                fd,
+                                head.body_offset + pos,
+                                lim - pos,
+                                self.send_timeout,
+                            )
+                            .await
+                        {
+                            Ok(n) => pos += n,
+                            Err(_) => return Err((pos - a, "send failed")),
+                        }
+                    }
+                }
+                continue;
+            }
+            if done {
+                return Err((pos - a, "fill ended short"));
+            }
+            if rx.changed().await.is_err() {
+                return Err((pos - a, "fill gone"));
+            }
+        }
+        Ok(pos - a)
+    }
+
+    async fn error(&self, status: u16, total: Option<u64>) -> Served {
+        let cr;
+        let mut extra: Vec<(&str, &str)> = vec![("X-Cache", "MISS")];
+        if status == 416 {
+            cr = format!("bytes */{}", total.unwrap_or(0));
+            if total.is_some() {
+                extra.push(("Content-Range", &cr));
+            }
+        }
+        if status == 503 {
+            extra.push(("Retry-After", "1"));
+        }
+        let out = response::error(status, self.head_only, self.keep_alive, &extra);
+        let ok = self.sock.write_all(&out, false).await.is_ok();
+        Served {
+            status,
+            bytes: if ok { out.len() as u64 } else { 0 },
+            keep_alive: self.keep_alive && ok,
+        }
+    }
+
+    /// Ask the origin ourselves (GET, or HEAD for HEAD) and pass the answer through.
+    async fn fetch_through(&self) -> Served {
+        let mut r = OriginRequest::get(self.target.clone());
+        if self.head_only {
+            r.method = crate::origin::Method::Head;
+        }
+        match self.route.origin.fetch(r).await {
+            Ok(resp) => self.pass_through(resp).await,
+            Err(OriginError::Timeout { .. }) => self.error(504, None).await,
+            Err(_) => self.error(502, None).await,
+        }
+    }
+
+    /// Stream an origin answer to the client unchanged (hop-by-hop headers dropped), not stored.
+    async fn pass_through(&self, mut resp: OriginResponse) -> Served {
+        let keep_alive = self.keep_alive && resp.expected.is_some();
+        let mut head = Head::new(resp.status);
+        for (n, v) in &resp.headers {
+            if super::fill::HOP_BY_HOP.contains(&n.as_str()) {
+                continue;
+            }
+            if let Ok(v) = v.to_str() {
+                head = head.header(n.as_str(), v);
+            }
+        }
+        if let Some(n) = resp.expected {
+            head = head.header("Content-Length", n);
+        }
+        head = head.header("X-Cache", "BYPASS");
+        let out = head.finish(keep_alive);
+        let with_body = !self.head_only && resp.status != 304 && resp.status != 204;
+        let mut served = Served {
+            status: resp.status,
+            bytes: 0,
+            keep_alive,
+        };
+        if self.sock.write_all(&out, with_body).await.is_err() {
+            served.keep_alive = false;
+            return served;
+        }
+        served.bytes = out.len() as u64;
+        if !with_body {
+            return served;
+        }
+        loop {
+            match resp.chunk().await {
+                Ok(Some(b)) => {
+                    if self.sock.write_all(&b, true).await.is_err() {
+                        served.keep_alive = false;
+                        return served;
+                    }
+                    served.bytes += b.len() as u64;
+                    self.cv.m.served_origin.inc_by(b.len() as u64);
+                }
+                Ok(None) => return served,
+                Err(e) => {
+                    tracing::debug!(volume = %self.cv.name, key = %self.target, error = %e, "pass-through ended early");
+                    served.keep_alive = false;
+                    return served;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! One cache volume at run time: its store (directory), index, the fills under way, a small
+//! table of open entries (hot objects are served without an open or a header read), its metric
+//! handles, and the background work of the volume: the index rebuild after a restart and the
+//! once-a-second upkeep (inactive sweep, the "keep 10% free" limit, gauges).
+//!
+//! Every blocking file operation of the cache runs through [`CacheVolume::blocking`] on the
+//! volume's pool. It must not parse HTTP or touch sockets.
+
+use super::entry::{EntryError, EntryMeta};
+use super::fill::Fill;
+use super::index::{Index, Presence, Reason, Victim};
+use super::key::EntryId;
+use super::store::Store;
+use crate::config;
+use crate::metrics::{Metrics, PoolOp};
+use crate::pool::{Pool, PoolError};
+use anyhow::Context;
+use indexmap::IndexMap;
+use prometheus::{IntCounter, IntGauge};
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Open entries kept per volume (descriptors + parsed headers of recently served slices).
+const OPEN_ENTRIES: usize = 1024;
+/// Entries examined per upkeep tick by the inactive sweep.
+const SWEEP_BUDGET: usize = 20_000;
+
+/// A stored slice, open: serve `meta.body_len` bytes of `fd` from `meta.body_offset()`.
+#[derive(Debug)]
+pub struct Stored {
+    pub id: EntryId,
+    pub fd: Arc<OwnedFd>,
+    pub meta: Arc<EntryMeta>,
+}
+
+/// Metric handles of one cache volume, resolved at start.
+pub struct CacheMetrics {
+    /// hit, miss, stale, updating, revalidated, bypass (the order of `CACHE_STATUSES`).
+    pub requests: [IntCounter; 6],
+    pub served_cache: IntCounter,
+    pub served_origin: IntCounter,
+    pub fills: IntGauge,
+    pub collapsed: IntCounter,
+    pub size: IntGauge,
+    pub max: IntGauge,
+    pub entries: IntGauge,
+    pub evicted: [IntCounter; 3],
+    pub purges: IntCounter,
+}
+
+/// The cache status of one response (`X-Cache`, and the `status` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    Hit,
+    Miss,
+    Stale,
+    Updating,
+    Revalidated,
+    Bypass,
+}
+
+impl CacheStatus {
+    pub fn header(self) -> &'static str {
+        match self {
+            CacheStatus::Hit => "HIT",
+            CacheStatus::Miss => "MISS",
+            CacheStatus::Stale => "STALE",
+            CacheStatus::Updating => "UPDATING",
+            CacheStatus::Revalidated => "REVALIDATED",
+            CacheStatus::Bypass => "BYPASS",
+        }
+    }
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What looking a slice up found.
+pub enum Found {
+    Stored(Arc<Stored>),
+    /// Not stored (or not valid): fetch it.
+    Absent,
+    /// A valid entry of another key has this hash: never served, never overwritten.
+    Collision,
+}
+
+/// One cache volume.
+pub struct CacheVolume {
+    pub name: String,
+    pub store: Arc<Store>,
+    pub index: Index,
+    /// 0 = whole objects.
+    pub slice_size: u64,
+    pub pool: Pool,
+    pub m: CacheMetrics,
+    fills: Mutex<HashMap<EntryId, Arc<Fill>>>,
+    open: Mutex<IndexMap<EntryId, Arc<Stored>>>,
+    /// `max_size` as configured (None = keep 10% of the filesystem free).
+    max_size: Option<u64>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl CacheVolume {
+    /// Open the cache directory of volume `v` (removing temporary files of an earlier process)
+    /// and create its metric series. The rebuild and upkeep start with [`CacheVolume::spawn_upkeep`].
+    pub fn open(
+        v: &config::Volume,
+        c: &config::VolumeCache,
+        pool: Pool,
+        metrics: &Metrics,
+    ) -> anyhow::Result<Arc<CacheVolume>> {
+        let (store, removed) = Store::open(&v.path).with_context(|| {
+            format!(
+                "cache volume {:?}: cannot open {}",
+                v.name,
+                v.path.display()
+            )
+        })?;
+        let store = Arc::new(store);
+        let max_size = c.max_size.map(|b| b.0);
+        let limit = match max_size {
+            Some(m) => m,
+            None => ten_percent_free_limit(&store, 0),
+        };
+        let slice = if c.slice_size == 0 {
+            1 << 20
+        } else {
+            c.slice_size
+        };
+        let expected = (limit / slice).clamp(1024, 4 << 20) as usize;
+        let index = Index::new(
+            limit,
+            Duration::from_secs(c.inactive_secs),
+            c.min_uses,
+            expected,
+        );
+        metrics.init_cache_volume(&v.name);
+        let n = [v.name.as_str()];
+        let s = |status: &str| {
+            metrics
+                .cache_requests_total
+                .with_label_values(&[v.name.as_str(), status])
+        };
+        let ev = |reason: &str| {
+            metrics
+                .cache_evictions_total
+                .with_label_values(&[v.name.as_str(), reason])
+        };
+        let m = CacheMetrics {
+            requests: crate::metrics::CACHE_STATUSES.map(s),
+            served_cache: metrics
+                .cache_served_bytes_total
+                .with_label_values(&[v.name.as_str(), "cache"]),
+            served_origin: metrics
+                .cache_served_bytes_total
+                .with_label_values(&[v.name.as_str(), "origin"]),
+            fills: metrics.cache_fills_in_flight.with_label_values(&n),
+            collapsed: metrics.cache_collapsed_total.with_label_values(&n),
+            size: metrics.cache_size_bytes.with_label_values(&n),
+            max: metrics.cache_max_bytes.with_label_values(&n),
+            entries: metrics.cache_entries.with_label_values(&n),
+            evicted: [ev("size"), ev("inactive"), ev("invalid")],
+            purges: metrics.cache_purges_total.with_label_values(&n),
+        };
+        m.max.set(limit as i64);
+        tracing::info!(
+            volume = %v.name, path = %v.path.display(), max_bytes = limit,
+            slice_size = c.slice_size, temp_files_removed = removed, "cache volume ready"
+        );
+        Ok(Arc::new(CacheVolume {
+            name: v.name.clone(),
+            store,
+            index,
+            slice_size: c.slice_size,
+            pool,
+            m,
+            fills: Mutex::new(HashMap::new()),
+            open: Mutex::new(IndexMap::new()),
+            max_size,
+        }))
+    }
+
+    /// Run blocking file work on the volume's pool.
+    pub async fn blocking<F, R>(&self, f: F) -> Result<R, PoolError>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.pool.run(PoolOp::Open, f).await
+    }
+
+    /// Count one response's cache status.
+    pub fn count(&self, status: CacheStatus) {
+        self.m.requests[status.index()].inc();
+    }
+
+    /// Find slice `id` of `key`: the open-entry table, then the index (and, while the index is
+    /// being rebuilt, the disk), opening the file on the pool. An invalid file is deleted.
+    pub async fn find(self: &Arc<Self>, id: EntryId, key: &Arc<[u8]>) -> Result<Found, PoolError> {
+        if let Some(s) = lock(&self.open).get(&id).cloned() {
+            if *s.meta.key == **key {
+                self.index.lookup(id, self.index.now());
+                return Ok(Found::Stored(s));
+            }
+        }
+        match self.index.lookup(id, self.index.now()) {
+            Presence::No => return Ok(Found::Absent),
+            Presence::Yes | Presence::Maybe => {}
+        }
+        let store = self.store.clone();
+        let k = key.clone();
+        let opened = self.blocking(move || store.open_entry(id, &k)).await?;
+        match opened {
+            Ok((fd, meta)) => {
+                if !self.index.is_rebuilt() {
+                    let len = meta.file_len();
+                    let v = self.index.insert_found(id, len, self.index.now());
+                    self.delete(v);
+                }
+                let s = Arc::new(Stored {
+                    id,
+                    fd: Arc::new(fd),
+                    meta: Arc::new(meta),
+                });
+                self.remember(s.clone());
+                Ok(Found::Stored(s))
+            }
+            Err(EntryError::Missing) => {
+                self.index.remove(id);
+                Ok(Found::Absent)
+            }
+            Err(EntryError::Collision) => Ok(Found::Collision),
+            Err(e) => {
+                tracing::warn!(volume = %self.name, entry = %id.rel_path(), error = %e, "dropping unusable cache entry");
+                if let Some(bytes) = self.index.remove(id) {
+                    self.delete(vec![Victim {
+                        id,
+                        bytes,
+                        reason: Reason::Invalid,
+                    }]);
+                } else if e.is_invalid() {
+                    self.delete(vec![Victim {
+                        id,
+                        bytes: 0,
+                        reason: Reason::Invalid,
+                    }]);
+                }
+                Ok(Found::Absent)
+            }
+        }
+    }
+
+    /// Keep `s` open for the next requests (bounded; a random other entry makes room).
+    pub fn remember(&self, s: Arc<Stored>) {
+        let mut open = lock(&self.open);
+        if open.len() >= OPEN_ENTRIES && !open.contains_key(&s.id) {
+            let victim =
+                (xxhash_rust::xxh3::xxh3_64(&s.id.hash().to_le_bytes()) as usize) % open.len();
+            open.swap_remove_index(victim);
+        }
+        open.insert(s.id, s);
+    }
+
+    /// Forget the open entry `id` (replaced, evicted, purged).
+    pub fn forget(&self, id: EntryId) {
+        lock(&self.open).swap_remove(&id);
+    }
+
+    /// A new entry was committed: account it (deleting what must make room) and keep it open.
+    pub fn committed(&self, s: Arc<Stored>, file_len: u64) {
+        let victims = self.index.insert(s.id, file_len, self.index.now());
+        self.remember(s);
+        self.delete(victims);
+        self.update_gauges();
+    }
+
+    /// Delete `victims`' files on the pool (the event loop never unlinks); counts evictions.
+    pub fn delete(&self, victims: Vec<Victim>) {
+        if victims.is_empty() {
+            return;
+        }
+        for v in &victims {
+            self.forget(v.id);
+            let i = match v.reason {
+                Reason::Size => 0,
+                Reason::Inactive => 1,
+                Reason::Invalid => 2,
+            };
+            self.m.evicted[i].inc();
+        }
+        let store = self.store.clone();
+        let name = self.name.clone();
+        let job = move || {
+            for v in victims {
+                if let Err(e) = store.remove(v.id) {
+                    tracing::warn!(volume = %name, entry = %v.id.rel_path(), error = %e, "cannot delete cache entry");
+                }
+            }
+        };
+        // Deletions are never refused (the space must come back), and nobody waits for them.
+        if self.pool.submit_continuation(PoolOp::Open, job).is_err() {
+            tracing::warn!(volume = %self.name, "cannot queue cache deletions");
+        }
+    }
+
+    /// The fill of `id` under way, or a new one made by `make` (registered before it starts,
+    /// so concurrent requests find it). The bool says whether it was joined.
+    pub fn fill_for(&self, id: EntryId, make: impl FnOnce() -> Arc<Fill>) -> (Arc<Fill>, bool) {
+        let mut fills = lock(&self.fills);
+        if let Some(f) = fills.get(&id) {
+            return (f.clone(), true);
+        }
+        let f = make();
+        fills.insert(id, f.clone());
+        self.m.fills.set(fills.len() as i64);
+        (f, false)
+    }
+
+    /// Fills running now (shutdown waits for them, so what was fetched gets stored).
+    pub fn fills_in_flight(&self) -> usize {
+        lock(&self.fills).len()
+    }
+
+    /// The fill of `id`, if one runs.
+    pub fn fill_running(&self, id: EntryId) -> Option<Arc<Fill>> {
+        lock(&self.fills).get(&id).cloned()
+    }
+
+    /// A fill ended: new requests no longer join it.
+    pub fn fill_done(&self, id: EntryId, fill: &Arc<Fill>) {
+        let mut fills = lock(&self.fills);
+        if fills.get(&id).is_some_and(|f| Arc::ptr_eq(f, fill)) {
+            fills.remove(&id);
+        }
+        self.m.fills.set(fills.len() as i64);
+    }
+
+    /// The disk is full: lower the limit below what is stored so eviction frees space now.
+    pub fn disk_full(&self) {
+        let size = self.index.size_bytes();
+        let v = self.index.set_max_bytes(size - size / 10);
+        tracing::warn!(volume = %self.name, stored_bytes = size, evicting = v.len(), "cache disk full; evicting");
+        self.delete(v);
+        self.update_gauges();
+    }
+
+    /// Remove every stored slice of the object `hash` (a purge, or a new version at the origin).
+    /// Runs the directory listing and unlinks on the pool; returns how many files went.
+    pub async fn remove_object(&self, hash: u128) -> Result<usize, PoolError> {
+        let store = self.store.clone();
+        let removed = self.blocking(move || store.remove_object(hash)).await?;
+        let removed = removed.unwrap_or_else(|e| {
+            tracing::warn!(volume = %self.name, error = %e, "cannot remove cache entries");
+            Vec::new()
+        });
+        for id in &removed {
+            self.index.remove(*id);
+            self.forget(*id);
+        }
+        // Entries in the index whose files were already gone.
+        for id in self.index.slices_of(hash) {
+            self.index.remove(id);
+            self.forget(id);
+        }
+        self.update_gauges();
+        Ok(removed.len())
+    }
+
+    pub fn update_gauges(&self) {
+        self.m.size.set(self.index.size_bytes() as i64);
+        self.m.entries.set(self.index.entries() as i64);
+        self.m.max.set(self.index.max_bytes() as i64);
+    }
+
+    /// Start the background work: the index rebuild (16 pool tasks, one per level-1 directory),
+    /// then once a second the inactive sweep, the free-space limit and the gauges. A thread that
+    /// only submits pool tasks and sleeps (no file work of its own).
+    pub fn spawn_upkeep(self: &Arc<Self>) -> std::io::Result<()> {
+        let cv = self.clone();
+        std::thread::Builder::new()
+            .name(format!("cache-{}", self.name))
+            .spawn(move || cv.upkeep())
+            .map(|_| ())
+    }
+
+    fn on_pool<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> Option<R> {
+        let rx = match self.pool.submit(PoolOp::Open, f) {
+            Ok(rx) => rx,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                return None;
+            }
+        };
+        rx.blocking_recv().ok()
+    }
+
+    fn upkeep(self: Arc<Self>) {
+        let started = std::time::Instant::now();
+        let mut found = 0;
+        let mut level = 0u8;
+        while level < super::rebuild::LEVELS {
+            let (store, cv) = (self.store.clone(), self.clone());
+            let l = level;
+            match self.on_pool(move || super::rebuild::rebuild_level(&store, &cv.index, l)) {
+                Some(Ok((victims, n))) => {
+                    found += n;
+                    self.delete(victims);
+                    level += 1;
+                }
+                Some(Err(e)) => {
+                    tracing::error!(volume = %self.name, level = l, error = %e, "cache index rebuild: cannot walk level");
+                    level += 1;
+                }
+                None => {} // pool busy or task lost: try the level again
+            }
+        }
+        self.index.mark_rebuilt();
+        self.update_gauges();
+        tracing::info!(
+            volume = %self.name, entries = found, bytes = self.index.size_bytes(),
+            elapsed_ms = started.elapsed().as_millis() as u64, "cache index rebuilt"
+        );
+        let mut tick = 0u64;
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            tick += 1;
+            let v = self.index.expire_inactive(self.index.now(), SWEEP_BUDGET);
+            self.delete(v);
+            if tick.is_multiple_of(10) {
+                let limit = match self.max_size {
+                    Some(m) => {
+                        // Back to the configured limit after a full disk, if space is free again.
+                        let store = self.store.clone();
+                        let free = self.on_pool(move || store.fs_space()).and_then(|r| r.ok());
+                        match free {
+                            Some((total, avail)) if avail > total / 20 => m,
+                            _ => m.min(self.index.max_bytes()),
+                        }
+                    }
+                    None => {
+                        let (store, used) = (self.store.clone(), self.index.size_bytes());
+                        self.on_pool(move || ten_percent_free_limit(&store, used))
+                            .unwrap_or(self.index.max_bytes())
+                    }
+                };
+                let v = self.index.set_max_bytes(limit);
+                self.delete(v);
+            }
+            self.update_gauges();
+        }
+    }
+}
+
+/// "Keep 10% of the filesystem free": what is stored now plus the free space, less a reserve of
+/// 10% of the filesystem. When other data already left less than that free, the reserve is half
+/// of what the cache could use (stored + free), so a shared disk still gets a bounded cache
+/// rather than none; a full disk (ENOSPC) is handled on top (see [`CacheVolume::disk_full`]).
+fn ten_percent_free_limit(store: &Store, used: u64) -> u64 {
+    match store.fs_space() {
+        Ok((total, avail)) => {
+            let usable = used + avail;
+            usable - (total / 10).min(usable / 2)
+        }
+        Err(_) => used,
+    }
+}
