@@ -1,0 +1,832 @@
+//! The caching node (issue 11) over real sockets: the real `content-server` binary in front of
+//! real origin processes — the programmable test origin (`common::origin`) and our own
+//! `content-server serve --root`. Every test counts what reached the origin.
+
+mod common;
+
+use common::origin::{pattern, Fault, FaultOrigin, Object, Timing};
+use common::{Conn, Response, Server};
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+struct Node {
+    srv: Server,
+    admin: SocketAddr,
+}
+
+/// A node with one cache volume at `cache` in front of `origin`; `vol`, `route` and `admin`
+/// are extra TOML lines for `[volumes.cache]`, `[routes.cache]` and `[admin]`.
+fn config(origin: &str, cache: &Path, vol: &str, route: &str, admin: &str) -> String {
+    format!(
+        r#"workers = 2
+[[listeners]]
+address = "127.0.0.1"
+port = 0
+[admin]
+listen = "127.0.0.1:0"
+{admin}
+[[origins]]
+name = "origin"
+servers = ["{origin}"]
+connect_timeout_ms = 1000
+read_timeout_ms = 1000
+[[volumes]]
+name = "c1"
+path = "{cache}"
+[volumes.cache]
+{vol}
+[[routes]]
+prefix = "/"
+volume = "c1"
+origin = "origin"
+[routes.cache]
+{route}
+"#,
+        cache = cache.display()
+    )
+}
+
+fn start(dir: &Path, toml: &str, env: &[(&str, &str)]) -> Node {
+    let srv = Server::with_config(dir, toml, env);
+    assert!(
+        srv.wait_log("admin listening on http://", Duration::from_secs(10)),
+        "{}",
+        srv.logs()
+    );
+    let logs = srv.logs();
+    let rest = &logs[logs.find("admin listening on http://").unwrap() + 26..];
+    let admin = rest[..rest.find(' ').unwrap()].parse().unwrap();
+    Node { srv, admin }
+}
+
+fn node(dir: &Path, origin: &str, vol: &str, route: &str) -> Node {
+    start(
+        dir,
+        &config(origin, &dir.join("cache"), vol, route, ""),
+        &[],
+    )
+}
+
+fn get(n: &Node, path: &str, extra: &str) -> Response {
+    let mut c = n.srv.connect();
+    c.send(
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\n{extra}Connection: close\r\n\r\n").as_bytes(),
+    );
+    c.response(false).expect("response")
+}
+
+fn xcache(r: &Response) -> &str {
+    r.header("X-Cache").unwrap_or("-")
+}
+
+fn metric(n: &Node, name: &str) -> f64 {
+    let body = admin(n, "GET", "/metrics", "").body;
+    let text = String::from_utf8_lossy(&body);
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in metrics"))
+}
+
+fn admin(n: &Node, method: &str, path: &str, extra: &str) -> Response {
+    let mut c = Conn::new(n.admin);
+    c.send(
+        format!("{method} {path} HTTP/1.1\r\nHost: a\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    c.response(false).expect("admin response")
+}
+
+/// Files under the cache directory's `.tmp/` and entry files under its levels.
+fn cache_files(cache: &Path) -> (usize, usize) {
+    let tmp = std::fs::read_dir(cache.join(".tmp")).map_or(0, |d| d.count());
+    let mut entries = 0;
+    let mut stack = vec![cache.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.file_name().is_some_and(|n| n == ".tmp") {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                entries += 1;
+            }
+        }
+    }
+    (tmp, entries)
+}
+
+const K64: &str = "slice_size = 65536";
+
+#[test]
+fn miss_then_hit_with_ranges_conditionals_and_head() {
+    let o = FaultOrigin::start();
+    let body = pattern(300_000, 1);
+    o.put(
+        "/v.bin",
+        Object::new(body.clone()).header("Content-Disposition", "inline"),
+    );
+    let d = common::tempdir();
+    let n = node(d.path(), &o.url(), K64, "");
+
+    let r = get(&n, "/v.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == body, "miss body differs");
+    assert_eq!(r.header("Content-Disposition"), Some("inline"));
+    assert_eq!(r.header("ETag"), Some("\"v1\""));
+    // One origin request per 64 KiB slice, each a Range request.
+    let ranges = o.ranges("/v.bin");
+    assert_eq!(ranges.len(), 5, "{ranges:?}");
+    assert!(
+        ranges.contains(&Some("bytes=262144-327679".into())),
+        "{ranges:?}"
+    );
+
+    let r = get(&n, "/v.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == body, "hit body differs");
+    assert!(r.header("Age").is_some());
+
+    let r = get(&n, "/v.bin", "Range: bytes=100000-200000\r\n");
+    assert_eq!((r.status, xcache(&r)), (206, "HIT"));
+    assert_eq!(
+        r.header("Content-Range"),
+        Some("bytes 100000-200000/300000")
+    );
+    assert!(r.body == body[100000..=200000]);
+
+    let r = get(&n, "/v.bin", "If-None-Match: \"v1\"\r\n");
+    assert_eq!((r.status, xcache(&r)), (304, "HIT"));
+    let r = get(&n, "/v.bin", "Range: bytes=300000-\r\n");
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("Content-Range"), Some("bytes */300000"));
+
+    let mut c = n.srv.connect();
+    c.send(b"HEAD /v.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let r = c.response(true).unwrap();
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert_eq!(r.header("Content-Length"), Some("300000"));
+
+    assert_eq!(o.requests("/v.bin"), 5, "hits reached the origin");
+    assert_eq!(
+        metric(
+            &n,
+            "contentserver_cache_requests_total{status=\"hit\",volume=\"c1\"}"
+        ),
+        5.0
+    );
+    assert_eq!(
+        metric(&n, "contentserver_cache_entries{volume=\"c1\"}"),
+        5.0
+    );
+}
+
+#[test]
+fn head_miss_is_fetched_with_get_and_then_cached() {
+    let o = FaultOrigin::start();
+    o.put("/h.txt", Object::new(pattern(5000, 2)));
+    let d = common::tempdir();
+    let n = node(d.path(), &o.url(), "slice_size = 0", "");
+    let mut c = n.srv.connect();
+    c.send(b"HEAD /h.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let r = c.response(true).unwrap();
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert_eq!(r.header("Content-Length"), Some("5000"));
+    let seen = o.seen();
+    assert_eq!(seen[0].method, "GET");
+    // The detached fill stores it: the next GET is a hit.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = get(&n, "/h.txt", "");
+        assert!(r.body == pattern(5000, 2));
+        if xcache(&r) == "HIT" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never became a hit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(o.requests("/h.txt"), 1);
+}
+
+/// Read a response head and the first body byte; returns (time of the first byte, full body).
+fn timed_get(addr: SocketAddr, path: &str) -> (Duration, Duration, Vec<u8>) {
+    let t0 = Instant::now();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    std::io::Write::write_all(
+        &mut s,
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    let mut buf = Vec::new();
+    let mut first = None;
+    let mut tmp = [0u8; 65536];
+    loop {
+        let n = s.read(&mut tmp).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&tmp[..n]);
+        if first.is_none() {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                if buf.len() > i + 4 {
+                    first = Some(t0.elapsed());
+                }
+            }
+        }
+    }
+    let i = buf.windows(4).position(|w| w == b"\r\n\r\n").expect("head") + 4;
+    (
+        first.expect("no body byte"),
+        t0.elapsed(),
+        buf[i..].to_vec(),
+    )
+}
+
+#[test]
+fn concurrent_misses_share_one_fetch_and_stream_before_it_ends() {
+    let o = FaultOrigin::start();
+    let body = pattern(256 * 1024, 3);
+    o.put("/herd.bin", Object::new(body.clone()));
+    // 32 chunks of 8 KiB, 40 ms apart: the fill takes about 1.3 s.
+    o.set_timing(Timing {
+        chunk_size: 8192,
+        chunk_delay: Duration::from_millis(40),
+        ..Timing::default()
+    });
+    let d = common::tempdir();
+    let n = node(d.path(), &o.url(), "slice_size = 0", "");
+    let addr = n.srv.addr;
+    // One client gives up early: the fill goes on for the others.
+    let quitter = std::thread::spawn(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        std::io::Write::write_all(&mut s, b"GET /herd.bin HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let mut b = [0u8; 100];
+        let _ = s.read(&mut b);
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let clients: Vec<_> = (0..8)
+        .map(|_| std::thread::spawn(move || timed_get(addr, "/herd.bin")))
+        .collect();
+    quitter.join().unwrap();
+    for c in clients {
+        let (first, total, got) = c.join().unwrap();
+        assert!(
+            got == body,
+            "a collapsed client got other bytes ({} bytes)",
+            got.len()
+        );
+        assert!(
+            first + Duration::from_millis(500) < total,
+            "first byte at {first:?}, body done at {total:?}: not streamed while filling"
+        );
+    }
+    assert_eq!(o.requests("/herd.bin"), 1, "misses were not collapsed");
+    assert!(metric(&n, "contentserver_cache_collapsed_total{volume=\"c1\"}") >= 8.0);
+    let r = get(&n, "/herd.bin", "");
+    assert_eq!(xcache(&r), "HIT");
+    assert_eq!(o.requests("/herd.bin"), 1);
+}
+
+#[test]
+fn a_seek_fetches_only_the_slices_it_needs() {
+    let o = FaultOrigin::start();
+    let body = pattern(1 << 20, 4);
+    o.put("/big.mp4", Object::new(body.clone()));
+    let d = common::tempdir();
+    let n = node(d.path(), &o.url(), K64, "");
+    let r = get(&n, "/big.mp4", "Range: bytes=700000-700999\r\n");
+    assert_eq!((r.status, xcache(&r)), (206, "MISS"));
+    assert!(r.body == body[700000..701000]);
+    assert_eq!(
+        o.ranges("/big.mp4"),
+        vec![Some("bytes=655360-720895".to_string())]
+    );
+    // A range over three slices: the one stored is a hit, the other two are fetched.
+    let r = get(&n, "/big.mp4", "Range: bytes=600000-800000\r\n");
+    assert_eq!(r.status, 206);
+    assert!(r.body == body[600000..=800000]);
+    let mut got = o.ranges("/big.mp4");
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            Some("bytes=589824-655359".to_string()),
+            Some("bytes=655360-720895".to_string()),
+            Some("bytes=720896-786431".to_string()),
+            Some("bytes=786432-851967".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn a_new_version_at_the_origin_is_never_mixed_with_the_old_one() {
+    let o = FaultOrigin::start();
+    let v1 = pattern(256 * 1024, 5);
+    let v2 = pattern(256 * 1024, 6);
+    o.put("/m.bin", Object::version(v1.clone(), 1));
+    let d = common::tempdir();
+    let n = node(d.path(), &o.url(), K64, "");
+    // Slice 0 of version 1 is stored.
+    let r = get(&n, "/m.bin", "Range: bytes=0-999\r\n");
+    assert!(r.body == v1[..1000]);
+    o.put("/m.bin", Object::version(v2.clone(), 2));
+    // Slice 0 is v1 (fresh), slice 1 arrives as v2: the response must stop, not mix.
+    let mut c = n.srv.connect();
+    c.send(b"GET /m.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    match c.response(false) {
+        Ok(r) => {
+            assert!(
+                r.body == v1 || r.body == v2,
+                "a complete body must be one version"
+            );
+        }
+        Err(_) => {
+            let got = c.pending().to_vec();
+            assert!(got.len() < v1.len());
+        }
+    }
+    // The next request gets the whole new version.
+    let r = get(&n, "/m.bin", "");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body == v2,
+        "after a version change the next response is not v2"
+    );
+    assert_eq!(r.header("ETag"), Some("\"v2\""));
+}
+
+#[test]
+fn stale_entries_are_revalidated_refreshed_in_the_background_or_served_on_error() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let n = node(d.path(), &o.url(), "slice_size = 0", "");
+    // max-age 1 s, no stale-while-revalidate: revalidated synchronously; 304 -> REVALIDATED.
+    o.put(
+        "/r.txt",
+        Object::new(pattern(1000, 7))
+            .cache_control("max-age=1, stale-while-revalidate=0, stale-if-error=60"),
+    );
+    assert_eq!(xcache(&get(&n, "/r.txt", "")), "MISS");
+    assert_eq!(xcache(&get(&n, "/r.txt", "")), "HIT");
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = get(&n, "/r.txt", "");
+    assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"));
+    assert!(r.body == pattern(1000, 7));
+    let last = o.seen().last().cloned().unwrap();
+    assert_eq!(last.if_none_match.as_deref(), Some("\"v1\""));
+    assert_eq!(
+        xcache(&get(&n, "/r.txt", "")),
+        "HIT",
+        "a 304 did not refresh the entry"
+    );
+    // Stale and the origin fails: served stale (stale-if-error).
+    std::thread::sleep(Duration::from_millis(2100));
+    o.fault("/r.txt", Fault::Status(503));
+    let r = get(&n, "/r.txt", "");
+    assert_eq!((r.status, xcache(&r)), (200, "STALE"));
+    assert!(r.body == pattern(1000, 7));
+    o.fault("/r.txt", Fault::CloseBeforeHead);
+    assert_eq!(xcache(&get(&n, "/r.txt", "")), "STALE");
+    o.clear_fault("/r.txt");
+
+    // stale-while-revalidate: the stale entry is served at once, one refresh runs behind it.
+    o.put(
+        "/w.txt",
+        Object::new(pattern(1000, 8)).cache_control("max-age=1, stale-while-revalidate=30"),
+    );
+    assert_eq!(xcache(&get(&n, "/w.txt", "")), "MISS");
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = get(&n, "/w.txt", "");
+    assert_eq!((r.status, xcache(&r)), (200, "UPDATING"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while xcache(&get(&n, "/w.txt", "")) != "HIT" {
+        assert!(
+            Instant::now() < deadline,
+            "the background refresh never landed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        o.requests("/w.txt"),
+        2,
+        "one fill and one background revalidation"
+    );
+}
+
+#[test]
+fn private_and_varying_answers_are_passed_through_not_stored() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let n = node(d.path(), &o.url(), "slice_size = 0", "");
+    o.put(
+        "/cookie",
+        Object::new(pattern(100, 1)).header("Set-Cookie", "id=1"),
+    );
+    o.put(
+        "/nostore",
+        Object::new(pattern(100, 2)).cache_control("no-store"),
+    );
+    o.put(
+        "/vary",
+        Object::new(pattern(100, 3)).header("Vary", "Cookie"),
+    );
+    o.put(
+        "/gzip",
+        Object::new(pattern(100, 4)).header("Vary", "Accept-Encoding"),
+    );
+    for p in ["/cookie", "/nostore", "/vary"] {
+        for _ in 0..2 {
+            let r = get(&n, p, "");
+            assert_eq!((r.status, xcache(&r)), (200, "BYPASS"), "{p}");
+            assert_eq!(r.body.len(), 100);
+        }
+        assert_eq!(o.requests(p), 2, "{p} was stored");
+    }
+    assert_eq!(get(&n, "/cookie", "").header("Set-Cookie"), Some("id=1"));
+    assert_eq!(xcache(&get(&n, "/gzip", "")), "MISS");
+    assert_eq!(xcache(&get(&n, "/gzip", "")), "HIT");
+    let (tmp, entries) = cache_files(&d.path().join("cache"));
+    assert_eq!(
+        (tmp, entries),
+        (0, 1),
+        "only the Accept-Encoding object is stored"
+    );
+}
+
+#[test]
+fn a_restart_serves_from_disk_at_once_without_refetching() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let toml = config(&o.url(), &d.path().join("cache"), K64, "", "");
+    let objects: Vec<(String, Vec<u8>)> = (0..6)
+        .map(|i| (format!("/r/{i}.bin"), pattern(100_000 + i * 1000, i as u8)))
+        .collect();
+    {
+        let mut n = start(d.path(), &toml, &[]);
+        for (p, b) in &objects {
+            o.put(p, Object::new(b.clone()));
+            assert!(get(&n, p, "").body == *b);
+        }
+        // A graceful stop lets fills finish storing.
+        n.srv.signal(common::SIGTERM);
+        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+    }
+    let before = o.seen().len();
+    let n = start(d.path(), &toml, &[]);
+    for (p, b) in &objects {
+        let r = get(&n, p, "");
+        assert_eq!(xcache(&r), "HIT", "{p} after restart");
+        assert!(r.body == *b);
+    }
+    assert_eq!(
+        o.seen().len(),
+        before,
+        "objects were fetched again after a restart"
+    );
+    assert!(n
+        .srv
+        .wait_log("cache index rebuilt", Duration::from_secs(5)));
+    assert_eq!(
+        metric(&n, "contentserver_cache_entries{volume=\"c1\"}"),
+        12.0
+    );
+}
+
+#[test]
+fn kill_during_a_fill_leaves_nothing_served_truncated() {
+    let o = FaultOrigin::start();
+    let body = pattern(200_000, 9);
+    o.put("/k.bin", Object::new(body.clone()));
+    o.set_timing(Timing {
+        chunk_size: 4096,
+        chunk_delay: Duration::from_millis(30),
+        ..Timing::default()
+    });
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    let toml = config(&o.url(), &cache, "slice_size = 0", "", "");
+    let mut n = start(d.path(), &toml, &[]);
+    let mut c = n.srv.connect();
+    c.send(b"GET /k.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(cache_files(&cache).0, 1, "no temporary file while filling");
+    n.srv.signal(libc::SIGKILL);
+    n.srv.wait_exit(Duration::from_secs(5)).expect("killed");
+    o.set_timing(Timing::default());
+    let n = start(d.path(), &toml, &[]);
+    assert_eq!(
+        cache_files(&cache),
+        (0, 0),
+        "the interrupted fill left files"
+    );
+    let r = get(&n, "/k.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == body);
+}
+
+#[test]
+fn origin_faults_are_never_cached_and_the_next_request_retries() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    // Two 64 KiB slices per object: a wrong length also disagrees with the Content-Range.
+    let n = node(d.path(), &o.url(), K64, "");
+    let body = pattern(100_000, 10);
+    for (i, fault) in [
+        Fault::ResetAfter(30_000),
+        Fault::TruncateAfter(30_000),
+        Fault::ContentLength(50_000),
+        Fault::ContentLength(150_000),
+        Fault::Status(500),
+        Fault::Hang,
+        Fault::CloseBeforeHead,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = format!("/f{i}");
+        o.put(&p, Object::new(body.clone()));
+        o.fault_times(&p, fault.clone(), 1);
+        let mut c = n.srv.connect();
+        c.send(format!("GET {p} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes());
+        match c.response(false) {
+            Ok(r) => assert!(
+                r.status >= 500 || r.body != body,
+                "{fault:?}: a faulty answer looked complete"
+            ),
+            Err(_) => {} // cut short: the client sees an incomplete body
+        }
+        let r = get(&n, &p, "");
+        assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{fault:?}: retry");
+        assert!(r.body == body, "{fault:?}: retried body differs");
+        assert_eq!(xcache(&get(&n, &p, "")), "HIT", "{fault:?}");
+    }
+    assert_eq!(cache_files(&d.path().join("cache")).0, 0);
+}
+
+#[test]
+fn refused_origin_is_a_clean_502() {
+    let d = common::tempdir();
+    let n = node(d.path(), &common::origin::refused_url(), "", "");
+    let r = get(&n, "/x", "");
+    assert_eq!(r.status, 502);
+}
+
+#[test]
+fn purge_needs_the_bearer_token() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let token = d.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let toml = config(
+        &o.url(),
+        &d.path().join("cache"),
+        K64,
+        "",
+        &format!("purge_token_file = \"{}\"", token.display()),
+    );
+    let n = start(d.path(), &toml, &[]);
+    for p in ["/p/a.bin", "/p/b.bin", "/q/c.bin"] {
+        o.put(p, Object::new(pattern(100_000, 11)));
+        assert_eq!(xcache(&get(&n, p, "")), "MISS");
+    }
+    for auth in [
+        "",
+        "Authorization: Bearer wrong\r\n",
+        "Authorization: t0ken\r\n",
+    ] {
+        let r = admin(&n, "POST", "/cache/purge?key=/p/a.bin", auth);
+        assert_eq!(r.status, 401, "{auth:?}");
+    }
+    assert_eq!(
+        xcache(&get(&n, "/p/a.bin", "")),
+        "HIT",
+        "a refused purge changed something"
+    );
+    let ok = "Authorization: Bearer t0ken\r\n";
+    let r = admin(&n, "POST", "/cache/purge?key=/p/a.bin", ok);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(String::from_utf8_lossy(&r.body).contains("\"purged_files\":2"));
+    assert_eq!(xcache(&get(&n, "/p/a.bin", "")), "MISS");
+    let r = admin(&n, "POST", "/cache/purge?prefix=/p/", ok);
+    assert_eq!(r.status, 200);
+    assert_eq!(xcache(&get(&n, "/p/b.bin", "")), "MISS");
+    assert_eq!(xcache(&get(&n, "/q/c.bin", "")), "HIT");
+    assert_eq!(
+        metric(&n, "contentserver_cache_purges_total{volume=\"c1\"}"),
+        6.0
+    );
+}
+
+#[test]
+fn purge_is_off_without_a_token_file() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let n = node(d.path(), &o.url(), "", "");
+    let r = admin(
+        &n,
+        "POST",
+        "/cache/purge?key=/a",
+        "Authorization: Bearer x\r\n",
+    );
+    assert_eq!(r.status, 404);
+}
+
+#[test]
+fn max_size_bounds_the_disk_and_evicts_least_recent() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    // 20 objects of ~100 KiB in a 1 MiB cache, each asked for twice (so admission, which
+    // keeps objects asked for more often, lets the newer ones replace the older ones).
+    let n = node(d.path(), &o.url(), "slice_size = 0\nmax_size = \"1M\"", "");
+    for i in 0..20 {
+        let p = format!("/e/{i}");
+        o.put(&p, Object::new(pattern(100_000, i as u8)));
+        assert_eq!(get(&n, &p, "").status, 200);
+        assert_eq!(get(&n, &p, "").status, 200);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let bytes: u64 = walk(&cache)
+            .iter()
+            .map(|p| p.metadata().unwrap().len())
+            .sum();
+        if bytes <= 1 << 20 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cache holds {bytes} bytes > max_size"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        metric(
+            &n,
+            "contentserver_cache_evictions_total{reason=\"size\",volume=\"c1\"}"
+        ) >= 10.0
+    );
+    assert!(metric(&n, "contentserver_cache_size_bytes{volume=\"c1\"}") <= (1 << 20) as f64);
+    assert_eq!(
+        xcache(&get(&n, "/e/19", "")),
+        "HIT",
+        "the newest object was evicted"
+    );
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn inactive_entries_are_dropped() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let n = node(d.path(), &o.url(), "slice_size = 0\ninactive_secs = 1", "");
+    o.put("/i", Object::new(pattern(10_000, 1)));
+    assert_eq!(xcache(&get(&n, "/i", "")), "MISS");
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while cache_files(&d.path().join("cache")).1 == 0 {
+        assert!(Instant::now() < deadline, "the entry was never stored");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    while cache_files(&d.path().join("cache")).1 > 0 {
+        assert!(Instant::now() < deadline, "inactive entry still on disk");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(xcache(&get(&n, "/i", "")), "MISS");
+    assert!(
+        metric(
+            &n,
+            "contentserver_cache_evictions_total{reason=\"inactive\",volume=\"c1\"}"
+        ) >= 1.0
+    );
+}
+
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_full_disk_keeps_requests_succeeding_without_storing() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    let toml = config(&o.url(), &cache, K64, "", "");
+    let n = start(
+        d.path(),
+        &toml,
+        &[("FAILPOINTS", "cache_write=return(enospc)")],
+    );
+    let body = pattern(200_000, 12);
+    o.put("/full.bin", Object::new(body.clone()));
+    for _ in 0..3 {
+        let mut c = n.srv.connect();
+        c.send(b"GET /full.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        let r = c.response(false).expect("a full disk broke the response");
+        assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+        assert!(r.body == body);
+    }
+    assert_eq!(cache_files(&cache), (0, 0));
+    assert!(n.srv.logs().contains("cache disk full"), "{}", n.srv.logs());
+}
+
+#[test]
+fn our_own_server_as_the_origin() {
+    let od = common::tempdir();
+    let body = common::bytes(700_000, 13);
+    std::fs::write(od.path().join("clip.mp4"), &body).unwrap();
+    let origin = Server::root(od.path(), &[]);
+    let d = common::tempdir();
+    let n = node(d.path(), &format!("http://{}", origin.addr), K64, "");
+    let r = get(&n, "/clip.mp4", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == body);
+    assert_eq!(r.header("Content-Type"), Some("video/mp4"));
+    let r = get(&n, "/clip.mp4", "Range: bytes=-1000\r\n");
+    assert_eq!((r.status, xcache(&r)), (206, "HIT"));
+    assert!(r.body == body[body.len() - 1000..]);
+    let r = get(&n, "/missing", "");
+    assert_eq!(r.status, 404);
+}
+
+/// A tmpfs of `size` mounted at `dir` for the test's life (root only; None otherwise).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    let Some(_fs) = Tmpfs::mount(&cache, "1m") else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    // max_size far above the filesystem: the disk fills before the limit does.
+    let toml = config(
+        &o.url(),
+        &cache,
+        "slice_size = 0\nmax_size = \"100M\"",
+        "",
+        "",
+    );
+    let n = start(d.path(), &toml, &[]);
+    let mut hits = 0;
+    for round in 0..2 {
+        for i in 0..6 {
+            let p = format!("/full/{i}");
+            let body = pattern(300_000, i as u8);
+            o.put(&p, Object::new(body.clone()));
+            let mut c = n.srv.connect();
+            c.send(format!("GET {p} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes());
+            let r = c.response(false).expect("a full disk broke a response");
+            assert_eq!(r.status, 200, "{p} round {round}");
+            assert!(r.body == body, "{p} round {round}: wrong body");
+            if round == 1 && xcache(&r) == "HIT" {
+                hits += 1;
+            }
+        }
+    }
+    assert!(n.srv.logs().contains("cache disk full"), "{}", n.srv.logs());
+    assert!(
+        hits >= 1,
+        "nothing was stored again after eviction freed space"
+    );
+    assert_eq!(cache_files(&cache).0, 0, "temporary files left behind");
+}
