@@ -2,7 +2,7 @@
 # Reproduces the README's benchmark tables: nginx and content-server in ONE invocation of each
 # shared benchmark script (machines are noisy; compare ratios within a run, not across runs).
 #
-# Usage: bench/run.sh [media|small|c10k|all]   (needs root; installs wrk, nginx-light, apache2-utils)
+# Usage: bench/run.sh [media|small|c10k|cache|all]   (needs root; installs wrk, nginx-light, apache2-utils)
 # Env: BENCH_DIR [../shared/bench]  OUT [bench/results/<date>.txt]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,9 +41,14 @@ c10k() {
   sysctl -qw net.ipv4.ip_local_port_range="$range"
 }
 
+cache() { # the caching node: nginx's proxy_cache (with and without slice) and ours, one cache dir each
+  bash "$BENCH_DIR/cachebench.sh" nginx-cache nginx-cache-slice \
+    "cmd:$BIN serve --origin \$ORIGIN --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --threads $THREADS \$(for d in \$CACHE_DIRS; do printf -- '--cache-dir %s ' \"\$d\"; done)"
+}
+
 case "$what" in
-  media) media ;; small) small ;; c10k) c10k ;;
-  all) media; small; c10k ;;
-  *) echo "usage: bench/run.sh [media|small|c10k|all]" >&2; exit 2 ;;
+  media) media ;; small) small ;; c10k) c10k ;; cache) cache ;;
+  all) media; small; c10k; cache ;;
+  *) echo "usage: bench/run.sh [media|small|c10k|cache|all]" >&2; exit 2 ;;
 esac 2>&1 | tee "$OUT"
 echo "results: $OUT"
