@@ -654,6 +654,9 @@ fn max_size_bounds_the_disk_and_evicts_least_recent() {
         let p = format!("/e/{i}");
         o.put(&p, Object::new(pattern(100_000, i as u8)));
         assert_eq!(get(&n, &p, "").status, 200);
+        // The second request must not join the first one's fill (it asks again).
+        let fills = "contentserver_cache_fills_in_flight{volume=\"c1\"}";
+        common::wait_until(Duration::from_secs(5), || metric(&n, fills) == 0.0);
         assert_eq!(get(&n, &p, "").status, 200);
     }
     let deadline = Instant::now() + Duration::from_secs(5);
