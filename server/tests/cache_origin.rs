@@ -1,0 +1,651 @@
+//! The whole caching node (the real binary) against misbehaving and real origins: every origin
+//! fault gives the client a clean error or stale content — never a cached truncation — and the
+//! next request retries; failover between origin servers; an HTTPS origin with a test CA (SNI
+//! and Host overrides); the origin connection cap; Debian's nginx as a real origin (slices are
+//! Range requests, revalidation with its ETags, a new version of a file).
+
+mod common;
+
+use common::origin::{pattern, refused_url, Fault, FaultOrigin, Object, TestCa, Timing};
+use common::{one_volume, volume, Response, Server};
+use content_server::config::{Origin, VolumeCache};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// 64 KiB slices: a 200 000-byte object is four slices.
+const SLICE: usize = 65_536;
+
+struct Node {
+    srv: Server,
+    cache: PathBuf,
+}
+
+/// A node (two workers) with one cache volume at `dir/cache` in front of `servers`, served at
+/// `/` by the implicit cache route. `origin` and `vol` are TOML lines of the server's own
+/// `Origin` (connect and read timeouts 1 s unless set) and `VolumeCache` types.
+fn node(dir: &Path, servers: &[String], origin: &str, vol: &str) -> Node {
+    let cache = dir.join("cache");
+    let servers: Vec<String> = servers.iter().map(|s| format!("{s:?}")).collect();
+    let mut o: Origin = toml::from_str(&format!(
+        "name = \"origin\"\nservers = [{}]\n{origin}",
+        servers.join(", ")
+    ))
+    .expect("origin TOML");
+    if !origin.contains("connect_timeout_ms") {
+        o.connect_timeout_ms = 1000;
+    }
+    if !origin.contains("read_timeout_ms") {
+        o.read_timeout_ms = 1000;
+    }
+    let mut v = volume("c1", &cache);
+    v.cache = Some(toml::from_str::<VolumeCache>(vol).expect("cache TOML"));
+    let mut cfg = one_volume(2, v);
+    cfg.origins = vec![o];
+    Node {
+        srv: Server::start(&cfg),
+        cache,
+    }
+}
+
+/// One request on a fresh connection; Err when the response was cut short (its partial body
+/// is in the error text).
+fn try_get(n: &Node, path: &str, extra: &str) -> std::io::Result<Response> {
+    let mut c = n.srv.connect();
+    c.send(
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\n{extra}Connection: close\r\n\r\n").as_bytes(),
+    );
+    c.response(false)
+}
+
+fn get(n: &Node, path: &str) -> Response {
+    try_get(n, path, "").unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+fn xcache(r: &Response) -> &str {
+    r.header("X-Cache").unwrap_or("-")
+}
+
+fn metrics(n: &Node) -> String {
+    n.srv.admin_get("/metrics").text()
+}
+
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+/// Entry files stored under the cache directory (temporary files excluded).
+fn stored_files(cache: &Path) -> usize {
+    let mut n = 0;
+    let mut stack = vec![cache.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.file_name().is_some_and(|f| f == ".tmp") {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// What a client got for a request that met an origin fault: a clean error status, or a body
+/// cut short (never a complete response with wrong bytes).
+fn assert_clean_failure(what: &str, r: std::io::Result<Response>) {
+    match r {
+        Ok(r) => assert!(
+            r.status >= 500,
+            "{what}: status {} looked like a success (X-Cache {})",
+            r.status,
+            xcache(&r)
+        ),
+        Err(e) => {
+            // Cut short: fewer bytes than its Content-Length, then the connection closed.
+            let msg = e.to_string();
+            assert!(msg.contains("body ended after"), "{what}: {msg}");
+        }
+    }
+}
+
+/// Each fault on the first answer for an object: a clean error, nothing stored, and the next
+/// request fetches again and is served whole, then from the cache.
+fn faults_then_retry(slice_size: usize) {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let n = node(
+        d.path(),
+        &[o.url()],
+        "",
+        &format!("slice_size = {slice_size}"),
+    );
+    let body = pattern(200_000, 1);
+    let faults = [
+        Fault::Hang,
+        Fault::CloseBeforeHead,
+        Fault::StallAfter(10_000),
+        Fault::ResetAfter(10_000),
+        Fault::TruncateAfter(10_000),
+        Fault::ContentLength(250_000),
+        Fault::Status(500),
+        Fault::Status(503),
+    ];
+    for (i, fault) in faults.iter().cloned().enumerate() {
+        let p = format!("/f{i}.bin");
+        o.put(&p, Object::new(body.clone()));
+        o.fault_times(&p, fault.clone(), 1);
+        let what = format!("slice_size {slice_size}, {fault:?}");
+        let t = Instant::now();
+        let r = try_get(&n, &p, "");
+        if fault == Fault::Hang {
+            // read_timeout_ms = 1000: a gateway timeout, not a hung client.
+            let r = r.as_ref().expect("an answer");
+            assert_eq!(r.status, 504, "{what}");
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "{what}: {:?}",
+                t.elapsed()
+            );
+        }
+        assert_clean_failure(&what, r);
+        let requests = o.requests(&p);
+        let r = get(&n, &p);
+        assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{what}: the retry");
+        assert!(r.body == body, "{what}: the retried body differs");
+        assert!(
+            o.requests(&p) > requests,
+            "{what}: the retry asked the origin"
+        );
+        let before = o.requests(&p);
+        let r = get(&n, &p);
+        assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{what}");
+        assert!(r.body == body, "{what}: the hit differs");
+        assert_eq!(
+            o.requests(&p),
+            before,
+            "{what}: a hit asks the origin nothing"
+        );
+    }
+    // Every object ended up stored (at least one entry file each).
+    assert!(
+        stored_files(&n.cache) >= faults.len(),
+        "{}",
+        stored_files(&n.cache)
+    );
+}
+
+#[test]
+fn origin_faults_on_whole_objects_are_clean_errors_and_retried() {
+    faults_then_retry(0);
+}
+
+#[test]
+fn origin_faults_on_the_first_slice_are_clean_errors_and_retried() {
+    faults_then_retry(SLICE);
+}
+
+/// The fault hits a later slice, after the client already has the head and the first bytes: the
+/// client's response is cut short (never completed with wrong bytes), the slices that did
+/// arrive stay usable, and the next request gets the whole object.
+#[test]
+fn a_fault_in_a_later_slice_cuts_the_response_and_is_refetched() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let n = node(d.path(), &[o.url()], "", &format!("slice_size = {SLICE}"));
+    let body = pattern(4 * SLICE, 2);
+    for (i, fault) in [
+        Fault::ResetAfter(1000),
+        Fault::TruncateAfter(1000),
+        Fault::StallAfter(1000),
+        Fault::ContentLength(10),
+        Fault::Status(503),
+        Fault::CloseBeforeHead,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = format!("/later{i}.bin");
+        o.put(&p, Object::new(body.clone()));
+        // The second origin request of this object (slice 1, or the prefetch of it) fails.
+        o.fault_after(&p, fault.clone(), 1);
+        let what = format!("{fault:?} on slice 1");
+        match try_get(&n, &p, "") {
+            Ok(r) => {
+                assert!(
+                    r.status >= 500 || r.body == body,
+                    "{what}: a complete wrong body"
+                );
+                assert!(r.status >= 500 || r.status == 200, "{what}: {}", r.status);
+            }
+            Err(e) => assert!(e.to_string().contains("body ended after"), "{what}: {e}"),
+        }
+        let r = get(&n, &p);
+        assert_eq!(r.status, 200, "{what}: retry");
+        assert!(r.body == body, "{what}: retried body differs");
+        // Slice 0 was stored whole the first time: only the failed slices were asked again.
+        let ranges = o.ranges(&p);
+        let slice0 = format!("bytes=0-{}", SLICE - 1);
+        assert_eq!(
+            ranges
+                .iter()
+                .filter(|r| r.as_deref() == Some(slice0.as_str()))
+                .count(),
+            1,
+            "{what}: {ranges:?}"
+        );
+        let r = get(&n, &p);
+        assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{what}");
+        assert!(r.body == body);
+    }
+}
+
+/// A stale entry is served (STALE) for every kind of origin failure within stale-if-error, and
+/// a refresh that breaks mid-body replaces nothing.
+#[test]
+fn stale_if_error_covers_every_origin_fault() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let n = node(d.path(), &[o.url()], "", "slice_size = 0");
+    let v1 = pattern(50_000, 3);
+    // Fresh for 1 s; every check waits 2.1 s so whole-second clocks see it stale.
+    let cc = "max-age=1, stale-while-revalidate=0, stale-if-error=600";
+    o.put("/s.bin", Object::new(v1.clone()).cache_control(cc));
+    assert_eq!(xcache(&get(&n, "/s.bin")), "MISS");
+    for fault in [
+        Fault::Hang,
+        Fault::CloseBeforeHead,
+        Fault::Status(500),
+        Fault::Status(503),
+    ] {
+        std::thread::sleep(Duration::from_millis(2100));
+        o.fault_times("/s.bin", fault.clone(), 1);
+        let r = get(&n, "/s.bin");
+        assert_eq!((r.status, xcache(&r)), (200, "STALE"), "{fault:?}");
+        assert!(r.body == v1, "{fault:?}: stale body differs");
+    }
+    // A new version whose body breaks: the client may see the new head cut short, but the
+    // stored version is not replaced by a truncation, and the next request gets v2 whole.
+    std::thread::sleep(Duration::from_millis(2100));
+    let v2 = pattern(60_000, 4);
+    o.put("/s.bin", Object::version(v2.clone(), 2).cache_control(cc));
+    o.fault_times("/s.bin", Fault::TruncateAfter(5_000), 1);
+    match try_get(&n, "/s.bin", "") {
+        Ok(r) => assert!(
+            r.body == v1 || r.body == v2 || r.status >= 500,
+            "a mixed or short body passed as complete ({} bytes)",
+            r.body.len()
+        ),
+        Err(e) => assert!(e.to_string().contains("body ended after"), "{e}"),
+    }
+    let r = get(&n, "/s.bin");
+    assert_eq!(r.status, 200);
+    assert!(r.body == v2, "after the fault: {} bytes", r.body.len());
+    let r = get(&n, "/s.bin");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == v2);
+
+    // The origin's listener is gone (connection refused): stale too.
+    std::thread::sleep(Duration::from_millis(2100));
+    let mut o = o;
+    o.close_listener();
+    let r = get(&n, "/s.bin");
+    assert_eq!((r.status, xcache(&r)), (200, "STALE"));
+    assert!(r.body == v2);
+    // And an object never stored is a clean 502.
+    assert_eq!(get(&n, "/never.bin").status, 502);
+}
+
+#[test]
+fn origin_servers_fail_over_on_connect_errors_only() {
+    let good = FaultOrigin::start();
+    good.put("/a", Object::new(pattern(1000, 5)));
+    let d = common::tempdir();
+    let n = node(d.path(), &[refused_url(), good.url()], "", "");
+    let r = get(&n, "/a");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == pattern(1000, 5));
+    assert_eq!(good.requests("/a"), 1);
+
+    // The first server accepts the request and fails it: the second is not asked.
+    let first = FaultOrigin::start();
+    let second = FaultOrigin::start();
+    for o in [&first, &second] {
+        o.put("/b", Object::new(pattern(1000, 6)));
+    }
+    first.fault_times("/b", Fault::CloseBeforeHead, 1);
+    let d = common::tempdir();
+    let n = node(d.path(), &[first.url(), second.url()], "", "");
+    assert_eq!(get(&n, "/b").status, 502);
+    assert_eq!(
+        second.requests("/b"),
+        0,
+        "a sent request is never retried elsewhere"
+    );
+    let r = get(&n, "/b");
+    assert_eq!(
+        (r.status, xcache(&r)),
+        (200, "MISS"),
+        "the next request retries"
+    );
+    assert_eq!((first.requests("/b"), second.requests("/b")), (2, 0));
+}
+
+#[test]
+fn an_https_origin_with_a_test_ca_and_host_sni_overrides() {
+    let ca = TestCa::new("node test CA");
+    let o = FaultOrigin::start_tls(&ca, &["cdn.test"]);
+    let body = pattern(300_000, 7);
+    o.put("/tls.bin", Object::new(body.clone()));
+    let d = common::tempdir();
+    let ca_file = ca.write_pem(d.path(), "ca.pem");
+    let extra = format!(
+        "ca_file = {:?}\nsni = \"cdn.test\"\nhost = \"bucket.example\"",
+        ca_file.display().to_string()
+    );
+    let n = node(
+        d.path(),
+        &[o.url()],
+        &extra,
+        &format!("slice_size = {SLICE}"),
+    );
+    let r = get(&n, "/tls.bin");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == body);
+    let r = get(&n, "/tls.bin");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    let seen = o.seen();
+    assert!(!seen.is_empty());
+    for s in &seen {
+        assert_eq!(s.sni.as_deref(), Some("cdn.test"), "{s:?}");
+        assert_eq!(s.host.as_deref(), Some("bucket.example"), "{s:?}");
+    }
+    // Slices of one fill share kept-alive connections rather than a handshake each.
+    assert!(
+        o.connections() < seen.len(),
+        "{} connections for {} requests",
+        o.connections(),
+        seen.len()
+    );
+    let m = metrics(&n);
+    assert!(
+        metric(
+            &m,
+            "contentserver_origin_requests_total{code=\"2xx\",origin=\"origin\"}"
+        ) >= 1.0
+    );
+
+    // Without the CA file the certificate is refused: 502, nothing stored, no request sent.
+    let d2 = common::tempdir();
+    let n2 = node(d2.path(), &[o.url()], "sni = \"cdn.test\"", "");
+    let before = o.requests("/tls.bin");
+    assert_eq!(get(&n2, "/tls.bin").status, 502);
+    assert_eq!(o.requests("/tls.bin"), before);
+    assert_eq!(stored_files(&n2.cache), 0);
+    assert!(n2.srv.logs().contains("TLS handshake"), "{}", n2.srv.logs());
+}
+
+#[test]
+fn max_connections_caps_the_origin_connections_of_the_whole_node() {
+    let o = FaultOrigin::start();
+    o.set_timing(Timing {
+        head_delay: Duration::from_millis(100),
+        ..Timing::default()
+    });
+    for i in 0..12 {
+        o.put(&format!("/m{i}"), Object::new(pattern(5000, i as u8)));
+    }
+    let d = common::tempdir();
+    let n = node(
+        d.path(),
+        &[o.url()],
+        "max_connections = 2",
+        "slice_size = 0",
+    );
+    let addr = n.srv.addr;
+    let clients: Vec<_> = (0..12)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut c = common::Conn::new(addr);
+                c.send(
+                    format!("GET /m{i} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                );
+                c.response(false).expect("response")
+            })
+        })
+        .collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        let r = c.join().unwrap();
+        assert_eq!(r.status, 200, "/m{i}");
+        assert!(r.body == pattern(5000, i as u8));
+    }
+    assert!(
+        o.max_open_connections() <= 2,
+        "{} origin connections at once",
+        o.max_open_connections()
+    );
+    let m = metrics(&n);
+    assert!(metric(&m, "contentserver_origin_connections{origin=\"origin\"}") <= 2.0);
+    assert_eq!(
+        metric(
+            &m,
+            "contentserver_origin_requests_total{code=\"2xx\",origin=\"origin\"}"
+        ),
+        12.0
+    );
+}
+
+/// Debian's nginx serving a directory, killed on drop.
+struct Nginx {
+    child: Child,
+    port: u16,
+    root: PathBuf,
+    log: PathBuf,
+}
+
+impl Nginx {
+    fn start(dir: &Path) -> Nginx {
+        let bin = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .expect("nginx is not installed (scripts/deps.sh installs nginx-light)");
+        let root = dir.join("www");
+        std::fs::create_dir_all(root.join("short")).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = dir.join("access.log");
+        let conf = dir.join("nginx.conf");
+        let tmp = dir.join("nginx-tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::write(
+            &conf,
+            format!(
+                r#"daemon off;
+master_process off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log info;
+events {{ worker_connections 64; }}
+http {{
+    log_format origin '$request_method $uri "$http_range" "$http_if_none_match" $status';
+    access_log {log} origin;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        location /short/ {{ expires 1s; }}
+    }}
+}}
+"#,
+                tmp = tmp.display(),
+                log = log.display(),
+                root = root.display(),
+            ),
+        )
+        .unwrap();
+        let child = Command::new(bin)
+            .args(["-p", tmp.to_str().unwrap(), "-c", conf.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start nginx");
+        let mut child = child;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(st)) = child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                panic!("nginx exited ({st}): {err}");
+            }
+            assert!(Instant::now() < deadline, "nginx did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nginx {
+            child,
+            port,
+            root,
+            log,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Access log lines for `uri` (method, uri, Range, If-None-Match, status).
+    fn requests(&self, uri: &str) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.split(' ').nth(1) == Some(uri))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn debian_nginx_as_the_origin() {
+    let d = common::tempdir();
+    let ng = Nginx::start(d.path());
+    let big = pattern(3 * SLICE + 1234, 8);
+    std::fs::write(ng.root.join("big.bin"), &big).unwrap();
+    let nd = common::tempdir();
+    let n = node(nd.path(), &[ng.url()], "", &format!("slice_size = {SLICE}"));
+
+    // A full download: one Range request per slice, nginx answers 206s.
+    let r = get(&n, "/big.bin");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == big);
+    let lines = ng.requests("/big.bin");
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("\"bytes=") && l.ends_with(" 206")),
+        "{lines:?}"
+    );
+    let r = get(&n, "/big.bin");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == big);
+    assert_eq!(ng.requests("/big.bin").len(), 4, "a hit asks nginx nothing");
+
+    // A seek into an object never fetched: only the slice it needs.
+    std::fs::write(ng.root.join("seek.bin"), &big).unwrap();
+    let start = 2 * SLICE + 100;
+    let r = try_get(
+        &n,
+        "/seek.bin",
+        &format!("Range: bytes={start}-{}\r\n", start + 99),
+    )
+    .unwrap();
+    assert_eq!(r.status, 206);
+    assert!(r.body == big[start..start + 100]);
+    let lines = ng.requests("/seek.bin");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains(&format!("bytes={}-{}", 2 * SLICE, 3 * SLICE - 1)),
+        "{lines:?}"
+    );
+
+    // Revalidation with nginx's own ETag (expires 1s -> Cache-Control: max-age=1): 304.
+    let small = pattern(2000, 9);
+    std::fs::write(ng.root.join("short/s.txt"), &small).unwrap();
+    let r = get(&n, "/short/s.txt");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = get(&n, "/short/s.txt");
+    assert_eq!(r.status, 200);
+    assert!(r.body == small);
+    assert!(
+        matches!(xcache(&r), "REVALIDATED" | "UPDATING"),
+        "{}",
+        xcache(&r)
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !ng
+        .requests("/short/s.txt")
+        .iter()
+        .any(|l| l.ends_with(" 304"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            ng.requests("/short/s.txt")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The 304 answered a request carrying nginx's ETag (not an unconditional one).
+    let reval = ng.requests("/short/s.txt");
+    assert!(
+        reval
+            .iter()
+            .any(|l| l.ends_with(" 304") && !l.contains("\"-\" 304")),
+        "{reval:?}"
+    );
+
+    // A new version of the file (new size and mtime, so a new ETag): served whole once stale.
+    std::thread::sleep(Duration::from_millis(1100));
+    let v2 = pattern(3000, 10);
+    std::fs::write(ng.root.join("short/s.txt"), &v2).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = get(&n, "/short/s.txt");
+        assert_eq!(r.status, 200);
+        assert!(
+            r.body == small || r.body == v2,
+            "mixed versions: {} bytes",
+            r.body.len()
+        );
+        if r.body == v2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new version never arrived");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
