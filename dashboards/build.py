@@ -192,6 +192,157 @@ def dashboard(uid, title, description, variables, panels):
     }
 
 
+# Cache statuses answered from a stored entry (the body came from the disk, not the origin).
+FROM_CACHE = "hit|updating|stale|revalidated"
+# Rows of the caching node (cache volumes and their origins), kept together at the end.
+CACHE_ROW = "Cache: $volume"
+ORIGIN_ROW = "Origin"
+
+
+def dashed_right(regexp):
+    """Series matching `regexp` on the right axis, dashed and unfilled (a limit, not a value)."""
+    return {
+        "matcher": {"id": "byRegexp", "options": regexp},
+        "properties": [
+            {"id": "custom.axisPlacement", "value": "right"},
+            {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+            {"id": "custom.fillOpacity", "value": 0},
+        ],
+    }
+
+
+def share(metric, part):
+    """Per pod, the share of the volume's `metric` rate that matches `part`."""
+    return (f"sum by (pod) ({rate(metric, VSEL, part)}) / "
+            f"sum by (pod) ({rate(metric, VSEL)})")
+
+
+def cache_rows(lay, p):
+    """The caching node: one row per cache volume (repeated like the pool row) and one row for
+    the origins those volumes fill from (origin series are per origin, not per volume)."""
+    p.append(row(lay, CACHE_ROW,
+                 "A cache volume ([volumes.cache]): what it answers from disk, what it fetches "
+                 "from the origin, how full it is. Volumes without a cache show no data here.",
+                 repeat="volume"))
+    p.append(timeseries(
+        lay, "Hit ratio by requests",
+        "Share of the volume's cache-route requests answered from a stored entry (X-Cache HIT, "
+        "UPDATING, STALE or REVALIDATED). Healthy: steady and high for your catalogue (often "
+        "above 90% on a warm edge). Unhealthy: a drop that stays (a purge, a config change that "
+        "changed the keys, a catalogue that outgrew max_size); a new replica starts at 0% and "
+        "climbs as it fills.",
+        "percentunit",
+        [(share("contentserver_cache_requests_total", f'status=~"{FROM_CACHE}"'), "{{pod}}")],
+        w=6, maximum=1))
+    p.append(timeseries(
+        lay, "Hit ratio by bytes",
+        "Share of the body bytes sent to clients that came from the disk rather than from an "
+        "origin fill. Healthy: close to the request hit ratio, high. Unhealthy: far below the "
+        "request hit ratio, which means the large objects miss (max_size too small for them, "
+        "or slices evicted before they are asked again).",
+        "percentunit",
+        [(share("contentserver_cache_served_bytes_total", 'source="cache"'), "{{pod}}")],
+        w=6, maximum=1))
+    p.append(timeseries(
+        lay, "Bytes served/s by source",
+        "Body bytes per second sent to clients from the disk (cache) and from origin fills or "
+        "pass-throughs (origin): the origin line is this volume's share of the origin egress. "
+        "Healthy: origin far below cache once warm. Unhealthy: origin close to or above cache "
+        "for long (the cache is not absorbing the load; see Evictions/s).",
+        "Bps",
+        [(f"sum by (pod, source) ({rate('contentserver_cache_served_bytes_total', VSEL)})",
+          "{{pod}} {{source}}")], w=6))
+    stale = rate("contentserver_cache_requests_total", VSEL,
+                 'status=~"stale|updating|revalidated"')
+    p.append(timeseries(
+        lay, "Stale served/s",
+        "Requests per second answered with an expired entry: STALE (the origin failed; "
+        "stale-if-error), UPDATING (served while one background request revalidates; "
+        "stale-while-revalidate), and REVALIDATED (the origin confirmed the entry with 304). "
+        "Healthy: UPDATING and REVALIDATED follow the expiry of popular objects, STALE is 0. "
+        "Unhealthy: STALE above 0 for more than a few minutes: clients get old content because "
+        "the origin is failing (see the Origin row).",
+        "reqps",
+        [(f"sum by (pod, status) ({stale})", "{{pod}} {{status}}")], w=6))
+    p.append(timeseries(
+        lay, "Fills in flight and collapsed waiters/s",
+        "Origin fills (one per object slice) running now, and requests per second that joined "
+        "a fill already under way instead of asking the origin again (request collapsing). "
+        "Healthy: fills in flight small and short-lived; collapsed waiters rise with a burst "
+        "of requests for a new object and save as many origin requests. Unhealthy: fills in "
+        "flight that keep climbing (the origin is slow, see Origin p99 latency, or at "
+        "max_connections).",
+        "short",
+        [
+            (f"sum by (pod) (contentserver_cache_fills_in_flight{{{VSEL}}})",
+             "{{pod}} fills in flight"),
+            (f"sum by (pod) ({rate('contentserver_cache_collapsed_total', VSEL)})",
+             "{{pod}} collapsed/s"),
+        ]))
+    p.append(timeseries(
+        lay, "Cache bytes vs max",
+        "Bytes of stored entries, and the size they are kept under (max_size, or 10% of the "
+        "filesystem kept free; dashed, right axis). Healthy: grows after a start, then stays at "
+        "the max while the least recently used entries are evicted. Unhealthy: the max drops "
+        "below the configured max_size (the disk filled: something else uses it), or the "
+        "volume is at the max while Hit ratio by bytes falls (the working set does not fit).",
+        "bytes",
+        [
+            (f"sum by (pod) (contentserver_cache_size_bytes{{{VSEL}}})", "{{pod}} stored"),
+            (f"sum by (pod) (contentserver_cache_max_bytes{{{VSEL}}})", "{{pod}} max"),
+        ],
+        overrides=[dashed_right(".* max")]))
+    p.append(timeseries(
+        lay, "Evictions/s by reason",
+        "Entries deleted per second: size (room for new entries at the max), inactive (unused "
+        "for inactive_secs), invalid (unreadable or corrupt files). Healthy: size evictions "
+        "at a rate the hit ratio does not notice, inactive steady, invalid 0. Unhealthy: size "
+        "evictions close to the miss rate (each fill pushes out something still wanted: give "
+        "the volume more space or the ContentServer more replicas), any invalid evictions "
+        "(a failing disk).",
+        "ops",
+        [(f"sum by (pod, reason) ({rate('contentserver_cache_evictions_total', VSEL)})",
+          "{{pod}} {{reason}}")]))
+
+    p.append(row(lay, ORIGIN_ROW,
+                 "The origins the cache volumes fill from (label origin)."))
+    p.append(timeseries(
+        lay, "Origin egress bytes/s",
+        "Body bytes per second received from each origin: what the caches cost the origin. "
+        "Healthy: a small fraction of Response bytes/s once the caches are warm. Unhealthy: "
+        "close to Response bytes/s for long (hit ratio collapsed), or a step up after a "
+        "scale-out (new replicas fill from the origin: expected, and it settles).",
+        "Bps",
+        [(f"sum by (origin) ({rate('contentserver_origin_received_bytes_total', SEL)})",
+          "{{origin}}")], w=6))
+    p.append(timeseries(
+        lay, "Origin p99 latency",
+        "Median and 99th percentile time from sending an origin request to its response head. "
+        "Healthy: the origin's usual latency (tens of milliseconds nearby). Unhealthy: a p99 "
+        "near connect_timeout_ms or read_timeout_ms (misses wait that long, then answer 504 "
+        "or stale).",
+        "s",
+        [(quantile(q, "contentserver_origin_request_duration_seconds", SEL, "origin"),
+          f"{{{{origin}}}} p{int(q * 100)}") for q in (0.5, 0.99)], w=6))
+    p.append(timeseries(
+        lay, "Origin requests/s by outcome",
+        "Origin requests per second by status class, and error (connect refused, timeout, "
+        "truncated body). Healthy: 2xx and 3xx (304 revalidations), 4xx as your catalogue "
+        "has them. Unhealthy: any 5xx or error for more than a moment (misses become 502/504, "
+        "expired entries are served STALE).",
+        "reqps",
+        [(f"sum by (origin, code) ({rate('contentserver_origin_requests_total', SEL)})",
+          "{{origin}} {{code}}")], w=6))
+    p.append(timeseries(
+        lay, "Origin connections",
+        "Origin connections open now (busy and idle), per pod. Healthy: well below the "
+        "origin's max_connections. Unhealthy: at max_connections (fills queue for a "
+        "connection; raise it if the origin can take more).",
+        "short",
+        [(f"sum by (pod, origin) (contentserver_origin_connections{{{SEL}}})",
+          "{{pod}} {{origin}}")], w=6))
+
+
 def contentserver():
     lay = Layout()
     p = []
@@ -224,14 +375,7 @@ def contentserver():
              "{{pod}} capacity"),
         ],
         # max_queue is often far above the depth: capacity gets its own (right) axis, dashed.
-        overrides=[{
-            "matcher": {"id": "byRegexp", "options": ".* capacity"},
-            "properties": [
-                {"id": "custom.axisPlacement", "value": "right"},
-                {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
-                {"id": "custom.fillOpacity", "value": 0},
-            ],
-        }]))
+        overrides=[dashed_right(".* capacity")]))
     p.append(timeseries(
         lay, "Overflow rejects/s",
         "Tasks rejected per second because the pool's queue was full; each is a 503 response.",
@@ -349,6 +493,8 @@ def contentserver():
         "ops",
         [(f"sum by (volume, op) ({misses})", "{{volume}} {{op}}")], w=12))
 
+    cache_rows(lay, p)
+
     variables = [
         datasource_var(),
         query_var("namespace", "Namespace", "label_values(contentserver_build_info, namespace)",
@@ -366,7 +512,8 @@ def contentserver():
     ]
     return dashboard(
         "contentserver-overview", "Content server",
-        "Pools per volume, event loop, requests and page cache of content-server.",
+        "Pools per volume, event loop, requests, page cache, and the caching node's cache "
+        "volumes and origins, of content-server.",
         variables, p)
 
 

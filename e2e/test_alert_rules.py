@@ -21,6 +21,11 @@ REQUIRED_ALERTS = {
     "ContentServerEventLoopStalls",
     "ContentServerHigh5xxRatio",
     "ContentServerTargetDown",
+    # The caching node (cache volumes and their origins).
+    "ContentServerOriginErrors",
+    "ContentServerCacheHitRatioCollapsed",
+    "ContentServerCacheFull",
+    "ContentServerCacheServingStale",
 }
 
 

@@ -120,18 +120,47 @@ def test_query_rule_catches_fixed_ranges_and_missing_variables():
 
 def test_pool_row_repeats_per_volume():
     d = D.load("contentserver.json")
-    pool_rows = [p for p in d["panels"] if p["type"] == "row" and p.get("repeat") == "volume"]
+    pool_rows = [p for p in d["panels"] if p["type"] == "row" and p["title"].startswith("Pool")]
     assert len(pool_rows) == 1
+    assert pool_rows[0].get("repeat") == "volume"
     vol = next(v for v in D.variables(d) if v["name"] == "volume")
     assert vol["multi"] and vol["includeAll"], "a repeated row needs a multi-value variable"
-    pool_panels = D.repeated_panels(d, "volume")
+    pool_panels = D.row_panels(d, lambda r: r is pool_rows[0])
     titles = {p["title"] for p in pool_panels}
     for want in ["Pool utilisation", "Queue depth vs capacity", "Overflow rejects/s",
                  "p99 queue wait", "Task duration by operation"]:
         assert want in titles
-    for p in pool_panels:
+    for p in D.repeated_panels(d, "volume"):
         for t in p["targets"]:
             assert 'volume=~"$volume"' in t["expr"]
+
+
+CACHE_PANELS = {
+    "Cache: $volume": ["Hit ratio by requests", "Hit ratio by bytes", "Bytes served/s by source",
+                       "Stale served/s", "Fills in flight and collapsed waiters/s",
+                       "Cache bytes vs max", "Evictions/s by reason"],
+    "Origin": ["Origin egress bytes/s", "Origin p99 latency", "Origin requests/s by outcome",
+               "Origin connections"],
+}
+
+
+def test_cache_rows():
+    """One cache row repeated per volume and one origin row, after the rows that were there
+    before; every panel's description says what healthy and unhealthy look like."""
+    d = D.load("contentserver.json")
+    rows = [p for p in d["panels"] if p["type"] == "row"]
+    assert [r["title"] for r in rows[-2:]] == list(D.CACHE_ROWS)
+    assert rows[-2].get("repeat") == "volume" and not rows[-1].get("repeat")
+    for row in rows[-2:]:
+        panels = D.row_panels(d, lambda r: r is row)
+        assert [p["title"] for p in panels] == CACHE_PANELS[row["title"]]
+        for p in panels:
+            assert "Healthy:" in p["description"] and "Unhealthy:" in p["description"], p["title"]
+            for t in p["targets"]:
+                names = D.metric_names(t["expr"])
+                assert names and all(n.startswith(("contentserver_cache_", "contentserver_origin_"))
+                                     for n in names), t["expr"]
+    assert {p["title"] for p in D.cache_panels(d)} == {t for ts in CACHE_PANELS.values() for t in ts}
 
 
 def test_every_query_parses(tmp_path):
@@ -155,13 +184,20 @@ def test_every_query_parses(tmp_path):
 
 @pytest.fixture(scope="module")
 def server_metrics(tmp_path_factory):
-    """The /metrics text of a real content-server with two volumes and two workers."""
+    """The /metrics text of a real content-server with two volumes, two workers, and a cache
+    volume in front of an origin (its cache and origin series exist from start-up; the origin
+    is never asked)."""
     stack.build_bins()
     tmp = tmp_path_factory.mktemp("lint-server")
-    for v in ("disk1", "disk2"):
+    for v in ("disk1", "disk2", "cache1"):
         (tmp / v).mkdir()
+    cache = (
+        f'\n[[origins]]\nname = "origin"\nservers = ["http://127.0.0.1:{stack.free_port()}"]\n'
+        f'\n[[volumes]]\nname = "cache1"\npath = "{tmp / "cache1"}"\n'
+        '[volumes.cache]\nmax_size = "1M"\n'
+        '\n[[routes]]\nprefix = "/cache1/"\nvolume = "cache1"\norigin = "origin"\n')
     srv = stack.ContentServer(tmp, [("disk1", tmp / "disk1", "always", 2, 4),
-                                    ("disk2", tmp / "disk2", "auto", 2, 4)])
+                                    ("disk2", tmp / "disk2", "auto", 2, 4)], extra_toml=cache)
     try:
         # One request, so the series created on first use (per status code) exist too.
         stack.http_get(srv.url("/disk1/missing"))

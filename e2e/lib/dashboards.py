@@ -15,6 +15,10 @@ DASHBOARDS = ROOT / "dashboards"
 DASHBOARD_FILES = ["contentserver.json", "operator.json"]
 ALERTS = DASHBOARDS / "alerts.yaml"
 ALERT_TESTS = DASHBOARDS / "alerts.test.yaml"
+# Titles of the contentserver.json rows of the caching node (dashboards/build.py).
+CACHE_ROWS = ("Cache: $volume", "Origin")
+# Alert groups of the caching node in alerts.yaml.
+CACHE_ALERT_GROUP = "content-server-cache"
 
 # PromQL words that are not metric names.
 KEYWORDS = {
@@ -48,19 +52,30 @@ def content_panels(dash):
     return [p for p in all_panels(dash) if p.get("type") != "row"]
 
 
-def repeated_panels(dash, var):
-    """Panels inside rows that repeat per `var` (the panels after such a row, up to the next
-    row, or those nested in it when collapsed)."""
+def row_panels(dash, which):
+    """Panels inside the rows for which `which(row)` is true (the panels after such a row, up to
+    the next row, or those nested in it when collapsed)."""
     out, inside = [], False
     for p in dash.get("panels", []):
         if p.get("type") == "row":
-            inside = p.get("repeat") == var
+            inside = which(p)
             if inside:
                 out.extend(p.get("panels", []))
             continue
         if inside:
             out.append(p)
     return out
+
+
+def repeated_panels(dash, var):
+    """Panels inside rows that repeat per `var`."""
+    return row_panels(dash, lambda r: r.get("repeat") == var)
+
+
+def cache_panels(dash):
+    """Panels of the caching node's rows (cache volumes and origins): they have data only on a
+    content-server with cache volumes (e2e/test_cache_e2e.py evaluates them)."""
+    return row_panels(dash, lambda r: r.get("title") in CACHE_ROWS)
 
 
 def queries(dash):

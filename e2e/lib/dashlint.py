@@ -13,7 +13,7 @@ from lib import dashboards as D
 SERVER_SELECTOR_LABELS = ["namespace", "contentserver", "pod"]
 OPERATOR_SELECTOR_LABELS = ["namespace", "pod"]
 # Series that exist once per volume: their selectors must also narrow by $volume.
-PER_VOLUME_PREFIXES = ("contentserver_pool_", "contentserver_page_cache_")
+PER_VOLUME_PREFIXES = ("contentserver_pool_", "contentserver_page_cache_", "contentserver_cache_")
 
 
 def panel_problems(dash):

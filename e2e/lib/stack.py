@@ -121,12 +121,26 @@ class MetricsProcess:
         self.proc.stop(grace=self.stop_grace)
 
 
-class ContentServer(MetricsProcess):
-    """content-server with the given volumes: [(name, dir, offload, threads, max_queue)]."""
+class ConfiguredServer(MetricsProcess):
+    """content-server run with the config file `config` (written by the caller, e.g. rendered by
+    the operator), its admin listener (/metrics) on 127.0.0.1:`admin_port`."""
 
-    def __init__(self, tmp, volumes, env_extra=None, workers=2):
+    def __init__(self, tmp, config, admin_port, env_extra=None):
+        self.config = pathlib.Path(config)
+        self.admin_port = self.metrics_port = admin_port
+        env = dict(os.environ)
+        env.update(env_extra or {})
+        self.launch("content-server", [str(SERVER_BIN), "serve", "--config", str(self.config)],
+                    pathlib.Path(tmp) / "content-server.log", env)
+
+
+class ContentServer(ConfiguredServer):
+    """content-server with the given volumes: [(name, dir, offload, threads, max_queue)], and
+    `extra_toml` (tables only: more volumes, routes, origins) after them."""
+
+    def __init__(self, tmp, volumes, env_extra=None, workers=2, extra_toml=""):
         self.port = free_port()
-        self.admin_port = free_port()
+        admin_port = free_port()
         routes = "".join(
             f'\n[[routes]]\nprefix = "/{name}/"\nvolume = "{name}"\nstrip_prefix = true\n'
             for name, *_ in volumes)
@@ -137,15 +151,11 @@ class ContentServer(MetricsProcess):
         cfg = (
             f"workers = {workers}\nshutdown_timeout_secs = 1\n"
             f'\n[[listeners]]\naddress = "127.0.0.1"\nport = {self.port}\n'
-            f'\n[admin]\nlisten = "127.0.0.1:{self.admin_port}"\n'
-            f'\n[logging]\nlevel = "warn"\n' + vols + routes)
-        self.config = pathlib.Path(tmp) / "content-server.toml"
-        self.config.write_text(cfg)
-        env = dict(os.environ)
-        env.update(env_extra or {})
-        self.metrics_port = self.admin_port
-        self.launch("content-server", [str(SERVER_BIN), "serve", "--config", str(self.config)],
-                    pathlib.Path(tmp) / "content-server.log", env)
+            f'\n[admin]\nlisten = "127.0.0.1:{admin_port}"\n'
+            f'\n[logging]\nlevel = "warn"\n' + vols + routes + extra_toml)
+        config = pathlib.Path(tmp) / "content-server.toml"
+        config.write_text(cfg)
+        super().__init__(tmp, config, admin_port, env_extra)
 
     def url(self, path):
         return f"http://127.0.0.1:{self.port}{path}"
