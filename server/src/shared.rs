@@ -24,7 +24,7 @@ pub struct Shared {
     /// Same order as `config.volumes`.
     pub volumes: Vec<Volume>,
     /// The cache of each cache volume (same order as `config.volumes`; None = static volume).
-    pub caches: Vec<Option<Arc<crate::cache::volume::CacheVolume>>>,
+    pub caches: Vec<Option<Arc<crate::cache::volume::CacheVolume<crate::cache::fill::Fill>>>>,
     /// Each cache route's origin and policy (same order as `config.routes`; None = static).
     pub cache_routes: Vec<Option<crate::cache::serve::CacheRoute>>,
 }

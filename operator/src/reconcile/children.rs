@@ -15,33 +15,18 @@ use crate::builders::workload::{deployment, WorkloadKind};
 use crate::builders::{self, expose, hpa, networkpolicy, pdb, service, servicemonitor};
 use crate::gateway::HTTPRoute;
 use crate::reconcile::api::{apply, apply_or_delete};
+use crate::reconcile::applied::{rollout_state, Applied};
 use crate::reconcile::{replace, Error, Scope};
-use crate::status::WorkloadState;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject};
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt::Debug;
-
-/// What applying the children left behind, for the status step.
-pub struct Applied {
-    pub config_hash: String,
-    pub kind: WorkloadKind,
-    /// The workload's rollout state; None while a StatefulSet is being replaced.
-    pub state: Option<WorkloadState>,
-    /// Pending work, shown in the Reconciled condition's message.
-    pub notes: Vec<String>,
-    /// A StatefulSet replacement is under way (requeue soon).
-    pub replacing: bool,
-    /// Children not applied because their kind's CRD is not installed, as `Kind (crd name)`.
-    pub missing_crds: Vec<String>,
-}
 
 /// Apply the ConfigMap, the Services, the workload and the optional children.
 pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
@@ -124,22 +109,5 @@ where
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
         Err(e) => Err(e.into()),
-    }
-}
-
-/// The rollout state of an applied Deployment or StatefulSet from its status counters
-/// (`[replicas, readyReplicas, updatedReplicas]`) and observed generation.
-pub fn rollout_state(
-    meta: &ObjectMeta,
-    desired: i32,
-    [replicas, ready, updated]: [Option<i32>; 3],
-    observed_generation: Option<i64>,
-) -> WorkloadState {
-    WorkloadState {
-        desired,
-        replicas: replicas.unwrap_or(0),
-        ready: ready.unwrap_or(0),
-        updated: updated.unwrap_or(0),
-        observed_latest: observed_generation.is_some() && observed_generation >= meta.generation,
     }
 }

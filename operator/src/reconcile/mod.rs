@@ -10,6 +10,7 @@
 //! Building objects is `builders/`' job, computing conditions is `status.rs`'.
 
 mod api;
+mod applied;
 mod children;
 mod gate;
 mod replace;
@@ -18,7 +19,7 @@ use crate::builders;
 use crate::crd::{ContentServer, ContentServerStatus};
 use crate::metrics::Metrics;
 use crate::status::{self, WorkloadState};
-use children::Applied;
+use applied::Applied;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::Action;

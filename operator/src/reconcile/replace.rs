@@ -6,7 +6,7 @@
 use crate::builders::workload::{claim_template_signature, statefulset, WorkloadKind};
 use crate::builders::{self, headless_service_name};
 use crate::reconcile::api::{apply, delete_if_exists, owned_by, publish};
-use crate::reconcile::children::{rollout_state, Applied};
+use crate::reconcile::applied::{rollout_state, Applied};
 use crate::reconcile::{Error, Scope};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Service;

@@ -192,7 +192,7 @@ impl Fill {
 
     /// Start `job` as a detached task on the current runtime. The fill must already be
     /// registered with [`CacheVolume::fill_for`]; it unregisters itself when it ends.
-    pub fn spawn(self: &Arc<Self>, cv: Arc<CacheVolume>, origin: Arc<Origin>, job: FillJob) {
+    pub fn spawn(self: &Arc<Self>, cv: Arc<CacheVolume<Fill>>, origin: Arc<Origin>, job: FillJob) {
         let fill = self.clone();
         tokio::spawn(async move {
             fill.run(&cv, &origin, job).await;
@@ -200,7 +200,7 @@ impl Fill {
         });
     }
 
-    async fn run(self: &Arc<Self>, cv: &Arc<CacheVolume>, origin: &Origin, job: FillJob) {
+    async fn run(self: &Arc<Self>, cv: &Arc<CacheVolume<Fill>>, origin: &Origin, job: FillJob) {
         let s = cv.slice_size;
         let mut req = OriginRequest::get(job.target.clone());
         if s > 0 {
@@ -289,7 +289,7 @@ impl Fill {
 
     async fn refreshed(
         &self,
-        cv: &Arc<CacheVolume>,
+        cv: &Arc<CacheVolume<Fill>>,
         job: &FillJob,
         old: &Arc<Stored>,
         resp: &OriginResponse,
@@ -362,7 +362,7 @@ impl Fill {
 
     async fn body(
         self: &Arc<Self>,
-        cv: &Arc<CacheVolume>,
+        cv: &Arc<CacheVolume<Fill>>,
         meta: EntryMeta,
         mut resp: OriginResponse,
     ) {
@@ -526,7 +526,7 @@ impl Fill {
         }
     }
 
-    fn store_failed(&self, cv: &CacheVolume, e: &std::io::Error) {
+    fn store_failed(&self, cv: &CacheVolume<Fill>, e: &std::io::Error) {
         if e.raw_os_error() == Some(libc::ENOSPC) {
             cv.disk_full();
         } else {
@@ -536,7 +536,7 @@ impl Fill {
 }
 
 /// Remove a temporary file on the pool (never on the event loop).
-fn abort(cv: &CacheVolume, t: TempEntry) {
+fn abort(cv: &CacheVolume<Fill>, t: TempEntry) {
     let _ = cv.pool.submit_continuation(PoolOp::Open, move || t.abort());
 }
 

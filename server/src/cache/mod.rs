@@ -27,6 +27,7 @@ pub mod volume;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use anyhow::Context;
+use fill::Fill;
 use std::sync::Arc;
 use volume::CacheVolume;
 
@@ -53,7 +54,7 @@ pub fn start(
     volumes: &[crate::volume::Volume],
     metrics: &Metrics,
 ) -> anyhow::Result<(
-    Vec<Option<Arc<CacheVolume>>>,
+    Vec<Option<Arc<CacheVolume<Fill>>>>,
     Vec<Option<serve::CacheRoute>>,
 )> {
     let origins =

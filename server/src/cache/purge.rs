@@ -6,6 +6,7 @@
 //! `Authorization: Bearer TOKEN` changes nothing. Deletions run on each volume's pool. It owns
 //! the token check and the purge itself, not the HTTP routing (that is [`crate::admin`]).
 
+use super::fill::Fill;
 use super::key::CacheKey;
 use super::volume::CacheVolume;
 use crate::config::Config;
@@ -24,7 +25,7 @@ pub enum Target {
 /// The purge endpoint's state: the token and the cache volumes.
 pub struct Purge {
     token: String,
-    caches: Vec<Arc<CacheVolume>>,
+    caches: Vec<Arc<CacheVolume<Fill>>>,
 }
 
 impl Purge {
@@ -32,7 +33,7 @@ impl Purge {
     /// cannot be read or holds no token is a start-up error.
     pub fn from_config(
         cfg: &Config,
-        caches: &[Option<Arc<CacheVolume>>],
+        caches: &[Option<Arc<CacheVolume<Fill>>>],
     ) -> anyhow::Result<Option<Arc<Purge>>> {
         let path = cfg.admin.purge_token_file.trim();
         if path.is_empty() {

@@ -32,7 +32,7 @@ pub struct CacheRoute {
 
 struct Ctx<'a> {
     vol: &'a Volume,
-    cv: &'a Arc<CacheVolume>,
+    cv: &'a Arc<CacheVolume<Fill>>,
     route: &'a CacheRoute,
     sock: &'a Socket,
     req: &'a Request,
@@ -74,7 +74,7 @@ enum First {
 #[allow(clippy::too_many_arguments)]
 pub async fn respond(
     vol: &Volume,
-    cv: &Arc<CacheVolume>,
+    cv: &Arc<CacheVolume<Fill>>,
     route: &CacheRoute,
     sock: &Socket,
     req: &Request,

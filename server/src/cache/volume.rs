@@ -1,13 +1,13 @@
-//! One cache volume at run time: its store (directory), index, the fills under way, a small
-//! table of open entries (hot objects are served without an open or a header read), its metric
+//! One cache volume at run time: its store (directory), index, the registry of the fills under
+//! way, a small table of open entries (hot objects are served without an open or a header read), its metric
 //! handles, and the background work of the volume: the index rebuild after a restart and the
 //! once-a-second upkeep (inactive sweep, the "keep 10% free" limit, gauges).
 //!
 //! Every blocking file operation of the cache runs through [`CacheVolume::blocking`] on the
-//! volume's pool. It must not parse HTTP or touch sockets.
+//! volume's pool. It must not parse HTTP or touch sockets, and it does not name the fill
+//! (`fill.rs` uses the volume, so the volume holds its fills as the type parameter `F`).
 
 use super::entry::{EntryError, EntryMeta};
-use super::fill::Fill;
 use super::index::{Index, Presence, Reason, Victim};
 use super::key::EntryId;
 use super::store::Store;
@@ -86,8 +86,8 @@ pub enum Found {
     Collision,
 }
 
-/// One cache volume.
-pub struct CacheVolume {
+/// One cache volume; `F` is the fill registered per entry (`super::fill::Fill`).
+pub struct CacheVolume<F> {
     pub name: String,
     pub store: Arc<Store>,
     pub index: Index,
@@ -95,7 +95,7 @@ pub struct CacheVolume {
     pub slice_size: u64,
     pub pool: Pool,
     pub m: CacheMetrics,
-    fills: Mutex<HashMap<EntryId, Arc<Fill>>>,
+    fills: Mutex<HashMap<EntryId, Arc<F>>>,
     open: Mutex<IndexMap<EntryId, Arc<Stored>>>,
     /// `max_size` as configured (None = keep 10% of the filesystem free).
     max_size: Option<u64>,
@@ -105,7 +105,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl CacheVolume {
+impl<F: Send + Sync + 'static> CacheVolume<F> {
     /// Open the cache directory of volume `v` (removing temporary files of an earlier process)
     /// and create its metric series. The rebuild and upkeep start with [`CacheVolume::spawn_upkeep`].
     pub fn open(
@@ -113,7 +113,7 @@ impl CacheVolume {
         c: &config::VolumeCache,
         pool: Pool,
         metrics: &Metrics,
-    ) -> anyhow::Result<Arc<CacheVolume>> {
+    ) -> anyhow::Result<Arc<Self>> {
         let (store, removed) = Store::open(&v.path).with_context(|| {
             format!(
                 "cache volume {:?}: cannot open {}",
@@ -186,9 +186,9 @@ impl CacheVolume {
     }
 
     /// Run blocking file work on the volume's pool.
-    pub async fn blocking<F, R>(&self, f: F) -> Result<R, PoolError>
+    pub async fn blocking<T, R>(&self, f: T) -> Result<R, PoolError>
     where
-        F: FnOnce() -> R + Send + 'static,
+        T: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
         self.pool.run(PoolOp::Open, f).await
@@ -310,7 +310,7 @@ impl CacheVolume {
 
     /// The fill of `id` under way, or a new one made by `make` (registered before it starts,
     /// so concurrent requests find it). The bool says whether it was joined.
-    pub fn fill_for(&self, id: EntryId, make: impl FnOnce() -> Arc<Fill>) -> (Arc<Fill>, bool) {
+    pub fn fill_for(&self, id: EntryId, make: impl FnOnce() -> Arc<F>) -> (Arc<F>, bool) {
         let mut fills = lock(&self.fills);
         if let Some(f) = fills.get(&id) {
             return (f.clone(), true);
@@ -327,12 +327,12 @@ impl CacheVolume {
     }
 
     /// The fill of `id`, if one runs.
-    pub fn fill_running(&self, id: EntryId) -> Option<Arc<Fill>> {
+    pub fn fill_running(&self, id: EntryId) -> Option<Arc<F>> {
         lock(&self.fills).get(&id).cloned()
     }
 
     /// A fill ended: new requests no longer join it.
-    pub fn fill_done(&self, id: EntryId, fill: &Arc<Fill>) {
+    pub fn fill_done(&self, id: EntryId, fill: &Arc<F>) {
         let mut fills = lock(&self.fills);
         if fills.get(&id).is_some_and(|f| Arc::ptr_eq(f, fill)) {
             fills.remove(&id);
