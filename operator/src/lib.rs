@@ -35,3 +35,21 @@ pub fn crd_yaml() -> Result<String, serde_yaml_ng::Error> {
         serde_yaml_ng::to_string(&crd)?
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// The operator's files hold to the server's rule: no import cycle between the files of a
+    /// module, nor between its top-level modules.
+    #[test]
+    fn no_import_cycle_between_files() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let cycles = content_server::layers::file_cycles(&src).unwrap();
+        assert!(
+            cycles.is_empty(),
+            "import cycles between files:\n{}",
+            cycles.join("\n")
+        );
+    }
+}
