@@ -145,35 +145,17 @@ def test_load_overflowed_the_slow_pool(env):
     assert c.get("error", 0) < sum(c.values()) / 10, c
 
 
-def resolve_variables(prom, dash, start, end):
-    """Each query variable's values, resolved in order like Grafana (label values API)."""
-    chosen, values = {}, {}
-    for v in D.variables(dash)[1:]:
-        selector, label = D.label_values_query(D.variable_query(v))
-        sel = D.substitute(selector, chosen)
-        vals = prom.api(f"label/{label}/values", **{"match[]": sel, "start": start, "end": end})
-        assert vals, f"variable {v['name']}: {selector} -> no values"
-        values[v["name"]] = vals
-        chosen[v["name"]] = vals[0] if len(vals) == 1 else "|".join(vals)
-    return values
-
-
 def grafana_multi(vals):
     return vals[0] if len(vals) == 1 else "(" + "|".join(vals) + ")"
 
 
-def has_data(result):
-    return any(not math.isnan(float(val)) for series in result for _, val in series["values"])
-
-
 def evaluate(prom, expr, env):
-    return prom.api("query_range", query=expr, start=env["start"], end=env["end"], step="1")[
-        "result"]
+    return prom.query_range(expr, env["start"], env["end"])
 
 
 def test_variables_resolve_to_the_target_labels(env):
     dash = D.load("contentserver.json")
-    values = resolve_variables(env["prom"], dash, env["start"], env["end"])
+    values = env["prom"].resolve_variables(dash, env["start"], env["end"])
     assert values["namespace"] == ["e2e"]
     assert values["contentserver"] == ["films"]
     assert values["pod"] == ["films-0"]
@@ -182,7 +164,7 @@ def test_variables_resolve_to_the_target_labels(env):
 
 def test_operator_variables_resolve_to_the_target_labels(env):
     dash = D.load("operator.json")
-    values = resolve_variables(env["prom"], dash, env["start"], env["end"])
+    values = env["prom"].resolve_variables(dash, env["start"], env["end"])
     assert values == {"namespace": ["content-system"], "pod": ["content-operator-0"]}
 
 
@@ -190,7 +172,7 @@ def test_operator_variables_resolve_to_the_target_labels(env):
 def test_every_panel_query_returns_data(env, name, min_queries):
     prom = env["prom"]
     dash = D.load(name)
-    values = resolve_variables(prom, dash, env["start"], env["end"])
+    values = prom.resolve_variables(dash, env["start"], env["end"])
     # Every variable at its default, "All" (Grafana sends a multi-value as a regex `(a|b)`);
     # panels of the repeated pool row get one volume each, as Grafana repeats them.
     base = {k: grafana_multi(v) for k, v in values.items()}
@@ -209,17 +191,10 @@ def test_every_panel_query_returns_data(env, name, min_queries):
             expr = D.substitute(target["expr"], vals, rate_interval=RATE_INTERVAL)
             assert "$" not in expr.replace("${1}", ""), f"unsubstituted variable in {expr}"
             checked += 1
-            if not has_data(evaluate(prom, expr, env)):
+            if not D.has_data(evaluate(prom, expr, env)):
                 empty.append(f"{panel['title']} [{target['refId']}] volume={vol}: {expr}")
     assert checked >= min_queries
     assert not empty, "panel queries with no data:\n" + "\n".join(empty)
-
-
-def panel_expr(dash, title, ref="A"):
-    for p, t in D.queries(dash):
-        if p["title"] == title and t["refId"] == ref:
-            return t["expr"]
-    raise AssertionError(f"no panel {title!r} {ref}")
 
 
 def max_value(result):
@@ -233,7 +208,7 @@ def test_panels_show_the_overflow_on_the_slow_volume_only(env):
     vals = dict(TARGET_LABELS)
 
     def peak(title, vol, ref="A"):
-        expr = D.substitute(panel_expr(dash, title, ref), dict(vals, volume=vol),
+        expr = D.substitute(D.panel_expr(dash, title, ref), dict(vals, volume=vol),
                             rate_interval=RATE_INTERVAL)
         return max_value(evaluate(prom, expr, env))
 
@@ -250,7 +225,7 @@ def test_operator_panels_show_reconciles_and_errors(env):
     dash = D.load("operator.json")
 
     def series_peaks(title, ref="A"):
-        expr = D.substitute(panel_expr(dash, title, ref), dict(OPERATOR_LABELS),
+        expr = D.substitute(D.panel_expr(dash, title, ref), dict(OPERATOR_LABELS),
                             rate_interval=RATE_INTERVAL)
         return {s["metric"].get("result", ""): max_value([s]) for s in evaluate(prom, expr, env)}
 

@@ -7,6 +7,7 @@ nothing and talks to no server.
 """
 
 import json
+import math
 import pathlib
 import re
 
@@ -187,3 +188,16 @@ def exposition_families(text):
         if len(parts) >= 4 and parts[0] == "#" and parts[1] == "TYPE":
             fams[parts[2]] = parts[3]
     return fams
+
+
+def panel_expr(dash, title, ref="A"):
+    """The query `ref` of the panel titled `title`."""
+    for p, t in queries(dash):
+        if p["title"] == title and t["refId"] == ref:
+            return t["expr"]
+    raise AssertionError(f"no panel {title!r} {ref}")
+
+
+def has_data(result):
+    """Does a Prometheus range-query result hold any value that is not NaN?"""
+    return any(not math.isnan(float(val)) for series in result for _, val in series["values"])

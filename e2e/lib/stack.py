@@ -16,6 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from lib import dashboards as D
 from lib.dashboards import ROOT
 
 TARGET = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -209,6 +210,21 @@ class Prometheus:
         if status != 200 or doc.get("status") != "success":
             raise AssertionError(f"Prometheus {path} {params} -> {status}: {doc}")
         return doc["data"]
+
+    def query_range(self, expr, start, end, step="1"):
+        return self.api("query_range", query=expr, start=start, end=end, step=step)["result"]
+
+    def resolve_variables(self, dash, start, end):
+        """Each query variable's values, resolved in order like Grafana (label values API)."""
+        chosen, values = {}, {}
+        for v in D.variables(dash)[1:]:
+            selector, label = D.label_values_query(D.variable_query(v))
+            sel = D.substitute(selector, chosen)
+            vals = self.api(f"label/{label}/values", **{"match[]": sel, "start": start, "end": end})
+            assert vals, f"variable {v['name']}: {selector} -> no values"
+            values[v["name"]] = vals
+            chosen[v["name"]] = vals[0] if len(vals) == 1 else "|".join(vals)
+        return values
 
     def stop(self):
         self.proc.stop()
