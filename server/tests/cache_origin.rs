@@ -2,7 +2,9 @@
 //! fault gives the client a clean error or stale content — never a cached truncation — and the
 //! next request retries; failover between origin servers; an HTTPS origin with a test CA (SNI
 //! and Host overrides); the origin connection cap; Debian's nginx as a real origin (slices are
-//! Range requests, revalidation with its ETags, a new version of a file).
+//! Range requests, revalidation with its ETags, a new version of a file); several ranges of a
+//! cached object answered exactly like our static server answers them; an origin answering per
+//! `Authorization` never has one user's answer served to another (RFC 9111 §3.5).
 
 mod common;
 
@@ -648,4 +650,288 @@ fn debian_nginx_as_the_origin() {
         assert!(Instant::now() < deadline, "the new version never arrived");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A response with its multipart boundary replaced by a fixed word (boundaries are random).
+fn normalized(r: &Response) -> (u16, Option<String>, Option<String>, Vec<u8>) {
+    let ctype = r.header("Content-Type").map(str::to_string);
+    let boundary = ctype
+        .as_deref()
+        .and_then(|t| t.split_once("boundary="))
+        .map(|(_, b)| b.to_string());
+    let (ctype, body) = match &boundary {
+        Some(b) => {
+            let body = replace_all(&r.body, b.as_bytes(), b"BOUNDARY");
+            assert!(
+                r.body.is_empty() || body != r.body,
+                "the boundary frames the body"
+            );
+            (ctype.map(|t| t.replace(b.as_str(), "BOUNDARY")), body)
+        }
+        None => (ctype, r.body.clone()),
+    };
+    if let Some(l) = r.header("Content-Length") {
+        if !r.body.is_empty() {
+            assert_eq!(
+                l.parse::<usize>().ok(),
+                Some(r.body.len()),
+                "Content-Length"
+            );
+        }
+    }
+    (
+        r.status,
+        ctype,
+        r.header("Content-Range").map(str::to_string),
+        body,
+    )
+}
+
+fn replace_all(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(hay.len());
+    let mut i = 0;
+    while i < hay.len() {
+        if hay[i..].starts_with(from) {
+            out.extend_from_slice(to);
+            i += from.len();
+        } else {
+            out.push(hay[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Several ranges of a cached object (whole, and in slices, some of them not fetched yet) get
+/// the answer our static server gives for the same file: 206 multipart/byteranges with the
+/// same parts, and the same fallbacks (overlapping or too many ranges: 200; some unsatisfiable:
+/// the others; none: 416; If-Range of another version: 200), for GET and HEAD.
+#[test]
+fn several_ranges_of_a_cached_object_are_answered_like_a_static_file() {
+    let www = common::tempdir();
+    let len = 4 * SLICE + 500;
+    let body = pattern(len, 12);
+    std::fs::write(www.path().join("m.bin"), &body).unwrap();
+    let origin = Server::root(www.path(), &[]);
+    let s = SLICE;
+    let mut many: Vec<String> = (0..17)
+        .map(|i| format!("{}-{}", i * 10, i * 10 + 1))
+        .collect();
+    let seventeen = format!("bytes={}", many.join(","));
+    many.truncate(16);
+    let sixteen = format!("bytes={}", many.join(","));
+    let asks: Vec<(&str, Vec<String>)> = vec![
+        ("GET", vec!["Range: bytes=0-9,100-109".into()]),
+        // The last slice (not fetched yet), one part across two slices, one in the first.
+        (
+            "GET",
+            vec![format!(
+                "Range: bytes={}-{},{}-{},10-19",
+                3 * s + 5,
+                3 * s + 10,
+                s - 5,
+                s + 5
+            )],
+        ),
+        (
+            "GET",
+            vec![format!("Range: bytes=-10,{}-{}", 2 * s, 2 * s + 3)],
+        ),
+        ("HEAD", vec!["Range: bytes=0-9,100-109".into()]),
+        ("GET", vec!["Range: bytes=0-9,5-20".into()]),
+        ("GET", vec![format!("Range: {sixteen}")]),
+        ("GET", vec![format!("Range: {seventeen}")]),
+        ("GET", vec![format!("Range: bytes=0-0,{len}-")]),
+        ("GET", vec![format!("Range: bytes={len}-,{}-", len + 5)]),
+        (
+            "GET",
+            vec!["Range: bytes=0-1,4-5".into(), "If-Range: \"other\"".into()],
+        ),
+    ];
+    for slice_size in [0, SLICE] {
+        let d = common::tempdir();
+        let n = node(
+            d.path(),
+            &[format!("http://{}", origin.addr)],
+            "",
+            &format!("slice_size = {slice_size}"),
+        );
+        // Twice: first while slices are still missing, then all from the cache.
+        for round in 0..2 {
+            for (method, headers) in &asks {
+                let h: Vec<(&str, &str)> = headers
+                    .iter()
+                    .map(|l| l.split_once(": ").expect("header line"))
+                    .collect();
+                let want = common::request(origin.addr, method, "/m.bin", &h);
+                let got = common::request(n.srv.addr, method, "/m.bin", &h);
+                let what = format!("slice_size {slice_size}, round {round}: {method} {headers:?}");
+                let (g, w) = (normalized(&got), normalized(&want));
+                assert_eq!((g.0, &g.1, &g.2), (w.0, &w.1, &w.2), "{what}");
+                assert!(
+                    g.3 == w.3,
+                    "{what}: bodies differ ({} and {} bytes)",
+                    g.3.len(),
+                    w.3.len()
+                );
+                if want.status == 206 && want.header("Content-Range").is_none() {
+                    assert!(
+                        got.header("Content-Type")
+                            .is_some_and(|t| t.starts_with("multipart/byteranges; boundary=")),
+                        "{what}"
+                    );
+                }
+                if *method == "GET" && round == 1 && got.status < 300 {
+                    assert_eq!(xcache(&got), "HIT", "{what}");
+                }
+            }
+        }
+        let r = get(&n, "/m.bin");
+        assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+        assert!(r.body == body);
+    }
+}
+
+/// An origin that answers each user (and anonymous requests) differently: the node forwards
+/// each request's Authorization, never serves one user's answer to another nor a stored
+/// anonymous answer to a user, stores nothing an authorized answer does not allow to share,
+/// and shares what does (`public`).
+#[test]
+fn answers_to_authorized_requests_are_never_served_to_anyone_else() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let n = node(d.path(), &[o.url()], "", &format!("slice_size = {SLICE}"));
+    let len = 2 * SLICE + 100; // three slices
+    let users = [("Bearer alice", 21u8), ("Bearer bob", 22u8)];
+    let cc = "max-age=600";
+    for (auth, seed) in users {
+        o.put_for(
+            "/me",
+            Some(auth),
+            Object::new(pattern(len, seed)).cache_control(cc),
+        );
+    }
+    o.put_for(
+        "/me",
+        None,
+        Object::new(b"log in first\n".to_vec())
+            .status(401)
+            .cache_control(cc),
+    );
+    let as_user = |auth: &str| format!("Authorization: {auth}\r\n");
+    for round in 0..2 {
+        for (auth, seed) in users {
+            let r = try_get(&n, "/me", &as_user(auth)).expect("answer");
+            assert_eq!(
+                (r.status, xcache(&r)),
+                (200, "BYPASS"),
+                "{auth} round {round}"
+            );
+            assert!(
+                r.body == pattern(len, seed),
+                "{auth} got someone else's answer"
+            );
+        }
+        let r = get(&n, "/me");
+        assert_eq!(r.status, 401, "anonymous, round {round}");
+        assert_eq!(r.body, b"log in first\n");
+    }
+    // Every origin request carried the credentials of the client it was made for.
+    let seen: Vec<_> = o.seen().into_iter().filter(|s| s.path == "/me").collect();
+    for auth in [Some("Bearer alice"), Some("Bearer bob"), None] {
+        assert!(
+            seen.iter().any(|s| s.authorization.as_deref() == auth),
+            "{auth:?}: {seen:?}"
+        );
+    }
+    // Concurrent requests of both users for an object being fetched: no collapsing across them.
+    o.set_timing(Timing {
+        head_delay: Duration::from_millis(200),
+        ..Timing::default()
+    });
+    let addr = n.srv.addr;
+    let clients: Vec<_> = (0..6)
+        .map(|i| {
+            let (auth, seed) = users[i % 2];
+            std::thread::spawn(move || {
+                let r = common::request(addr, "GET", "/me", &[("Authorization", auth)]);
+                (auth, r.status, r.body == pattern(len, seed))
+            })
+        })
+        .collect();
+    for c in clients {
+        let (auth, status, own) = c.join().unwrap();
+        assert_eq!(status, 200, "{auth}");
+        assert!(own, "{auth} got someone else's answer");
+    }
+    o.set_timing(Timing::default());
+    assert_eq!(
+        stored_files(&n.cache),
+        0,
+        "an answer for credentials was stored"
+    );
+
+    // A stored anonymous answer (no `public`) is not one for a user, and the user's request
+    // neither replaces nor drops it.
+    o.put("/page", Object::new(pattern(1000, 23)).cache_control(cc));
+    o.put_for(
+        "/page",
+        Some("Bearer alice"),
+        Object::new(pattern(1000, 24)).cache_control(cc),
+    );
+    assert_eq!(xcache(&get(&n, "/page")), "MISS");
+    let r = try_get(&n, "/page", &as_user("Bearer alice")).unwrap();
+    assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
+    assert!(r.body == pattern(1000, 24), "alice got the anonymous page");
+    let r = get(&n, "/page");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == pattern(1000, 23));
+
+    // An answer that says `public` (or s-maxage) may be shared: stored once, then a hit for
+    // everyone, users included.
+    for (p, cc) in [("/pub", "public, max-age=600"), ("/smax", "s-maxage=600")] {
+        o.put_for(
+            p,
+            Some("Bearer alice"),
+            Object::new(pattern(len, 25)).cache_control(cc),
+        );
+        o.put_for(p, None, Object::new(b"no".to_vec()).status(401));
+        let r = try_get(&n, p, &as_user("Bearer alice")).unwrap();
+        assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{p}");
+        assert!(r.body == pattern(len, 25));
+        let asked = o.requests(p);
+        for extra in [
+            String::new(),
+            as_user("Bearer bob"),
+            as_user("Bearer alice"),
+        ] {
+            let r = try_get(&n, p, &extra).unwrap();
+            assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{p} {extra:?}");
+            assert!(r.body == pattern(len, 25));
+        }
+        assert_eq!(o.requests(p), asked, "{p}: hits ask the origin nothing");
+    }
+}
+
+/// An answer that may not be stored, for an object of several slices: the client asked for the
+/// whole object and gets it whole (200), not the first slice's 206 the node asked for.
+#[test]
+fn a_private_object_larger_than_a_slice_is_passed_through_whole() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let n = node(d.path(), &[o.url()], "", &format!("slice_size = {SLICE}"));
+    let body = pattern(3 * SLICE, 26);
+    for (p, cc) in [
+        ("/private", "private, max-age=60"),
+        ("/nostore", "no-store"),
+    ] {
+        o.put(p, Object::new(body.clone()).cache_control(cc));
+        for _ in 0..2 {
+            let r = get(&n, p);
+            assert_eq!((r.status, xcache(&r)), (200, "BYPASS"), "{p}");
+            assert!(r.body == body, "{p}: {} bytes", r.body.len());
+            assert_eq!(r.header("Content-Range"), None, "{p}");
+        }
+    }
+    assert_eq!(stored_files(&n.cache), 0);
 }

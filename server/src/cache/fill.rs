@@ -75,6 +75,9 @@ pub struct FillJob {
     pub policy: Arc<CachePolicy>,
     /// Revalidate this stale entry (If-None-Match / If-Modified-Since) instead of a plain GET.
     pub revalidate: Option<Arc<Stored>>,
+    /// The client's `Authorization`, forwarded: the answer is stored only if it may be shared
+    /// (such a fill is never joined by other requests).
+    pub authorization: Option<String>,
 }
 
 /// The head of a body being filled.
@@ -211,6 +214,8 @@ impl Fill {
             req.if_none_match = old.meta.etag.clone();
             req.if_modified_since = old.meta.last_modified.clone();
         }
+        req.authorization = job.authorization.clone();
+        let authorized = job.authorization.is_some();
         let resp = match origin.fetch(req).await {
             Ok(r) => r,
             Err(e) => {
@@ -233,7 +238,7 @@ impl Fill {
         let Some((body_len, total)) = self.body_shape(s, job.slice, &resp) else {
             return self.bypass(resp);
         };
-        let fresh = match freshness::evaluate(200, &resp.headers, &job.policy, false, now) {
+        let fresh = match freshness::evaluate(200, &resp.headers, &job.policy, authorized, now) {
             Freshness::Storable(f) => f,
             Freshness::NotStorable(why) => {
                 tracing::debug!(volume = %cv.name, target = %job.target, why = why.as_str(), "not storable");
@@ -310,7 +315,7 @@ impl Fill {
         }
         let mut meta = (*old.meta).clone();
         meta.stored_at = now;
-        match freshness::evaluate(200, &merged, &job.policy, false, now) {
+        match freshness::evaluate(200, &merged, &job.policy, job.authorization.is_some(), now) {
             Freshness::Storable(f) => {
                 meta.initial_age = f.age.min(u32::MAX as u64) as u32;
                 meta.fresh_until = now + f.fresh_for.min(i64::MAX as u64 / 4) as i64;

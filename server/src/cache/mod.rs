@@ -80,6 +80,7 @@ pub fn start(
             Some(serve::CacheRoute {
                 origin: origins.get(name)?,
                 policy: Arc::new(r.cache.clone().unwrap_or_default()),
+                max_ranges: cfg.http.max_ranges,
             })
         })
         .collect();

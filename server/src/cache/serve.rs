@@ -6,15 +6,22 @@
 //! volume's send path ([`crate::send::send_body`]: offload mode, sendfile or the page-cache
 //! copy), and the next slice is prefetched while the current one is sent. Every slice is checked
 //! against the first one's validator: a new version at the origin ends the response (never two
-//! versions in one body) and drops the old version's slices. Not storable answers are passed
-//! through (BYPASS). It must not read from the socket.
+//! versions in one body) and drops the old version's slices. Several ranges are answered like a
+//! static file's (206 multipart/byteranges, the http planner's range rules), each part sent
+//! slice by slice like a single range. Not storable answers are passed through (BYPASS).
+//! A request with `Authorization` (RFC 9111 §3.5) uses a stored answer only when it says it may
+//! be shared, and never joins nor shares a fill: its fills forward the credentials, run for it
+//! alone, and store only what the origin allows to share. It must not read from the socket.
 
 use super::fill::{unix_now, Fill, FillError, FillJob, Progress};
 use super::key::CacheKey;
 use super::volume::{CacheStatus, CacheVolume, Found, Stored};
 use crate::config::CachePolicy;
 use crate::http::conditional::{self, Conditions, Current, Precondition};
+use crate::http::freshness;
+use crate::http::multipart::{self, Multipart};
 use crate::http::parse::{Method, Request};
+use crate::http::plan::Body;
 use crate::http::range::{self, Ranges};
 use crate::http::response::Served;
 use crate::http::response::{self, Head};
@@ -28,6 +35,8 @@ use std::time::Duration;
 pub struct CacheRoute {
     pub origin: Arc<Origin>,
     pub policy: Arc<CachePolicy>,
+    /// `http.max_ranges`, as for static files.
+    pub max_ranges: usize,
 }
 
 struct Ctx<'a> {
@@ -36,6 +45,8 @@ struct Ctx<'a> {
     route: &'a CacheRoute,
     sock: &'a Socket,
     req: &'a Request,
+    /// The request's Authorization, if any.
+    auth: Option<&'a str>,
     key: CacheKey,
     key_bytes: Arc<[u8]>,
     target: String,
@@ -93,6 +104,7 @@ pub async fn respond(
         route,
         sock,
         req,
+        auth: req.authorization.as_deref(),
         key_bytes: Arc::from(key.as_bytes()),
         key,
         target,
@@ -143,13 +155,46 @@ impl Ctx<'_> {
             slice,
             policy: self.route.policy.clone(),
             revalidate,
+            authorization: self.auth.map(str::to_string),
+        }
+    }
+
+    /// May stored answer `s` answer this request? With Authorization only if it says it may be
+    /// shared (RFC 9111 §3.5).
+    fn usable(&self, s: &Stored) -> bool {
+        self.auth.is_none()
+            || freshness::shared_with_authorization(
+                s.meta
+                    .headers
+                    .iter()
+                    .filter(|(n, _)| n.eq_ignore_ascii_case("cache-control"))
+                    .map(|(_, v)| v.as_str()),
+            )
+    }
+
+    /// The bypassed answer of `fill`, streamed through when it answers this request; a slice's
+    /// 206 does not (the client asked for something else): the object is then asked for itself.
+    fn handoff(&self, fill: &Fill) -> First {
+        match fill.take_response() {
+            Some(r) if r.status != 206 => First::PassThrough(r),
+            _ => First::FetchThrough,
         }
     }
 
     /// The fill of `slice` (joined, or started detached); `revalidate` makes a new one
     /// conditional. A request joining a fill for its first slice counts as collapsed.
+    /// With Authorization the fill is this request's alone (not registered: nobody joins it).
     fn fill(&self, slice: u32, revalidate: Option<Arc<Stored>>, first: bool) -> (Arc<Fill>, bool) {
         let id = self.key.slice(slice);
+        if self.auth.is_some() {
+            let fill = Fill::new(id);
+            fill.spawn(
+                self.cv.clone(),
+                self.route.origin.clone(),
+                self.job(slice, revalidate),
+            );
+            return (fill, false);
+        }
         let (fill, joined) = self.cv.fill_for(id, || Fill::new(id));
         if joined {
             if first {
@@ -177,7 +222,7 @@ impl Ctx<'_> {
         let stored = match found {
             Found::Collision => return First::FetchThrough,
             Found::Absent => None,
-            Found::Stored(s) => Some(s),
+            Found::Stored(s) => Some(s).filter(|s| self.usable(s)),
         };
         let now = unix_now();
         let Some(s) = stored else {
@@ -243,20 +288,15 @@ impl Ctx<'_> {
             Progress::Refreshed(s) => First::Serve(Source::Stored(s), CacheStatus::Revalidated),
             Progress::Bypass { status } if status >= 500 => match stale_ok(&stale) {
                 Some(s) => First::Serve(Source::Stored(s), CacheStatus::Stale),
-                None => match fill.take_response() {
-                    Some(r) => First::PassThrough(r),
-                    None => First::FetchThrough,
-                },
+                None => self.handoff(&fill),
             },
             Progress::Bypass { .. } => {
-                if let Some(s) = &stale {
-                    // The object is no longer cacheable: forget the stored version.
+                if let (Some(s), None) = (&stale, self.auth) {
+                    // The object is no longer cacheable: forget the stored version. (An answer
+                    // for one user's credentials says nothing about the shared one.)
                     let _ = self.cv.remove_object(s.id.hash()).await;
                 }
-                match fill.take_response() {
-                    Some(r) => First::PassThrough(r),
-                    None => First::FetchThrough,
-                }
+                self.handoff(&fill)
             }
             Progress::Failed(e) => match (&*e, stale_ok(&stale)) {
                 (FillError::Origin(_), Some(s)) => {
@@ -275,7 +315,8 @@ impl Ctx<'_> {
     async fn source(&self, slice: u32) -> Option<Source> {
         let id = self.key.slice(slice);
         match self.cv.find(id, &self.key_bytes).await.ok()? {
-            Found::Stored(s) => return Some(Source::Stored(s)),
+            Found::Stored(s) if self.usable(&s) => return Some(Source::Stored(s)),
+            Found::Stored(_) => {}
             Found::Collision => return None,
             Found::Absent => {}
         }
@@ -293,10 +334,12 @@ impl Ctx<'_> {
         }
     }
 
-    /// Start filling `slice` if it is neither stored nor being filled (prefetch).
+    /// Start filling `slice` if it is neither stored nor being filled (prefetch; not for a
+    /// request with Authorization, whose fills nobody else finds).
     fn prefetch(&self, slice: u32) {
         let id = self.key.slice(slice);
-        if self.cv.index.lookup(id, self.cv.index.now()) == super::index::Presence::No
+        if self.auth.is_none()
+            && self.cv.index.lookup(id, self.cv.index.now()) == super::index::Presence::No
             && self.cv.fill_running(id).is_none()
         {
             self.fill(slice, None, false);
@@ -323,8 +366,7 @@ impl Ctx<'_> {
             h
         };
         // RFC 9110 preconditions and ranges (the http planner's rules) against the origin's
-        // validators; an absent ETag never matches ("-" is no entity tag). Several ranges are
-        // answered with the whole object.
+        // validators; an absent ETag never matches ("-" is no entity tag).
         let etag = meta.etag.clone().unwrap_or_else(|| "-".into());
         let conds = Conditions {
             if_match: self.req.if_match.as_deref(),
@@ -356,33 +398,67 @@ impl Ctx<'_> {
             }
             Precondition::Proceed { range } => range,
         };
+        let max_ranges = self.route.max_ranges;
         let ranges = if range_ok {
-            range::plan(self.req.range.as_deref(), total, 1)
+            range::plan(self.req.range.as_deref(), total, max_ranges)
         } else {
             Ranges::Full
         };
-        let (code, start, len) = match ranges {
-            Ranges::Full | Ranges::Many(_) => (200, 0, total),
-            Ranges::One(r) => (206, r.start, r.len()),
+        let is_type = |n: &str| n.eq_ignore_ascii_case("content-type");
+        let (code, body) = match ranges {
+            Ranges::Full => (
+                200,
+                Body::Range {
+                    start: 0,
+                    len: total,
+                },
+            ),
+            Ranges::One(r) => (
+                206,
+                Body::Range {
+                    start: r.start,
+                    len: r.len(),
+                },
+            ),
+            Ranges::Many(rs) => {
+                let ctype = meta.headers.iter().find(|(n, _)| is_type(n));
+                let ctype = ctype.map_or("application/octet-stream", |(_, v)| v.as_str());
+                let m = Multipart::new(&rs, total, ctype, multipart::new_boundary());
+                (206, Body::Multipart(m))
+            }
             Ranges::Unsatisfiable => return self.error(416, Some(total)).await,
         };
         let mut head = Head::new(code);
+        let (len, multipart_type) = match &body {
+            Body::Multipart(m) => (m.content_length(), Some(m.content_type())),
+            Body::Range { len, .. } => (*len, None),
+            Body::None => (0, None),
+        };
         for (n, v) in &meta.headers {
-            head = head.header(n, v);
+            if multipart_type.is_none() || !is_type(n) {
+                head = head.header(n, v);
+            }
+        }
+        if let Some(t) = &multipart_type {
+            head = head.header("Content-Type", t);
         }
         head = validators(head)
             .header("Content-Length", len)
-            .header("Accept-Ranges", "bytes")
+            .header(
+                "Accept-Ranges",
+                if max_ranges == 0 { "none" } else { "bytes" },
+            )
             .header("Age", age.max(0) as u64)
             .header("X-Cache", status.header());
-        if code == 206 {
+        if let (206, Body::Range { start, len }) = (code, &body) {
             head = head.header(
                 "Content-Range",
                 format_args!("bytes {}-{}/{}", start, start + len - 1, total),
             );
         }
         let with_body = !self.head_only && len > 0;
-        if with_body && !self.admitted(&first, len) {
+        let first_len = body.first_range().map_or(0, |(_, n)| n);
+        if with_body && !self.admitted(&first, first_len) {
             return self.error(503, None).await;
         }
         let out = head.finish(self.keep_alive);
@@ -401,7 +477,13 @@ impl Ctx<'_> {
         if !with_body {
             return served;
         }
-        match self.body(first, first_slice, &meta, start, len).await {
+        let mut first = Some((first_slice, first));
+        let sent = match &body {
+            Body::Range { start, len } => self.body(&mut first, &meta, *start, *len).await,
+            Body::Multipart(m) => self.multipart(&mut first, &meta, m).await,
+            Body::None => Ok(0),
+        };
+        match sent {
             Ok(n) => served.bytes += n,
             Err((n, why)) => {
                 served.bytes += n;
@@ -429,11 +511,35 @@ impl Ctx<'_> {
         }
     }
 
-    /// Send body bytes `start..start+len` of the object, slice by slice.
+    /// Send a multipart/byteranges body: each part's head, its range, then the delimiter.
+    async fn multipart(
+        &self,
+        first: &mut Option<(u32, Source)>,
+        meta: &super::entry::EntryMeta,
+        m: &Multipart,
+    ) -> Result<u64, (u64, &'static str)> {
+        let mut sent = 0u64;
+        for p in m.parts() {
+            if self.sock.write_all(&p.head, true).await.is_err() {
+                return Err((sent, "client write failed"));
+            }
+            sent += p.head.len() as u64;
+            match self.body(first, meta, p.range.start, p.range.len()).await {
+                Ok(n) => sent += n,
+                Err((n, why)) => return Err((sent + n, why)),
+            }
+        }
+        if self.sock.write_all(m.trailer(), false).await.is_err() {
+            return Err((sent, "client write failed"));
+        }
+        Ok(sent + m.trailer().len() as u64)
+    }
+
+    /// Send body bytes `start..start+len` of the object, slice by slice; `first` is the
+    /// source already found for one slice (taken when that slice is sent).
     async fn body(
         &self,
-        first: Source,
-        first_slice: u32,
+        first: &mut Option<(u32, Source)>,
         meta: &super::entry::EntryMeta,
         start: u64,
         len: u64,
@@ -444,12 +550,18 @@ impl Ctx<'_> {
             (Some(a), Some(b)) => (a as u32, b as u32),
             _ => (0, 0),
         };
-        let mut first = Some((first_slice, first));
         let mut sent = 0u64;
         for k in k0..=k1 {
-            let src = match first.take() {
-                Some((fk, src)) if fk == k => src,
-                _ => match self.source(k).await {
+            let found = match first.take() {
+                Some((fk, src)) if fk == k => Some(src),
+                other => {
+                    *first = other;
+                    None
+                }
+            };
+            let src = match found {
+                Some(src) => src,
+                None => match self.source(k).await {
                     Some(src) => src,
                     None => return Err((sent, "slice unavailable (origin failed)")),
                 },
@@ -593,6 +705,7 @@ impl Ctx<'_> {
         if self.head_only {
             r.method = crate::origin::Method::Head;
         }
+        r.authorization = self.auth.map(str::to_string);
         match self.route.origin.fetch(r).await {
             Ok(resp) => self.pass_through(resp).await,
             Err(OriginError::Timeout { .. }) => self.error(504, None).await,

@@ -4,8 +4,13 @@
 //!
 //! Lifetime order: `s-maxage` > `max-age` > `Expires` − `Date` > the policy's `valid` rule for
 //! the status. `ignore_origin_headers` skips the origin's Cache-Control, Expires and Age (but
-//! Set-Cookie and Vary still forbid storing). The current age (`Age`, or `now − Date` when
-//! larger) is subtracted from the lifetime.
+//! Set-Cookie and Vary still forbid storing, and so does a request's Authorization without the
+//! origin's permission to share). The current age (`Age`, or `now − Date` when larger) is
+//! subtracted from the lifetime.
+//!
+//! Requests with `Authorization` (§3.5): an answer to one is stored, and a stored answer used
+//! for one, only when its Cache-Control says `public`, `s-maxage` or `must-revalidate`
+//! ([`shared_with_authorization`]).
 
 use crate::config::CachePolicy;
 use http::header::{AGE, CACHE_CONTROL, DATE, EXPIRES, PRAGMA, SET_COOKIE, VARY};
@@ -90,9 +95,18 @@ struct Directives {
 /// `=value` possibly quoted). A malformed delta-seconds counts as 0 (RFC 9111 §1.2.2: treat
 /// invalid freshness as stale).
 fn directives(headers: &HeaderMap) -> Directives {
+    parse_directives(
+        headers
+            .get_all(CACHE_CONTROL)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    )
+}
+
+/// The directives of these Cache-Control header values.
+fn parse_directives<'a>(values: impl IntoIterator<Item = &'a str>) -> Directives {
     let mut d = Directives::default();
-    for v in headers.get_all(CACHE_CONTROL) {
-        let Ok(v) = v.to_str() else { continue };
+    for v in values {
         for item in split_list(v) {
             let (name, value) = match item.split_once('=') {
                 Some((n, v)) => (n.trim(), Some(v.trim().trim_matches('"'))),
@@ -114,6 +128,20 @@ fn directives(headers: &HeaderMap) -> Directives {
         }
     }
     d
+}
+
+impl Directives {
+    /// §3.5: may an answer to a request with Authorization be shared?
+    fn shareable_with_authorization(&self) -> bool {
+        self.public || self.s_maxage.is_some() || self.must_revalidate
+    }
+}
+
+/// Whether a response whose Cache-Control header values are `values` may be stored for, or
+/// served to, a request carrying Authorization (RFC 9111 §3.5: `public`, `s-maxage` or
+/// `must-revalidate`).
+pub fn shared_with_authorization<'a>(values: impl IntoIterator<Item = &'a str>) -> bool {
+    parse_directives(values).shareable_with_authorization()
 }
 
 /// Split a header list on commas outside quoted strings.
@@ -184,6 +212,12 @@ pub fn evaluate(
     if let Some(v) = vary_blocker(headers) {
         return No(NotStorable::Vary(v));
     }
+    let d = directives(headers);
+    // The origin's permission to share an authorized answer counts even when its freshness
+    // headers are ignored.
+    if authorized && !d.shareable_with_authorization() {
+        return No(NotStorable::Authorization);
+    }
     if policy.ignore_origin_headers {
         return match policy.valid_for(status) {
             Some(secs) => Freshness::Storable(Storable {
@@ -197,15 +231,11 @@ pub fn evaluate(
             None => No(NotStorable::NoLifetime(status)),
         };
     }
-    let d = directives(headers);
     if d.no_store {
         return No(NotStorable::NoStore);
     }
     if d.private {
         return No(NotStorable::Private);
-    }
-    if authorized && !(d.public || d.s_maxage.is_some() || d.must_revalidate) {
-        return No(NotStorable::Authorization);
     }
     let date = header_str(headers, DATE).and_then(super::date::parse);
     let expires = || -> Option<u64> {
@@ -431,7 +461,46 @@ mod tests {
             "must-revalidate, max-age=60",
         ] {
             storable(evaluate(200, &h(&[("cache-control", cc)]), &p, true, NOW));
+            assert!(shared_with_authorization(["max-age=1", cc]), "{cc}");
         }
+        // No permission, or private/no-store besides it.
+        for cc in [
+            "",
+            "max-age=60",
+            "no-cache, max-age=60",
+            "x-public",
+            "community=\"public\"",
+        ] {
+            let hm = h(&[("cache-control", cc)]);
+            assert_eq!(
+                refused(evaluate(200, &hm, &p, true, NOW)),
+                NotStorable::Authorization,
+                "{cc:?}"
+            );
+            assert!(!shared_with_authorization([cc]), "{cc:?}");
+        }
+        assert!(!shared_with_authorization([]));
+        let hm = h(&[("cache-control", "public, private")]);
+        assert_eq!(
+            refused(evaluate(200, &hm, &p, true, NOW)),
+            NotStorable::Private
+        );
+        // Ignoring the origin's freshness headers does not ignore its permission to share.
+        let ignore = CachePolicy {
+            ignore_origin_headers: true,
+            ..CachePolicy::default()
+        };
+        let hm = h(&[("cache-control", "max-age=60")]);
+        assert_eq!(
+            refused(evaluate(200, &hm, &ignore, true, NOW)),
+            NotStorable::Authorization
+        );
+        storable(evaluate(200, &hm, &ignore, false, NOW));
+        let hm = h(&[("cache-control", "public, max-age=5")]);
+        assert_eq!(
+            storable(evaluate(200, &hm, &ignore, true, NOW)).fresh_for,
+            3600
+        );
     }
 
     #[test]

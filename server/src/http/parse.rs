@@ -46,6 +46,9 @@ pub struct Request {
     pub access_control_request_headers: Option<String>,
     pub accept: Option<String>,
     pub accept_encoding: Option<String>,
+    /// `Authorization` (a cache route must not share answers to it; RFC 9111 §3.5), forwarded
+    /// to the origin as received.
+    pub authorization: Option<String>,
     /// Bytes of the head in the buffer (the next request starts here).
     pub head_len: usize,
 }
@@ -195,6 +198,7 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
         access_control_request_headers: None,
         accept: None,
         accept_encoding: None,
+        authorization: None,
         head_len,
     };
     let mut host = 0;
@@ -258,6 +262,8 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
             r.accept = Some(join(r.accept.take(), value()?));
         } else if name.eq_ignore_ascii_case("accept-encoding") {
             r.accept_encoding = Some(join(r.accept_encoding.take(), value()?));
+        } else if name.eq_ignore_ascii_case("authorization") {
+            r.authorization = Some(value()?);
         } else if name.eq_ignore_ascii_case("expect") {
             // RFC 9110 §10.1.1: only 100-continue is defined. The final answer is sent without
             // reading a body, which that section allows; HTTP/1.0 requests ignore Expect.
@@ -458,7 +464,8 @@ mod tests {
             b"OPTIONS /a HTTP/1.1\r\nHost: h\r\nIf-Match: \"a\"\r\nIf-Match: \"b\"\r\n\
               If-Unmodified-Since: x\r\nOrigin: https://o.example\r\n\
               Access-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: range\r\n\
-              Accept: application/json\r\nAccept-Encoding: br\r\nAccept-Encoding: gzip\r\n\r\n",
+              Accept: application/json\r\nAccept-Encoding: br\r\nAccept-Encoding: gzip\r\n\
+              authorization: Bearer  t0k \r\n\r\n",
             8192,
         )
         .unwrap()
@@ -471,6 +478,7 @@ mod tests {
         assert_eq!(r.access_control_request_headers.as_deref(), Some("range"));
         assert_eq!(r.accept.as_deref(), Some("application/json"));
         assert_eq!(r.accept_encoding.as_deref(), Some("br, gzip"));
+        assert_eq!(r.authorization.as_deref(), Some("Bearer  t0k"));
         assert_eq!(r.query, None);
     }
 }

@@ -8,7 +8,7 @@ use super::headers::{content_length, content_range};
 use super::pool::Lease;
 use super::{Inner, Method, OriginError, OriginRequest};
 use bytes::Bytes;
-use http::header::{HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, RANGE, USER_AGENT};
+use http::header::{AUTHORIZATION, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, RANGE, USER_AGENT};
 use http::HeaderValue;
 use http_body_util::Empty;
 use std::sync::Arc;
@@ -128,6 +128,12 @@ fn build(
                 .map_err(|_| bad(format!("{name}: {v:?} is not a header value")))?;
             b = b.header(name, v);
         }
+    }
+    if let Some(v) = &req.authorization {
+        let mut v = HeaderValue::from_str(v)
+            .map_err(|_| bad("Authorization is not a header value".to_string()))?;
+        v.set_sensitive(true);
+        b = b.header(AUTHORIZATION, v);
     }
     b.body(Empty::new()).map_err(|e| bad(e.to_string()))
 }

@@ -63,6 +63,8 @@ pub struct OriginRequest {
     pub if_none_match: Option<String>,
     /// `If-Modified-Since` value (an HTTP date as received).
     pub if_modified_since: Option<String>,
+    /// `Authorization` value (the client's, forwarded as received; sent marked sensitive).
+    pub authorization: Option<String>,
 }
 
 impl OriginRequest {
@@ -74,6 +76,7 @@ impl OriginRequest {
             range: None,
             if_none_match: None,
             if_modified_since: None,
+            authorization: None,
         }
     }
 }

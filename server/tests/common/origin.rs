@@ -1,9 +1,10 @@
 //! A programmable HTTP/1.1 origin for tests, on 127.0.0.1 (std threads, one per connection),
 //! plain or HTTPS with a CA generated at test time.
 //!
-//! Objects by path (bytes, ETag, Last-Modified, Cache-Control, extra headers), single ranges
-//! (206 + Content-Range, 416), conditionals (304), keep-alive; it records every request (method,
-//! path, Range, Host, SNI, conditionals, connection number) and counts connections. Timing
+//! Objects by path (bytes, ETag, Last-Modified, Cache-Control, extra headers), optionally one
+//! per `Authorization` value, single ranges (206 + Content-Range, 416), conditionals (304),
+//! keep-alive; it records every request (method, path, Range, Host, SNI, conditionals,
+//! Authorization, connection number) and counts connections. Timing
 //! knobs: a delay before each head, a delay per chunk, a rate limit. Faults per path: hang (no
 //! answer), close before the head, stall / reset / clean close mid-body, a wrong
 //! Content-Length, a 5xx. `refused_url()` gives a port nobody listens on.
@@ -108,6 +109,7 @@ pub struct Seen {
     pub sni: Option<String>,
     pub if_none_match: Option<String>,
     pub if_modified_since: Option<String>,
+    pub authorization: Option<String>,
     /// Which accepted connection (0, 1, ...) carried it.
     pub conn: usize,
 }
@@ -128,6 +130,8 @@ pub struct Timing {
 #[derive(Default)]
 struct State {
     objects: HashMap<String, Object>,
+    /// Objects by (path, Authorization): these win over `objects`.
+    per_authorization: HashMap<(String, Option<String>), Object>,
     /// Fault, how many more requests it applies to (None = all), and how many requests pass
     /// untouched before it starts.
     faults: HashMap<String, (Fault, Option<usize>, usize)>,
@@ -224,6 +228,14 @@ impl FaultOrigin {
     /// Serve `obj` at `path` (replacing what was there: a new version).
     pub fn put(&self, path: &str, obj: Object) {
         self.state().objects.insert(path.into(), obj);
+    }
+
+    /// Serve `obj` at `path` to requests whose Authorization is `authorization` (None: to
+    /// requests without one), before what [`FaultOrigin::put`] serves there.
+    pub fn put_for(&self, path: &str, authorization: Option<&str>, obj: Object) {
+        self.state()
+            .per_authorization
+            .insert((path.into(), authorization.map(str::to_string)), obj);
     }
 
     /// Stop serving `path` (404 from now on).
@@ -398,6 +410,7 @@ fn read_head(
                 sni,
                 if_none_match: get("if-none-match"),
                 if_modified_since: get("if-modified-since"),
+                authorization: get("authorization"),
                 conn: id,
             };
             sh.state.lock().unwrap().seen.push(seen.clone());
@@ -448,6 +461,7 @@ fn reason(status: u16) -> &'static str {
         200 => "OK",
         206 => "Partial Content",
         304 => "Not Modified",
+        401 => "Unauthorized",
         404 => "Not Found",
         416 => "Range Not Satisfiable",
         500 => "Internal Server Error",
@@ -483,8 +497,12 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
             }
             Some(f)
         });
+        let by_auth = (req.path.clone(), req.authorization.clone());
         (
-            st.objects.get(&req.path).cloned(),
+            st.per_authorization
+                .get(&by_auth)
+                .or_else(|| st.objects.get(&req.path))
+                .cloned(),
             fault,
             st.timing.clone(),
             st.keep_alive,
