@@ -1,9 +1,11 @@
-//! `/metrics` of the real server: every known series exists from start-up at 0, the exposition
-//! passes `promtool check metrics`, and the HTTP/connection/pool counters follow real traffic.
+//! `/metrics` of the real server: every known series exists from start-up at 0 (the cache and
+//! origin series on a server with a cache volume and an origin), the exposition passes
+//! `promtool check metrics`, and the HTTP/connection/pool counters follow real traffic.
 
 mod common;
 
 use common::*;
+use content_server::config::{ByteSize, CachePolicy, Origin, VolumeCache};
 use std::process::{Command, Stdio};
 
 /// Every metric family the server exports (README documents each).
@@ -30,6 +32,45 @@ const FAMILIES: &[&str] = &[
     "contentserver_page_cache_misses_total",
     "contentserver_build_info",
 ];
+
+/// The families of the caching node: created when a cache volume and its origin start.
+const CACHE_FAMILIES: &[&str] = &[
+    "contentserver_origin_requests_total",
+    "contentserver_origin_request_duration_seconds",
+    "contentserver_origin_received_bytes_total",
+    "contentserver_origin_connections",
+    "contentserver_cache_requests_total",
+    "contentserver_cache_served_bytes_total",
+    "contentserver_cache_fills_in_flight",
+    "contentserver_cache_collapsed_total",
+    "contentserver_cache_size_bytes",
+    "contentserver_cache_max_bytes",
+    "contentserver_cache_entries",
+    "contentserver_cache_evictions_total",
+    "contentserver_cache_purges_total",
+];
+
+/// A static volume `disk1` at `/disk1` and a cache volume `cache1` (max_size 1 MiB) serving `/`
+/// from the origin `origin`, whose one server refuses connections (it is never asked).
+fn cache_server(disk: &std::path::Path, cache: &std::path::Path) -> Server {
+    let mut cached = volume("cache1", cache).pool(2, 16);
+    cached.cache = Some(VolumeCache {
+        max_size: Some(ByteSize(1 << 20)),
+        ..VolumeCache::default()
+    });
+    let mut to_origin = route("/", "cache1");
+    to_origin.origin = Some("origin".into());
+    to_origin.cache = Some(CachePolicy::default());
+    let volumes = vec![volume("disk1", disk).pool(2, 4), cached];
+    let mut routes = route_per_volume(&volumes[..1]);
+    routes.push(to_origin);
+    Server::start(&Config {
+        origins: vec![Origin::new("origin", vec![common::origin::refused_url()])],
+        routes,
+        volumes,
+        ..config(2)
+    })
+}
 
 fn two_volume_server(a: &std::path::Path, b: &std::path::Path) -> Server {
     let volumes = vec![
@@ -136,14 +177,84 @@ fn every_known_series_exists_at_start_with_zero_values() {
 }
 
 #[test]
+fn cache_and_origin_series_exist_at_start_with_zero_values() {
+    let (disk, cache) = (content_dir(1, 10), tempdir());
+    let server = cache_server(disk.path(), cache.path());
+    let m = server.metrics();
+
+    for family in FAMILIES.iter().chain(CACHE_FAMILIES) {
+        assert!(
+            m.text.contains(&format!("# TYPE {family} ")),
+            "family {family} missing in\n{}",
+            m.text
+        );
+    }
+    for line in m.text.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let name = line.split(' ').nth(2).unwrap_or("");
+        assert!(
+            FAMILIES.contains(&name) || CACHE_FAMILIES.contains(&name),
+            "undocumented family {name}"
+        );
+    }
+
+    let o = [("origin", "origin")];
+    for code in ["2xx", "3xx", "4xx", "5xx", "error"] {
+        let oc = [("origin", "origin"), ("code", code)];
+        assert_eq!(m.get("contentserver_origin_requests_total", &oc), 0.0);
+    }
+    assert_eq!(
+        m.get("contentserver_origin_request_duration_seconds_count", &o),
+        0.0
+    );
+    assert_eq!(m.get("contentserver_origin_received_bytes_total", &o), 0.0);
+    assert_eq!(m.get("contentserver_origin_connections", &o), 0.0);
+
+    let v = [("volume", "cache1")];
+    for status in ["hit", "miss", "stale", "updating", "revalidated", "bypass"] {
+        let vs = [("volume", "cache1"), ("status", status)];
+        assert_eq!(m.get("contentserver_cache_requests_total", &vs), 0.0);
+    }
+    for source in ["cache", "origin"] {
+        let vs = [("volume", "cache1"), ("source", source)];
+        assert_eq!(m.get("contentserver_cache_served_bytes_total", &vs), 0.0);
+    }
+    for reason in ["size", "inactive", "invalid"] {
+        let vr = [("volume", "cache1"), ("reason", reason)];
+        assert_eq!(m.get("contentserver_cache_evictions_total", &vr), 0.0);
+    }
+    for zero in [
+        "contentserver_cache_fills_in_flight",
+        "contentserver_cache_collapsed_total",
+        "contentserver_cache_size_bytes",
+        "contentserver_cache_entries",
+        "contentserver_cache_purges_total",
+    ] {
+        assert_eq!(m.get(zero, &v), 0.0, "{zero}{{volume=cache1}}");
+    }
+    assert_eq!(
+        m.get("contentserver_cache_max_bytes", &v),
+        (1u64 << 20) as f64
+    );
+    // Only cache volumes have cache series; every volume has its pool.
+    assert!(m
+        .try_get("contentserver_cache_size_bytes", &[("volume", "disk1")])
+        .is_none());
+    assert_eq!(m.get("contentserver_pool_threads", &v), 2.0);
+    assert_promtool_clean(&server.admin_get("/metrics").text());
+}
+
+#[test]
 fn promtool_check_metrics_reports_nothing() {
     let (a, b) = (content_dir(2, 5000), content_dir(1, 10));
     let server = two_volume_server(a.path(), b.path());
     // Some traffic first, so labelled series created on demand (method, code) are checked too.
     assert_eq!(server.get("/disk1/f0.bin").status, 200);
     assert_eq!(server.get("/disk2/missing").status, 404);
-    let body = server.admin_get("/metrics").text();
+    assert_promtool_clean(&server.admin_get("/metrics").text());
+}
 
+/// `promtool check metrics` accepts the exposition `body` and reports nothing.
+fn assert_promtool_clean(body: &str) {
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
