@@ -12,6 +12,7 @@
 
 use crate::http::parse::{self, ParseError, Request};
 use crate::http::response;
+use crate::idle::{self, Waiting};
 use crate::serve;
 use crate::shared::Shared;
 use crate::socket::Socket;
@@ -37,37 +38,118 @@ enum NoRequest {
     /// Part of a head arrived but not all of it in time: 408.
     Timeout,
     Parse(ParseError),
+    /// Quiet for `limits.idle_park_ms` before its deadline (given): the connection may park.
+    Park(TokioInstant),
 }
 
-/// Decrements the open-connection count when the connection ends.
-struct ConnGuard(Arc<Shared>);
+/// Decrements the open-connection count when the connection ends (forgotten when it parks: the
+/// idle set then owns the count).
+struct ConnGuard<'a>(&'a Shared);
 
-impl Drop for ConnGuard {
+impl Drop for ConnGuard<'_> {
     fn drop(&mut self) {
         self.0.lifecycle.remove_connection();
         self.0.metrics.connections_active.dec();
     }
 }
 
-/// Serve a connection until it closes. The caller already counted it in the lifecycle.
+/// Serve a connection until it closes (or parks). The caller already counted it in the
+/// lifecycle.
 pub async fn run(shared: Arc<Shared>, sock: Socket) {
-    // The arguments are used in place (not moved into new locals), which keeps them out of the
-    // task's state twice.
-    let _guard = ConnGuard(shared.clone());
-    // Bytes received and not yet consumed; empty (no allocation) between requests.
-    let mut pending: Vec<u8> = Vec::new();
-    let mut first = true;
+    let secs = shared.config.limits.header_read_timeout_secs;
+    let until = TokioInstant::now() + Duration::from_secs(secs);
+    serve(shared, sock, Vec::new(), true, until, false).await
+}
+
+/// Take back a connection woken in the worker's idle set: register it again and serve it in a
+/// fresh task on this worker, its wait going on until its deadline.
+pub fn resume(shared: Arc<Shared>, w: Waiting) {
+    let send_timeout = Duration::from_secs(shared.config.limits.send_timeout_secs);
+    match Socket::new(w.fd, send_timeout) {
+        Ok(sock) => {
+            let pending = w.pending.into_vec();
+            tokio::spawn(serve(shared, sock, pending, w.first, w.until, true));
+        }
+        Err(e) => {
+            let _guard = ConnGuard(&shared);
+            tracing::error!(error = %e, "cannot register a woken connection with epoll");
+        }
+    }
+}
+
+/// The connection loop. `pending`, `first` and `until` describe the wait it starts in;
+/// `ready`: bytes are probably there already (try a read before waiting for readiness).
+async fn serve(
+    shared: Arc<Shared>,
+    mut sock: Socket,
+    mut pending: Vec<u8>,
+    mut first: bool,
+    until: TokioInstant,
+    ready: bool,
+) {
+    let guard = ConnGuard(&shared);
+    let mut wait = Some((until, ready));
+    let mut park = shared.config.limits.idle_park_ms > 0;
     loop {
         let max = shared.config.limits.max_header_bytes;
         let req = match pipelined(&mut pending, max) {
             Some(r) => r,
-            None => ReadHead::new(&shared, &sock, &mut pending, first).await,
+            None => {
+                let (until, ready) = wait.take().unwrap_or_else(|| {
+                    let lim = &shared.config.limits;
+                    let secs = if first || !pending.is_empty() {
+                        lim.header_read_timeout_secs
+                    } else {
+                        lim.keepalive_timeout_secs
+                    };
+                    (TokioInstant::now() + Duration::from_secs(secs), false)
+                });
+                ReadHead::new(&shared, &sock, &mut pending, until, park, ready).await
+            }
         };
+        if let Err(NoRequest::Park(until)) = req {
+            // Quiet for `idle_park_ms`: wait in the idle set instead (no task, no registration,
+            // no timer of its own). Whatever refuses gives the connection back to this task,
+            // which then waits here until `until` without parking again.
+            park = false;
+            wait = Some((until, false));
+            let fd = match sock.into_fd() {
+                Ok(fd) => fd,
+                Err(Some(s)) => {
+                    sock = s;
+                    continue;
+                }
+                Err(None) => return,
+            };
+            let w = Waiting {
+                fd,
+                first,
+                pending: std::mem::take(&mut pending).into_boxed_slice(),
+                until,
+            };
+            match idle::park(w) {
+                Ok(()) => {
+                    std::mem::forget(guard);
+                    return;
+                }
+                Err(w) => {
+                    let send_timeout = Duration::from_secs(shared.config.limits.send_timeout_secs);
+                    pending = w.pending.into_vec();
+                    match Socket::new(w.fd, send_timeout) {
+                        Ok(s) => sock = s,
+                        Err(_) => return,
+                    }
+                    wait = Some((until, true));
+                    continue;
+                }
+            }
+        }
         // Boxed: the state of an answer exists only while it is in flight, so the task of a
         // waiting connection stays small.
         if !Box::pin(answer(&shared, &sock, req, &pending)).await {
             return;
         }
+        park = shared.config.limits.idle_park_ms > 0;
         if first {
             // The connection stays for more requests: from now on small responses must not wait
             // for the previous one's acknowledgement (Nagle). Set only here, as nginx does, so a
@@ -96,7 +178,7 @@ async fn answer(
                     (e.status(), true)
                 }
                 NoRequest::Timeout => (408, false),
-                NoRequest::Close => return false,
+                NoRequest::Close | NoRequest::Park(_) => return false,
             };
             let out = response::error(status, false, false, &[]);
             let _ = sock.write_all(&out, false).await;
@@ -230,6 +312,14 @@ pin_project_lite::pin_project! {
         shared: &'a Shared,
         sock: &'a Socket,
         pending: &'a mut Vec<u8>,
+        // The wait's deadline (keep-alive or header timeout).
+        until: TokioInstant,
+        // Parking allowed (`limits.idle_park_ms` > 0 and not refused before in this wait).
+        park: bool,
+        // The timer is at the park time (before `until`).
+        parking: bool,
+        // Try a read before waiting for readiness (a connection woken in the idle set).
+        ready: bool,
         #[pin]
         sleep: Sleep,
         #[pin]
@@ -245,25 +335,39 @@ impl Future for ReadHead<'_> {
         let max = this.shared.config.limits.max_header_bytes;
         loop {
             let idle = this.pending.is_empty();
-            if this.sock.poll_read_ready(cx).is_ready() {
+            let step = if std::mem::take(this.ready) {
+                match read_step(this.sock, this.pending, max) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    r => Some(r),
+                }
+            } else if this.sock.poll_read_ready(cx).is_ready() {
                 match this
                     .sock
                     .try_read_with(|| read_step(this.sock, this.pending, max))
                 {
                     None => continue,
-                    Some(Err(_)) | Some(Ok(Ok(Step::Closed))) => {
-                        return Poll::Ready(Err(NoRequest::Close))
+                    r => r,
+                }
+            } else {
+                None
+            };
+            match step {
+                None => {}
+                Some(Err(_)) | Some(Ok(Ok(Step::Closed))) => {
+                    return Poll::Ready(Err(NoRequest::Close))
+                }
+                Some(Ok(Err(e))) => return Poll::Ready(Err(NoRequest::Parse(e))),
+                Some(Ok(Ok(Step::Request(r)))) => return Poll::Ready(Ok(r)),
+                Some(Ok(Ok(Step::Partial))) => {
+                    if idle {
+                        // The first bytes of a head: the header timeout starts now.
+                        let secs = this.shared.config.limits.header_read_timeout_secs;
+                        *this.until = TokioInstant::now() + Duration::from_secs(secs);
+                        let (at, parking) = timer(this.shared, *this.until, *this.park);
+                        *this.parking = parking;
+                        this.sleep.as_mut().reset(at);
                     }
-                    Some(Ok(Err(e))) => return Poll::Ready(Err(NoRequest::Parse(e))),
-                    Some(Ok(Ok(Step::Request(r)))) => return Poll::Ready(Ok(r)),
-                    Some(Ok(Ok(Step::Partial))) => {
-                        if idle {
-                            let secs = this.shared.config.limits.header_read_timeout_secs;
-                            let at = TokioInstant::now() + Duration::from_secs(secs);
-                            this.sleep.as_mut().reset(at);
-                        }
-                        continue;
-                    }
+                    continue;
                 }
             }
             if idle
@@ -273,7 +377,9 @@ impl Future for ReadHead<'_> {
                 return Poll::Ready(Err(NoRequest::Close));
             }
             if this.sleep.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Err(if idle {
+                return Poll::Ready(Err(if *this.parking {
+                    NoRequest::Park(*this.until)
+                } else if idle {
                     NoRequest::Close
                 } else {
                     NoRequest::Timeout
@@ -281,6 +387,17 @@ impl Future for ReadHead<'_> {
             }
             return Poll::Pending;
         }
+    }
+}
+
+/// When a wait that ends at `until` sets its timer: the park time when that comes first.
+fn timer(shared: &Shared, until: TokioInstant, park: bool) -> (TokioInstant, bool) {
+    let ms = shared.config.limits.idle_park_ms;
+    let at = TokioInstant::now() + Duration::from_millis(ms);
+    if park && at < until {
+        (at, true)
+    } else {
+        (until, false)
     }
 }
 
@@ -293,21 +410,28 @@ fn pipelined(pending: &mut Vec<u8>, max: usize) -> Option<Result<Request, NoRequ
 }
 
 impl<'a> ReadHead<'a> {
-    /// Wait until a complete request head arrived; it is taken out of `pending`. The first
-    /// request and a partly received head get `header_read_timeout_secs`; an idle keep-alive
-    /// connection gets `keepalive_timeout_secs` and closes (silently) on drain.
-    fn new(shared: &'a Shared, sock: &'a Socket, pending: &'a mut Vec<u8>, first: bool) -> Self {
-        let lim = &shared.config.limits;
-        let wait = if first || !pending.is_empty() {
-            lim.header_read_timeout_secs
-        } else {
-            lim.keepalive_timeout_secs
-        };
+    /// Wait until a complete request head arrived (it is taken out of `pending`), or `until`
+    /// (the first request and a partly received head get `header_read_timeout_secs`, counted
+    /// from the first byte; an idle keep-alive connection `keepalive_timeout_secs`, and closes
+    /// silently on drain), or, with `park`, `limits.idle_park_ms` of quiet before that.
+    fn new(
+        shared: &'a Shared,
+        sock: &'a Socket,
+        pending: &'a mut Vec<u8>,
+        until: TokioInstant,
+        park: bool,
+        ready: bool,
+    ) -> Self {
+        let (at, parking) = timer(shared, until, park);
         ReadHead {
             shared,
             sock,
             pending,
-            sleep: sleep_until(TokioInstant::now() + Duration::from_secs(wait)),
+            until,
+            park,
+            parking,
+            ready,
+            sleep: sleep_until(at),
             // Created before `poll` checks the flag, so a drain starting in between wakes it.
             drained: shared.lifecycle.drain_notified(),
         }

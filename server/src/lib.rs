@@ -14,6 +14,7 @@ pub mod config;
 pub mod conn;
 pub mod fs;
 pub mod http;
+pub mod idle;
 pub mod layers;
 pub mod lifecycle;
 pub mod logging;

@@ -86,6 +86,7 @@ pub struct Metrics {
     pub http_response_bytes_total: IntCounter,
     pub connections_accepted_total: IntCounter,
     pub connections_active: IntGauge,
+    pub connections_parked: IntGauge,
     pub connections_refused_total: IntCounter,
     // page cache (offload = auto; labels volume, op)
     pub page_cache_hits_total: IntCounterVec,
@@ -152,6 +153,7 @@ impl Metrics {
             http_response_bytes_total: reg(&r, IntCounter::with_opts(opts("http_response_bytes_total", "Bytes of responses written to clients (headers and bodies).")).unwrap()),
             connections_accepted_total: reg(&r, IntCounter::with_opts(opts("connections_accepted_total", "Client connections accepted.")).unwrap()),
             connections_active: reg(&r, IntGauge::with_opts(opts("connections_active", "Client connections open now.")).unwrap()),
+            connections_parked: reg(&r, IntGauge::with_opts(opts("connections_parked", "Client connections waiting in a worker's idle set now (no task, no buffer, no timer of their own); counted in connections_active too.")).unwrap()),
             connections_refused_total: reg(&r, IntCounter::with_opts(opts("connections_refused_total", "Client connections closed at once because max_connections was reached.")).unwrap()),
             page_cache_hits_total: reg(&r, IntCounterVec::new(opts("page_cache_hits_total", "offload=auto: opens and reads served inline on the event loop (no I/O needed)."), vo).unwrap()),
             page_cache_misses_total: reg(&r, IntCounterVec::new(opts("page_cache_misses_total", "offload=auto: opens and reads that needed I/O and went to the pool."), vo).unwrap()),
@@ -310,6 +312,7 @@ mod tests {
             "contentserver_event_loop_stalls_total{worker=\"1\"} 0",
             "contentserver_page_cache_misses_total{op=\"read\",volume=\"disk2\"} 0",
             "contentserver_connections_refused_total 0",
+            "contentserver_connections_parked 0",
             "contentserver_build_info{version=",
             "contentserver_origin_requests_total{code=\"error\",origin=\"up\"} 0",
             "contentserver_origin_requests_total{code=\"2xx\",origin=\"up\"} 0",

@@ -148,6 +148,10 @@ fn worker_main(
                 }
             });
         }
+        // The worker's idle set: its driver is this thread's own future (the set is not Send).
+        if shared.config.limits.idle_park_ms > 0 {
+            crate::idle::start(shared, crate::conn::resume).await;
+        }
         std::future::pending::<()>().await;
     });
 }

@@ -32,6 +32,19 @@ impl Socket {
         Ok(Socket { io, send_timeout })
     }
 
+    /// Leave the worker's epoll (deregister) and give the descriptor back, for a connection that
+    /// waits elsewhere. `Err(Some(socket))`, unchanged, while a pool task still holds the stream;
+    /// `Err(None)` if it could not be taken after all (the connection is then closed).
+    pub fn into_fd(self) -> Result<OwnedFd, Option<Socket>> {
+        // Only this socket hands out clones (`shared`), so a count of 1 stays 1.
+        if Arc::strong_count(self.io.get_ref()) != 1 {
+            return Err(Some(self));
+        }
+        Arc::try_unwrap(self.io.into_inner())
+            .map(OwnedFd::from)
+            .map_err(|_| None)
+    }
+
     /// The stream, for a pool task that writes to it.
     pub fn shared(&self) -> Arc<TcpStream> {
         self.io.get_ref().clone()
