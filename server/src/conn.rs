@@ -8,7 +8,9 @@
 //! a small wait (readiness through the socket's own slot, one timer, one drain waiter). Request
 //! bytes are read into the worker's buffer and parsed there; everything a request needs while it
 //! is answered lives in a boxed future that exists only while it is in flight (nginx likewise
-//! frees its request buffers on keep-alive).
+//! frees its request buffers on keep-alive). A wait that stays quiet for `limits.idle_park_ms`
+//! ends the task: the bare descriptor waits in the worker's idle set ([`crate::idle`]), which
+//! hands it back to [`resume`] on its next bytes, so back-to-back requests never pay for it.
 
 use crate::http::parse::{self, ParseError, Request};
 use crate::http::response;
@@ -95,6 +97,7 @@ async fn serve(
         let req = match pipelined(&mut pending, max) {
             Some(r) => r,
             None => {
+                let now = TokioInstant::now();
                 let (until, ready) = wait.take().unwrap_or_else(|| {
                     let lim = &shared.config.limits;
                     let secs = if first || !pending.is_empty() {
@@ -102,9 +105,9 @@ async fn serve(
                     } else {
                         lim.keepalive_timeout_secs
                     };
-                    (TokioInstant::now() + Duration::from_secs(secs), false)
+                    (now + Duration::from_secs(secs), false)
                 });
-                ReadHead::new(&shared, &sock, &mut pending, until, park, ready).await
+                ReadHead::new(&shared, &sock, &mut pending, now, until, park, ready).await
             }
         };
         if let Err(NoRequest::Park(until)) = req {
@@ -362,8 +365,9 @@ impl Future for ReadHead<'_> {
                     if idle {
                         // The first bytes of a head: the header timeout starts now.
                         let secs = this.shared.config.limits.header_read_timeout_secs;
-                        *this.until = TokioInstant::now() + Duration::from_secs(secs);
-                        let (at, parking) = timer(this.shared, *this.until, *this.park);
+                        let now = TokioInstant::now();
+                        *this.until = now + Duration::from_secs(secs);
+                        let (at, parking) = timer(this.shared, now, *this.until, *this.park);
                         *this.parking = parking;
                         this.sleep.as_mut().reset(at);
                     }
@@ -390,10 +394,16 @@ impl Future for ReadHead<'_> {
     }
 }
 
-/// When a wait that ends at `until` sets its timer: the park time when that comes first.
-fn timer(shared: &Shared, until: TokioInstant, park: bool) -> (TokioInstant, bool) {
+/// When a wait that starts `now` and ends at `until` sets its timer: the park time when that
+/// comes first.
+fn timer(
+    shared: &Shared,
+    now: TokioInstant,
+    until: TokioInstant,
+    park: bool,
+) -> (TokioInstant, bool) {
     let ms = shared.config.limits.idle_park_ms;
-    let at = TokioInstant::now() + Duration::from_millis(ms);
+    let at = now + Duration::from_millis(ms);
     if park && at < until {
         (at, true)
     } else {
@@ -418,11 +428,12 @@ impl<'a> ReadHead<'a> {
         shared: &'a Shared,
         sock: &'a Socket,
         pending: &'a mut Vec<u8>,
+        now: TokioInstant,
         until: TokioInstant,
         park: bool,
         ready: bool,
     ) -> Self {
-        let (at, parking) = timer(shared, until, park);
+        let (at, parking) = timer(shared, now, until, park);
         ReadHead {
             shared,
             sock,

@@ -18,7 +18,7 @@
 
 use crate::shared::Shared;
 use rustix::event::epoll;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::rc::Rc;
@@ -115,7 +115,18 @@ struct Set {
     /// Wakes the driver when a new entry became the earliest deadline.
     rearm: Notify,
     state: RefCell<State>,
+    /// Parks since the allocator was last asked to return free memory, and the last one's time.
+    parks: Cell<u32>,
+    last_park: Cell<Instant>,
 }
+
+/// After this many parks and [`TRIM_QUIET`] without one, the memory the parked connections'
+/// tasks held is given back to the kernel (`malloc_trim`): the allocator keeps freed memory for
+/// reuse, so after a burst that left thousands of connections idle their tasks would otherwise
+/// stay resident. Under a steady flow of parks there is no quiet and no trim (the memory is
+/// being reused anyway).
+const TRIM_PARKS: u32 = 1024;
+const TRIM_QUIET: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Events taken per epoll_wait.
 const BATCH: usize = 256;
@@ -133,6 +144,8 @@ impl Set {
             epoch: Instant::now(),
             rearm: Notify::new(),
             state: RefCell::new(State::default()),
+            parks: Cell::new(0),
+            last_park: Cell::new(Instant::now()),
         })
     }
 
@@ -192,7 +205,10 @@ impl Set {
         };
         st.live += 1;
         self.shared.metrics.connections_parked.inc();
-        if i == 0 {
+        let parks = self.parks.get().saturating_add(1);
+        self.parks.set(parks);
+        self.last_park.set(Instant::now());
+        if i == 0 || parks == TRIM_PARKS {
             self.rearm.notify_one();
         }
         Ok(())
@@ -254,6 +270,23 @@ impl Set {
             }
         }
         next
+    }
+
+    /// When to give freed memory back (see [`TRIM_PARKS`]), if due at all.
+    fn trim_at(&self) -> Option<Instant> {
+        (self.parks.get() >= TRIM_PARKS).then(|| self.last_park.get() + TRIM_QUIET)
+    }
+
+    /// Give the allocator's free memory back to the kernel once the parks stopped for a while.
+    fn trim(&self) {
+        if self.trim_at().is_some_and(|at| at <= Instant::now()) {
+            self.parks.set(0);
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: malloc_trim only walks the allocator's own free lists.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
     }
 
     /// Entries whose deadline passed, taken out of the set.
@@ -337,9 +370,12 @@ async fn drive(set: Rc<Set>, resume: Resume) {
                 set.settle(w, resume);
             }
         }
-        let next = set.next_due();
-        if let Some(ms) = next {
-            sleep.as_mut().reset(set.at(ms));
+        let next = match (set.next_due().map(|ms| set.at(ms)), set.trim_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(at) = next {
+            sleep.as_mut().reset(at);
         }
         tokio::select! {
             _ = &mut drained, if !draining => {}
@@ -347,6 +383,7 @@ async fn drive(set: Rc<Set>, resume: Resume) {
                 for w in set.expired() {
                     set.settle(w, resume);
                 }
+                set.trim();
             }
             _ = set.rearm.notified() => {}
             g = set.epoll.readable() => {

@@ -27,6 +27,7 @@ const FAMILIES: &[&str] = &[
     "contentserver_http_response_bytes_total",
     "contentserver_connections_accepted_total",
     "contentserver_connections_active",
+    "contentserver_connections_parked",
     "contentserver_connections_refused_total",
     "contentserver_page_cache_hits_total",
     "contentserver_page_cache_misses_total",
