@@ -152,11 +152,13 @@ impl Set {
     /// ms since the epoch, rounded up (a deadline is never brought forward).
     fn ms_ceil(&self, t: Instant) -> u64 {
         let d = t.saturating_duration_since(self.epoch);
-        d.as_millis() as u64 + u64::from(d.subsec_nanos() % 1_000_000 != 0)
+        d.as_millis() as u64 + u64::from(!d.subsec_nanos().is_multiple_of(1_000_000))
     }
 
     fn ms_now(&self) -> u64 {
-        Instant::now().saturating_duration_since(self.epoch).as_millis() as u64
+        Instant::now()
+            .saturating_duration_since(self.epoch)
+            .as_millis() as u64
     }
 
     fn at(&self, ms: u64) -> Instant {
