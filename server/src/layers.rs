@@ -16,7 +16,7 @@ pub const LAYERS: &[&[&str]] = &[
     &["runtime"],
     &["accept"],
     &["conn"],
-    &["serve"],
+    &["idle", "serve"],
     &["shared"],
     &["admin"],
     &["cache"],

@@ -1,7 +1,8 @@
 //! content-server: a static file server built around an event loop plus one bounded thread pool
 //! per volume. See ARCHITECTURE.md for the path of a request through these modules.
 //!
-//! Layers, from the top: [`cli`] -> [`runtime`] -> [`accept`] -> [`conn`] -> [`serve`] ->
+//! Layers, from the top: [`cli`] -> [`runtime`] -> [`accept`] -> [`conn`] -> [`serve`] (and
+//! [`idle`], the parked connections, handed back to `conn` through a function runtime gives it) ->
 //! [`volume`] -> [`fs`] / [`pool`]; [`shared`] is what connections share; [`http`], [`socket`],
 //! [`resolve`], [`config`], [`metrics`], [`lifecycle`] are leaves. A module imports only from
 //! layers below it, never from one above (no import cycles).
