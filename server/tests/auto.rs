@@ -1,5 +1,6 @@
 //! `offload = auto` and the open-file cache, through the real `content-server` process: page-cache
-//! hits are served without any pool task, evicted data goes to the pool, bytes are right for hits,
+//! hits (ranges mincore proves filled, sent with sendfile from the event loop) are served without
+//! any pool task, evicted data goes to the pool, bytes are right for hits,
 //! misses and mixed chunks (Range requests included), replaced/modified files are noticed, and a
 //! volume whose filesystem has no RWF_NOWAIT (tmpfs) falls back to the pool and says so.
 //!
@@ -215,12 +216,21 @@ fn partially_resident_file_mixes_inline_and_pool_chunks_with_correct_bytes() {
     mixed_chunks("");
 }
 
-/// Where cachestat is refused (EPERM for files the server neither owns nor may write, on 6.x
-/// kernels; injected here), resident chunks are copied with RWF_NOWAIT reads instead of sendfile.
+/// Where mappings cannot be made (a filesystem without mmap; injected here), mincore cannot
+/// prove a chunk filled: cachestat rules out cold chunks and resident ones are copied with
+/// RWF_NOWAIT reads instead of sent with sendfile from the loop.
 #[cfg(feature = "failpoints")]
 #[test]
-fn without_cachestat_mixed_chunks_are_copied_with_correct_bytes() {
-    mixed_chunks("nowait::all_resident=return");
+fn without_mincore_mixed_chunks_are_copied_with_correct_bytes() {
+    mixed_chunks("mincore=return");
+}
+
+/// Where cachestat is refused too (EPERM for files the server neither owns nor may write, on
+/// 6.x kernels), the RWF_NOWAIT reads alone tell resident chunks from cold ones.
+#[cfg(feature = "failpoints")]
+#[test]
+fn without_mincore_and_cachestat_mixed_chunks_are_copied_with_correct_bytes() {
+    mixed_chunks("mincore=return;nowait::all_resident=return");
 }
 
 fn mixed_chunks(failpoints: &str) {

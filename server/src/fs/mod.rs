@@ -1,5 +1,5 @@
 //! File primitives beneath a volume root: the openat2 open ([`open`]), page-cache-only reads and
-//! residency checks ([`nowait`]), reading a directory for a listing ([`listdir`]), the support probe for them ([`probe`]), the open-file cache
+//! residency checks ([`nowait`]), which bytes sendfile can send without a read ([`mincore`]), reading a directory for a listing ([`listdir`]), the support probe for them ([`probe`]), the open-file cache
 //! ([`cache`]) and sendfile of one chunk ([`sendfile`]).
 //!
 //! Each runs wherever its caller puts it (a pool thread or the event loop); this module never
@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod listdir;
+pub mod mincore;
 pub mod nowait;
 pub mod open;
 pub mod probe;
@@ -23,6 +24,15 @@ pub(crate) mod test_support {
     pub(crate) fn disk_tempdir() -> tempfile::TempDir {
         let exe = std::env::current_exe().unwrap();
         tempfile::tempdir_in(exe.parent().unwrap()).unwrap()
+    }
+
+    /// A file holding `content` in a fresh directory on a disk filesystem, opened for reading.
+    pub(crate) fn data_file(content: &[u8]) -> (tempfile::TempDir, std::fs::File) {
+        let dir = disk_tempdir();
+        let path = dir.path().join("data");
+        std::fs::write(&path, content).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        (dir, f)
     }
 
     /// An O_PATH descriptor of a directory, as a volume's root.

@@ -3,6 +3,8 @@
 //!
 //! - [`read_at`]: `preadv2(RWF_NOWAIT)` — the bytes already in the page cache, or `WouldBlock`.
 //! - [`all_resident`]: `cachestat(2)` — whether a byte range is in the page cache, without reading.
+//! - [`super::mincore`] answers the stricter "filled" question (pages readahead inserted but is
+//!   still reading are "not yet"), which `sendfile` from the event loop needs.
 //! - [`Nowait`] and [`is_unsupported`]: the shared answer shapes (the RESOLVE_CACHED open,
 //!   [`super::open::open_file_cached`], answers with them too).
 //!
@@ -73,7 +75,7 @@ struct Cachestat {
     nr_recently_evicted: u64,
 }
 
-fn page_size() -> u64 {
+pub(super) fn page_size() -> u64 {
     static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     // SAFETY: sysconf has no preconditions.
     *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
@@ -121,18 +123,8 @@ pub fn all_resident(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<boo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::test_support::{disk_tempdir, evict, resident_pages};
-    use std::fs::File;
+    use crate::fs::test_support::{data_file, evict, resident_pages};
     use std::os::fd::AsFd;
-
-    /// A file holding `content` in a fresh directory on a disk filesystem, opened for reading.
-    fn data_file(content: &[u8]) -> (tempfile::TempDir, File) {
-        let dir = disk_tempdir();
-        let path = dir.path().join("data");
-        std::fs::write(&path, content).unwrap();
-        let f = File::open(&path).unwrap();
-        (dir, f)
-    }
 
     #[test]
     fn resident_file_reads_inline_and_evicted_file_would_block() {

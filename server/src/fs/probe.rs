@@ -26,6 +26,8 @@ pub struct VolumeSupport {
     read: AtomicU8,
     /// Whether [`all_resident`](super::nowait::all_resident) answers on this volume (assumed until it errs once).
     cachestat: AtomicU8,
+    /// Whether [`all_uptodate`](super::nowait::all_uptodate) answers on this volume (assumed until it errs once).
+    mincore: AtomicU8,
 }
 
 /// What [`probe`] found for one operation.
@@ -58,6 +60,7 @@ impl VolumeSupport {
             open: AtomicU8::new(state(&open, "openat2 RESOLVE_CACHED")),
             read: AtomicU8::new(state(&read, "preadv2 RWF_NOWAIT")),
             cachestat: AtomicU8::new(UNKNOWN),
+            mincore: AtomicU8::new(UNKNOWN),
             volume: volume.to_owned(),
         }
     }
@@ -93,6 +96,20 @@ impl VolumeSupport {
     pub fn cachestat_failed(&self, err: &io::Error) {
         if self.cachestat.swap(UNSUPPORTED, Ordering::Relaxed) != UNSUPPORTED {
             tracing::info!(volume = %self.volume, "offload=auto: cachestat unavailable ({err}); residency is checked by RWF_NOWAIT reads alone");
+        }
+    }
+
+    /// True while [`all_uptodate`](super::nowait::all_uptodate) may prove a range resident
+    /// before an inline sendfile.
+    pub fn mincore(&self) -> bool {
+        self.mincore.load(Ordering::Relaxed) != UNSUPPORTED
+    }
+
+    /// [`all_uptodate`](super::nowait::all_uptodate) failed (the filesystem cannot mmap...):
+    /// resident bytes on this volume are copied with RWF_NOWAIT reads instead. Logged once.
+    pub fn mincore_failed(&self, err: &io::Error) {
+        if self.mincore.swap(UNSUPPORTED, Ordering::Relaxed) != UNSUPPORTED {
+            tracing::info!(volume = %self.volume, "offload=auto: mincore over a mapping unavailable ({err}); resident bytes are copied with RWF_NOWAIT reads");
         }
     }
 

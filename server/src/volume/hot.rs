@@ -1,33 +1,41 @@
 //! The hot path of one volume: the open-file cache in front of every open (all offload modes),
 //! and for `offload = auto` the page-cache-only attempts — opens with RESOLVE_CACHED, body pieces
-//! read with RWF_NOWAIT into a per-thread buffer and written from the event loop — with
-//! everything that would need I/O handed to the volume's pool.
+//! that mincore(2) proves filled sent with sendfile from the event loop — with everything that
+//! would need I/O handed to the volume's pool.
 //!
 //! Owns the decision "inline or pool" for `auto`, the per-volume support state and the
 //! page-cache hit/miss counters. The rule it keeps: nothing that may wait for a disk runs on the
 //! event loop in `auto` or `always` (only fstat of an already open descriptor, which is served from
 //! the in-memory inode on local filesystems, and only in `auto`/`never`).
 //!
-//! Why the copy and not sendfile for hits: sendfile has no "no I/O" flag, and cachestat(2) counts
-//! pages that readahead has inserted but not yet filled, so "every page is cached" does not mean
-//! "no page is waiting for the disk". Measured with seedbench (media files), inline sendfile after
-//! cachestat let cold readahead stall the loop (hot p99 2.8 s, 11 loop stalls in 15 s), while the
-//! RWF_NOWAIT copy path, which returns EAGAIN for any page not yet up to date, kept hot p99 at
-//! 63 ms; on 10 KiB files (c10k, keep-alive) the copy costs ~4% req/s against sendfile.
-//! cachestat stays as a cheap pre-check that sends a cold chunk to the pool without a read.
+//! Why mincore before sendfile: sendfile has no "no I/O" flag, and cachestat(2) counts pages that
+//! readahead has inserted but not yet filled, so "every page is cached" does not mean "no page is
+//! waiting for the disk" (measured with seedbench: inline sendfile after cachestat stalled the
+//! loop, hot p99 2.8 s). mincore over a mapping reports a page only once it is up to date, so a
+//! sendfile of the proven prefix reads nothing from the disk; the pages go to the socket by
+//! reference where the former RWF_NOWAIT read + write copied every hot byte twice on the loop.
+//! A page evicted in the microseconds between check and send would be read by the loop: a slow
+//! inline sendfile pauses it for the volume (see [`SLOW_SENDFILE`]). Where no mapping can be made
+//! (mincore unavailable) or while paused, resident bytes are read with RWF_NOWAIT into a
+//! per-thread buffer and written from the loop (EAGAIN for any page missing or still being read),
+//! with cachestat as a cheap pre-check that sends a cold chunk to the pool without a read.
 //! It must not know about HTTP nor touch the pool: the volume ([`super`]) sends what it
 //! answers `NeedsOpen` or `Miss` to the pool; the blocking work itself is in [`crate::fs`].
 
 use crate::config::{self, Offload};
 use crate::fs::cache::{self, Check, Lookup, OpenFileCache};
+use crate::fs::mincore;
 use crate::fs::nowait::{self, Nowait};
 use crate::fs::open::{open_file_cached, OpenError, OpenedFile};
 use crate::fs::probe::VolumeSupport;
+use crate::fs::sendfile::sendfile_chunk;
 use crate::metrics::{CacheOp, Metrics};
 use prometheus::IntCounter;
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Most body bytes sent inline in one call: bounds the event loop's time per call (about 150 µs
@@ -35,8 +43,20 @@ use std::time::{Duration, Instant};
 /// the loop less CPU per request than 256 KiB ones on a 4 MiB hot file).
 pub const INLINE_CHUNK: usize = 1024 * 1024;
 
-/// Bytes read and written per step within a call (the per-thread buffer's size).
+/// Bytes read and written per step within a call (the per-thread buffer's size), and checked
+/// with mincore then sent per step by the inline sendfile.
 pub const INLINE_PIECE: usize = 256 * 1024;
+
+/// An inline sendfile of proven pages that takes longer than this is taken for a page evicted
+/// between the check and the send (then the loop read it from the disk): the inline sendfile
+/// pauses for [`SENDFILE_PAUSE`] on this volume and resident bytes are copied with RWF_NOWAIT
+/// reads meanwhile (which cannot wait). Logged. A 256 KiB sendfile from memory takes well under
+/// a millisecond; a read from a busy disk, milliseconds to seconds.
+const SLOW_SENDFILE: Duration = Duration::from_millis(20);
+const SENDFILE_PAUSE: Duration = Duration::from_secs(10);
+
+/// mincore could not answer for a file (see [`mincore::uptodate_prefix`]'s errors).
+struct Unproven(io::Error);
 
 /// Per-volume hot-path state, created at start next to the volume's pool.
 pub struct HotPath {
@@ -48,6 +68,11 @@ pub struct HotPath {
     open_misses: IntCounter,
     read_hits: IntCounter,
     read_misses: IntCounter,
+    /// Guard on the inline sendfile: microseconds since `epoch` until which it is paused after a
+    /// slow call (see [`SLOW_SENDFILE`]); 0 = not paused.
+    sendfile_paused_until: AtomicU64,
+    epoch: Instant,
+    volume: Box<str>,
 }
 
 /// What an inline open attempt found.
@@ -135,6 +160,9 @@ impl HotPath {
             open_misses: c(&metrics.page_cache_misses_total, CacheOp::Open),
             read_hits: c(&metrics.page_cache_hits_total, CacheOp::Read),
             read_misses: c(&metrics.page_cache_misses_total, CacheOp::Read),
+            sendfile_paused_until: AtomicU64::new(0),
+            epoch: Instant::now(),
+            volume: name.into(),
         }
     }
 
@@ -266,6 +294,11 @@ impl HotPath {
             return false;
         };
         let want = len.min(INLINE_CHUNK as u64);
+        if support.mincore() {
+            if let Ok(n) = mincore::uptodate_prefix(file.as_fd(), offset, want) {
+                return n == want;
+            }
+        }
         if support.cachestat() {
             if let Ok(resident) = nowait::all_resident(file.as_fd(), offset, want) {
                 return resident;
@@ -284,7 +317,7 @@ impl HotPath {
     pub fn send_inline(
         &self,
         sock: &TcpStream,
-        file: &OwnedFd,
+        file: &Arc<OwnedFd>,
         offset: u64,
         len: usize,
     ) -> io::Result<InlineSend> {
@@ -297,6 +330,12 @@ impl HotPath {
             // Nothing to send is not "sent 0 bytes" (which would read as end of file).
             return Ok(InlineSend::Miss);
         }
+        if support.mincore() && !self.sendfile_paused() {
+            match self.sendfile_uptodate(sock, file, offset, want) {
+                Err(Unproven(e)) => support.mincore_failed(&e),
+                Ok(done) => return done,
+            }
+        }
         if support.cachestat() {
             match nowait::all_resident(file.as_fd(), offset, want as u64) {
                 Ok(true) => {}
@@ -308,6 +347,80 @@ impl HotPath {
             }
         }
         self.copy_resident(support, sock, file, offset, want)
+    }
+
+    /// sendfile from the loop, piece by piece, of what [`mincore::uptodate_prefix_kept`] just
+    /// proved filled: the pages go to the socket by reference, without a copy, and no page is
+    /// waiting for a read. Stops at the first short write (the socket is full) or unproven page,
+    /// so at most one piece is checked in vain per call. Nothing proven at `offset`, or 0 bytes
+    /// sent (the file shrank since), is a miss: the pool meets it (and reports it). `Unproven`:
+    /// mincore cannot answer on this file; the caller checks another way.
+    fn sendfile_uptodate(
+        &self,
+        sock: &TcpStream,
+        file: &Arc<OwnedFd>,
+        offset: u64,
+        want: usize,
+    ) -> Result<io::Result<InlineSend>, Unproven> {
+        let mut sent = 0usize;
+        while sent < want {
+            let at = offset + sent as u64;
+            let piece = (want - sent).min(INLINE_PIECE);
+            let proven = match mincore::uptodate_prefix_kept(file, at, piece as u64) {
+                Ok(n) => n as usize,
+                Err(_) if sent > 0 => break,
+                Err(e) => return Err(Unproven(e)),
+            };
+            if proven == 0 {
+                break;
+            }
+            let t0 = Instant::now();
+            let r = sendfile_chunk(sock, file, at, proven);
+            let took = t0.elapsed();
+            if took > SLOW_SENDFILE {
+                self.pause_sendfile(took, t0);
+            }
+            match r {
+                Ok(n) if n > 0 => {
+                    sent += n;
+                    if n < proven || proven < piece {
+                        break;
+                    }
+                }
+                // The next call meets the error (or the full socket) again.
+                Ok(_) | Err(_) if sent > 0 => break,
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Ok(Ok(InlineSend::SocketFull))
+                }
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        if sent == 0 {
+            self.read_misses.inc();
+            return Ok(Ok(InlineSend::Miss));
+        }
+        self.read_hits.inc();
+        Ok(Ok(InlineSend::Sent(sent)))
+    }
+
+    fn sendfile_paused(&self) -> bool {
+        let until = self.sendfile_paused_until.load(Ordering::Relaxed);
+        until != 0 && (self.epoch.elapsed().as_micros() as u64) < until
+    }
+
+    fn pause_sendfile(&self, took: Duration, now: Instant) {
+        let until = (now + SENDFILE_PAUSE)
+            .duration_since(self.epoch)
+            .as_micros() as u64;
+        self.sendfile_paused_until.store(until, Ordering::Relaxed);
+        tracing::warn!(
+            volume = %self.volume,
+            took_ms = took.as_millis() as u64,
+            pause_secs = SENDFILE_PAUSE.as_secs(),
+            "offload=auto: an inline sendfile of resident pages was slow (a page evicted since \
+             the check, or the loop preempted); resident bytes are copied for a while"
+        );
     }
 
     /// RWF_NOWAIT reads into this thread's buffer, written from the loop. Safe without any
@@ -470,7 +583,7 @@ mod tests {
         let (_root, m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
         assert!(hot.reads_inline());
         let (client, server) = socket_pair();
-        let f = OwnedFd::from(std::fs::File::open(&path).unwrap());
+        let f = Arc::new(OwnedFd::from(std::fs::File::open(&path).unwrap()));
         let reader = std::thread::spawn(move || {
             let mut got = vec![0u8; 100 * 1024];
             (&client).read_exact(&mut got).unwrap();
@@ -497,7 +610,7 @@ mod tests {
         std::fs::write(&cold_path, &data).unwrap();
         let cold = std::fs::File::open(&cold_path).unwrap();
         evict(&cold);
-        let cold = OwnedFd::from(cold);
+        let cold = Arc::new(OwnedFd::from(cold));
         assert!(matches!(
             hot.send_inline(&server, &cold, 300 * 1024, 4096).unwrap(),
             InlineSend::Miss
@@ -506,18 +619,93 @@ mod tests {
     }
 
     #[test]
-    fn without_cachestat_resident_bytes_are_copied_and_missing_ones_miss() {
+    fn only_the_filled_prefix_of_a_chunk_is_sent_inline() {
+        let dir = disk_tempdir();
+        let path = dir.path().join("part");
+        let data: Vec<u8> = (0..1024 * 1024).map(|i| (i % 233) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let (_root, m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
+        let file = std::fs::File::open(&path).unwrap();
+        // Only 0..192 KiB back in memory (readahead off for this reader).
+        evict(&file);
+        rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random).unwrap();
+        let mut first = vec![0u8; 192 * 1024];
+        rustix::io::pread(&file, &mut first, 0).unwrap();
+        assert_eq!(
+            crate::fs::test_support::resident_pages(&file, 1024 * 1024),
+            48
+        );
+        let f = Arc::new(OwnedFd::from(file.try_clone().unwrap()));
+        let (client, server) = socket_pair();
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; 192 * 1024 - 100];
+            (&client).read_exact(&mut got).unwrap();
+            got
+        });
+        let mut sent = 0usize;
+        loop {
+            match hot
+                .send_inline(&server, &f, 100 + sent as u64, 1024 * 1024 - 100 - sent)
+                .unwrap()
+            {
+                InlineSend::Sent(n) => sent += n,
+                InlineSend::SocketFull => std::thread::sleep(Duration::from_millis(1)),
+                InlineSend::Miss => break,
+            }
+        }
+        // Exactly the filled bytes went out, then the first page not in memory is a miss.
+        assert_eq!(sent, 192 * 1024 - 100);
+        assert_eq!(reader.join().unwrap(), &data[100..192 * 1024]);
+        assert_eq!(hits(&m, CacheOp::Read).1, 1);
+        // The attempt read nothing in (no readahead from the loop).
+        assert_eq!(
+            crate::fs::test_support::resident_pages(&file, 1024 * 1024),
+            48
+        );
+    }
+
+    #[test]
+    fn a_slow_inline_sendfile_pauses_it_and_resident_bytes_are_copied_meanwhile() {
+        let dir = disk_tempdir();
+        let data: Vec<u8> = (0..64 * 1024).map(|i| (i % 227) as u8).collect();
+        std::fs::write(dir.path().join("f"), &data).unwrap();
+        let (_root, m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
+        assert!(!hot.sendfile_paused());
+        hot.pause_sendfile(SLOW_SENDFILE * 2, Instant::now());
+        assert!(hot.sendfile_paused());
+        let (client, server) = socket_pair();
+        let f = Arc::new(OwnedFd::from(
+            std::fs::File::open(dir.path().join("f")).unwrap(),
+        ));
+        match hot.send_inline(&server, &f, 0, data.len()).unwrap() {
+            InlineSend::Sent(n) => assert_eq!(n, data.len()),
+            other => panic!("resident bytes not sent: {other:?}"),
+        }
+        let mut got = vec![0u8; data.len()];
+        (&client).read_exact(&mut got).unwrap();
+        assert_eq!(got, data);
+        assert_eq!(hits(&m, CacheOp::Read), (1, 0));
+        // The pause ends by itself.
+        hot.pause_sendfile(SLOW_SENDFILE, Instant::now() - SENDFILE_PAUSE);
+        assert!(!hot.sendfile_paused());
+    }
+
+    #[test]
+    fn without_mincore_or_cachestat_resident_bytes_are_copied_and_missing_ones_miss() {
         let dir = disk_tempdir();
         let data: Vec<u8> = (0..300 * 1024).map(|i| (i % 239) as u8).collect();
         std::fs::write(dir.path().join("hot"), &data).unwrap();
         std::fs::write(dir.path().join("cold"), &data).unwrap();
         let (_root, m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
         let support = hot.support().unwrap();
-        // As on kernels that refuse cachestat to non-owners.
+        // As on a filesystem that cannot mmap, and a kernel that refuses cachestat to non-owners.
+        support.mincore_failed(&io::Error::from_raw_os_error(libc::ENODEV));
         support.cachestat_failed(&io::Error::from_raw_os_error(libc::EPERM));
-        assert!(!support.cachestat() && hot.reads_inline());
+        assert!(!support.mincore() && !support.cachestat() && hot.reads_inline());
         let (client, server) = socket_pair();
-        let f = OwnedFd::from(std::fs::File::open(dir.path().join("hot")).unwrap());
+        let f = Arc::new(OwnedFd::from(
+            std::fs::File::open(dir.path().join("hot")).unwrap(),
+        ));
         let want = 200 * 1024;
         let reader = std::thread::spawn(move || {
             let mut got = vec![0u8; want];
@@ -541,7 +729,7 @@ mod tests {
         assert_eq!(reader.join().unwrap(), &data[7..7 + want]);
         let cold = std::fs::File::open(dir.path().join("cold")).unwrap();
         evict(&cold);
-        let cold = OwnedFd::from(cold);
+        let cold = Arc::new(OwnedFd::from(cold));
         assert!(matches!(
             hot.send_inline(&server, &cold, 0, 4096).unwrap(),
             InlineSend::Miss
@@ -559,7 +747,9 @@ mod tests {
         let (_root, _m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
         assert!(!hot.reads_inline());
         let (_client, server) = socket_pair();
-        let f = OwnedFd::from(std::fs::File::open(dir.path().join("f")).unwrap());
+        let f = Arc::new(OwnedFd::from(
+            std::fs::File::open(dir.path().join("f")).unwrap(),
+        ));
         assert!(matches!(
             hot.send_inline(&server, &f, 0, 1).unwrap(),
             InlineSend::Miss

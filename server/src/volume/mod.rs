@@ -8,8 +8,8 @@
 //! work beneath the root ([`Volume::run_blocking`]). The modes:
 //! - `never`: everything inline (blocking calls on the loop, as nginx without `aio threads`);
 //! - `always`: every open and chunk on the pool (open-file cache hits excepted);
-//! - `auto`: what the page cache can answer without I/O (RESOLVE_CACHED opens, RWF_NOWAIT reads)
-//!   inline, everything else on the pool.
+//! - `auto`: what the page cache can answer without I/O (RESOLVE_CACHED opens, sendfile of ranges
+//!   mincore proves filled) inline, everything else on the pool.
 //!
 //! A layer that serves other bytes from a volume (a cache volume) uses the same four doors: its
 //! writes, renames and unlinks go through [`Volume::run_blocking`], its reads of a stored file
@@ -168,8 +168,8 @@ impl Volume {
     }
 
     /// Send one chunk (at most `len` bytes of `file` from `offset`) of an admitted response to
-    /// the non-blocking socket: `auto` tries resident bytes inline first (RWF_NOWAIT read,
-    /// written from the loop); the rest is sendfile on the pool (`always`, `auto` misses; never
+    /// the non-blocking socket: `auto` tries resident bytes inline first (sendfile of the pages
+    /// mincore proves filled, or an RWF_NOWAIT copy where it cannot); the rest is sendfile on the pool (`always`, `auto` misses; never
     /// rejected) or inline (`never`). Returns bytes sent (0 = end of file) or the error
     /// (`WouldBlock` = socket full: wait for writability).
     pub async fn send_chunk(
