@@ -100,6 +100,24 @@ fn stored_files(cache: &Path) -> usize {
     n
 }
 
+/// Wait until no fill runs and no temporary file is left: a client has every byte of a fill
+/// just before the fill commits (renames) its entry.
+fn wait_committed(n: &Node) {
+    let tmp = n.cache.join(".tmp");
+    let idle = || {
+        let no_temp = std::fs::read_dir(&tmp).map_or(true, |mut d| d.next().is_none());
+        no_temp
+            && metric(
+                &metrics(n),
+                "contentserver_cache_fills_in_flight{volume=\"c1\"}",
+            ) == 0.0
+    };
+    assert!(
+        common::wait_until(Duration::from_secs(5), idle),
+        "fills still running after 5 s"
+    );
+}
+
 /// What a client got for a request that met an origin fault: a clean error status, or a body
 /// cut short (never a complete response with wrong bytes).
 fn assert_clean_failure(what: &str, r: std::io::Result<Response>) {
@@ -166,6 +184,7 @@ fn faults_then_retry(slice_size: usize) {
             o.requests(&p) > requests,
             "{what}: the retry asked the origin"
         );
+        wait_committed(&n);
         let before = o.requests(&p);
         let r = get(&n, &p);
         assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{what}");
@@ -243,6 +262,7 @@ fn a_fault_in_a_later_slice_cuts_the_response_and_is_refetched() {
             1,
             "{what}: {ranges:?}"
         );
+        wait_committed(&n);
         let r = get(&n, &p);
         assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{what}");
         assert!(r.body == body);
@@ -290,6 +310,7 @@ fn stale_if_error_covers_every_origin_fault() {
     let r = get(&n, "/s.bin");
     assert_eq!(r.status, 200);
     assert!(r.body == v2, "after the fault: {} bytes", r.body.len());
+    wait_committed(&n);
     let r = get(&n, "/s.bin");
     assert_eq!((r.status, xcache(&r)), (200, "HIT"));
     assert!(r.body == v2);
@@ -360,6 +381,7 @@ fn an_https_origin_with_a_test_ca_and_host_sni_overrides() {
     );
     let r = get(&n, "/tls.bin");
     assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    wait_committed(&n);
     assert!(r.body == body);
     let r = get(&n, "/tls.bin");
     assert_eq!((r.status, xcache(&r)), (200, "HIT"));
@@ -571,6 +593,7 @@ fn debian_nginx_as_the_origin() {
             .all(|l| l.contains("\"bytes=") && l.ends_with(" 206")),
         "{lines:?}"
     );
+    wait_committed(&n);
     let r = get(&n, "/big.bin");
     assert_eq!((r.status, xcache(&r)), (200, "HIT"));
     assert!(r.body == big);
@@ -758,6 +781,7 @@ fn several_ranges_of_a_cached_object_are_answered_like_a_static_file() {
         );
         // Twice: first while slices are still missing, then all from the cache.
         for round in 0..2 {
+            wait_committed(&n);
             for (method, headers) in &asks {
                 let h: Vec<(&str, &str)> = headers
                     .iter()
@@ -786,6 +810,7 @@ fn several_ranges_of_a_cached_object_are_answered_like_a_static_file() {
                 }
             }
         }
+        wait_committed(&n);
         let r = get(&n, "/m.bin");
         assert_eq!((r.status, xcache(&r)), (200, "HIT"));
         assert!(r.body == body);
@@ -880,6 +905,7 @@ fn answers_to_authorized_requests_are_never_served_to_anyone_else() {
         Object::new(pattern(1000, 24)).cache_control(cc),
     );
     assert_eq!(xcache(&get(&n, "/page")), "MISS");
+    wait_committed(&n);
     let r = try_get(&n, "/page", &as_user("Bearer alice")).unwrap();
     assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
     assert!(r.body == pattern(1000, 24), "alice got the anonymous page");
@@ -899,6 +925,7 @@ fn answers_to_authorized_requests_are_never_served_to_anyone_else() {
         let r = try_get(&n, p, &as_user("Bearer alice")).unwrap();
         assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{p}");
         assert!(r.body == pattern(len, 25));
+        wait_committed(&n);
         let asked = o.requests(p);
         for extra in [
             String::new(),
@@ -934,4 +961,39 @@ fn a_private_object_larger_than_a_slice_is_passed_through_whole() {
         }
     }
     assert_eq!(stored_files(&n.cache), 0);
+}
+
+/// The object changes at the origin while a slice of the old version is still being filled: a
+/// response that joined that fill stops at the first new-version slice, and the old fill, which
+/// ends after that, must not leave its slice behind to be served with the new version's.
+#[test]
+fn a_new_version_while_the_old_one_still_fills_is_served_whole_next() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let n = node(d.path(), &[o.url()], "", &format!("slice_size = {SLICE}"));
+    let v1 = pattern(4 * SLICE, 27);
+    let v2 = pattern(4 * SLICE, 28);
+    o.put("/v.bin", Object::version(v1.clone(), 1));
+    // Slice 0 of v1 takes ~0.8 s to arrive (16 KiB chunks 200 ms apart).
+    o.set_timing(Timing {
+        chunk_delay: Duration::from_millis(200),
+        ..Timing::default()
+    });
+    let r = try_get(&n, "/v.bin", "Range: bytes=0-999\r\n").expect("the first bytes");
+    assert_eq!(r.status, 206);
+    assert!(r.body == v1[..1000]);
+    // v2 now, answered at once; the v1 fill of slice 0 is still running.
+    o.put("/v.bin", Object::version(v2.clone(), 2));
+    o.set_timing(Timing::default());
+    match try_get(&n, "/v.bin", "") {
+        Ok(r) => assert!(
+            r.body == v1 || r.body == v2,
+            "a complete body is one version"
+        ),
+        Err(e) => assert!(e.to_string().contains("body ended after"), "{e}"),
+    }
+    let r = get(&n, "/v.bin");
+    assert_eq!(r.status, 200);
+    assert!(r.body == v2, "the next response is not v2 whole");
+    assert_eq!(r.header("ETag"), Some("\"v2\""));
 }

@@ -274,7 +274,7 @@ impl Ctx<'_> {
                 if let Some(s) = &stale {
                     if !s.meta.same_version(&head.meta) {
                         // A new version: its other slices must come from the origin too.
-                        let _ = self.cv.remove_object(s.id.hash()).await;
+                        self.drop_version(&s.meta).await;
                     }
                 }
                 // Joining a fill that already has every byte asks the origin nothing: a hit.
@@ -332,6 +332,32 @@ impl Ctx<'_> {
             }
             rx.changed().await.ok()?;
         }
+    }
+
+    /// Drop the stored slices of version `old` of this object. A fill of `old` still under way
+    /// (one this response was reading, say) would commit its slice after the removal and be
+    /// served with the new version's slices: wait for those fills to end first.
+    async fn drop_version(&self, old: &super::entry::EntryMeta) {
+        let slices = match self.cv.slice_size {
+            0 => 1,
+            s => old.total_size.div_ceil(s).min(u32::MAX as u64) as u32,
+        };
+        for k in 0..slices {
+            let Some(fill) = self.cv.fill_running(self.key.slice(k)) else {
+                continue;
+            };
+            let mut rx = fill.subscribe();
+            loop {
+                let old_running = match &*rx.borrow_and_update() {
+                    Progress::Body { head, done, .. } => !done && head.meta.same_version(old),
+                    _ => false,
+                };
+                if !old_running || rx.changed().await.is_err() {
+                    break;
+                }
+            }
+        }
+        let _ = self.cv.remove_object(self.key.hash()).await;
     }
 
     /// Start filling `slice` if it is neither stored nor being filled (prefetch; not for a
@@ -569,8 +595,7 @@ impl Ctx<'_> {
             if !src.meta().same_version(meta) {
                 // The object changed at the origin: never mix versions; drop the old slices so
                 // the next request fetches the new version whole.
-                let hash = self.key.hash();
-                let _ = self.cv.remove_object(hash).await;
+                self.drop_version(meta).await;
                 return Err((sent, "object changed at the origin mid-response"));
             }
             if s > 0 && k < k1 {
