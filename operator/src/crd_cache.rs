@@ -23,6 +23,7 @@ pub const PURGE_TOKEN_DIR: &str = "/etc/content-server-purge";
 pub const PURGE_TOKEN_FILE: &str = "token";
 
 /// The origin behind every cache route (the server's origin named `origin`).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OriginSpec {
@@ -33,16 +34,13 @@ pub struct OriginSpec {
     )]
     pub servers: Vec<String>,
     /// Host header sent to the origin (S3-style buckets); default: the server URL's authority.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 255))]
     pub host: Option<String>,
     /// TLS server name for https servers; default: `host`, else the URL's host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub sni: Option<String>,
     /// PEM CA bundle trusted for https servers (in addition to the system roots), from a key of
     /// a Secret or a ConfigMap; mounted into the pod and rendered as the origin's `ca_file`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca: Option<CaSourceSpec>,
     /// TCP connect + TLS handshake timeout per server.
     #[serde(default = "default_connect_timeout_ms")]
@@ -59,6 +57,7 @@ pub struct OriginSpec {
 }
 
 /// Exactly one of the fields.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
@@ -66,9 +65,7 @@ pub struct OriginSpec {
     "message": "set exactly one of secretKeyRef and configMapKeyRef"
 }]))]
 pub struct CaSourceSpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_key_ref: Option<KeyRefSpec>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map_key_ref: Option<KeyRefSpec>,
 }
 
@@ -91,12 +88,12 @@ pub struct PurgeTokenSpec {
 }
 
 /// `volumes[].cache`: the volume stores what the origin answers for the routes using it.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeCacheSpec {
     /// Largest total size of stored entries (a quantity such as `90Gi`); must fit the volume's
     /// `claimTemplate.size` / `emptyDir.sizeLimit`. Absent = keep 10% of the filesystem free.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
     pub max_size: Option<String>,
     /// Entries unused this long are dropped.

@@ -59,14 +59,13 @@ impl Default for ServerHttpSpec {
 }
 
 /// Headers added to successful responses (200, 206, 304) and redirects.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HeaderRuleSpec {
     /// `Cache-Control` value, e.g. `public, max-age=31536000, immutable`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_control: Option<String>,
     /// `Expires: now + N seconds`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 315360000))]
     pub expires_secs: Option<u64>,
     /// Extra headers (name -> value), e.g. security headers.
@@ -75,6 +74,7 @@ pub struct HeaderRuleSpec {
 }
 
 /// The HTTP policy of one route.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RouteHttpSpec {
@@ -85,7 +85,6 @@ pub struct RouteHttpSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub media_headers: BTreeMap<String, HeaderRuleSpec>,
     /// CORS; absent = off (`OPTIONS` is 405).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cors: Option<CorsSpec>,
     /// Serve FILE.br / FILE.zst / FILE.gz in this order to clients accepting the coding.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -97,6 +96,7 @@ pub struct RouteHttpSpec {
 }
 
 /// CORS policy of a route; omitted lists take the server's defaults.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CorsSpec {
@@ -104,16 +104,12 @@ pub struct CorsSpec {
     #[schemars(length(min = 1))]
     pub allow_origins: Vec<String>,
     /// Default `["GET", "HEAD"]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_methods: Option<Vec<String>>,
     /// Default `["Range"]`; `["*"]` allows any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_headers: Option<Vec<String>>,
     /// Default `["Content-Length", "Content-Range", "Accept-Ranges", "ETag"]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expose_headers: Option<Vec<String>>,
     /// `Access-Control-Max-Age`; absent = not sent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]
     pub max_age_secs: Option<u64>,
     /// `Access-Control-Allow-Credentials: true` (not with `*`).

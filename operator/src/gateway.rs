@@ -28,19 +28,15 @@ pub struct HTTPRouteSpec {
 }
 
 /// A Gateway (or one of its listeners) the route attaches to.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct ParentReference {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub section_name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
 }
 
@@ -55,10 +51,10 @@ pub struct HTTPRouteRule {
 }
 
 /// A request match (the operator matches on the path only).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct HTTPRouteMatch {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<HTTPPathMatch>,
 }
 
@@ -72,10 +68,10 @@ pub struct HTTPPathMatch {
 }
 
 /// A Service backend.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct HTTPBackendRef {
     pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
 }

@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Scale on the busiest volume's pool utilization (and optionally CPU).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
@@ -27,11 +28,7 @@ pub struct AutoscalingSpec {
     #[schemars(range(min = 1, max = 100))]
     pub target_pool_utilization: i32,
     /// Optional CPU target in percent of the container's CPU request.
-    #[serde(
-        default,
-        rename = "targetCPUUtilization",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "targetCPUUtilization")]
     #[schemars(range(min = 1, max = 100))]
     pub target_cpu_utilization: Option<i32>,
     /// How long the recommendation must stay lower before pods are removed (warm page caches

@@ -9,14 +9,13 @@ use std::collections::BTreeMap;
 
 /// How clients outside the cluster reach the Service. Both parts are optional; removing one
 /// deletes the object the operator made for it.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExposeSpec {
     /// A Gateway API HTTPRoute (gateway.networking.k8s.io/v1) attached to existing Gateways.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_route: Option<HttpRouteExpose>,
     /// A networking.k8s.io/v1 Ingress.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingress: Option<IngressExpose>,
 }
 
@@ -50,6 +49,7 @@ pub struct Hostname(
 );
 
 /// A Gateway the HTTPRoute attaches to (Gateway API `ParentReference`, kind Gateway).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GatewayParentRef {
@@ -57,32 +57,28 @@ pub struct GatewayParentRef {
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
     /// Namespace of the Gateway (default: the ContentServer's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub namespace: Option<String>,
     /// A listener of the Gateway, by name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub section_name: Option<String>,
     /// A listener of the Gateway, by port.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: Option<i32>,
 }
 
 /// The Ingress: one rule per host, a `Prefix` path per route prefix, backed by the Service.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IngressExpose {
     /// IngressClass; unset uses the cluster's default class.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub class_name: Option<String>,
     /// Host names of the rules.
     #[schemars(length(min = 1, max = 16))]
     pub hosts: Vec<Hostname>,
     /// Terminate TLS for every host with this Secret.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<IngressTls>,
     /// Annotations on the Ingress (controller-specific settings).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -111,6 +107,7 @@ pub struct NetworkPolicySpec {
 }
 
 /// Pods selected by namespace and/or pod labels (both set: those pods in those namespaces).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
@@ -118,8 +115,6 @@ pub struct NetworkPolicySpec {
     "message": "set namespaceSelector, podSelector or both"
 }]))]
 pub struct NetworkPeer {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_selector: Option<LabelSelector>,
 }

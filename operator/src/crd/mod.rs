@@ -41,6 +41,7 @@ pub const MAX_VOLUME_NAME: usize = 59;
 
 /// A content server: N identical pods, each mounting the listed volumes and serving them with one
 /// bounded thread pool per volume.
+#[serde_with::skip_serializing_none]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "contentserver.dev",
@@ -142,7 +143,6 @@ pub struct ContentServerSpec {
     #[serde(default)]
     pub server: ServerSpec,
     /// Compute resources of the server container.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// Where pods may run.
     #[serde(default)]
@@ -161,22 +161,17 @@ pub struct ContentServerSpec {
     pub metrics: MetricsSpec,
     /// An owned HorizontalPodAutoscaler scaling this ContentServer on pool saturation. It sets
     /// spec.replicas through the scale subresource: leave spec.replicas out of your manifests.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingSpec>,
     /// HTTPRoute and/or Ingress in front of the Service.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expose: Option<ExposeSpec>,
     /// A NetworkPolicy guarding the admin/metrics port.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_policy: Option<NetworkPolicySpec>,
     /// Stop reconciling: children are left exactly as they are.
     #[serde(default)]
     pub paused: bool,
     /// The origin that routes with `cache` fetch misses from (a caching node).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<crate::crd_cache::OriginSpec>,
     /// Token enabling cache purges on the admin port.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purge_token: Option<crate::crd_cache::PurgeTokenSpec>,
 }
 

@@ -8,12 +8,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Scheduling constraints copied onto the pod.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SchedulingSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
@@ -21,11 +21,11 @@ pub struct SchedulingSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
 }
 
 /// Pod-level overrides.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PodSpecOverrides {
@@ -37,9 +37,7 @@ pub struct PodSpecOverrides {
     pub annotations: BTreeMap<String, String>,
     /// Replaces the default pod security context (non-root uid 65532, seccomp RuntimeDefault).
     /// Sysctls such as net.core.somaxconn go here (the node must allow them).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security_context: Option<PodSecurityContext>,
     /// Service account of the pods.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
 }

@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A URI prefix served by one volume or spread over several.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -27,7 +28,6 @@ pub struct RouteSpec {
     #[schemars(length(min = 1, max = 1024), regex(pattern = r"^/"))]
     pub prefix: String,
     /// Serve the prefix from this volume.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub volume: Option<String>,
     /// Spread the prefix over volumes by a stable hash of the URI path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -37,14 +37,13 @@ pub struct RouteSpec {
     #[serde(default)]
     pub strip_prefix: bool,
     /// Response headers, CORS, precompressed siblings and listings of this route.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<crate::crd_http::RouteHttpSpec>,
     /// Present = fetch the prefix from spec.origin through the route's cache volumes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::crd_cache::RouteCacheSpec>,
 }
 
 /// One share of a split.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SplitTargetSpec {
@@ -52,7 +51,6 @@ pub struct SplitTargetSpec {
     #[schemars(length(min = 1, max = 59))]
     pub volume: String,
     /// Share in percent (0 < percent <= 100); omit on the last target to take the rest.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0001, max = 100))]
     pub percent: Option<f64>,
 }

@@ -61,6 +61,7 @@ pub struct MetricsSpec {
 }
 
 /// Prometheus Operator ServiceMonitor.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceMonitorSpec {
@@ -71,7 +72,6 @@ pub struct ServiceMonitorSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// Scrape interval such as `30s`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interval: Option<String>,
 }
 

@@ -6,11 +6,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Observed state.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ContentServerStatus {
     /// The generation last acted on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Pods of the workload (scale subresource status.replicas).
     #[serde(default)]
@@ -19,23 +19,19 @@ pub struct ContentServerStatus {
     #[serde(default)]
     pub ready_replicas: i32,
     /// Label selector of the pods (scale subresource, for HPAs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
     /// Hash of the rendered server config (the pod template's config-hash annotation).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_hash: Option<String>,
     /// Number of volumes.
     #[serde(default)]
     pub volumes: i32,
     /// In-cluster URL of the Service, `http://NAME.NAMESPACE.svc:PORT`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// External host names from spec.expose (HTTPRoute hostnames and Ingress hosts). Always
     /// written (an empty list clears the old names in the status merge patch).
     #[serde(default)]
     pub hostnames: Vec<String>,
     /// Ready, Progressing, Degraded, Invalid or Paused (the Status printer column).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     /// Available, Progressing, Degraded and Reconciled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

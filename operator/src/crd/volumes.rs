@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A mounted volume and its thread pool.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeSpec {
@@ -16,7 +17,6 @@ pub struct VolumeSpec {
     )]
     pub name: String,
     /// Absolute mount path in the container (default `/srv/content/<name>`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 4096), regex(pattern = r"^/"))]
     pub mount_path: Option<String>,
     /// Mount read-only (the server only reads; image volumes are always read-only).
@@ -28,7 +28,6 @@ pub struct VolumeSpec {
     #[serde(default)]
     pub pool: PoolSpec,
     /// Present = the volume caches origin responses (mounted read-write whatever readOnly says).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<crate::crd_cache::VolumeCacheSpec>,
 }
 
@@ -41,6 +40,7 @@ impl VolumeSpec {
 }
 
 /// Exactly one of the fields.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
@@ -49,20 +49,15 @@ impl VolumeSpec {
 }]))]
 pub struct VolumeSource {
     /// An existing PersistentVolumeClaim shared by all pods (ReadOnlyMany for replicas > 1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent_volume_claim: Option<PvcSource>,
     /// A claim per pod (turns the workload into a StatefulSet).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_template: Option<ClaimTemplateSource>,
     /// Scratch space living as long as the pod.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub empty_dir: Option<EmptyDirSource>,
     /// A directory of the node (needs spec.allowHostPath).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_path: Option<HostPathSource>,
     /// An OCI image (or artifact) mounted read-only (Kubernetes image volumes: beta since 1.33,
     /// on by default since 1.35).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageSource>,
 }
 
@@ -77,11 +72,11 @@ pub struct PvcSource {
 
 /// A per-pod claim (StatefulSet volumeClaimTemplate). Immutable once created: a change replaces
 /// the StatefulSet with orphaning deletion (pods keep serving, existing claims are kept).
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClaimTemplateSource {
     /// StorageClass; unset uses the cluster default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_class_name: Option<String>,
     /// Requested size, a Kubernetes quantity such as `500Gi`.
     #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
@@ -113,15 +108,14 @@ impl AccessMode {
 }
 
 /// An emptyDir.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EmptyDirSource {
     /// Size limit, a quantity such as `1Gi`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
     pub size_limit: Option<String>,
     /// Storage medium: `Memory` for tmpfs, unset for the node's disk.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub medium: Option<EmptyDirMedium>,
 }
 
@@ -132,6 +126,7 @@ pub enum EmptyDirMedium {
 }
 
 /// A node directory.
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostPathSource {
@@ -139,12 +134,13 @@ pub struct HostPathSource {
     #[schemars(regex(pattern = r"^/"))]
     pub path: String,
     /// hostPath type, e.g. `Directory`.
-    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "type")]
     pub type_: Option<String>,
 }
 
 /// An OCI image volume: the image's filesystem, read-only. Its files often carry one constant
 /// mtime, so ETags must not rely on mtime alone (see the README, "Validators").
+#[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageSource {
@@ -152,7 +148,6 @@ pub struct ImageSource {
     #[schemars(length(min = 1, max = 1024))]
     pub reference: String,
     /// Pull policy of the image (Kubernetes' default: Always for `:latest`, else IfNotPresent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_policy: Option<PullPolicy>,
 }
 
