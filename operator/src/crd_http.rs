@@ -61,7 +61,7 @@ impl Default for ServerHttpSpec {
 /// Headers added to successful responses (200, 206, 304) and redirects.
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct HeaderRuleSpec {
     /// `Cache-Control` value, e.g. `public, max-age=31536000, immutable`.
     pub cache_control: Option<String>,
@@ -69,29 +69,27 @@ pub struct HeaderRuleSpec {
     #[schemars(range(min = 0, max = 315360000))]
     pub expires_secs: Option<u64>,
     /// Extra headers (name -> value), e.g. security headers.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub add: BTreeMap<String, String>,
 }
 
 /// The HTTP policy of one route.
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct RouteHttpSpec {
     /// Headers for every successful response of the route.
-    #[serde(default)]
     pub headers: HeaderRuleSpec,
     /// Per extension or media type, on top of `headers` and `spec.server.mediaHeaders`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub media_headers: BTreeMap<String, HeaderRuleSpec>,
     /// CORS; absent = off (`OPTIONS` is 405).
     pub cors: Option<CorsSpec>,
     /// Serve FILE.br / FILE.zst / FILE.gz in this order to clients accepting the coding.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 3))]
     pub precompressed: Vec<Precompressed>,
     /// List directories that have no index file (HTML or JSON).
-    #[serde(default)]
     pub listing: bool,
 }
 

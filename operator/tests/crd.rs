@@ -529,30 +529,26 @@ fn expose_and_network_policy_schema() {
 fn cel_cache_routes_need_the_origin_and_cache_volumes() {
     let obj = defaulted("edge-cache.yaml");
     assert_eq!(cel_errors(&obj), Vec::<String>::new());
-    let mut no_origin = obj.clone();
-    no_origin["spec"]
-        .as_object_mut()
-        .expect("spec")
-        .remove("origin");
-    assert_rejected(&no_origin, "a route with cache needs spec.origin");
-    let mut plain_volume = obj.clone();
-    plain_volume["spec"]["volumes"][2]
-        .as_object_mut()
-        .expect("volume")
-        .remove("cache");
-    assert_rejected(
-        &plain_volume,
-        "a route with cache must use only volumes with cache",
-    );
-    let mut static_route = obj.clone();
-    static_route["spec"]["routes"][0]
-        .as_object_mut()
-        .expect("route")
-        .remove("cache");
-    assert_rejected(
-        &static_route,
-        "a volume with cache may only be used by routes with cache",
-    );
+    // Removing one field at a JSON pointer breaks one rule.
+    for (pointer, field, message) in [
+        ("/spec", "origin", "a route with cache needs spec.origin"),
+        (
+            "/spec/volumes/2",
+            "cache",
+            "a route with cache must use only volumes with cache",
+        ),
+        (
+            "/spec/routes/0",
+            "cache",
+            "a volume with cache may only be used by routes with cache",
+        ),
+    ] {
+        let mut broken = obj.clone();
+        let parent = broken.pointer_mut(pointer).and_then(Value::as_object_mut);
+        let removed = parent.expect(pointer).remove(field);
+        assert!(removed.is_some(), "{pointer}/{field} is in the example");
+        assert_rejected(&broken, message);
+    }
     let mut two_cas = obj.clone();
     two_cas["spec"]["origin"]["ca"]["secretKeyRef"] = json!({"name": "s", "key": "ca.pem"});
     assert_rejected(

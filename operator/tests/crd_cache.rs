@@ -5,11 +5,11 @@
 
 mod support;
 
-use content_operator::builders::configmap::{render, server_config};
+use content_operator::builders::configmap::server_config;
 use content_operator::builders::workload::statefulset;
 use content_operator::crd_cache::{ORIGIN_CA_DIR, PURGE_TOKEN_DIR};
 use content_operator::validation::validate;
-use content_server::config::{ByteSize, Config};
+use content_server::config::ByteSize;
 use support::*;
 
 #[test]
@@ -47,27 +47,22 @@ fn edge_cache_example_renders_into_the_server_config() {
         format!("{PURGE_TOKEN_DIR}/token")
     );
     assert_eq!(validate(&cs.spec), Vec::new());
-    let toml = render(&cs.spec).expect("renders").toml;
-    let mut back = Config::from_toml(&toml).expect("server parses it");
-    back.normalize();
-    back.validate().expect("server accepts it");
+    let back = rendered_back(&cs.spec);
     assert_eq!(back.origins, cfg.origins);
     assert_eq!(back.volumes[1].cache, cfg.volumes[1].cache);
 }
 
 #[test]
 fn without_cache_options_nothing_is_rendered() {
-    let toml = render(&example("media-node.yaml").spec)
-        .expect("renders")
-        .toml;
-    for absent in [
-        "origins",
-        "[volumes.cache]",
-        "[routes.cache]",
-        "purge_token_file = \"/",
-    ] {
-        assert!(!toml.contains(absent), "{absent} in\n{toml}");
-    }
+    assert_rendered_without(
+        "media-node.yaml",
+        &[
+            "origins",
+            "[volumes.cache]",
+            "[routes.cache]",
+            "purge_token_file = \"/",
+        ],
+    );
 }
 
 #[test]

@@ -4,10 +4,10 @@
 
 mod support;
 
-use content_operator::builders::configmap::{render, server_config};
+use content_operator::builders::configmap::server_config;
 use content_operator::crd_http::{CorsSpec, HeaderRuleSpec, RouteHttpSpec};
 use content_operator::validation::spec_path;
-use content_server::config::{Config, Precompressed};
+use content_server::config::Precompressed;
 use support::*;
 
 #[test]
@@ -48,25 +48,22 @@ fn hls_library_example_renders_into_the_server_config() {
     );
     assert!(live.cors.as_ref().expect("cors").any_origin());
     // The rendered TOML is what the server reads back.
-    let toml = render(&cs.spec).expect("renders").toml;
-    let mut back = Config::from_toml(&toml).expect("server parses it");
-    back.normalize();
-    back.validate().expect("server accepts it");
+    let back = rendered_back(&cs.spec);
     assert_eq!(back.routes[0].http, cfg.routes[0].http);
 }
 
 #[test]
 fn without_http_options_nothing_is_rendered() {
-    let toml = render(&example("minimal.yaml").spec).expect("renders").toml;
-    for absent in [
-        "media_headers",
-        "media_types",
-        "[routes.http",
-        "cors",
-        "precompressed",
-    ] {
-        assert!(!toml.contains(absent), "{absent} in\n{toml}");
-    }
+    assert_rendered_without(
+        "minimal.yaml",
+        &[
+            "media_headers",
+            "media_types",
+            "[routes.http",
+            "cors",
+            "precompressed",
+        ],
+    );
 }
 
 #[test]

@@ -53,11 +53,15 @@ async fn reconciled(file: &str) -> (FakeApi, Arc<Context>, String) {
 }
 
 async fn run(fake: &FakeApi, ctx: &Arc<Context>, name: &str) -> ContentServer {
-    let api: Api<ContentServer> = Api::namespaced(fake.client(), NS);
-    let cs = api.get(name).await.expect("get ContentServer");
-    reconcile(Arc::new(cs), ctx.clone())
+    reconcile(Arc::new(current(fake, name).await), ctx.clone())
         .await
         .expect("reconcile succeeds");
+    current(fake, name).await
+}
+
+/// The ContentServer as the API has it now.
+async fn current(fake: &FakeApi, name: &str) -> ContentServer {
+    let api: Api<ContentServer> = Api::namespaced(fake.client(), NS);
     api.get(name).await.expect("get ContentServer")
 }
 
@@ -111,10 +115,8 @@ fn template_hash(workload: &Value) -> String {
 
 #[tokio::test]
 async fn create_minimal_applies_configmap_deployment_service_and_status() {
-    let fake = FakeApi::new();
-    let ctx = context(&fake);
-    let name = create(&fake, "minimal.yaml");
-    let cs = run(&fake, &ctx, &name).await;
+    let (fake, ctx, name) = reconciled("minimal.yaml").await;
+    let cs = current(&fake, &name).await;
     let uid = cs.metadata.uid.clone().expect("uid");
 
     let cm = fake
@@ -341,10 +343,8 @@ async fn paused_leaves_children_as_they_are() {
 
 #[tokio::test]
 async fn media_node_statefulset_headless_pdb_and_servicemonitor_when_crd_exists() {
-    let fake = FakeApi::new();
-    let ctx = context(&fake);
-    let name = create(&fake, "media-node.yaml");
-    let cs = run(&fake, &ctx, &name).await;
+    let (fake, ctx, name) = reconciled("media-node.yaml").await;
+    let cs = current(&fake, &name).await;
     let sts = fake.get(&statefulsets(), &name).expect("StatefulSet");
     assert_eq!(sts["spec"]["podManagementPolicy"], "Parallel");
     assert_eq!(sts["spec"]["serviceName"], "media-headless");

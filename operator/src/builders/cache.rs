@@ -79,15 +79,15 @@ fn item(key: &str, path: &str) -> Option<Vec<KeyToPath>> {
 
 /// Pod volumes and read-only mounts of the origin CA and the purge token.
 pub fn pod_volumes(spec: &ContentServerSpec) -> (Vec<Volume>, Vec<VolumeMount>) {
+    // (volume, where it is mounted read-only)
     let mut vols = Vec::new();
-    let mut mounts = Vec::new();
     let ca = spec.origin.as_ref().and_then(|o| o.ca.as_ref());
     if let Some(CaSourceSpec {
         secret_key_ref,
         config_map_key_ref,
     }) = ca
     {
-        vols.push(Volume {
+        let v = Volume {
             name: CA_VOLUME.into(),
             secret: secret_key_ref.as_ref().map(|k| SecretVolumeSource {
                 secret_name: Some(k.name.clone()),
@@ -103,16 +103,11 @@ pub fn pod_volumes(spec: &ContentServerSpec) -> (Vec<Volume>, Vec<VolumeMount>) 
                     ..ConfigMapVolumeSource::default()
                 }),
             ..Volume::default()
-        });
-        mounts.push(VolumeMount {
-            name: CA_VOLUME.into(),
-            mount_path: ORIGIN_CA_DIR.into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        });
+        };
+        vols.push((v, ORIGIN_CA_DIR));
     }
     if let Some(t) = &spec.purge_token {
-        vols.push(Volume {
+        let v = Volume {
             name: PURGE_VOLUME.into(),
             secret: Some(SecretVolumeSource {
                 secret_name: Some(t.secret_key_ref.name.clone()),
@@ -120,13 +115,17 @@ pub fn pod_volumes(spec: &ContentServerSpec) -> (Vec<Volume>, Vec<VolumeMount>) 
                 ..SecretVolumeSource::default()
             }),
             ..Volume::default()
-        });
-        mounts.push(VolumeMount {
-            name: PURGE_VOLUME.into(),
-            mount_path: PURGE_TOKEN_DIR.into(),
+        };
+        vols.push((v, PURGE_TOKEN_DIR));
+    }
+    let mounts = vols
+        .iter()
+        .map(|(v, dir)| VolumeMount {
+            name: v.name.clone(),
+            mount_path: (*dir).into(),
             read_only: Some(true),
             ..VolumeMount::default()
-        });
-    }
-    (vols, mounts)
+        })
+        .collect();
+    (vols.into_iter().map(|(v, _)| v).collect(), mounts)
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 /// deletes the object the operator made for it.
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ExposeSpec {
     /// A Gateway API HTTPRoute (gateway.networking.k8s.io/v1) attached to existing Gateways.
     pub http_route: Option<HttpRouteExpose>,
@@ -97,11 +97,11 @@ pub struct IngressTls {
 /// A NetworkPolicy for the pods: anyone may reach the HTTP port; only `metricsFrom` reaches the
 /// admin/metrics port (`/metrics`, `/config` and, with caches, purge).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct NetworkPolicySpec {
     /// Peers allowed on the admin/metrics port, e.g. the monitoring namespace. Empty: nobody
     /// (kubelet probes come from the node, which network plugins let through).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub metrics_from: Vec<NetworkPeer>,
 }
@@ -109,7 +109,7 @@ pub struct NetworkPolicySpec {
 /// Pods selected by namespace and/or pod labels (both set: those pods in those namespaces).
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "has(self.namespaceSelector) || has(self.podSelector)",
     "message": "set namespaceSelector, podSelector or both"

@@ -10,15 +10,15 @@ use std::collections::BTreeMap;
 /// Scheduling constraints copied onto the pod.
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct SchedulingSpec {
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
     pub affinity: Option<Affinity>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub tolerations: Vec<Toleration>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
     pub priority_class_name: Option<String>,
@@ -27,13 +27,13 @@ pub struct SchedulingSpec {
 /// Pod-level overrides.
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct PodSpecOverrides {
     /// Extra pod labels (the selector labels always win).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// Extra pod annotations.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
     /// Replaces the default pod security context (non-root uid 65532, seccomp RuntimeDefault).
     /// Sysctls such as net.core.somaxconn go here (the node must allow them).

@@ -63,13 +63,12 @@ pub struct MetricsSpec {
 /// Prometheus Operator ServiceMonitor.
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ServiceMonitorSpec {
     /// Create a ServiceMonitor (only when its CRD is installed).
-    #[serde(default)]
     pub enabled: bool,
     /// Labels on the ServiceMonitor (to match the Prometheus selector).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     /// Scrape interval such as `30s`.
     pub interval: Option<String>,

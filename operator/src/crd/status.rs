@@ -8,32 +8,28 @@ use serde::{Deserialize, Serialize};
 /// Observed state.
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ContentServerStatus {
     /// The generation last acted on.
     pub observed_generation: Option<i64>,
     /// Pods of the workload (scale subresource status.replicas).
-    #[serde(default)]
     pub replicas: i32,
     /// Ready pods.
-    #[serde(default)]
     pub ready_replicas: i32,
     /// Label selector of the pods (scale subresource, for HPAs).
     pub selector: Option<String>,
     /// Hash of the rendered server config (the pod template's config-hash annotation).
     pub config_hash: Option<String>,
     /// Number of volumes.
-    #[serde(default)]
     pub volumes: i32,
     /// In-cluster URL of the Service, `http://NAME.NAMESPACE.svc:PORT`.
     pub url: Option<String>,
     /// External host names from spec.expose (HTTPRoute hostnames and Ingress hosts). Always
     /// written (an empty list clears the old names in the status merge patch).
-    #[serde(default)]
     pub hostnames: Vec<String>,
     /// Ready, Progressing, Degraded, Invalid or Paused (the Status printer column).
     pub phase: Option<String>,
     /// Available, Progressing, Degraded and Reconciled.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -42,7 +42,7 @@ impl VolumeSpec {
 /// Exactly one of the fields.
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "[has(self.persistentVolumeClaim), has(self.claimTemplate), has(self.emptyDir), has(self.hostPath), has(self.image)].filter(x, x).size() == 1",
     "message": "set exactly one of persistentVolumeClaim, claimTemplate, emptyDir, hostPath, image"
@@ -110,7 +110,7 @@ impl AccessMode {
 /// An emptyDir.
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct EmptyDirSource {
     /// Size limit, a quantity such as `1Gi`.
     #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]

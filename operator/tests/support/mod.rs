@@ -640,3 +640,28 @@ pub fn assert_invalid_fields(spec: &content_operator::crd::ContentServerSpec, wa
         assert!(fields.iter().any(|f| f == w), "missing {w} in {fields:?}");
     }
 }
+
+/// The server config rendered from `spec` as the server reads it back (parsed, normalized and
+/// accepted by its own validation).
+pub fn rendered_back(
+    spec: &content_operator::crd::ContentServerSpec,
+) -> content_server::config::Config {
+    let toml = content_operator::builders::configmap::render(spec)
+        .expect("renders")
+        .toml;
+    let mut back = content_server::config::Config::from_toml(&toml).expect("server parses it");
+    back.normalize();
+    back.validate().expect("server accepts it");
+    back
+}
+
+/// Fails when the config rendered from the ContentServer of `examples/<file>` holds any of
+/// `absent` (options the example does not set must not be rendered).
+pub fn assert_rendered_without(file: &str, absent: &[&str]) {
+    let toml = content_operator::builders::configmap::render(&example(file).spec)
+        .expect("renders")
+        .toml;
+    for a in absent {
+        assert!(!toml.contains(a), "{a} in\n{toml}");
+    }
+}
