@@ -13,43 +13,31 @@ use std::collections::HashSet;
 
 /// `[volumes.cache]`: present = the volume stores responses of the origins of its routes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct VolumeCache {
     /// Largest total size of the stored entries; absent = keep 10% of the filesystem free.
     /// Bytes as an integer, or a string with a K, M, G or T (binary) suffix such as "10G".
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_size: Option<ByteSize>,
     /// Entries not used for this long are dropped (nginx `inactive=10m`).
-    #[serde(default = "default_inactive_secs")]
     pub inactive_secs: u64,
     /// Requests for an object before it is stored (admission; nginx `proxy_cache_min_uses`).
-    #[serde(default = "default_min_uses")]
     pub min_uses: u32,
     /// Bytes per stored slice (the origin gets `Range: bytes=a-b` requests of this size);
     /// 0 = whole objects.
-    #[serde(default = "default_slice_size")]
     pub slice_size: u64,
 }
 
-fn default_inactive_secs() -> u64 {
-    600
-}
-fn default_min_uses() -> u32 {
-    1
-}
 /// 1 MiB, nginx `slice 1m`.
 pub const DEFAULT_SLICE_SIZE: u64 = 1024 * 1024;
-fn default_slice_size() -> u64 {
-    DEFAULT_SLICE_SIZE
-}
 
 impl Default for VolumeCache {
     fn default() -> Self {
         VolumeCache {
             max_size: None,
-            inactive_secs: default_inactive_secs(),
-            min_uses: default_min_uses(),
-            slice_size: default_slice_size(),
+            inactive_secs: 600,
+            min_uses: 1,
+            slice_size: DEFAULT_SLICE_SIZE,
         }
     }
 }
@@ -129,23 +117,19 @@ impl JsonSchema for ByteSize {
 /// `[routes.cache]`: how long a cache route keeps what the origin answered (RFC 9111 plus
 /// nginx-style per-status defaults). Every field is optional.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct CachePolicy {
     /// Freshness by status when the origin gives none (nginx `proxy_cache_valid`), or always
     /// with `ignore_origin_headers`. A status in no rule is not stored without origin headers.
-    #[serde(default = "default_valid")]
     pub valid: Vec<ValidRule>,
     /// true: ignore the origin's Cache-Control and Expires (still never store Set-Cookie or
     /// Vary other than Accept-Encoding).
-    #[serde(default)]
     pub ignore_origin_headers: bool,
     /// Serve stale for this long while one background request revalidates, when the origin's
     /// Cache-Control has no `stale-while-revalidate`.
-    #[serde(default = "default_swr_secs")]
     pub stale_while_revalidate_secs: u64,
     /// Serve stale for this long when the origin is down, times out or answers 5xx, when the
     /// origin's Cache-Control has no `stale-if-error`.
-    #[serde(default = "default_sie_secs")]
     pub stale_if_error_secs: u64,
 }
 
@@ -171,20 +155,14 @@ fn default_valid() -> Vec<ValidRule> {
         },
     ]
 }
-fn default_swr_secs() -> u64 {
-    60
-}
-fn default_sie_secs() -> u64 {
-    86_400
-}
 
 impl Default for CachePolicy {
     fn default() -> Self {
         CachePolicy {
             valid: default_valid(),
             ignore_origin_headers: false,
-            stale_while_revalidate_secs: default_swr_secs(),
-            stale_if_error_secs: default_sie_secs(),
+            stale_while_revalidate_secs: 60,
+            stale_if_error_secs: 86_400,
         }
     }
 }

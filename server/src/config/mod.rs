@@ -2,8 +2,9 @@
 //!
 //! Owns the serde/schemars types of the TOML file, their defaults, and validation
 //! ([`Config::validate`]). The operator renders these same types into ConfigMaps, so a field is
-//! defined here once and nowhere else. This module must not start anything or touch the
-//! filesystem beyond reading the file it is asked to load.
+//! defined here once and nowhere else. A table whose fields all have defaults states them once,
+//! in its `impl Default` (`#[serde(default)]` on the struct reads them from there). This module
+//! must not start anything or touch the filesystem beyond reading the file it is asked to load.
 
 mod cache;
 mod cors;
@@ -66,87 +67,72 @@ pub struct Config {
 
 /// One listening socket.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Listener {
     /// IP address to bind (IPv4 or IPv6 literal).
-    #[serde(default = "default_address")]
     pub address: String,
     /// TCP port.
-    #[serde(default = "default_port")]
     pub port: u16,
     /// listen(2) backlog; the kernel caps it at net.core.somaxconn.
-    #[serde(default = "default_backlog")]
     pub backlog: u32,
 }
 
 /// Connection and request limits.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Open client connections across all workers; more are refused (closed at once) and counted.
-    #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// Idle time allowed between requests on a keep-alive connection.
-    #[serde(default = "default_keepalive_timeout_secs")]
     pub keepalive_timeout_secs: u64,
     /// Time allowed to receive a complete request head once its first byte arrived.
-    #[serde(default = "default_header_read_timeout_secs")]
     pub header_read_timeout_secs: u64,
     /// Quiet time (ms) after which a connection waiting for a request head (idle keep-alive,
     /// or a head not yet complete) leaves its task and waits in its worker's idle set: a bare
     /// descriptor in one epoll set per worker, a few dozen bytes, woken by the next bytes.
     /// Its timeouts stay the same. 0 = never park.
-    #[serde(default = "default_idle_park_ms")]
     pub idle_park_ms: u64,
     /// Largest request head (request line + headers) in bytes; larger gets 414 or 431.
-    #[serde(default = "default_max_header_bytes")]
     pub max_header_bytes: usize,
     /// Largest single sendfile/read chunk in bytes (nginx `sendfile_max_chunk`, default 2 MiB).
-    #[serde(default = "default_sendfile_max_chunk")]
     pub sendfile_max_chunk: usize,
     /// Time a response may wait for the client to accept more bytes before the connection is closed.
-    #[serde(default = "default_send_timeout_secs")]
     pub send_timeout_secs: u64,
 }
 
 /// HTTP behaviour.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Http {
     /// Files tried, in order, when a request names a directory. Empty: directories are 404.
-    #[serde(default = "default_index")]
     pub index: Vec<String>,
     /// Most ranges served in one request (nginx `max_ranges`): more are answered with the whole
     /// file; several (up to this many) get `multipart/byteranges`. 1 = single ranges only,
     /// 0 = ranges disabled.
-    #[serde(default = "default_max_ranges")]
     pub max_ranges: usize,
     /// Put the inode in the ETag (`"ino-mtime-size"`), so a file replaced by one of the same
     /// size and mtime (image builds pin mtimes) never validates against the old tag. Turn off
     /// only when replicas serve copies of the same files on different disks and must agree.
-    #[serde(default = "default_true")]
     pub etag_inode: bool,
     /// Most entries shown by a directory listing (`routes[].http.listing`); the rest is cut.
-    #[serde(default = "default_listing_max_entries")]
     pub listing_max_entries: usize,
     /// Extension (without the dot) -> Content-Type, added to or overriding the built-in table.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub media_types: BTreeMap<String, String>,
     /// Response headers by extension (`m4s`) or media type (`video/mp2t`, `video/*`), for every
     /// route; a route's own `http.media_headers` take precedence.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub media_headers: BTreeMap<String, HeaderRule>,
 }
 
 /// The open-file cache (nginx `open_file_cache`): hot files skip path lookup, open and stat.
 /// Each volume has its own cache; an entry holds one file descriptor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct OpenFileCache {
     /// Files kept open per volume (least recently used evicted); 0 disables the cache. The
     /// server lowers it at start if all volumes' caches would take more than a quarter of the
     /// process's file-descriptor limit (RLIMIT_NOFILE).
-    #[serde(default = "default_ofc_max_entries")]
     pub max_entries: usize,
     /// Milliseconds an entry is trusted before its path is looked up again and compared by
     /// device and inode (a file renamed over the cached one is noticed within this time). With
@@ -154,34 +140,28 @@ pub struct OpenFileCache {
     /// descriptor (no I/O), so a file modified in place, deleted or replaced is noticed at once;
     /// otherwise (no file system call on the event loop) an entry is trusted unchecked for this
     /// long (nginx semantics).
-    #[serde(default = "default_ofc_valid_ms")]
     pub valid_ms: u64,
 }
 
 /// The admin HTTP listener.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Admin {
     /// `ADDR:PORT` of the admin listener; an empty string disables it.
-    #[serde(default = "default_admin_listen")]
     pub listen: String,
     /// Path of a file holding the bearer token of `POST /cache/purge`; empty = purge disabled.
-    #[serde(default)]
     pub purge_token_file: String,
 }
 
 /// Log output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Logging {
     /// `text` or `json`.
-    #[serde(default)]
     pub format: LogFormat,
     /// A tracing filter such as `info` or `content_server=debug`; RUST_LOG overrides it.
-    #[serde(default = "default_log_level")]
     pub level: String,
     /// One line per response (off by default, as it costs a write per request).
-    #[serde(default)]
     pub access_log: bool,
 }
 
@@ -253,13 +233,11 @@ impl std::str::FromStr for Offload {
 
 /// A bounded thread pool (nginx `thread_pool NAME threads=N max_queue=M`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Pool {
     /// Worker threads, at least 1.
-    #[serde(default = "default_threads")]
     pub threads: usize,
     /// Tasks allowed to wait beyond the busy threads; 0 = none may wait (as nginx). Excess gets 503.
-    #[serde(default = "default_max_queue")]
     pub max_queue: usize,
 }
 
@@ -320,60 +298,6 @@ pub struct SplitTarget {
 fn default_listeners() -> Vec<Listener> {
     vec![Listener::default()]
 }
-fn default_address() -> String {
-    "0.0.0.0".into()
-}
-fn default_port() -> u16 {
-    8080
-}
-fn default_backlog() -> u32 {
-    4096
-}
-fn default_max_connections() -> usize {
-    20_000
-}
-fn default_keepalive_timeout_secs() -> u64 {
-    75
-}
-fn default_idle_park_ms() -> u64 {
-    1000
-}
-fn default_header_read_timeout_secs() -> u64 {
-    10
-}
-fn default_max_header_bytes() -> usize {
-    8192
-}
-fn default_sendfile_max_chunk() -> usize {
-    2 * 1024 * 1024
-}
-fn default_send_timeout_secs() -> u64 {
-    60
-}
-fn default_index() -> Vec<String> {
-    vec!["index.html".into()]
-}
-fn default_max_ranges() -> usize {
-    16
-}
-fn default_true() -> bool {
-    true
-}
-fn default_listing_max_entries() -> usize {
-    1000
-}
-fn default_ofc_max_entries() -> usize {
-    2048
-}
-fn default_ofc_valid_ms() -> u64 {
-    1000
-}
-fn default_admin_listen() -> String {
-    "127.0.0.1:9190".into()
-}
-fn default_log_level() -> String {
-    "info".into()
-}
 fn default_shutdown_timeout_secs() -> u64 {
     30
 }
@@ -381,42 +305,36 @@ fn default_shutdown_timeout_secs() -> u64 {
 pub const DEFAULT_THREADS: usize = 32;
 /// nginx's default queue bound.
 pub const DEFAULT_MAX_QUEUE: usize = 65536;
-fn default_threads() -> usize {
-    DEFAULT_THREADS
-}
-fn default_max_queue() -> usize {
-    DEFAULT_MAX_QUEUE
-}
 
 impl Default for Listener {
     fn default() -> Self {
         Listener {
-            address: default_address(),
-            port: default_port(),
-            backlog: default_backlog(),
+            address: "0.0.0.0".into(),
+            port: 8080,
+            backlog: 4096,
         }
     }
 }
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_connections: default_max_connections(),
-            keepalive_timeout_secs: default_keepalive_timeout_secs(),
-            header_read_timeout_secs: default_header_read_timeout_secs(),
-            idle_park_ms: default_idle_park_ms(),
-            max_header_bytes: default_max_header_bytes(),
-            sendfile_max_chunk: default_sendfile_max_chunk(),
-            send_timeout_secs: default_send_timeout_secs(),
+            max_connections: 20_000,
+            keepalive_timeout_secs: 75,
+            header_read_timeout_secs: 10,
+            idle_park_ms: 1000,
+            max_header_bytes: 8192,
+            sendfile_max_chunk: 2 * 1024 * 1024,
+            send_timeout_secs: 60,
         }
     }
 }
 impl Default for Http {
     fn default() -> Self {
         Http {
-            index: default_index(),
-            max_ranges: default_max_ranges(),
+            index: vec!["index.html".into()],
+            max_ranges: 16,
             etag_inode: true,
-            listing_max_entries: default_listing_max_entries(),
+            listing_max_entries: 1000,
             media_types: BTreeMap::new(),
             media_headers: BTreeMap::new(),
         }
@@ -425,15 +343,15 @@ impl Default for Http {
 impl Default for OpenFileCache {
     fn default() -> Self {
         OpenFileCache {
-            max_entries: default_ofc_max_entries(),
-            valid_ms: default_ofc_valid_ms(),
+            max_entries: 2048,
+            valid_ms: 1000,
         }
     }
 }
 impl Default for Admin {
     fn default() -> Self {
         Admin {
-            listen: default_admin_listen(),
+            listen: "127.0.0.1:9190".into(),
             purge_token_file: String::new(),
         }
     }
@@ -442,7 +360,7 @@ impl Default for Logging {
     fn default() -> Self {
         Logging {
             format: LogFormat::Text,
-            level: default_log_level(),
+            level: "info".into(),
             access_log: false,
         }
     }
@@ -450,8 +368,8 @@ impl Default for Logging {
 impl Default for Pool {
     fn default() -> Self {
         Pool {
-            threads: default_threads(),
-            max_queue: default_max_queue(),
+            threads: DEFAULT_THREADS,
+            max_queue: DEFAULT_MAX_QUEUE,
         }
     }
 }
