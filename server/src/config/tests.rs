@@ -146,38 +146,7 @@ fn open_file_cache_defaults_and_bounds() {
     c.validate().expect("0 disables the cache");
 }
 
-const HLS_LIBRARY: &str = r#"
-[http]
-max_ranges = 8
-[http.media_types]
-key = "application/octet-stream"
-M4S = "video/iso.segment"
-[http.media_headers.m4s]
-cache_control = "public, max-age=31536000, immutable"
-[http.media_headers."application/vnd.apple.mpegurl"]
-cache_control = "max-age=2"
-expires_secs = 2
-[http.media_headers."text/*"]
-cache_control = "no-cache"
-
-[[volumes]]
-name = "disk1"
-path = "/srv/disk1"
-
-[[routes]]
-prefix = "/vod"
-volume = "disk1"
-[routes.http]
-precompressed = ["br", "zstd", "gzip"]
-listing = true
-[routes.http.headers]
-add = { "X-Content-Type-Options" = "nosniff", "Strict-Transport-Security" = "max-age=63072000" }
-[routes.http.media_headers.mpd]
-cache_control = "max-age=5"
-[routes.http.cors]
-allow_origins = ["https://player.example", "https://*.cdn.example"]
-max_age_secs = 600
-"#;
+const HLS_LIBRARY: &str = include_str!("../../tests/data/hls-library.toml");
 
 #[test]
 fn http_options_parse_validate_and_round_trip() {
@@ -233,37 +202,7 @@ fn http_unknown_fields_are_rejected() {
 
 #[test]
 fn http_violations_name_their_field() {
-    let c = parse(
-        r#"
-[http]
-max_ranges = 5000
-listing_max_entries = 0
-[http.media_types]
-"m.4s" = "video/iso.segment"
-vtt = "not a type"
-[http.media_headers."video/"]
-cache_control = "x"
-[http.media_headers.ts]
-cache_control = "bad\u0001value"
-add = { "Content-Length" = "1", "Bad Name" = "x", "X-Ok" = "line\nbreak", "Access-Control-Allow-Origin" = "*" }
-[[volumes]]
-name = "a"
-path = "/a"
-[[routes]]
-prefix = "/"
-volume = "a"
-[routes.http]
-precompressed = ["br", "br"]
-[routes.http.headers]
-expires_secs = 999999999999
-[routes.http.cors]
-allow_origins = ["*", "https://x.example/path"]
-allow_credentials = true
-allow_methods = ["DELETE"]
-allow_headers = ["bad header"]
-max_age_secs = 100000
-"#,
-    );
+    let c = parse(include_str!("../../tests/data/http-violations.toml"));
     let f = fields(&c);
     for want in [
         "http.max_ranges",
@@ -294,52 +233,7 @@ max_age_secs = 100000
     assert_eq!(fields(&ok), Vec::<String>::new());
 }
 
-const CACHE_NODE: &str = r#"
-[[origins]]
-name = "origin"
-servers = ["http://127.0.0.1:8081", "https://origin.example:8443"]
-host = "bucket.example"
-sni = "bucket.example"
-ca_file = "/etc/content/ca.pem"
-connect_timeout_ms = 2000
-read_timeout_ms = 10000
-max_connections = 256
-
-[[volumes]]
-name = "disk1"
-path = "/mnt/disk1"
-[volumes.cache]
-max_size = "10G"
-inactive_secs = 600
-min_uses = 1
-slice_size = 1048576
-
-[[volumes]]
-name = "disk2"
-path = "/mnt/disk2"
-[volumes.cache]
-
-[[volumes]]
-name = "static"
-path = "/srv/static"
-
-[[routes]]
-prefix = "/"
-split = [{ volume = "disk1" }, { volume = "disk2", percent = 50.0 }]
-origin = "origin"
-[routes.cache]
-valid = [{ status = [200, 206, 301, 302], secs = 3600 }, { status = [404], secs = 60 }]
-ignore_origin_headers = false
-stale_while_revalidate_secs = 60
-stale_if_error_secs = 86400
-
-[[routes]]
-prefix = "/static/"
-volume = "static"
-
-[admin]
-purge_token_file = "/etc/content/purge-token"
-"#;
+const CACHE_NODE: &str = include_str!("../../tests/data/cache-node.toml");
 
 #[test]
 fn cache_node_config_parses_with_its_defaults() {
@@ -440,50 +334,7 @@ fn unknown_cache_and_origin_fields_are_rejected() {
 
 #[test]
 fn every_cache_violation_names_its_field() {
-    let c = parse(
-        r#"
-[[origins]]
-name = "origin"
-servers = ["http://127.0.0.1:8081", "ftp://x", "http://a/b", "https://h:99999"]
-ca_file = "relative.pem"
-connect_timeout_ms = 0
-read_timeout_ms = 0
-max_connections = 0
-[[origins]]
-name = "origin"
-servers = []
-[[origins]]
-name = "plain"
-servers = ["http://127.0.0.1:1"]
-sni = "x.example"
-ca_file = "/ca.pem"
-host = "bad host"
-[[volumes]]
-name = "disk1"
-path = "/d1"
-[volumes.cache]
-slice_size = 100
-max_size = 10
-inactive_secs = 0
-min_uses = 0
-[[volumes]]
-name = "disk2"
-path = "/d2"
-[[routes]]
-prefix = "/"
-split = [{ volume = "disk1", percent = 50.0 }, { volume = "disk2" }]
-origin = "x"
-[routes.cache]
-valid = [{ status = [200, 99], secs = 1 }, { status = [200], secs = 2 }, { status = [], secs = 3 }]
-[[routes]]
-prefix = "/raw/"
-volume = "disk1"
-[[routes]]
-prefix = "/s/"
-volume = "disk2"
-[routes.cache]
-"#,
-    );
+    let c = parse(include_str!("../../tests/data/cache-violations.toml"));
     let errors = c.field_errors();
     let msg = |field: &str| -> String {
         errors

@@ -286,6 +286,29 @@ pub fn check_config(toml: &str) -> (i32, String, String) {
     run(&["check-config", path.to_str().expect("utf-8")])
 }
 
+/// `check-config` accepts `toml`: its normalized output, parsed. That output is itself a valid
+/// config that normalizes to the same text.
+pub fn check_config_ok(toml: &str) -> toml::Value {
+    let (code, out, err) = check_config(toml);
+    assert_eq!(code, 0, "{err}");
+    let (code2, out2, _) = check_config(&out);
+    assert_eq!((code2, &out2), (0, &out), "the output normalizes to itself");
+    toml::from_str(&out).unwrap_or_else(|e| panic!("output is not TOML: {e}\n{out}"))
+}
+
+/// `check-config` rejects `toml` (exit 1, nothing on stdout, no panic) and its stderr names each
+/// of `wants`; returns the stderr.
+pub fn check_config_fails(toml: &str, wants: &[&str]) -> String {
+    let (code, out, err) = check_config(toml);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(!err.contains("panicked"), "{err}");
+    for want in wants {
+        assert!(err.contains(want), "missing {want:?} in\n{err}");
+    }
+    err
+}
+
 /// Run `content-server ARGS...` to completion: (exit code, stdout, stderr).
 pub fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(BIN)
