@@ -6,6 +6,7 @@
 //! filesystem: containment on disk is enforced again by openat2(RESOLVE_BENEATH) in fs::open.
 
 use crate::config::Config;
+use std::borrow::Cow;
 
 /// Why a path cannot be routed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -93,7 +94,7 @@ impl Router {
 
     /// Route a raw (still percent-encoded) request path.
     pub fn resolve(&self, raw_path: &str) -> Result<Resolved, ResolveError> {
-        let path = normalize(raw_path)?;
+        let path = normalized(raw_path)?;
         for r in &self.routes {
             let matches = path.starts_with(&r.prefix)
                 && (path.len() == r.prefix.len() || path[r.prefix.len()] == b'/');
@@ -161,6 +162,39 @@ pub fn percent_decode(raw: &[u8]) -> Result<Vec<u8>, ResolveError> {
 /// Decode and normalize to `/seg/seg` (trailing `/` kept): empty and `.` segments dropped, `..`
 /// removes the previous segment and is an error above the root; NUL is an error.
 pub fn normalize(raw: &str) -> Result<Vec<u8>, ResolveError> {
+    normalized(raw).map(Cow::into_owned)
+}
+
+/// True when `raw` is already what [`normalize`] makes of it: it starts with `/`, has nothing
+/// to decode, no NUL, and no empty, `.` or `..` segment (but for the one after a trailing `/`).
+fn is_normal(raw: &[u8]) -> bool {
+    let Some(rest) = raw.strip_prefix(b"/") else {
+        return false;
+    };
+    if rest.iter().any(|&b| b == b'%' || b == 0) {
+        return false;
+    }
+    let mut segs = rest.split(|&b| b == b'/').peekable();
+    while let Some(seg) = segs.next() {
+        let last = segs.peek().is_none();
+        match seg {
+            b"" if last => {}
+            b"" | b"." | b".." => return false,
+            _ => {}
+        }
+    }
+    true
+}
+
+/// [`normalize`], borrowing `raw` when it is already normal (the common case: no allocation).
+fn normalized(raw: &str) -> Result<Cow<'_, [u8]>, ResolveError> {
+    if is_normal(raw.as_bytes()) {
+        return Ok(Cow::Borrowed(raw.as_bytes()));
+    }
+    normalize_slow(raw).map(Cow::Owned)
+}
+
+fn normalize_slow(raw: &str) -> Result<Vec<u8>, ResolveError> {
     if !raw.starts_with('/') {
         return Err(ResolveError::Bad("path must start with '/'"));
     }
@@ -243,6 +277,39 @@ mod tests {
         assert!(normalize("/a%00b").is_err());
         assert!(normalize("/a%zz").is_err());
         assert!(normalize("/a%2").is_err());
+    }
+
+    #[test]
+    fn borrowed_paths_are_what_decoding_gives() {
+        for p in [
+            "/",
+            "/a",
+            "/a/",
+            "/a/b.mp4",
+            "/.well-known/x",
+            "/a/.b",
+            "/a/..b",
+            "/a./b",
+            "/a//b",
+            "/a/./b",
+            "/a/../b",
+            "/a/.",
+            "/a/..",
+            "//",
+            "/./",
+            "/a%20b",
+            "/a%2fb",
+            "/a/b/",
+        ] {
+            let fast = is_normal(p.as_bytes());
+            let slow = normalize_slow(p);
+            assert_eq!(normalized(p), slow.clone().map(Cow::Owned), "{p}");
+            if fast {
+                assert_eq!(slow.as_deref(), Ok(p.as_bytes()), "{p} is normal");
+            }
+        }
+        assert!(is_normal(b"/a/b.mp4") && is_normal(b"/a/") && is_normal(b"/"));
+        assert!(!is_normal(b"/a//b") && !is_normal(b"/a/./b") && !is_normal(b"/a%41"));
     }
 
     #[test]

@@ -76,8 +76,8 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
             .await;
     }
     let slash = req.path.ends_with('/');
-    let rel = resolved.rel.clone();
-    let opened = vol.open(resolved.rel).await;
+    let rel = resolved.rel;
+    let opened = vol.open(&rel).await;
     // Draining may have started while the file was opened: say `close` from now on.
     let keep_alive = keep_alive && !shared.lifecycle.is_draining();
     let fail = |e: OpenError| match e {
@@ -121,7 +121,7 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
     for c in policy.codings(route, req) {
         let mut sibling = name.clone();
         sibling.extend_from_slice(c.suffix().as_bytes());
-        match vol.open(sibling).await {
+        match vol.open(&sibling).await {
             Ok(f) if f.file.via_index.is_none() => {
                 opened = f;
                 coding = Some(c);

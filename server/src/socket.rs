@@ -88,7 +88,17 @@ impl Socket {
 
     /// Write all of `buf`; `more` sets MSG_MORE (a body follows, so the kernel may coalesce).
     /// Fails with `TimedOut` when the client accepts nothing for the send timeout.
-    pub async fn write_all(&self, buf: &[u8], more: bool) -> io::Result<()> {
+    pub async fn write_all(&self, mut buf: &[u8], more: bool) -> io::Result<()> {
+        // Most heads go out whole in one send on a socket with room: no timer for those.
+        match self.io.try_io(Interest::WRITABLE, |s| {
+            rustix::net::send(s, buf, send_flags(more)).map_err(io::Error::from)
+        }) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) if n == buf.len() => return Ok(()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
         match tokio::time::timeout(self.send_timeout, self.write_all_inner(buf, more)).await {
             Ok(r) => r,
             Err(_) => Err(io::ErrorKind::TimedOut.into()),
@@ -96,10 +106,7 @@ impl Socket {
     }
 
     async fn write_all_inner(&self, mut buf: &[u8], more: bool) -> io::Result<()> {
-        let mut flags = SendFlags::NOSIGNAL;
-        if more {
-            flags |= SendFlags::MORE;
-        }
+        let flags = send_flags(more);
         while !buf.is_empty() {
             let mut guard = self.io.writable().await?;
             match guard
@@ -139,5 +146,14 @@ impl Socket {
     /// only forgets readiness if no new edge arrived since the guard was taken.
     pub async fn writable(&self) -> io::Result<AsyncFdReadyGuard<'_, Arc<TcpStream>>> {
         self.io.writable().await
+    }
+}
+
+/// MSG_NOSIGNAL, plus MSG_MORE when a body follows (the kernel may coalesce).
+fn send_flags(more: bool) -> SendFlags {
+    if more {
+        SendFlags::NOSIGNAL | SendFlags::MORE
+    } else {
+        SendFlags::NOSIGNAL
     }
 }

@@ -3,6 +3,7 @@
 //! the order of §13.2.2. Pure functions: the caller passes the current time.
 
 use super::date;
+use super::response::push_hex;
 
 /// What identifies one version of a file for its ETag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,9 +22,12 @@ pub fn entity_tag(v: FileVersion, with_inode: bool, coding: Option<&str>) -> Str
     let mut t = String::with_capacity(40);
     t.push('"');
     if with_inode {
-        t.push_str(&format!("{:x}-", v.ino));
+        push_hex(&mut t, v.ino);
+        t.push('-');
     }
-    t.push_str(&format!("{:x}-{:x}", v.mtime.max(0), v.size));
+    push_hex(&mut t, v.mtime.max(0) as u64);
+    t.push('-');
+    push_hex(&mut t, v.size);
     if let Some(c) = coding {
         t.push('-');
         t.push_str(c);

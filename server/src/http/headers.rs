@@ -51,6 +51,13 @@ impl MediaTable {
 struct RouteRules {
     base: HeaderRule,
     media: MediaTable,
+    /// Whether any rule (the route's own or a global media one) may apply: false = every
+    /// response of the route gets no configured header, known without a lookup.
+    any: bool,
+}
+
+fn rule_is_empty(r: &HeaderRule) -> bool {
+    r.cache_control.is_none() && r.expires_secs.is_none() && r.add.is_empty()
 }
 
 /// Configured headers for every route (indexed like `Config::routes`).
@@ -110,28 +117,40 @@ impl Effective {
     }
 }
 
-/// `text/html; charset=utf-8` -> `text/html`.
-fn essence(content_type: &str) -> String {
-    content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase()
+/// `text/html; charset=utf-8` -> `text/html` (borrowed unless it has upper case).
+fn essence(content_type: &str) -> std::borrow::Cow<'_, str> {
+    let e = content_type.split(';').next().unwrap_or("").trim();
+    if e.bytes().any(|b| b.is_ascii_uppercase()) {
+        e.to_ascii_lowercase().into()
+    } else {
+        e.into()
+    }
 }
 
 impl HeaderPolicy {
     pub fn new(cfg: &Config) -> HeaderPolicy {
-        HeaderPolicy {
-            global: MediaTable::new(&cfg.http.media_headers),
-            routes: cfg
-                .routes
-                .iter()
-                .map(|r| RouteRules {
-                    base: r.http.headers.clone(),
-                    media: MediaTable::new(&r.http.media_headers),
-                })
-                .collect(),
+        let global = MediaTable::new(&cfg.http.media_headers);
+        let routes = cfg
+            .routes
+            .iter()
+            .map(|r| {
+                let (base, media) = (
+                    r.http.headers.clone(),
+                    MediaTable::new(&r.http.media_headers),
+                );
+                let any = !rule_is_empty(&base) || !media.is_empty() || !global.is_empty();
+                RouteRules { base, media, any }
+            })
+            .collect();
+        HeaderPolicy { global, routes }
+    }
+
+    /// Whether [`HeaderPolicy::for_response`] may return anything for `route` (false: it is
+    /// empty whatever the file, so the caller can skip it).
+    pub fn applies(&self, route: Option<usize>) -> bool {
+        match route.and_then(|i| self.routes.get(i)) {
+            Some(r) => r.any,
+            None => !self.global.is_empty(),
         }
     }
 

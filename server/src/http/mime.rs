@@ -9,19 +9,50 @@ use std::sync::OnceLock;
 /// The type of anything the table does not name.
 pub const DEFAULT: &str = "application/octet-stream";
 
+/// Longest extension looked up (longer ones have no type).
+const MAX_EXT: usize = 16;
+
+/// A lower-cased extension, held inline (it is computed per response: no allocation).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Ext {
+    buf: [u8; MAX_EXT],
+    len: u8,
+}
+
+impl std::ops::Deref for Ext {
+    type Target = str;
+    fn deref(&self) -> &str {
+        // Only lower-cased ASCII alphanumerics are stored.
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Debug for Ext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self, f)
+    }
+}
+
 /// The lower-cased extension of a file name (after its last `.` in the last path component),
 /// or None when there is none (or it is not short ASCII).
-pub fn extension(name: &[u8]) -> Option<String> {
+pub fn extension(name: &[u8]) -> Option<Ext> {
     let last = match name.iter().rposition(|&b| b == b'/') {
         Some(i) => &name[i + 1..],
         None => name,
     };
     let i = last.iter().rposition(|&b| b == b'.')?;
     let ext = &last[i + 1..];
-    if ext.is_empty() || ext.len() > 16 || !ext.iter().all(u8::is_ascii_alphanumeric) {
+    if ext.is_empty() || ext.len() > MAX_EXT || !ext.iter().all(u8::is_ascii_alphanumeric) {
         return None;
     }
-    Some(String::from_utf8_lossy(ext).to_ascii_lowercase())
+    let mut e = Ext {
+        buf: [0; MAX_EXT],
+        len: ext.len() as u8,
+    };
+    for (d, s) in e.buf.iter_mut().zip(ext) {
+        *d = s.to_ascii_lowercase();
+    }
+    Some(e)
 }
 
 /// The media type of a file name from the built-in table alone.
@@ -233,7 +264,7 @@ mod tests {
         assert_eq!(m.for_name(b"x/aes.KEY"), "application/pgp-keys");
         assert_eq!(m.for_name(b"a.ts"), "video/mp2t");
         assert_eq!(m.for_name(b"noext"), DEFAULT);
-        assert_eq!(extension(b"a.b/c.Tar"), Some("tar".into()));
+        assert_eq!(extension(b"a.b/c.Tar").as_deref(), Some("tar"));
         assert_eq!(extension(b"a.b/c"), None);
     }
 }

@@ -205,19 +205,21 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     let mut expect_unsupported = false;
     let mut content_length: Option<u64> = None;
     for h in req.headers.iter() {
-        let value = || {
+        // Borrowed for the fields only looked at; owned for the ones the request keeps.
+        let text = || {
             std::str::from_utf8(h.value)
-                .map(|v| v.trim().to_owned())
+                .map(str::trim)
                 .map_err(|_| ParseError::Bad("non-ASCII header value"))
         };
+        let value = || text().map(str::to_owned);
         let name = h.name;
         if name.eq_ignore_ascii_case("host") {
             host += 1;
-            if !super::host::valid(value()?.as_str()) {
+            if !super::host::valid(text()?) {
                 return Err(ParseError::Bad("Host is not a valid authority"));
             }
         } else if name.eq_ignore_ascii_case("connection") {
-            let v = value()?;
+            let v = text()?;
             for tok in v.split(',').map(str::trim) {
                 if tok.eq_ignore_ascii_case("close") {
                     r.keep_alive = false;
@@ -226,7 +228,7 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
                 }
             }
         } else if name.eq_ignore_ascii_case("content-length") {
-            let v = value()?;
+            let v = text()?;
             let n: u64 = v
                 .parse()
                 .map_err(|_| ParseError::Bad("bad Content-Length"))?;
@@ -267,7 +269,7 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
         } else if name.eq_ignore_ascii_case("expect") {
             // RFC 9110 §10.1.1: only 100-continue is defined. The final answer is sent without
             // reading a body, which that section allows; HTTP/1.0 requests ignore Expect.
-            let v = value()?;
+            let v = text()?;
             if minor == 1
                 && !v
                     .split(',')

@@ -15,8 +15,8 @@ use super::mime::MediaTypes;
 use super::multipart::{self, Multipart};
 use super::parse::{Method, Request};
 use super::range::{self, ByteRange, Ranges};
-use super::response::{self, Head};
-use super::{date, encoding, listing, uri};
+use super::response::{self, Head, HttpDate};
+use super::{encoding, listing, uri};
 use crate::config::{Config, Cors, Precompressed};
 
 /// The extra header of a 405.
@@ -217,7 +217,7 @@ impl Policy {
         vary_accept: bool,
         now: i64,
     ) -> Head {
-        if configured {
+        if configured && self.headers.applies(route) {
             let ext = name.and_then(super::mime::extension);
             let eff = self
                 .headers
@@ -302,7 +302,7 @@ impl Policy {
     ) -> Answer {
         let v = entity.version;
         let etag = conditional::entity_tag(v, self.etag_inode, entity.coding.map(|c| c.token()));
-        let last_modified = date::format(v.mtime);
+        let last_modified = HttpDate(v.mtime);
         let content_type = self.media.for_name(entity.name);
         let conds = Conditions {
             if_match: req.if_match.as_deref(),
@@ -342,7 +342,7 @@ impl Policy {
             Precondition::NotModified => {
                 let head = Head::new(304)
                     .header("ETag", &etag)
-                    .header("Last-Modified", &last_modified);
+                    .header("Last-Modified", last_modified);
                 return Answer::small(304, decorate(head, true).finish(keep_alive));
             }
             Precondition::Proceed { range } => range,
@@ -405,7 +405,7 @@ impl Policy {
             head = head.header("Content-Encoding", c.token());
         }
         head = head
-            .header("Last-Modified", &last_modified)
+            .header("Last-Modified", last_modified)
             .header("ETag", &etag)
             .header("Accept-Ranges", accept_ranges);
         if let Body::Range { start, len } = body {

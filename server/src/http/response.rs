@@ -109,6 +109,16 @@ impl HeaderValue for u32 {
     }
 }
 
+/// An HTTP date (IMF-fixdate) of seconds since the epoch, written straight into the head.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpDate(pub i64);
+
+impl HeaderValue for HttpDate {
+    fn push_to(self, out: &mut String) {
+        super::date::push(out, self.0);
+    }
+}
+
 impl HeaderValue for std::fmt::Arguments<'_> {
     fn push_to(self, out: &mut String) {
         let _ = std::fmt::Write::write_fmt(out, self);

@@ -119,24 +119,23 @@ impl Volume {
     /// first `http.index` file) for a request: from the open-file cache or, for `auto`, a
     /// RESOLVE_CACHED open on the event loop when that needs no I/O; otherwise on the volume's
     /// pool (`always`, `auto` misses: [`OpenError::Overflow`] when it is full) or inline (`never`).
-    pub async fn open(&self, rel: Vec<u8>) -> Result<RequestFile, OpenError> {
-        if let InlineOpen::Hit(file) = self.hot.open_inline(self.root.as_fd(), &rel, &self.index)? {
+    pub async fn open(&self, rel: &[u8]) -> Result<RequestFile, OpenError> {
+        if let InlineOpen::Hit(file) = self.hot.open_inline(self.root.as_fd(), rel, &self.index)? {
             return Ok(RequestFile {
                 file,
                 admitted_by_pool: false,
             });
         }
-        let key = rel.clone();
         let result = match self.offload {
-            Offload::Never => open_file(self.root.as_fd(), &rel, &self.index),
+            Offload::Never => open_file(self.root.as_fd(), rel, &self.index),
             Offload::Always | Offload::Auto => {
-                let index = self.index.clone();
-                self.run_blocking(PoolOp::Open, move |root| open_file(root, &rel, &index))
+                let (owned, index) = (rel.to_vec(), self.index.clone());
+                self.run_blocking(PoolOp::Open, move |root| open_file(root, &owned, &index))
                     .await
                     .unwrap_or_else(|e| Err(pool_error(e)))
             }
         };
-        self.hot.opened(&key, &result);
+        self.hot.opened(rel, &result);
         result.map(|file| RequestFile {
             file,
             admitted_by_pool: self.offload != Offload::Never,
@@ -290,7 +289,7 @@ mod tests {
             .unwrap();
             assert_eq!(n, 5);
             assert_eq!(std::fs::read(dir.path().join(&name)).unwrap(), b"hello");
-            let f = block_on(v.open(name.into_bytes())).unwrap();
+            let f = block_on(v.open(name.as_bytes())).unwrap();
             assert_eq!(f.file.size, 5);
             // Admission of a file opened any way is the volume's rule (here: room in the pool).
             assert!(v.admit(&RequestFile::from(f.file), 0, 5));
@@ -335,10 +334,7 @@ mod tests {
                 "{refused:?}"
             );
             // So is a request whose open would need the pool.
-            assert!(matches!(
-                v.open(b"missing".to_vec()).await,
-                Err(OpenError::Overflow)
-            ));
+            assert!(matches!(v.open(b"missing").await, Err(OpenError::Overflow)));
             release.send(()).unwrap();
             assert!(busy.await.unwrap().unwrap());
             // Room again.
