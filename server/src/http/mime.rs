@@ -204,12 +204,17 @@ mod tests {
 
     #[test]
     fn by_extension() {
-        assert_eq!(content_type(b"a/b/movie.MP4"), "video/mp4");
-        assert_eq!(content_type(b"index.html"), "text/html; charset=utf-8");
-        assert_eq!(content_type(b"noext"), DEFAULT);
-        assert_eq!(content_type(b"dir.d/noext"), DEFAULT);
-        assert_eq!(content_type(b"trailing."), DEFAULT);
-        assert_eq!(content_type(b".hidden"), DEFAULT);
+        for (path, want) in [
+            (&b"a/b/movie.MP4"[..], "video/mp4"),
+            (b"index.html", "text/html; charset=utf-8"),
+            (b"noext", DEFAULT),
+            (b"dir.d/noext", DEFAULT),
+            (b"trailing.", DEFAULT),
+            (b".hidden", DEFAULT),
+        ] {
+            let name = String::from_utf8_lossy(path);
+            assert_eq!(content_type(path), want, "{name}");
+        }
     }
 
     #[test]
