@@ -301,6 +301,8 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                     tracing::warn!(volume = %name, entry = %v.id.rel_path(), error = %e, "cannot delete cache entry");
                 }
             }
+            // A kept mincore window of a deleted entry would hold its blocks on the disk.
+            crate::fs::mincore::release_closed();
         };
         // Deletions are never refused (the space must come back), and nobody waits for them.
         if self.pool.submit_continuation(PoolOp::Open, job).is_err() {
@@ -431,6 +433,8 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             tick += 1;
             let v = self.index.expire_inactive(self.index.now(), SWEEP_BUDGET);
             self.delete(v);
+            // Entries deleted while a response still held them: their space comes back now.
+            crate::fs::mincore::release_closed();
             if tick.is_multiple_of(10) {
                 let limit = match self.max_size {
                     Some(m) => {

@@ -8,16 +8,17 @@
 //! - [`uptodate_prefix`]: over a mapping made and unmapped for the call (one-off checks).
 //! - [`uptodate_prefix_kept`]: over windows of the file mapped once and kept per thread, so a hot
 //!   body pays one mincore per chunk, not mmap + mincore + munmap.
+//! - [`release_closed`]: unmap every thread's windows of files closed since; a mapping keeps a
+//!   deleted file's blocks allocated, so whoever deletes files to free space calls it.
 //!
 //! The mappings are never read or written through (no SIGBUS, no fault): they only name pages.
 //! This module never decides where work runs.
 
 use super::nowait::page_size;
 use rustix::fd::BorrowedFd;
-use std::cell::RefCell;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// Bytes per kept window of a file; each window maps [`WINDOW`] + [`MAX_RANGE`] bytes, so any
 /// range of at most [`MAX_RANGE`] bytes lies inside the window its start falls in.
@@ -47,7 +48,8 @@ pub fn uptodate_prefix(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<
 /// [`uptodate_prefix`] for a file shared as `Arc<OwnedFd>` (the open-file cache's and the
 /// responses' handle), over a window of it this thread mapped before and keeps while the file's
 /// descriptor lives (at most [`KEPT`] windows; a window whose descriptor was closed is unmapped
-/// at the next insertion). Ranges longer than [`MAX_RANGE`] use a one-off mapping.
+/// at the next insertion, or by [`release_closed`]). Ranges longer than [`MAX_RANGE`] use a
+/// one-off mapping.
 pub fn uptodate_prefix_kept(file: &Arc<OwnedFd>, offset: u64, len: u64) -> io::Result<u64> {
     failpoint()?;
     if len == 0 {
@@ -57,7 +59,8 @@ pub fn uptodate_prefix_kept(file: &Arc<OwnedFd>, offset: u64, len: u64) -> io::R
         return uptodate_prefix(std::os::fd::AsFd::as_fd(&**file), offset, len);
     }
     let index = offset / WINDOW;
-    KEPT_WINDOWS.with_borrow_mut(|kept| {
+    KEPT_WINDOWS.with(|kept| {
+        let mut kept = lock(kept);
         let at = match kept.find(file, index) {
             Some(at) => at,
             None => kept.insert(file, index)?,
@@ -66,6 +69,24 @@ pub fn uptodate_prefix_kept(file: &Arc<OwnedFd>, offset: u64, len: u64) -> io::R
         w.map
             .prefix((offset - index * WINDOW) as usize, len as usize)
     })
+}
+
+/// Unmap the kept windows, on every thread, of files whose descriptor was closed. Until then such
+/// a mapping keeps the file's blocks allocated even once it is deleted (an evicted cache entry
+/// would not give its space back while the thread that served it is idle).
+pub fn release_closed() {
+    let all: Vec<Arc<Mutex<Kept>>> = {
+        let mut all = lock(&ALL_KEPT);
+        all.retain(|k| k.strong_count() > 0);
+        all.iter().filter_map(Weak::upgrade).collect()
+    };
+    for k in all {
+        lock(&k).windows.retain(|w| w.file.strong_count() > 0);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn overflow() -> io::Error {
@@ -140,6 +161,10 @@ impl Mapping {
     }
 }
 
+// SAFETY: the mapping is only ever passed to mincore and munmap, which any thread of the process
+// may call on it; [`release_closed`] unmaps windows of other threads.
+unsafe impl Send for Mapping {}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping made in `new`, which nothing else refers to.
@@ -196,8 +221,16 @@ impl Kept {
     }
 }
 
+/// Every thread's kept windows, for [`release_closed`] (the lock of a thread's own windows is
+/// uncontended but for that sweep).
+static ALL_KEPT: Mutex<Vec<Weak<Mutex<Kept>>>> = Mutex::new(Vec::new());
+
 thread_local! {
-    static KEPT_WINDOWS: RefCell<Kept> = RefCell::new(Kept::default());
+    static KEPT_WINDOWS: Arc<Mutex<Kept>> = {
+        let kept = Arc::new(Mutex::new(Kept::default()));
+        lock(&ALL_KEPT).push(Arc::downgrade(&kept));
+        kept
+    };
 }
 
 #[cfg(test)]
@@ -320,15 +353,18 @@ mod tests {
             assert_eq!(uptodate_prefix_kept(&fd, 0, 4).unwrap(), 4);
             files.push(fd);
         }
-        assert_eq!(KEPT_WINDOWS.with_borrow(count), KEPT);
-        // Close every descriptor but one: the next insertion unmaps the closed files' windows.
+        assert_eq!(KEPT_WINDOWS.with(|k| count(&lock(k))), KEPT);
+        // Close every descriptor but one: their windows go, the open one's stays.
         let keep = files.pop().unwrap();
         drop(files);
+        // A sweep unmaps them at once (a deleted file's blocks come back without waiting).
+        release_closed();
+        assert_eq!(KEPT_WINDOWS.with(|k| count(&lock(k))), 1);
         let path = dir.path().join("last");
         std::fs::write(&path, b"x").unwrap();
         let last = Arc::new(OwnedFd::from(File::open(&path).unwrap()));
         assert_eq!(uptodate_prefix_kept(&last, 0, 1).unwrap(), 1);
-        assert_eq!(KEPT_WINDOWS.with_borrow(count), 2);
+        assert_eq!(KEPT_WINDOWS.with(|k| count(&lock(k))), 2);
         assert_eq!(uptodate_prefix_kept(&keep, 0, 4).unwrap(), 4);
     }
 }
