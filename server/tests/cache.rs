@@ -95,25 +95,53 @@ fn admin(n: &Node, method: &str, path: &str, extra: &str) -> Response {
     c.response(false).expect("admin response")
 }
 
-/// Files under the cache directory's `.tmp/` and entry files under its levels.
+/// Files under the cache directory's `.tmp/` and entry files under its levels. The server
+/// deletes and renames files while this walks: one gone between readdir and a look at it is
+/// not counted.
 fn cache_files(cache: &Path) -> (usize, usize) {
     let tmp = std::fs::read_dir(cache.join(".tmp")).map_or(0, |d| d.count());
-    let mut entries = 0;
-    let mut stack = vec![cache.to_path_buf()];
+    let entries = walk(cache)
+        .iter()
+        .filter(|(p, _)| !p.starts_with(cache.join(".tmp")))
+        .count();
+    (tmp, entries)
+}
+
+/// Every file under `dir` with its length, skipping files removed while walking (eviction and
+/// commits race the walk; that is the server working, not an error of the measure).
+fn walk(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+        let entries = match std::fs::read_dir(&d) {
+            Ok(rd) => rd,
+            Err(e) if gone(&e) => continue,
+            Err(e) => panic!("cannot list {}: {e}", d.display()),
+        };
+        for e in entries {
+            let e = e.unwrap_or_else(|e| panic!("cannot list {}: {e}", d.display()));
             let p = e.path();
-            if p.file_name().is_some_and(|n| n == ".tmp") {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                entries += 1;
+            // DirEntry::metadata does not follow links (lstat); NotFound = removed meanwhile.
+            match e.metadata() {
+                Ok(m) if m.is_dir() => stack.push(p),
+                Ok(m) => out.push((p, m.len())),
+                Err(e) if gone(&e) => {}
+                Err(e) => panic!("cannot stat {}: {e}", p.display()),
             }
         }
     }
-    (tmp, entries)
+    out
+}
+
+/// Wait (bounded) until no fill runs: a fill commits its entry after the client has the last
+/// byte, so a test that looks at what is stored waits for this first.
+fn settle(n: &Node) {
+    let fills = "contentserver_cache_fills_in_flight{volume=\"c1\"}";
+    assert!(
+        common::wait_until(Duration::from_secs(10), || metric(n, fills) == 0.0),
+        "a fill is still running after 10 s"
+    );
 }
 
 const K64: &str = "slice_size = 65536";
@@ -600,6 +628,8 @@ fn purge_needs_the_bearer_token() {
         o.put(p, Object::new(pattern(100_000, 11)));
         assert_eq!(xcache(&get(&n, p, "")), "MISS");
     }
+    // Both slices of each are stored (committed after the client had the last byte).
+    settle(&n);
     for auth in [
         "",
         "Authorization: Bearer wrong\r\n",
@@ -618,8 +648,11 @@ fn purge_needs_the_bearer_token() {
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert!(String::from_utf8_lossy(&r.body).contains("\"purged_files\":2"));
     assert_eq!(xcache(&get(&n, "/p/a.bin", "")), "MISS");
+    // Its refill is stored again before the prefix purge counts it (2 + 2 + 2 files).
+    settle(&n);
     let r = admin(&n, "POST", "/cache/purge?prefix=/p/", ok);
     assert_eq!(r.status, 200);
+    assert!(String::from_utf8_lossy(&r.body).contains("\"purged_files\":4"));
     assert_eq!(xcache(&get(&n, "/p/b.bin", "")), "MISS");
     assert_eq!(xcache(&get(&n, "/q/c.bin", "")), "HIT");
     assert_eq!(
@@ -655,16 +688,12 @@ fn max_size_bounds_the_disk_and_evicts_least_recent() {
         o.put(&p, Object::new(pattern(100_000, i as u8)));
         assert_eq!(get(&n, &p, "").status, 200);
         // The second request must not join the first one's fill (it asks again).
-        let fills = "contentserver_cache_fills_in_flight{volume=\"c1\"}";
-        common::wait_until(Duration::from_secs(5), || metric(&n, fills) == 0.0);
+        settle(&n);
         assert_eq!(get(&n, &p, "").status, 200);
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let bytes: u64 = walk(&cache)
-            .iter()
-            .map(|p| p.metadata().unwrap().len())
-            .sum();
+        let bytes: u64 = walk(&cache).iter().map(|(_, len)| len).sum();
         if bytes <= 1 << 20 {
             break;
         }
@@ -686,22 +715,6 @@ fn max_size_bounds_the_disk_and_evicts_least_recent() {
         "HIT",
         "the newest object was evicted"
     );
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    out
 }
 
 #[test]
@@ -797,6 +810,21 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Free bytes of the filesystem holding `dir` (statvfs).
+#[allow(clippy::unnecessary_cast)] // the statvfs field types differ between platforms
+fn fs_free(dir: &Path) -> u64 {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).expect("path without NUL");
+    // SAFETY: `c` is a NUL-terminated path and `st` a zeroed statvfs the call fills in.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(
+        unsafe { libc::statvfs(c.as_ptr(), &mut st) },
+        0,
+        "statvfs {}",
+        dir.display()
+    );
+    st.f_bavail as u64 * st.f_frsize as u64
+}
+
 #[test]
 fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
     let o = FaultOrigin::start();
@@ -806,7 +834,8 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
         eprintln!("skipped: mounting a tmpfs needs root");
         return;
     };
-    // max_size far above the filesystem: the disk fills before the limit does.
+    // max_size far above the filesystem: the disk fills before the limit does. Objects of
+    // 300,000 bytes: three fit in 1 MiB, a fourth cannot.
     let toml = config(
         &o.url(),
         &cache,
@@ -815,27 +844,71 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
         "",
     );
     let n = start(d.path(), &toml, &[]);
-    let mut hits = 0;
-    for round in 0..2 {
-        for i in 0..6 {
-            let p = format!("/full/{i}");
-            let body = pattern(300_000, i as u8);
-            o.put(&p, Object::new(body.clone()));
-            let mut c = n.srv.connect();
-            c.send(format!("GET {p} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes());
-            let r = c.response(false).expect("a full disk broke a response");
-            assert_eq!(r.status, 200, "{p} round {round}");
-            assert!(r.body == body, "{p} round {round}: wrong body");
-            if round == 1 && xcache(&r) == "HIT" {
-                hits += 1;
-            }
+    let size = 300_000;
+    let body = |i: usize| pattern(size, i as u8);
+    let fetch = |p: &str, want: &[u8], what: &str| {
+        let mut c = n.srv.connect();
+        c.send(format!("GET {p} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes());
+        let r = c
+            .response(false)
+            .unwrap_or_else(|e| panic!("{p} ({what}): a full disk broke the response: {e}"));
+        assert_eq!(r.status, 200, "{p} ({what})");
+        assert!(r.body == want, "{p} ({what}): wrong body");
+        settle(&n);
+        r
+    };
+    // New objects, one at a time, until a write fails with ENOSPC (the 4th at the latest of
+    // 6: 6 x 300,000 bytes are far more than the disk): each one is a correct MISS.
+    let mut full_at = None;
+    for i in 0..6 {
+        let p = format!("/full/{i}");
+        o.put(&p, Object::new(body(i)));
+        let r = fetch(&p, &body(i), "under pressure");
+        assert_eq!(xcache(&r), "MISS", "{p}");
+        if n.srv.logs().contains("cache disk full") {
+            full_at = Some(i);
+            break;
         }
     }
-    assert!(n.srv.logs().contains("cache disk full"), "{}", n.srv.logs());
+    let Some(full) = full_at else {
+        panic!(
+            "6 objects of {size} bytes never filled a 1 MiB disk:\n{}",
+            n.srv.logs()
+        );
+    };
+    // Eviction gives the space back on the disk itself (the failed fill's temporary file goes
+    // too), not just in the index's accounting.
     assert!(
-        hits >= 1,
-        "nothing was stored again after eviction freed space"
+        common::wait_until(Duration::from_secs(10), || fs_free(&cache)
+            > size as u64 + 8192
+            && cache_files(&cache).0 == 0),
+        "the disk was not reclaimed: {} bytes free, files {:?}",
+        fs_free(&cache),
+        cache_files(&cache)
     );
-    common::wait_until(Duration::from_secs(5), || cache_files(&cache).0 == 0);
+    assert!(
+        metric(
+            &n,
+            "contentserver_cache_evictions_total{reason=\"size\",volume=\"c1\"}"
+        ) >= 1.0
+    );
+    // The object whose write hit ENOSPC was served from the origin without being stored: it is
+    // a MISS again, and now that it fits it is stored and the next request is a HIT.
+    let p = format!("/full/{full}");
+    assert_eq!(o.requests(&p), 1);
+    let r = fetch(&p, &body(full), "after the disk was full");
+    assert_eq!(
+        xcache(&r),
+        "MISS",
+        "{p} was stored although the disk was full"
+    );
+    assert_eq!(o.requests(&p), 2);
+    let r = fetch(&p, &body(full), "stored after eviction");
+    assert_eq!(
+        xcache(&r),
+        "HIT",
+        "{p} was not stored after eviction freed space"
+    );
+    assert_eq!(o.requests(&p), 2, "a HIT reached the origin");
     assert_eq!(cache_files(&cache).0, 0, "temporary files left behind");
 }
