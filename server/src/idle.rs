@@ -5,8 +5,8 @@
 //! registration; their deadlines sit in two sorted arrays (keep-alive, header: each filled in
 //! deadline order, since every entry's deadline is its wait's start plus one fixed timeout)
 //! under one timer for the whole set. A parked connection costs a slot (descriptor, deadline,
-//! the part of a head already received, if any) and a queue entry: a few dozen bytes, where a
-//! waiting task costs its state, its registration and its timer.
+//! where the part of a head already received is: one buffer holds them all) and a queue entry:
+//! a few dozen bytes, where a waiting task costs its state, its registration and its timer.
 //!
 //! A connection leaves the set on its next bytes (or the peer's close), handed back through the
 //! resume function given to [`start`] to a fresh task on this worker, with its deadline; at its
@@ -84,7 +84,8 @@ struct Slot {
     first: bool,
     /// Deadline in ms since the set's epoch.
     due: u64,
-    pending: Box<[u8]>,
+    /// The part of a head received, in the set's `heads` (offset, length).
+    head: (u32, u32),
 }
 
 /// A deadline in a queue; stale (left in place) when its slot's token changed.
@@ -106,6 +107,41 @@ struct State {
     /// Occupied slots.
     live: usize,
     next_token: u32,
+    /// The parts of heads of the parked connections, back to back: one allocation for all
+    /// (each in its own would pin the pages of the tasks it was allocated among).
+    heads: Vec<u8>,
+    /// Bytes of `heads` whose connection left; compacted away when they are half of it.
+    garbage: usize,
+}
+
+impl State {
+    /// Take a slot's head bytes out of `heads`.
+    fn take_head(&mut self, (off, len): (u32, u32)) -> Box<[u8]> {
+        if len == 0 {
+            return Box::default();
+        }
+        let (off, len) = (off as usize, len as usize);
+        let out: Box<[u8]> = self.heads[off..off + len].into();
+        self.garbage += len;
+        if self.garbage == self.heads.len() {
+            self.heads = Vec::new();
+            self.garbage = 0;
+        } else if self.garbage > 64 << 10 && 2 * self.garbage > self.heads.len() {
+            let mut heads = Vec::with_capacity(self.heads.len() - self.garbage);
+            for s in self
+                .slots
+                .iter_mut()
+                .filter(|s| s.fd.is_some() && s.head.1 > 0)
+            {
+                let (o, l) = (s.head.0 as usize, s.head.1 as usize);
+                s.head.0 = heads.len() as u32;
+                heads.extend_from_slice(&self.heads[o..o + l]);
+            }
+            self.heads = heads;
+            self.garbage = 0;
+        }
+        out
+    }
 }
 
 struct Set {
@@ -176,9 +212,19 @@ impl Set {
                     token: 0,
                     first: false,
                     due: 0,
-                    pending: Box::default(),
+                    head: (0, 0),
                 });
                 (st.slots.len() - 1) as u32
+            }
+        };
+        let head = match (
+            u32::try_from(st.heads.len()),
+            u32::try_from(st.heads.len() + w.pending.len()),
+        ) {
+            (Ok(off), Ok(_)) => (off, w.pending.len() as u32),
+            _ => {
+                st.free.push(slot);
+                return Err(w);
             }
         };
         let token = st.next_token;
@@ -203,8 +249,9 @@ impl Set {
             token,
             first: w.first,
             due: ms,
-            pending: w.pending,
+            head,
         };
+        st.heads.extend_from_slice(&w.pending);
         st.live += 1;
         self.shared.metrics.connections_parked.inc();
         let parks = self.parks.get().saturating_add(1);
@@ -226,11 +273,12 @@ impl Set {
         }
         let fd = s.fd.take()?;
         let _ = epoll::delete(self.epoll.get_ref(), &fd);
+        let (first, due, head) = (s.first, s.due, std::mem::take(&mut s.head));
         let w = Waiting {
             fd,
-            first: s.first,
-            pending: std::mem::take(&mut s.pending),
-            until: self.at(s.due),
+            first,
+            pending: st.take_head(head),
+            until: self.at(due),
         };
         st.free.push(slot);
         st.live -= 1;

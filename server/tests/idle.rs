@@ -107,6 +107,33 @@ fn part_of_a_head_received_before_parking_is_kept() {
 }
 
 #[test]
+fn many_parked_partial_heads_each_keep_their_own_bytes() {
+    // 300 connections park with different partial heads (about 160 KiB together, so each set's
+    // buffer of head bytes is compacted while they leave); each is completed in turn and must
+    // get its own file.
+    let (d, s) = server(100, |_| {});
+    let n = 300;
+    for i in 0..n {
+        std::fs::write(d.path().join(format!("f{i}")), format!("file {i}\n")).unwrap();
+    }
+    let mut conns: Vec<Conn> = (0..n)
+        .map(|i| {
+            let mut c = s.connect();
+            let pad = "p".repeat(500 + i % 50);
+            c.send(format!("GET /f{i} HTTP/1.1\r\nX-Pad: {pad}").as_bytes());
+            c
+        })
+        .collect();
+    wait_parked(&s, n as f64);
+    for (i, c) in conns.iter_mut().enumerate() {
+        c.send(b"\r\nHost: t\r\n\r\n");
+        let r = c.response(false).unwrap();
+        assert_eq!(r.status, 200, "connection {i}");
+        assert_eq!(r.text(), format!("file {i}\n"), "connection {i}");
+    }
+}
+
+#[test]
 fn parked_connections_time_out_like_waiting_ones() {
     let (_d, s) = server(100, |c| {
         c.limits.keepalive_timeout_secs = 1;
