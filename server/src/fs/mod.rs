@@ -1,5 +1,6 @@
 //! File primitives beneath a volume root: the openat2 open ([`open`]), page-cache-only reads and
-//! residency checks ([`nowait`]), which bytes sendfile can send without a read ([`mincore`]), reading a directory for a listing ([`listdir`]), the support probe for them ([`probe`]), the open-file cache
+//! residency checks ([`nowait`]), which bytes sendfile can send without a read ([`mincore`]), reading a directory for a listing ([`listdir`]), keeping the server's own code in memory
+//! ([`pin`]), the support probe for them ([`probe`]), the open-file cache
 //! ([`cache`]) and sendfile of one chunk ([`sendfile`]).
 //!
 //! Each runs wherever its caller puts it (a pool thread or the event loop); this module never
@@ -10,6 +11,7 @@ pub mod listdir;
 pub mod mincore;
 pub mod nowait;
 pub mod open;
+pub mod pin;
 pub mod probe;
 pub mod sendfile;
 

@@ -47,13 +47,26 @@ pub const INLINE_CHUNK: usize = 1024 * 1024;
 /// with mincore then sent per step by the inline sendfile.
 pub const INLINE_PIECE: usize = 256 * 1024;
 
-/// An inline sendfile of proven pages that takes longer than this is taken for a page evicted
-/// between the check and the send (then the loop read it from the disk): the inline sendfile
+/// An inline sendfile of proven pages that takes longer than this while the thread submitted
+/// reads ([`blocks_read`] grew) is taken for a page evicted between the check and the send
+/// (then the loop read it from the disk): the inline sendfile
 /// pauses for [`SENDFILE_PAUSE`] on this volume and resident bytes are copied with RWF_NOWAIT
 /// reads meanwhile (which cannot wait). Logged. A 256 KiB sendfile from memory takes well under
 /// a millisecond; a read from a busy disk, milliseconds to seconds.
 const SLOW_SENDFILE: Duration = Duration::from_millis(20);
 const SENDFILE_PAUSE: Duration = Duration::from_secs(10);
+
+/// Blocks this thread has submitted for reading so far (`getrusage(RUSAGE_THREAD)`'s
+/// `ru_inblock`, counted when a read is submitted to the disk; 0 if it cannot be asked).
+fn blocks_read() -> i64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one rusage into the zeroed buffer it is given.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, ru.as_mut_ptr()) } != 0 {
+        return 0;
+    }
+    // SAFETY: zero-initialised and then filled by the kernel: a valid rusage.
+    unsafe { ru.assume_init() }.ru_inblock
+}
 
 /// mincore could not answer for a file (see [`mincore::uptodate_prefix`]'s errors).
 struct Unproven(io::Error);
@@ -374,10 +387,11 @@ impl HotPath {
             if proven == 0 {
                 break;
             }
-            let t0 = Instant::now();
+            let (t0, read_before) = (Instant::now(), blocks_read());
             let r = sendfile_chunk(sock, file, at, proven);
             let took = t0.elapsed();
-            if took > SLOW_SENDFILE {
+            // Slow because this thread read from the disk (not merely preempted on a busy CPU).
+            if took > SLOW_SENDFILE && blocks_read() > read_before {
                 self.pause_sendfile(took, t0);
             }
             match r {
@@ -418,8 +432,8 @@ impl HotPath {
             volume = %self.volume,
             took_ms = took.as_millis() as u64,
             pause_secs = SENDFILE_PAUSE.as_secs(),
-            "offload=auto: an inline sendfile of resident pages was slow (a page evicted since \
-             the check, or the loop preempted); resident bytes are copied for a while"
+            "offload=auto: an inline sendfile of resident pages read from the disk (a page \
+             evicted since the check); resident bytes are copied for a while"
         );
     }
 

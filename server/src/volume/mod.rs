@@ -93,6 +93,9 @@ impl Volume {
         })?;
         let pool = Pool::start(&v.name, v.pool.threads, v.pool.max_queue, metrics)
             .with_context(|| format!("volume {:?}: cannot start thread pool", v.name))?;
+        if v.offload == Offload::Auto {
+            pin_code_once();
+        }
         let hot = HotPath::start(&v.name, root.as_fd(), v.offload, cfg, metrics);
         Ok(Volume {
             hot,
@@ -235,6 +238,24 @@ impl Volume {
             }
         }
     }
+}
+
+/// `auto` promises that an event loop never waits for the disk, its own code included: lock the
+/// process's code in memory once ([`crate::fs::pin`]), before the first request.
+fn pin_code_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| match crate::fs::pin::pin_own_mappings() {
+        (locked, None) => tracing::info!(
+            locked_kib = locked / 1024,
+            "offload=auto: the server's code is locked in memory"
+        ),
+        (locked, Some(e)) => tracing::info!(
+            locked_kib = locked / 1024,
+            "offload=auto: only part of the server's code could be locked in memory ({e}; \
+             raise RLIMIT_MEMLOCK or grant CAP_IPC_LOCK): under memory pressure an event loop \
+             may wait for its own code to be read back"
+        ),
+    });
 }
 
 fn pool_error(e: PoolError) -> OpenError {
