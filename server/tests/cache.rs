@@ -912,3 +912,85 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
     assert_eq!(o.requests(&p), 2, "a HIT reached the origin");
     assert_eq!(cache_files(&cache).0, 0, "temporary files left behind");
 }
+
+/// A purge that arrives while fills of the purged objects are under way: it answers 200, the
+/// clients reading those fills still get their answers, but nothing fetched before the purge is
+/// stored (the next request gets the origin's new version) or joined by a request after it.
+#[test]
+fn a_purge_during_a_fill_keeps_the_fetched_bytes_out_of_the_cache() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let token = d.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let toml = config(
+        &o.url(),
+        &d.path().join("cache"),
+        "slice_size = 0",
+        "",
+        &format!("purge_token_file = \"{}\"", token.display()),
+    );
+    let n = start(d.path(), &toml, &[]);
+    let auth = "Authorization: Bearer t0ken\r\n";
+    // Whole objects (one fill each, so the first client reads nothing but its own fill), sent
+    // by the origin in 16 KiB chunks 150 ms apart: each fill takes about a second.
+    let size = 100_000;
+    o.set_timing(Timing {
+        chunk_delay: Duration::from_millis(150),
+        ..Timing::default()
+    });
+    // join: a request after the purge while the purged fill still runs (else the first
+    // request after the purge comes once that fill ended and could have committed).
+    for (path, purge, join) in [
+        ("/race/key.bin", "/cache/purge?key=/race/key.bin", false),
+        ("/race/dir/a.bin", "/cache/purge?prefix=/race/dir/", false),
+        ("/race/join.bin", "/cache/purge?key=/race/join.bin", true),
+        ("/race/dir/b.bin", "/cache/purge?prefix=/race/dir/", true),
+    ] {
+        o.put(path, Object::version(pattern(size, 1), 1));
+        let addr = n.srv.addr;
+        let p = path.to_string();
+        let first = std::thread::spawn(move || common::get(addr, &p));
+        // The fill is under way (its head came, its body is coming)...
+        assert!(
+            common::wait_until(Duration::from_secs(5), || o.requests(path) >= 1),
+            "{path}: the fill never reached the origin"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        // ...when the object changes at the origin and is purged.
+        o.put(path, Object::version(pattern(size, 2), 2));
+        let r = admin(&n, "POST", purge, auth);
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        if join {
+            let r = get(&n, path, "");
+            assert_eq!(r.status, 200);
+            assert!(
+                r.body == pattern(size, 2),
+                "{path}: a request after the purge joined the fill that started before it ({})",
+                xcache(&r)
+            );
+        }
+        // The client of the purged fill gets its whole (old) answer.
+        let r = first.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert!(
+            r.body == pattern(size, 1),
+            "{path}: the first answer is broken"
+        );
+        // Once every fill ended, what is cached is the new version only.
+        settle(&n);
+        for _ in 0..2 {
+            let r = get(&n, path, "");
+            assert_eq!(r.status, 200);
+            assert!(
+                r.body == pattern(size, 2),
+                "{path}: the purged version was stored by its fill and served again ({})",
+                xcache(&r)
+            );
+        }
+        let r = get(&n, path, "Range: bytes=70000-70009\r\n");
+        assert!(
+            r.body == pattern(size, 2)[70_000..70_010],
+            "{path}: a range"
+        );
+    }
+}

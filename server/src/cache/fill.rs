@@ -11,7 +11,9 @@
 //! timeout, reset, truncated, wrong length) end the fill without storing anything: the
 //! temporary file is removed and the next request retries. A conditional fill (revalidation)
 //! that gets 304 rewrites the entry's header with the new freshness, without its body.
-//! It must not write to client sockets.
+//! A purge of the object while the fill runs ([`Fill::purge`]) keeps what it fetched out of the
+//! cache: the fill still feeds its waiters but stores (or refreshes) nothing. It must not write
+//! to client sockets.
 
 use super::entry::EntryMeta;
 use super::key::{CacheKey, EntryId};
@@ -23,6 +25,7 @@ use crate::metrics::PoolOp;
 use crate::origin::{self, Origin, OriginError, OriginRequest, OriginResponse};
 use bytes::Bytes;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
@@ -136,22 +139,68 @@ pub enum ReadAt {
     File(u64),
 }
 
+/// [`Fill::commit`]: fetching, nothing decided yet.
+const RUNNING: u8 = 0;
+/// Storing what it fetched (the commit or the 304's rewrite is under way or done).
+const STORING: u8 = 1;
+/// Purged before it stored: it must store nothing.
+const PURGED: u8 = 2;
+
+/// How long a purge waits for a fill's commit under way (a rename on the pool) to end.
+const PURGE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// One fill under way.
 pub struct Fill {
     pub id: EntryId,
+    /// The object's cache key (a prefix purge matches it).
+    pub key: Arc<[u8]>,
     tx: watch::Sender<Progress>,
     tail: Mutex<Tail>,
     handoff: Mutex<Option<OriginResponse>>,
+    /// RUNNING, STORING or PURGED: a purge and the commit decide once which came first.
+    commit: AtomicU8,
 }
 
 impl Fill {
-    pub fn new(id: EntryId) -> Arc<Fill> {
+    pub fn new(id: EntryId, key: Arc<[u8]>) -> Arc<Fill> {
         Arc::new(Fill {
             id,
+            key,
             tx: watch::Sender::new(Progress::Waiting),
             tail: Mutex::new(Tail::default()),
             handoff: Mutex::new(None),
+            commit: AtomicU8::new(RUNNING),
         })
+    }
+
+    /// The object this fill is for was purged. Returns once the fill will store nothing it
+    /// fetched, or, when its commit had already begun, once that commit ended (so the removal
+    /// that follows the purge finds the entry). Its waiters still get their bytes.
+    pub async fn purge(&self) {
+        match self
+            .commit
+            .compare_exchange(RUNNING, PURGED, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) | Err(PURGED) => return,
+            Err(_) => {} // STORING: wait for the store to end
+        }
+        let mut rx = self.subscribe();
+        let ended = rx.wait_for(|p| match p {
+            Progress::Waiting => false,
+            Progress::Body { done, .. } => *done,
+            _ => true,
+        });
+        if tokio::time::timeout(PURGE_WAIT, ended).await.is_err() {
+            tracing::error!(entry = %self.id.rel_path(), "purge: a commit under way did not end in time");
+        }
+    }
+
+    /// May this fill store what it fetched? False once purged; after true a purge waits for
+    /// the store to end instead.
+    fn may_store(&self) -> bool {
+        self.commit
+            .compare_exchange(RUNNING, STORING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     pub fn subscribe(&self) -> watch::Receiver<Progress> {
@@ -197,6 +246,7 @@ impl Fill {
     /// registered with [`CacheVolume::fill_for`]; it unregisters itself when it ends.
     pub fn spawn(self: &Arc<Self>, cv: Arc<CacheVolume<Fill>>, origin: Arc<Origin>, job: FillJob) {
         let fill = self.clone();
+        cv.fill_started(self);
         tokio::spawn(async move {
             fill.run(&cv, &origin, job).await;
             cv.fill_done(fill.id, &fill);
@@ -331,6 +381,15 @@ impl Fill {
             }
         }
         meta.headers = stored_headers(&merged);
+        if !self.may_store() {
+            // Purged meanwhile: answer the waiters from the old body, store nothing.
+            let s = Arc::new(Stored {
+                id: old.id,
+                fd: old.fd.clone(),
+                meta: Arc::new(meta),
+            });
+            return self.publish(Progress::Refreshed(s));
+        }
         let store = cv.store.clone();
         let (id, old_fd, off, m) = (old.id, old.fd.clone(), old.meta.body_offset(), meta.clone());
         let written = cv
@@ -488,6 +547,10 @@ impl Fill {
             }
         }
         debug_assert_eq!(received, body_len);
+        if let Some(t) = temp.take_if(|_| !self.may_store()) {
+            // Purged while it ran: what it fetched is not stored.
+            abort(cv, t);
+        }
         if let Some(t) = temp {
             let fd = t.fd();
             match cv.blocking(move || t.commit()).await {

@@ -5,6 +5,11 @@
 //! start-up, so a Kubernetes Secret can be mounted there); a request without exactly
 //! `Authorization: Bearer TOKEN` changes nothing. Deletions run on each volume's pool. It owns
 //! the token check and the purge itself, not the HTTP routing (that is [`crate::admin`]).
+//!
+//! Guarantee: once a purge answered, nothing fetched from the origin before it is served from
+//! the cache. Fills of a purged object still under way are first taken out of reach (new
+//! requests start their own fetch) and told to store nothing ([`Fill::purge`]; one already
+//! committing is waited for), then the stored files are deleted.
 
 use super::fill::Fill;
 use super::key::CacheKey;
@@ -20,6 +25,16 @@ pub enum Target {
     Key(String),
     /// Every key starting with this path prefix.
     Prefix(String),
+}
+
+impl Target {
+    /// Does this purge name the object of `fill`?
+    fn names(&self, fill: &Fill) -> bool {
+        match self {
+            Target::Key(k) => *fill.key == *k.as_bytes(),
+            Target::Prefix(p) => fill.key.starts_with(p.as_bytes()),
+        }
+    }
 }
 
 /// The purge endpoint's state: the token and the cache volumes.
@@ -72,6 +87,9 @@ impl Purge {
     pub async fn purge(&self, target: &Target) -> usize {
         let mut n = 0;
         for cv in &self.caches {
+            for fill in cv.take_fills(|f| target.names(f)) {
+                fill.purge().await;
+            }
             let removed = match target {
                 Target::Key(k) => cv
                     .remove_object(CacheKey::new(k.clone().into_bytes()).hash())

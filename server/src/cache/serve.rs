@@ -187,7 +187,7 @@ impl Ctx<'_> {
     fn fill(&self, slice: u32, revalidate: Option<Arc<Stored>>, first: bool) -> (Arc<Fill>, bool) {
         let id = self.key.slice(slice);
         if self.auth.is_some() {
-            let fill = Fill::new(id);
+            let fill = Fill::new(id, self.key_bytes.clone());
             fill.spawn(
                 self.cv.clone(),
                 self.route.origin.clone(),
@@ -195,7 +195,9 @@ impl Ctx<'_> {
             );
             return (fill, false);
         }
-        let (fill, joined) = self.cv.fill_for(id, || Fill::new(id));
+        let (fill, joined) = self
+            .cv
+            .fill_for(id, || Fill::new(id, self.key_bytes.clone()));
         if joined {
             if first {
                 self.cv.m.collapsed.inc();

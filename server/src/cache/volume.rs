@@ -96,6 +96,8 @@ pub struct CacheVolume<F> {
     pub pool: Pool,
     pub m: CacheMetrics,
     fills: Mutex<HashMap<EntryId, Arc<F>>>,
+    /// Every fill running, joinable or not (a purge finds those of the objects it removes).
+    running: Mutex<Vec<Arc<F>>>,
     open: Mutex<IndexMap<EntryId, Arc<Stored>>>,
     /// `max_size` as configured (None = keep 10% of the filesystem free).
     max_size: Option<u64>,
@@ -180,6 +182,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             pool,
             m,
             fills: Mutex::new(HashMap::new()),
+            running: Mutex::new(Vec::new()),
             open: Mutex::new(IndexMap::new()),
             max_size,
         }))
@@ -323,6 +326,21 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         (f, false)
     }
 
+    /// `fill` starts (before it asks the origin anything).
+    pub fn fill_started(&self, fill: &Arc<F>) {
+        lock(&self.running).push(fill.clone());
+    }
+
+    /// A purge: unregister the fills `matches` names (new requests start their own fetch) and
+    /// return every running fill it names, registered or not, for the purge to stop storing.
+    pub fn take_fills(&self, matches: impl Fn(&F) -> bool) -> Vec<Arc<F>> {
+        let mut fills = lock(&self.fills);
+        fills.retain(|_, f| !matches(f));
+        self.m.fills.set(fills.len() as i64);
+        let running = lock(&self.running);
+        running.iter().filter(|f| matches(f)).cloned().collect()
+    }
+
     /// Fills running now (shutdown waits for them, so what was fetched gets stored).
     pub fn fills_in_flight(&self) -> usize {
         lock(&self.fills).len()
@@ -340,6 +358,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             fills.remove(&id);
         }
         self.m.fills.set(fills.len() as i64);
+        lock(&self.running).retain(|f| !Arc::ptr_eq(f, fill));
     }
 
     /// The disk is full: lower the limit below what is stored so eviction frees space now.
