@@ -994,3 +994,53 @@ fn a_purge_during_a_fill_keeps_the_fetched_bytes_out_of_the_cache() {
         );
     }
 }
+
+/// The fresh/stale decision is exact to well under a second, though `Age` and the stored
+/// lifetime are whole seconds (RFC 9111): with `max-age=2`, a response filled late in a second
+/// is a HIT 1.5 s later and no longer one 2.3 s later (a clock of whole seconds made it stale
+/// up to a second early, and a cache on a coarser clock would serve it up to a second late).
+#[test]
+fn freshness_is_decided_to_the_millisecond() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let n = node(d.path(), &o.url(), "slice_size = 0", "");
+    let since_epoch = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+    };
+    for i in 0..2 {
+        let path = format!("/fresh/{i}.txt");
+        o.put(
+            &path,
+            Object::new(pattern(1000, 3))
+                .cache_control("max-age=2, stale-while-revalidate=0, stale-if-error=0"),
+        );
+        // Fill 800-900 ms into a second (where whole seconds are furthest off).
+        while !(800..900).contains(&since_epoch().subsec_millis()) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let r = get(&n, &path, "");
+        let filled = Instant::now();
+        assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{path}");
+        settle(&n);
+        std::thread::sleep(Duration::from_millis(1500).saturating_sub(filled.elapsed()));
+        let r = get(&n, &path, "");
+        assert_eq!(
+            (r.status, xcache(&r)),
+            (200, "HIT"),
+            "{path}: stale {:?} after its fill, with max-age=2",
+            filled.elapsed()
+        );
+        assert_eq!(r.header("Age"), Some("1"), "{path}: Age in whole seconds");
+        std::thread::sleep(Duration::from_millis(2300).saturating_sub(filled.elapsed()));
+        let r = get(&n, &path, "");
+        assert_eq!(
+            (r.status, xcache(&r)),
+            (200, "REVALIDATED"),
+            "{path}: still fresh {:?} after its fill, with max-age=2",
+            filled.elapsed()
+        );
+        assert_eq!(o.requests(&path), 2, "{path}");
+    }
+}

@@ -7,8 +7,8 @@
 //!
 //! ```text
 //! magic "CSCACHE\n" | version u32 | header_len u32 | body_offset u32 | status u16 | slice u32
-//! | slice_size u64 | body_len u64 | total_size u64 | stored_at i64 | initial_age u32
-//! | fresh_until i64 | stale_while_revalidate_until i64 | stale_if_error_until i64
+//! | slice_size u64 | body_len u64 | total_size u64 | stored_at_ms i64 | initial_age u32
+//! | fresh_until_ms i64 | stale_while_revalidate_until_ms i64 | stale_if_error_until_ms i64
 //! | key | etag | last_modified | n_headers u16 | (name, value)*      (strings: u32 length + bytes)
 //! | xxh3-64 of everything before it
 //! ```
@@ -23,7 +23,8 @@ use std::io;
 use std::os::fd::AsFd;
 
 pub const MAGIC: &[u8; 8] = b"CSCACHE\n";
-pub const VERSION: u32 = 1;
+/// 2: times in milliseconds (1 had whole seconds; such entries are dropped and refetched).
+pub const VERSION: u32 = 2;
 /// The body starts at a multiple of this.
 pub const ALIGN: u64 = 4096;
 /// Largest header accepted (a corrupt length cannot make a reader allocate more).
@@ -44,16 +45,17 @@ pub struct EntryMeta {
     pub body_len: u64,
     /// The object's full size (part of its validator).
     pub total_size: u64,
-    /// When the response was received (Unix seconds).
-    pub stored_at: i64,
-    /// The age the origin reported at `stored_at` (seconds).
+    /// When the response was received (Unix milliseconds: the fresh/stale decision is exact
+    /// to the millisecond, though lifetimes and `Age` are whole seconds).
+    pub stored_at_ms: i64,
+    /// The age the origin reported at `stored_at_ms` (seconds).
     pub initial_age: u32,
     /// Fresh until (Unix seconds); then stale.
-    pub fresh_until: i64,
+    pub fresh_until_ms: i64,
     /// May be served stale while one refresh runs until this time.
-    pub stale_while_revalidate_until: i64,
+    pub stale_while_revalidate_until_ms: i64,
     /// May be served stale when the origin fails until this time.
-    pub stale_if_error_until: i64,
+    pub stale_if_error_until_ms: i64,
     /// Validator: the origin's ETag (with quotes / `W/`), if any.
     pub etag: Option<String>,
     /// Validator: the origin's Last-Modified, if any.
@@ -121,12 +123,12 @@ impl EntryMeta {
         for v in [self.slice_size, self.body_len, self.total_size] {
             b.extend_from_slice(&v.to_le_bytes());
         }
-        b.extend_from_slice(&self.stored_at.to_le_bytes());
+        b.extend_from_slice(&self.stored_at_ms.to_le_bytes());
         b.extend_from_slice(&self.initial_age.to_le_bytes());
         for v in [
-            self.fresh_until,
-            self.stale_while_revalidate_until,
-            self.stale_if_error_until,
+            self.fresh_until_ms,
+            self.stale_while_revalidate_until_ms,
+            self.stale_if_error_until_ms,
         ] {
             b.extend_from_slice(&v.to_le_bytes());
         }
@@ -179,11 +181,11 @@ impl EntryMeta {
         let slice_size = r.u64()?;
         let body_len = r.u64()?;
         let total_size = r.u64()?;
-        let stored_at = r.u64()? as i64;
+        let stored_at_ms = r.u64()? as i64;
         let initial_age = r.u32()?;
-        let fresh_until = r.u64()? as i64;
-        let stale_while_revalidate_until = r.u64()? as i64;
-        let stale_if_error_until = r.u64()? as i64;
+        let fresh_until_ms = r.u64()? as i64;
+        let stale_while_revalidate_until_ms = r.u64()? as i64;
+        let stale_if_error_until_ms = r.u64()? as i64;
         let key = r.string()?.to_vec();
         let opt = |s: &[u8]| -> Result<Option<String>, EntryError> {
             if s.is_empty() {
@@ -211,11 +213,11 @@ impl EntryMeta {
             slice_size,
             body_len,
             total_size,
-            stored_at,
+            stored_at_ms,
             initial_age,
-            fresh_until,
-            stale_while_revalidate_until,
-            stale_if_error_until,
+            fresh_until_ms,
+            stale_while_revalidate_until_ms,
+            stale_if_error_until_ms,
             etag,
             last_modified,
             headers,
@@ -376,11 +378,11 @@ pub(crate) fn sample_meta(key: &[u8], slice: u32, body_len: u64) -> EntryMeta {
         slice_size: 1 << 20,
         body_len,
         total_size: 5 << 20,
-        stored_at: 1_700_000_000,
+        stored_at_ms: 1_700_000_000_250,
         initial_age: 3,
-        fresh_until: 1_700_003_600,
-        stale_while_revalidate_until: 1_700_003_660,
-        stale_if_error_until: 1_700_090_000,
+        fresh_until_ms: 1_700_003_600_250,
+        stale_while_revalidate_until_ms: 1_700_003_660_250,
+        stale_if_error_until_ms: 1_700_090_000_250,
         etag: Some("\"abc\"".into()),
         last_modified: Some("Tue, 14 Nov 2023 22:13:20 GMT".into()),
         headers: vec![

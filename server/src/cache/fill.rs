@@ -273,7 +273,7 @@ impl Fill {
                 return self.publish(Progress::Failed(Arc::new(FillError::Origin(e))));
             }
         };
-        let now = unix_now();
+        let now = unix_now_ms();
         if resp.status == 304 {
             if let Some(old) = &job.revalidate {
                 return self.refreshed(cv, &job, old, &resp, now).await;
@@ -288,14 +288,20 @@ impl Fill {
         let Some((body_len, total)) = self.body_shape(s, job.slice, &resp) else {
             return self.bypass(resp);
         };
-        let fresh = match freshness::evaluate(200, &resp.headers, &job.policy, authorized, now) {
+        let fresh = match freshness::evaluate(
+            200,
+            &resp.headers,
+            &job.policy,
+            authorized,
+            now / 1000,
+        ) {
             Freshness::Storable(f) => f,
             Freshness::NotStorable(why) => {
                 tracing::debug!(volume = %cv.name, target = %job.target, why = why.as_str(), "not storable");
                 return self.bypass(resp);
             }
         };
-        let fresh_until = now + fresh.fresh_for.min(i64::MAX as u64 / 4) as i64;
+        let fresh_until_ms = later(now, fresh.fresh_for);
         let meta = EntryMeta {
             key: job.key.as_bytes().to_vec(),
             status: 200,
@@ -303,13 +309,11 @@ impl Fill {
             slice_size: s,
             body_len,
             total_size: total,
-            stored_at: now,
+            stored_at_ms: now,
             initial_age: fresh.age.min(u32::MAX as u64) as u32,
-            fresh_until,
-            stale_while_revalidate_until: fresh_until
-                + fresh.stale_while_revalidate.min(i64::MAX as u64 / 4) as i64,
-            stale_if_error_until: fresh_until
-                + fresh.stale_if_error.min(i64::MAX as u64 / 4) as i64,
+            fresh_until_ms,
+            stale_while_revalidate_until_ms: later(fresh_until_ms, fresh.stale_while_revalidate),
+            stale_if_error_until_ms: later(fresh_until_ms, fresh.stale_if_error),
             etag: header(&resp, "etag"),
             last_modified: header(&resp, "last-modified"),
             headers: stored_headers(&resp.headers),
@@ -364,20 +368,20 @@ impl Fill {
             merged.insert(n.clone(), v.clone());
         }
         let mut meta = (*old.meta).clone();
-        meta.stored_at = now;
-        match freshness::evaluate(200, &merged, &job.policy, job.authorization.is_some(), now) {
+        meta.stored_at_ms = now;
+        let authorized = job.authorization.is_some();
+        match freshness::evaluate(200, &merged, &job.policy, authorized, now / 1000) {
             Freshness::Storable(f) => {
                 meta.initial_age = f.age.min(u32::MAX as u64) as u32;
-                meta.fresh_until = now + f.fresh_for.min(i64::MAX as u64 / 4) as i64;
-                meta.stale_while_revalidate_until =
-                    meta.fresh_until + f.stale_while_revalidate.min(i64::MAX as u64 / 4) as i64;
-                meta.stale_if_error_until =
-                    meta.fresh_until + f.stale_if_error.min(i64::MAX as u64 / 4) as i64;
+                meta.fresh_until_ms = later(now, f.fresh_for);
+                meta.stale_while_revalidate_until_ms =
+                    later(meta.fresh_until_ms, f.stale_while_revalidate);
+                meta.stale_if_error_until_ms = later(meta.fresh_until_ms, f.stale_if_error);
             }
             Freshness::NotStorable(_) => {
-                meta.fresh_until = now;
-                meta.stale_while_revalidate_until = now;
-                meta.stale_if_error_until = now;
+                meta.fresh_until_ms = now;
+                meta.stale_while_revalidate_until_ms = now;
+                meta.stale_if_error_until_ms = now;
             }
         }
         meta.headers = stored_headers(&merged);
@@ -635,9 +639,14 @@ fn canonical(name: &str) -> String {
     out
 }
 
-/// Seconds since the Unix epoch.
-pub fn unix_now() -> i64 {
+/// Milliseconds since the Unix epoch (the clock of every fresh/stale decision).
+pub fn unix_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
+        .map_or(0, |d| d.as_millis().min(i64::MAX as u128 / 4) as i64)
+}
+
+/// `secs` whole seconds after `at_ms` (saturating: "very long" lifetimes stay far off).
+fn later(at_ms: i64, secs: u64) -> i64 {
+    at_ms.saturating_add(secs.saturating_mul(1000).min(i64::MAX as u64 / 4) as i64)
 }

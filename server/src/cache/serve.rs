@@ -13,7 +13,7 @@
 //! be shared, and never joins nor shares a fill: its fills forward the credentials, run for it
 //! alone, and store only what the origin allows to share. It must not read from the socket.
 
-use super::fill::{unix_now, Fill, FillError, FillJob, Progress};
+use super::fill::{unix_now_ms, Fill, FillError, FillJob, Progress};
 use super::key::CacheKey;
 use super::volume::{CacheStatus, CacheVolume, Found, Stored};
 use crate::config::CachePolicy;
@@ -226,16 +226,16 @@ impl Ctx<'_> {
             Found::Absent => None,
             Found::Stored(s) => Some(s).filter(|s| self.usable(s)),
         };
-        let now = unix_now();
+        let now_ms = unix_now_ms();
         let Some(s) = stored else {
             let fill = self.fill(slice, None, true);
-            return self.after_fill(fill, None, now).await;
+            return self.after_fill(fill, None, now_ms).await;
         };
         let m = &s.meta;
-        if now < m.fresh_until {
+        if now_ms < m.fresh_until_ms {
             return First::Serve(Source::Stored(s), CacheStatus::Hit);
         }
-        if now < m.stale_while_revalidate_until {
+        if now_ms < m.stale_while_revalidate_until_ms {
             // Serve stale; one background refresh (unless one runs already).
             if self.cv.fill_running(id).is_none() {
                 self.fill(slice, Some(s.clone()), false);
@@ -243,7 +243,7 @@ impl Ctx<'_> {
             return First::Serve(Source::Stored(s), CacheStatus::Updating);
         }
         let fill = self.fill(slice, Some(s.clone()), true);
-        self.after_fill(fill, Some(s), now).await
+        self.after_fill(fill, Some(s), now_ms).await
     }
 
     /// Wait for `fill`'s head and decide; `stale` is the entry being revalidated, if any.
@@ -251,7 +251,7 @@ impl Ctx<'_> {
         &self,
         (fill, joined): (Arc<Fill>, bool),
         stale: Option<Arc<Stored>>,
-        now: i64,
+        now_ms: i64,
     ) -> First {
         let mut rx = fill.subscribe();
         let p = loop {
@@ -267,7 +267,7 @@ impl Ctx<'_> {
         };
         let stale_ok = |s: &Option<Arc<Stored>>| {
             s.as_ref()
-                .filter(|s| now < s.meta.stale_if_error_until)
+                .filter(|s| now_ms < s.meta.stale_if_error_until_ms)
                 .cloned()
         };
         match p {
@@ -379,9 +379,13 @@ impl Ctx<'_> {
         let meta = first.meta().clone();
         let total = meta.total_size;
         cv.count(status);
-        let now = unix_now();
+        let now_ms = unix_now_ms();
+        let now = now_ms / 1000;
+        // Age in whole seconds (RFC 9111 §5.1).
         let age = match &first {
-            Source::Stored(s) => s.meta.initial_age as i64 + (now - s.meta.stored_at).max(0),
+            Source::Stored(s) => {
+                s.meta.initial_age as i64 + (now_ms - s.meta.stored_at_ms).max(0) / 1000
+            }
             Source::Fill(_, h) => h.meta.initial_age as i64,
         };
         let validators = |mut h: Head| {

@@ -514,7 +514,7 @@ mod tests {
         let id = put(&s, b"/r", 0, b"body bytes");
         let (fd, meta) = s.open_entry(id, b"/r").unwrap();
         let mut newer = meta.clone();
-        newer.fresh_until += 1000;
+        newer.fresh_until_ms += 1_000_000;
         newer.headers.push(("X-Extra".into(), "y".repeat(5000)));
         let (_fd, len) = s
             .rewrite(id, &fd, meta.body_offset(), newer.clone())
