@@ -64,6 +64,18 @@ fn node(dir: &Path, origin: &str, vol: &str, route: &str) -> Node {
     )
 }
 
+/// A node whose purge endpoint takes the token `t0ken`.
+fn purge_node(dir: &Path, origin: &str, vol: &str) -> Node {
+    let token = dir.join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let admin = format!("purge_token_file = \"{}\"", token.display());
+    start(
+        dir,
+        &config(origin, &dir.join("cache"), vol, "", &admin),
+        &[],
+    )
+}
+
 fn get(n: &Node, path: &str, extra: &str) -> Response {
     let mut c = n.srv.connect();
     c.send(
@@ -614,16 +626,7 @@ fn refused_origin_is_a_clean_502() {
 fn purge_needs_the_bearer_token() {
     let o = FaultOrigin::start();
     let d = common::tempdir();
-    let token = d.path().join("token");
-    std::fs::write(&token, "t0ken\n").unwrap();
-    let toml = config(
-        &o.url(),
-        &d.path().join("cache"),
-        K64,
-        "",
-        &format!("purge_token_file = \"{}\"", token.display()),
-    );
-    let n = start(d.path(), &toml, &[]);
+    let n = purge_node(d.path(), &o.url(), K64);
     for p in ["/p/a.bin", "/p/b.bin", "/q/c.bin"] {
         o.put(p, Object::new(pattern(100_000, 11)));
         assert_eq!(xcache(&get(&n, p, "")), "MISS");
@@ -920,16 +923,7 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
 fn a_purge_during_a_fill_keeps_the_fetched_bytes_out_of_the_cache() {
     let o = FaultOrigin::start();
     let d = common::tempdir();
-    let token = d.path().join("token");
-    std::fs::write(&token, "t0ken\n").unwrap();
-    let toml = config(
-        &o.url(),
-        &d.path().join("cache"),
-        "slice_size = 0",
-        "",
-        &format!("purge_token_file = \"{}\"", token.display()),
-    );
-    let n = start(d.path(), &toml, &[]);
+    let n = purge_node(d.path(), &o.url(), "slice_size = 0");
     let auth = "Authorization: Bearer t0ken\r\n";
     // Whole objects (one fill each, so the first client reads nothing but its own fill), sent
     // by the origin in 16 KiB chunks 150 ms apart: each fill takes about a second.
