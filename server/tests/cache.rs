@@ -789,18 +789,20 @@ fn our_own_server_as_the_origin() {
     assert_eq!(r.status, 404);
 }
 
-/// A tmpfs of `size` mounted at `dir` for the test's life (root only; None otherwise).
+/// A tmpfs of `size` mounted at `dir` by root for the test's life.
 struct Tmpfs(PathBuf);
 
 impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
-        std::fs::create_dir_all(dir).unwrap();
-        let ok = std::process::Command::new("mount")
+    fn mount(dir: &Path, size: &str) -> Result<Tmpfs, String> {
+        let out = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| Tmpfs(dir.to_path_buf()))
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        Ok(Tmpfs(dir.to_path_buf()))
     }
 }
 
@@ -810,6 +812,63 @@ impl Drop for Tmpfs {
             .arg("-l")
             .arg(&self.0)
             .status();
+    }
+}
+
+/// A node configured by `toml` whose cache directory `cache` is a tmpfs of `size`, and the
+/// path where the test sees that tmpfs. As root: mounted here (the path is `cache`). Otherwise
+/// the server runs in a user + mount namespace of its own (`unshare --user --map-root-user
+/// --mount`) that mounts it; the test talks to it over loopback as usual and sees the tmpfs
+/// through the server's root, `/proc/PID/root/CACHE`. Neither possible: a failure that says
+/// what is missing (never a silent skip).
+fn node_on_tmpfs(
+    dir: &Path,
+    cache: &Path,
+    size: &str,
+    toml: &str,
+) -> (Node, PathBuf, Option<Tmpfs>) {
+    std::fs::create_dir_all(cache).unwrap();
+    let mut tried = Vec::new();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        match Tmpfs::mount(cache, size) {
+            Ok(fs) => return (start(dir, toml, &[]), cache.to_path_buf(), Some(fs)),
+            Err(e) => tried.push(format!("mount -t tmpfs as root: {e}")),
+        }
+    }
+    let path = dir.join("config.toml");
+    std::fs::write(&path, toml).unwrap();
+    let script = r#"mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@""#;
+    let wrapper = [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        size,
+        cache.to_str().unwrap(),
+    ];
+    let args = ["serve", "--config", path.to_str().unwrap()];
+    match Server::try_spawn_wrapped(&wrapper, &args, &[]) {
+        Ok(srv) => {
+            let view = Path::new(&format!("/proc/{}/root", srv.pid()))
+                .join(cache.strip_prefix("/").expect("absolute cache path"));
+            let admin = srv.admin();
+            (Node { srv, admin }, view, None)
+        }
+        Err(e) => {
+            tried.push(format!("unshare --user --map-root-user --mount: {e}"));
+            panic!(
+                "this test fills a small tmpfs and cannot mount one: it needs root, or \
+                 unprivileged user namespaces (kernel.unprivileged_userns_clone=1, \
+                 user.max_user_namespaces > 0, no AppArmor/seccomp ban on unshare) and the \
+                 unshare tool (util-linux). Tried:\n{}",
+                tried.join("\n")
+            )
+        }
     }
 }
 
@@ -833,10 +892,6 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
     let o = FaultOrigin::start();
     let d = common::tempdir();
     let cache = d.path().join("cache");
-    let Some(_fs) = Tmpfs::mount(&cache, "1m") else {
-        eprintln!("skipped: mounting a tmpfs needs root");
-        return;
-    };
     // max_size far above the filesystem: the disk fills before the limit does. Objects of
     // 300,000 bytes: three fit in 1 MiB, a fourth cannot.
     let toml = config(
@@ -846,7 +901,8 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
         "",
         "",
     );
-    let n = start(d.path(), &toml, &[]);
+    // `disk`: where the test sees the tmpfs the server's cache is on.
+    let (n, disk, _fs) = node_on_tmpfs(d.path(), &cache, "1m", &toml);
     let size = 300_000;
     let body = |i: usize| pattern(size, i as u8);
     let fetch = |p: &str, want: &[u8], what: &str| {
@@ -882,12 +938,12 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
     // Eviction gives the space back on the disk itself (the failed fill's temporary file goes
     // too), not just in the index's accounting.
     assert!(
-        common::wait_until(Duration::from_secs(10), || fs_free(&cache)
+        common::wait_until(Duration::from_secs(10), || fs_free(&disk)
             > size as u64 + 8192
-            && cache_files(&cache).0 == 0),
+            && cache_files(&disk).0 == 0),
         "the disk was not reclaimed: {} bytes free, files {:?}",
-        fs_free(&cache),
-        cache_files(&cache)
+        fs_free(&disk),
+        cache_files(&disk)
     );
     assert!(
         metric(
@@ -913,7 +969,7 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
         "{p} was not stored after eviction freed space"
     );
     assert_eq!(o.requests(&p), 2, "a HIT reached the origin");
-    assert_eq!(cache_files(&cache).0, 0, "temporary files left behind");
+    assert_eq!(cache_files(&disk).0, 0, "temporary files left behind");
 }
 
 /// A purge that arrives while fills of the purged objects are under way: it answers 200, the

@@ -100,8 +100,20 @@ impl Server {
         Server::launch(command(args, env))
     }
 
+    /// As [`Server::try_spawn`], started by the command `wrapper` (its program and arguments
+    /// first, then this binary's path and `args`), e.g. `unshare ... sh -c SCRIPT`.
+    pub fn try_spawn_wrapped(
+        wrapper: &[&str],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
+        Server::launch(wrapped(wrapper, args, env))
+    }
+
     fn launch(mut cmd: Command) -> Result<Server, String> {
-        let mut child = cmd.spawn().expect("spawn content-server");
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run {:?}: {e}", cmd.get_program()))?;
         let logs = Arc::new(Mutex::new(String::new()));
         let stderr = child.stderr.take().expect("stderr");
         let sink = logs.clone();
@@ -247,7 +259,19 @@ impl Drop for Server {
 
 /// `content-server ARGS...` with a clean environment plus `env`, stderr piped.
 fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(BIN);
+    wrapped(&[], args, env)
+}
+
+/// `BIN args`, or `wrapper... BIN args`.
+fn wrapped(wrapper: &[&str], args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(BIN);
+            c
+        }
+        None => Command::new(BIN),
+    };
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
