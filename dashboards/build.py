@@ -455,11 +455,20 @@ def contentserver():
         "Bps",
         [(f"sum by (pod) ({rate('contentserver_http_response_bytes_total', SEL)})", "{{pod}}")]))
     p.append(timeseries(
-        lay, "Connections and in-flight requests",
-        "Client connections open now and requests being answered now, per pod.",
+        lay, "Connections, parked and in-flight requests",
+        "Client connections open now, how many of them are parked (idle keep-alive "
+        "connections quiet for limits.idle_park_ms, held in a worker's idle set at a few "
+        "hundred bytes each, no task or timer of their own), and requests being answered now, "
+        "per pod. Healthy: with keep-alive clients most open connections are parked (parked "
+        "close to connections minus in flight) and rise and fall with the clients. Unhealthy: "
+        "connections far above parked + in flight (connections stuck mid-request or in slow "
+        "sends, or limits.idle_park_ms 0 or too long to park them), or parked close to "
+        "limits.max_connections (idle clients hold the connection budget: new ones get "
+        "refused; shorten limits.keepalive_timeout_secs).",
         "short",
         [
             (f"sum by (pod) (contentserver_connections_active{{{SEL}}})", "{{pod}} connections"),
+            (f"sum by (pod) (contentserver_connections_parked{{{SEL}}})", "{{pod}} parked"),
             (f"sum by (pod) (contentserver_http_requests_in_flight{{{SEL}}})",
              "{{pod}} in flight"),
         ]))
