@@ -82,6 +82,10 @@ pub struct ServeArgs {
     /// limits.sendfile_max_chunk in bytes: the largest single sendfile call (one pool task).
     #[arg(long, value_name = "BYTES")]
     pub sendfile_max_chunk: Option<usize>,
+    /// limits.idle_park_ms: quiet time before a connection waiting for a request head leaves
+    /// its task for its worker's idle set (0 = never park).
+    #[arg(long, value_name = "MS")]
+    pub idle_park_ms: Option<u64>,
     /// Admin listener ADDR:PORT; an empty string disables it.
     #[arg(long, value_name = "ADDR:PORT")]
     pub admin_listen: Option<String>,
@@ -166,6 +170,9 @@ impl ServeArgs {
         }
         if let Some(c) = self.sendfile_max_chunk {
             cfg.limits.sendfile_max_chunk = c;
+        }
+        if let Some(ms) = self.idle_park_ms {
+            cfg.limits.idle_park_ms = ms;
         }
         if let Some(a) = &self.admin_listen {
             cfg.admin.listen = a.clone();

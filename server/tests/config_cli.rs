@@ -1,6 +1,6 @@
 //! The command line of the real binary: `check-config` (normalized output, field-named errors,
-//! exit codes), `serve` overrides (--listen/--port/--threads/--max-queue/--offload) and bad
-//! input failing cleanly (exit 1, a message, never a panic).
+//! exit codes), `serve` overrides (--listen/--port/--threads/--max-queue/--offload and the
+//! limits) and bad input failing cleanly (exit 1, a message, never a panic).
 
 mod common;
 
@@ -169,6 +169,38 @@ fn serve_limit_overrides_take_effect() {
     ]);
     assert_eq!(code, 1);
     assert!(err.contains("limits.sendfile_max_chunk"), "{err}");
+}
+
+/// `--idle-park-ms` sets limits.idle_park_ms: an idle keep-alive connection is parked (the
+/// `contentserver_connections_parked` gauge) after the default 1 s, never with 0, and not
+/// within seconds with 60000.
+#[test]
+fn serve_idle_park_ms_override_takes_effect() {
+    let d = tempdir();
+    std::fs::write(d.path().join("f.txt"), b"f").unwrap();
+    let parked_after_idle = |extra: &[&str], wait: std::time::Duration| {
+        let mut args = vec!["serve", "--root", d.path().to_str().unwrap()];
+        args.extend(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]);
+        args.extend(extra);
+        let s = Server::spawn(&args, &[]);
+        let mut c = s.connect();
+        assert_eq!(c.get("/f.txt").status, 200);
+        let parked = || s.metrics().get("contentserver_connections_parked", &[]);
+        let seen = wait_until(wait, || parked() == 1.0);
+        // Still open and answering after its wait.
+        assert_eq!(c.get("/f.txt").body, b"f", "{extra:?}");
+        seen
+    };
+    assert!(
+        parked_after_idle(&[], std::time::Duration::from_secs(10)),
+        "an idle connection was never parked with the default idle_park_ms"
+    );
+    for never in [["--idle-park-ms", "0"], ["--idle-park-ms", "60000"]] {
+        assert!(
+            !parked_after_idle(&never, std::time::Duration::from_millis(2500)),
+            "{never:?}: an idle connection was parked within 2.5 s"
+        );
+    }
 }
 
 #[test]
