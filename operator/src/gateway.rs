@@ -4,10 +4,12 @@
 //! Field names and shapes follow the upstream CRD (checked against it in tests/builders.rs).
 //! Must not grow fields the operator does not set.
 
+use crate::crd::GatewayParentRef;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
 /// HTTPRoute spec: where it attaches, which hosts, which requests go to which backend.
+#[serde_with::apply(Vec => #[serde(skip_serializing_if = "Vec::is_empty")])]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "gateway.networking.k8s.io",
@@ -19,34 +21,19 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(default, rename_all = "camelCase")]
 pub struct HTTPRouteSpec {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub parent_refs: Vec<ParentReference>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Gateway API `ParentReference`s: the spec's own, as they are (group and kind left to
+    /// their defaults, a Gateway).
+    pub parent_refs: Vec<GatewayParentRef>,
     pub hostnames: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<HTTPRouteRule>,
 }
 
-/// A Gateway (or one of its listeners) the route attaches to.
-#[serde_with::skip_serializing_none]
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(default, rename_all = "camelCase")]
-pub struct ParentReference {
-    pub group: Option<String>,
-    pub kind: Option<String>,
-    pub name: String,
-    pub namespace: Option<String>,
-    pub section_name: Option<String>,
-    pub port: Option<i32>,
-}
-
 /// Requests matching any of `matches` go to `backendRefs`.
+#[serde_with::apply(Vec => #[serde(skip_serializing_if = "Vec::is_empty")])]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
 pub struct HTTPRouteRule {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub matches: Vec<HTTPRouteMatch>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub backend_refs: Vec<HTTPBackendRef>,
 }
 

@@ -16,8 +16,6 @@
 pub mod builders;
 pub mod controller;
 pub mod crd;
-pub mod crd_cache;
-pub mod crd_http;
 pub mod gateway;
 pub mod leader;
 pub mod metrics;

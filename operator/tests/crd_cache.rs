@@ -7,7 +7,7 @@ mod support;
 
 use content_operator::builders::configmap::server_config;
 use content_operator::builders::workload::statefulset;
-use content_operator::crd_cache::{ORIGIN_CA_DIR, PURGE_TOKEN_DIR};
+use content_operator::crd::{ORIGIN_CA_DIR, PURGE_TOKEN_DIR};
 use content_operator::validation::validate;
 use content_server::config::ByteSize;
 use support::*;

@@ -5,7 +5,7 @@
 mod support;
 
 use content_operator::builders::configmap::server_config;
-use content_operator::crd_http::{CorsSpec, HeaderRuleSpec, RouteHttpSpec};
+use content_operator::crd::{CorsSpec, HeaderRuleSpec, RouteHttpSpec};
 use content_operator::validation::spec_path;
 use content_server::config::Precompressed;
 use support::*;

@@ -6,9 +6,9 @@
 //! convert is rendered as 0 bytes, which the server's own checks reject (validation.rs also
 //! reports it on the spec path).
 
-use crate::crd::ContentServerSpec;
-use crate::crd_cache::{
-    quantity_bytes, CaSourceSpec, ORIGIN_CA_DIR, ORIGIN_CA_FILE, PURGE_TOKEN_DIR, PURGE_TOKEN_FILE,
+use crate::crd::{
+    quantity_bytes, CaSourceSpec, ContentServerSpec, ORIGIN_CA_DIR, ORIGIN_CA_FILE,
+    PURGE_TOKEN_DIR, PURGE_TOKEN_FILE,
 };
 use content_server::config::{
     ByteSize, CachePolicy, Config, Origin, ValidRule, VolumeCache, DEFAULT_ORIGIN,

@@ -5,8 +5,7 @@
 //! binds 0.0.0.0:<metrics.port> so kubelet probes and Prometheus reach it.
 
 use crate::builders::child_meta;
-use crate::crd::{ContentServer, ContentServerSpec, LogFormatSpec};
-use crate::crd_http::{HeaderRuleSpec, RouteHttpSpec};
+use crate::crd::{ContentServer, ContentServerSpec, HeaderRuleSpec, LogFormatSpec, RouteHttpSpec};
 use content_server::config::{
     Config, ConfigError, Cors, HeaderRule, LogFormat, Pool, Route, RouteHttp, SplitTarget, Volume,
 };

@@ -6,7 +6,6 @@ use crate::builders::{child_meta, workload_name};
 use crate::crd::ContentServer;
 use crate::gateway::{
     HTTPBackendRef, HTTPPathMatch, HTTPRoute, HTTPRouteMatch, HTTPRouteRule, HTTPRouteSpec,
-    ParentReference,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
@@ -57,17 +56,7 @@ fn meta(cs: &ContentServer, annotations: &BTreeMap<String, String>) -> ObjectMet
 pub fn http_route(cs: &ContentServer) -> Option<HTTPRoute> {
     let r = cs.spec.expose.as_ref()?.http_route.as_ref()?;
     let spec = HTTPRouteSpec {
-        parent_refs: r
-            .parent_refs
-            .iter()
-            .map(|p| ParentReference {
-                name: p.name.clone(),
-                namespace: p.namespace.clone(),
-                section_name: p.section_name.clone(),
-                port: p.port,
-                ..ParentReference::default()
-            })
-            .collect(),
+        parent_refs: r.parent_refs.clone(),
         hostnames: r.hostnames.iter().map(|h| h.0.clone()).collect(),
         rules: vec![HTTPRouteRule {
             matches: path_prefixes(cs)

@@ -10,7 +10,9 @@
 //! support (or edited by hand).
 
 mod autoscaling;
+mod cache;
 mod expose;
+mod http;
 mod pod;
 mod routes;
 mod server;
@@ -19,7 +21,9 @@ mod status;
 mod volumes;
 
 pub use autoscaling::*;
+pub use cache::*;
 pub use expose::*;
+pub use http::*;
 pub use pod::*;
 pub use routes::*;
 pub use server::*;
@@ -170,9 +174,9 @@ pub struct ContentServerSpec {
     #[serde(default)]
     pub paused: bool,
     /// The origin that routes with `cache` fetch misses from (a caching node).
-    pub origin: Option<crate::crd_cache::OriginSpec>,
+    pub origin: Option<OriginSpec>,
     /// Token enabling cache purges on the admin port.
-    pub purge_token: Option<crate::crd_cache::PurgeTokenSpec>,
+    pub purge_token: Option<PurgeTokenSpec>,
 }
 
 /// Image pull policy.

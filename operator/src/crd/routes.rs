@@ -37,9 +37,9 @@ pub struct RouteSpec {
     #[serde(default)]
     pub strip_prefix: bool,
     /// Response headers, CORS, precompressed siblings and listings of this route.
-    pub http: Option<crate::crd_http::RouteHttpSpec>,
+    pub http: Option<super::RouteHttpSpec>,
     /// Present = fetch the prefix from spec.origin through the route's cache volumes.
-    pub cache: Option<crate::crd_cache::RouteCacheSpec>,
+    pub cache: Option<super::RouteCacheSpec>,
 }
 
 /// One share of a split.

@@ -46,7 +46,7 @@ pub struct ServerSpec {
     pub shutdown_timeout_secs: u32,
     /// Ranges, ETags, listings, media types and headers by media type.
     #[serde(flatten)]
-    pub http: crate::crd_http::ServerHttpSpec,
+    pub http: super::ServerHttpSpec,
 }
 
 /// Log format.

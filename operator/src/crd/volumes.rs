@@ -1,7 +1,7 @@
 //! Volumes of a ContentServer: where each one's data comes from (exactly one source) and its
 //! bounded thread pool. API shape only.
 
-use super::{default_true, PullPolicy};
+use super::{default_true, PullPolicy, VolumeCacheSpec, QUANTITY_PATTERN};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -28,7 +28,7 @@ pub struct VolumeSpec {
     #[serde(default)]
     pub pool: PoolSpec,
     /// Present = the volume caches origin responses (mounted read-write whatever readOnly says).
-    pub cache: Option<crate::crd_cache::VolumeCacheSpec>,
+    pub cache: Option<VolumeCacheSpec>,
 }
 
 impl VolumeSpec {
@@ -79,7 +79,7 @@ pub struct ClaimTemplateSource {
     /// StorageClass; unset uses the cluster default.
     pub storage_class_name: Option<String>,
     /// Requested size, a Kubernetes quantity such as `500Gi`.
-    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
+    #[schemars(regex(pattern = QUANTITY_PATTERN))]
     pub size: String,
     /// Access modes of each claim.
     #[serde(default = "default_access_modes")]
@@ -113,7 +113,7 @@ impl AccessMode {
 #[serde(default, rename_all = "camelCase")]
 pub struct EmptyDirSource {
     /// Size limit, a quantity such as `1Gi`.
-    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
+    #[schemars(regex(pattern = QUANTITY_PATTERN))]
     pub size_limit: Option<String>,
     /// Storage medium: `Memory` for tmpfs, unset for the node's disk.
     pub medium: Option<EmptyDirMedium>,

@@ -14,10 +14,15 @@ pub struct Applied {
     pub state: Option<WorkloadState>,
     /// Pending work, shown in the Reconciled condition's message.
     pub notes: Vec<String>,
-    /// A StatefulSet replacement is under way (requeue soon).
-    pub replacing: bool,
     /// Children not applied because their kind's CRD is not installed, as `Kind (crd name)`.
     pub missing_crds: Vec<String>,
+}
+
+impl Applied {
+    /// A StatefulSet replacement is under way (requeue soon): the workload left no state.
+    pub fn replacing(&self) -> bool {
+        self.state.is_none()
+    }
 }
 
 /// The rollout state of an applied Deployment or StatefulSet from its status counters

@@ -42,7 +42,6 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
         kind: WorkloadKind::of(&cs.spec),
         state: None,
         notes: Vec::new(),
-        replacing: false,
         missing_crds: Vec::new(),
     };
     match applied.kind {

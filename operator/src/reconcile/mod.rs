@@ -141,6 +141,7 @@ async fn reconcile_steps(
 /// The status after the children were applied; the requeue follows the rollout.
 async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Action, Error> {
     let cs = scope.cs;
+    let replacing = applied.replacing();
     let w = applied.state.unwrap_or(WorkloadState {
         desired: cs.spec.replicas,
         ..WorkloadState::default()
@@ -174,7 +175,7 @@ async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Act
     st.hostnames = builders::expose::hostnames(cs);
     api::write_status(scope.ctx, cs, st).await?;
 
-    Ok(if applied.replacing || !w.rolled_out() {
+    Ok(if replacing || !w.rolled_out() {
         Action::requeue(PROGRESS_REQUEUE)
     } else {
         Action::requeue(STEADY_REQUEUE)

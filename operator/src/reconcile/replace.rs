@@ -27,7 +27,6 @@ pub async fn apply_statefulset(scope: &Scope<'_>, applied: &mut Applied) -> Resu
         .as_ref()
         .is_some_and(|e| e.metadata.deletion_timestamp.is_some())
     {
-        applied.replacing = true;
         applied
             .notes
             .push("waiting for the replaced StatefulSet to be removed (pods keep serving)".into());
@@ -47,7 +46,6 @@ pub async fn apply_statefulset(scope: &Scope<'_>, applied: &mut Applied) -> Resu
             "ReplaceStatefulSet",
         )
         .await;
-        applied.replacing = true;
         applied.notes.push(format!(
             "replacing the StatefulSet: {what} changed; existing pods and claims are kept"
         ));

@@ -94,7 +94,7 @@ pub struct PurgeTokenSpec {
 pub struct VolumeCacheSpec {
     /// Largest total size of stored entries (a quantity such as `90Gi`); must fit the volume's
     /// `claimTemplate.size` / `emptyDir.sizeLimit`. Absent = keep 10% of the filesystem free.
-    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
+    #[schemars(regex(pattern = QUANTITY_PATTERN))]
     pub max_size: Option<String>,
     /// Entries unused this long are dropped.
     #[serde(default = "default_inactive_secs")]
@@ -106,7 +106,7 @@ pub struct VolumeCacheSpec {
     pub min_uses: u32,
     /// Bytes per stored slice (a quantity such as `1Mi`); `0` = whole objects.
     #[serde(default = "default_slice_size")]
-    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"))]
+    #[schemars(regex(pattern = QUANTITY_PATTERN))]
     pub slice_size: String,
 }
 

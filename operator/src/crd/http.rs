@@ -6,6 +6,7 @@
 //!
 //! Owns the API shape only; it must not render or validate anything itself.
 
+use super::default_true;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -38,9 +39,6 @@ pub struct ServerHttpSpec {
 
 fn default_max_ranges() -> u32 {
     16
-}
-fn default_true() -> bool {
-    true
 }
 fn default_listing_max_entries() -> u32 {
     1000
