@@ -9,8 +9,9 @@
 
 use crate::builders::configmap::server_config;
 use crate::builders::configmap::CONFIG_DIR;
-use crate::crd::{ContentServerSpec, MAX_VOLUME_NAME};
-use crate::crd::{quantity_bytes, ORIGIN_CA_DIR, PURGE_TOKEN_DIR};
+use crate::crd::{
+    quantity_bytes, ContentServerSpec, MAX_VOLUME_NAME, ORIGIN_CA_DIR, PURGE_TOKEN_DIR,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::HashSet;
 use std::fmt;

@@ -73,18 +73,20 @@ pub struct HeaderRuleSpec {
 
 /// The HTTP policy of one route.
 #[serde_with::skip_serializing_none]
+#[serde_with::apply(
+    Vec => #[serde(skip_serializing_if = "Vec::is_empty")],
+    BTreeMap => #[serde(skip_serializing_if = "BTreeMap::is_empty")],
+)]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(default, rename_all = "camelCase")]
 pub struct RouteHttpSpec {
     /// Headers for every successful response of the route.
     pub headers: HeaderRuleSpec,
     /// Per extension or media type, on top of `headers` and `spec.server.mediaHeaders`.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub media_headers: BTreeMap<String, HeaderRuleSpec>,
     /// CORS; absent = off (`OPTIONS` is 405).
     pub cors: Option<CorsSpec>,
     /// Serve FILE.br / FILE.zst / FILE.gz in this order to clients accepting the coding.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 3))]
     pub precompressed: Vec<Precompressed>,
     /// List directories that have no index file (HTML or JSON).
