@@ -4,170 +4,25 @@
 
 mod common;
 
+use common::cache::{
+    admin, cache_files, config, get, node, origin_and_node, origin_and_purge_node, settle,
+    volume_metric, walk, xcache, Node, PURGE_AUTH, SLICED,
+};
 use common::origin::{pattern, Fault, FaultOrigin, Object, Timing};
-use common::{Conn, Response, Server};
+use common::{Config, Server};
 use std::io::Read;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-struct Node {
-    srv: Server,
-    admin: SocketAddr,
-}
-
-/// A node with one cache volume at `cache` in front of `origin`; `vol`, `route` and `admin`
-/// are extra TOML lines for `[volumes.cache]`, `[routes.cache]` and `[admin]`.
-fn config(origin: &str, cache: &Path, vol: &str, route: &str, admin: &str) -> String {
-    format!(
-        r#"workers = 2
-[[listeners]]
-address = "127.0.0.1"
-port = 0
-[admin]
-listen = "127.0.0.1:0"
-{admin}
-[[origins]]
-name = "origin"
-servers = ["{origin}"]
-connect_timeout_ms = 1000
-read_timeout_ms = 1000
-[[volumes]]
-name = "c1"
-path = "{cache}"
-[volumes.cache]
-{vol}
-[[routes]]
-prefix = "/"
-volume = "c1"
-origin = "origin"
-[routes.cache]
-{route}
-"#,
-        cache = cache.display()
-    )
-}
-
-fn start(dir: &Path, toml: &str, env: &[(&str, &str)]) -> Node {
-    let path = dir.join("config.toml");
-    std::fs::write(&path, toml).unwrap();
-    let srv = Server::spawn(&["serve", "--config", path.to_str().unwrap()], env);
-    let admin = srv.admin();
-    Node { srv, admin }
-}
-
-fn node(dir: &Path, origin: &str, vol: &str, route: &str) -> Node {
-    start(
-        dir,
-        &config(origin, &dir.join("cache"), vol, route, ""),
-        &[],
-    )
-}
-
-/// A node whose purge endpoint takes the token `t0ken`.
-fn purge_node(dir: &Path, origin: &str, vol: &str) -> Node {
-    let token = dir.join("token");
-    std::fs::write(&token, "t0ken\n").unwrap();
-    let admin = format!("purge_token_file = \"{}\"", token.display());
-    start(
-        dir,
-        &config(origin, &dir.join("cache"), vol, "", &admin),
-        &[],
-    )
-}
-
-fn get(n: &Node, path: &str, extra: &str) -> Response {
-    let mut c = n.srv.connect();
-    c.send(
-        format!("GET {path} HTTP/1.1\r\nHost: t\r\n{extra}Connection: close\r\n\r\n").as_bytes(),
-    );
-    c.response(false).expect("response")
-}
-
-fn xcache(r: &Response) -> &str {
-    r.header("X-Cache").unwrap_or("-")
-}
-
-fn metric(n: &Node, name: &str) -> f64 {
-    let body = admin(n, "GET", "/metrics", "").body;
-    let text = String::from_utf8_lossy(&body);
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in metrics"))
-}
-
-fn admin(n: &Node, method: &str, path: &str, extra: &str) -> Response {
-    let mut c = Conn::new(n.admin);
-    c.send(
-        format!("{method} {path} HTTP/1.1\r\nHost: a\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n")
-            .as_bytes(),
-    );
-    c.response(false).expect("admin response")
-}
-
-/// Files under the cache directory's `.tmp/` and entry files under its levels. The server
-/// deletes and renames files while this walks: one gone between readdir and a look at it is
-/// not counted.
-fn cache_files(cache: &Path) -> (usize, usize) {
-    let tmp = std::fs::read_dir(cache.join(".tmp")).map_or(0, |d| d.count());
-    let entries = walk(cache)
-        .iter()
-        .filter(|(p, _)| !p.starts_with(cache.join(".tmp")))
-        .count();
-    (tmp, entries)
-}
-
-/// Every file under `dir` with its length, skipping files removed while walking (eviction and
-/// commits race the walk; that is the server working, not an error of the measure).
-fn walk(dir: &Path) -> Vec<(PathBuf, u64)> {
-    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let entries = match std::fs::read_dir(&d) {
-            Ok(rd) => rd,
-            Err(e) if gone(&e) => continue,
-            Err(e) => panic!("cannot list {}: {e}", d.display()),
-        };
-        for e in entries {
-            let e = e.unwrap_or_else(|e| panic!("cannot list {}: {e}", d.display()));
-            let p = e.path();
-            // DirEntry::metadata does not follow links (lstat); NotFound = removed meanwhile.
-            match e.metadata() {
-                Ok(m) if m.is_dir() => stack.push(p),
-                Ok(m) => out.push((p, m.len())),
-                Err(e) if gone(&e) => {}
-                Err(e) => panic!("cannot stat {}: {e}", p.display()),
-            }
-        }
-    }
-    out
-}
-
-/// Wait (bounded) until no fill runs: a fill commits its entry after the client has the last
-/// byte, so a test that looks at what is stored waits for this first.
-fn settle(n: &Node) {
-    let fills = "contentserver_cache_fills_in_flight{volume=\"c1\"}";
-    assert!(
-        common::wait_until(Duration::from_secs(10), || metric(n, fills) == 0.0),
-        "a fill is still running after 10 s"
-    );
-}
-
-const K64: &str = "slice_size = 65536";
-
 #[test]
 fn miss_then_hit_with_ranges_conditionals_and_head() {
-    let o = FaultOrigin::start();
+    let (o, n) = origin_and_node(SLICED);
     let body = pattern(300_000, 1);
     o.put(
         "/v.bin",
         Object::new(body.clone()).header("Content-Disposition", "inline"),
     );
-    let d = common::tempdir();
-    let n = node(d.path(), &o.url(), K64, "");
 
     let r = get(&n, "/v.bin", "");
     assert_eq!((r.status, xcache(&r)), (200, "MISS"));
@@ -209,24 +64,20 @@ fn miss_then_hit_with_ranges_conditionals_and_head() {
 
     assert_eq!(o.requests("/v.bin"), 5, "hits reached the origin");
     assert_eq!(
-        metric(
+        volume_metric(
             &n,
-            "contentserver_cache_requests_total{status=\"hit\",volume=\"c1\"}"
+            "contentserver_cache_requests_total",
+            &[("status", "hit")]
         ),
         5.0
     );
-    assert_eq!(
-        metric(&n, "contentserver_cache_entries{volume=\"c1\"}"),
-        5.0
-    );
+    assert_eq!(volume_metric(&n, "contentserver_cache_entries", &[]), 5.0);
 }
 
 #[test]
 fn head_miss_is_fetched_with_get_and_then_cached() {
-    let o = FaultOrigin::start();
+    let (o, n) = origin_and_node("slice_size = 0");
     o.put("/h.txt", Object::new(pattern(5000, 2)));
-    let d = common::tempdir();
-    let n = node(d.path(), &o.url(), "slice_size = 0", "");
     let mut c = n.srv.connect();
     c.send(b"HEAD /h.txt HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     let r = c.response(true).unwrap();
@@ -285,7 +136,7 @@ fn timed_get(addr: SocketAddr, path: &str) -> (Duration, Duration, Vec<u8>) {
 
 #[test]
 fn concurrent_misses_share_one_fetch_and_stream_before_it_ends() {
-    let o = FaultOrigin::start();
+    let (o, n) = origin_and_node("slice_size = 0");
     let body = pattern(256 * 1024, 3);
     o.put("/herd.bin", Object::new(body.clone()));
     // 32 chunks of 8 KiB, 40 ms apart: the fill takes about 1.3 s.
@@ -294,8 +145,6 @@ fn concurrent_misses_share_one_fetch_and_stream_before_it_ends() {
         chunk_delay: Duration::from_millis(40),
         ..Timing::default()
     });
-    let d = common::tempdir();
-    let n = node(d.path(), &o.url(), "slice_size = 0", "");
     let addr = n.srv.addr;
     // One client gives up early: the fill goes on for the others.
     let quitter = std::thread::spawn(move || {
@@ -322,7 +171,7 @@ fn concurrent_misses_share_one_fetch_and_stream_before_it_ends() {
         );
     }
     assert_eq!(o.requests("/herd.bin"), 1, "misses were not collapsed");
-    assert!(metric(&n, "contentserver_cache_collapsed_total{volume=\"c1\"}") >= 8.0);
+    assert!(volume_metric(&n, "contentserver_cache_collapsed_total", &[]) >= 8.0);
     let r = get(&n, "/herd.bin", "");
     assert_eq!(xcache(&r), "HIT");
     assert_eq!(o.requests("/herd.bin"), 1);
@@ -330,11 +179,9 @@ fn concurrent_misses_share_one_fetch_and_stream_before_it_ends() {
 
 #[test]
 fn a_seek_fetches_only_the_slices_it_needs() {
-    let o = FaultOrigin::start();
+    let (o, n) = origin_and_node(SLICED);
     let body = pattern(1 << 20, 4);
     o.put("/big.mp4", Object::new(body.clone()));
-    let d = common::tempdir();
-    let n = node(d.path(), &o.url(), K64, "");
     let r = get(&n, "/big.mp4", "Range: bytes=700000-700999\r\n");
     assert_eq!((r.status, xcache(&r)), (206, "MISS"));
     assert!(r.body == body[700000..701000]);
@@ -361,12 +208,10 @@ fn a_seek_fetches_only_the_slices_it_needs() {
 
 #[test]
 fn a_new_version_at_the_origin_is_never_mixed_with_the_old_one() {
-    let o = FaultOrigin::start();
+    let (o, n) = origin_and_node(SLICED);
     let v1 = pattern(256 * 1024, 5);
     let v2 = pattern(256 * 1024, 6);
     o.put("/m.bin", Object::version(v1.clone(), 1));
-    let d = common::tempdir();
-    let n = node(d.path(), &o.url(), K64, "");
     // Slice 0 of version 1 is stored.
     let r = get(&n, "/m.bin", "Range: bytes=0-999\r\n");
     assert!(r.body == v1[..1000]);
@@ -398,9 +243,7 @@ fn a_new_version_at_the_origin_is_never_mixed_with_the_old_one() {
 
 #[test]
 fn stale_entries_are_revalidated_refreshed_in_the_background_or_served_on_error() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let n = node(d.path(), &o.url(), "slice_size = 0", "");
+    let (o, n) = origin_and_node("slice_size = 0");
     // max-age 1 s, no stale-while-revalidate: revalidated synchronously; 304 -> REVALIDATED.
     o.put(
         "/r.txt",
@@ -463,7 +306,7 @@ fn stale_entries_are_revalidated_refreshed_in_the_background_or_served_on_error(
 fn private_and_varying_answers_are_passed_through_not_stored() {
     let o = FaultOrigin::start();
     let d = common::tempdir();
-    let n = node(d.path(), &o.url(), "slice_size = 0", "");
+    let n = node(d.path(), &[o.url()], "", "slice_size = 0");
     o.put(
         "/cookie",
         Object::new(pattern(100, 1)).header("Set-Cookie", "id=1"),
@@ -505,12 +348,12 @@ fn private_and_varying_answers_are_passed_through_not_stored() {
 fn a_restart_serves_from_disk_at_once_without_refetching() {
     let o = FaultOrigin::start();
     let d = common::tempdir();
-    let toml = config(&o.url(), &d.path().join("cache"), K64, "", "");
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
     let objects: Vec<(String, Vec<u8>)> = (0..6)
         .map(|i| (format!("/r/{i}.bin"), pattern(100_000 + i * 1000, i as u8)))
         .collect();
     {
-        let mut n = start(d.path(), &toml, &[]);
+        let mut n = Node::start(&cfg);
         for (p, b) in &objects {
             o.put(p, Object::new(b.clone()));
             assert!(get(&n, p, "").body == *b);
@@ -520,7 +363,7 @@ fn a_restart_serves_from_disk_at_once_without_refetching() {
         assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
     }
     let before = o.seen().len();
-    let n = start(d.path(), &toml, &[]);
+    let n = Node::start(&cfg);
     for (p, b) in &objects {
         let r = get(&n, p, "");
         assert_eq!(xcache(&r), "HIT", "{p} after restart");
@@ -534,10 +377,7 @@ fn a_restart_serves_from_disk_at_once_without_refetching() {
     assert!(n
         .srv
         .wait_log("cache index rebuilt", Duration::from_secs(5)));
-    assert_eq!(
-        metric(&n, "contentserver_cache_entries{volume=\"c1\"}"),
-        12.0
-    );
+    assert_eq!(volume_metric(&n, "contentserver_cache_entries", &[]), 12.0);
 }
 
 #[test]
@@ -552,8 +392,8 @@ fn kill_during_a_fill_leaves_nothing_served_truncated() {
     });
     let d = common::tempdir();
     let cache = d.path().join("cache");
-    let toml = config(&o.url(), &cache, "slice_size = 0", "", "");
-    let mut n = start(d.path(), &toml, &[]);
+    let cfg = config(&[o.url()], &cache, "", "slice_size = 0");
+    let mut n = Node::start(&cfg);
     let mut c = n.srv.connect();
     c.send(b"GET /k.bin HTTP/1.1\r\nHost: t\r\n\r\n");
     std::thread::sleep(Duration::from_millis(500));
@@ -561,7 +401,7 @@ fn kill_during_a_fill_leaves_nothing_served_truncated() {
     n.srv.signal(libc::SIGKILL);
     n.srv.wait_exit(Duration::from_secs(5)).expect("killed");
     o.set_timing(Timing::default());
-    let n = start(d.path(), &toml, &[]);
+    let n = Node::start(&cfg);
     assert_eq!(
         cache_files(&cache),
         (0, 0),
@@ -573,60 +413,16 @@ fn kill_during_a_fill_leaves_nothing_served_truncated() {
 }
 
 #[test]
-fn origin_faults_are_never_cached_and_the_next_request_retries() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    // Two 64 KiB slices per object: a wrong length also disagrees with the Content-Range.
-    let n = node(d.path(), &o.url(), K64, "");
-    let body = pattern(100_000, 10);
-    for (i, fault) in [
-        Fault::ResetAfter(30_000),
-        Fault::TruncateAfter(30_000),
-        Fault::ContentLength(50_000),
-        Fault::ContentLength(150_000),
-        Fault::Status(500),
-        Fault::Hang,
-        Fault::CloseBeforeHead,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let p = format!("/f{i}");
-        o.put(&p, Object::new(body.clone()));
-        o.fault_times(&p, fault.clone(), 1);
-        let mut c = n.srv.connect();
-        c.send(format!("GET {p} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes());
-        // Cut short (an error here) is what the client of a broken fill sees.
-        if let Ok(r) = c.response(false) {
-            assert!(
-                r.status >= 500 || r.body != body,
-                "{fault:?}: a faulty answer looked complete"
-            );
-        }
-        let r = get(&n, &p, "");
-        assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{fault:?}: retry");
-        assert!(r.body == body, "{fault:?}: retried body differs");
-        assert_eq!(xcache(&get(&n, &p, "")), "HIT", "{fault:?}");
-    }
-    // Failed fills' temporary files are removed (on the pool, just after the failure).
-    let cache = d.path().join("cache");
-    common::wait_until(Duration::from_secs(5), || cache_files(&cache).0 == 0);
-    assert_eq!(cache_files(&cache).0, 0, "temporary files left behind");
-}
-
-#[test]
 fn refused_origin_is_a_clean_502() {
     let d = common::tempdir();
-    let n = node(d.path(), &common::origin::refused_url(), "", "");
+    let n = node(d.path(), &[common::origin::refused_url()], "", "");
     let r = get(&n, "/x", "");
     assert_eq!(r.status, 502);
 }
 
 #[test]
 fn purge_needs_the_bearer_token() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let n = purge_node(d.path(), &o.url(), K64);
+    let (o, n) = origin_and_purge_node(SLICED);
     for p in ["/p/a.bin", "/p/b.bin", "/q/c.bin"] {
         o.put(p, Object::new(pattern(100_000, 11)));
         assert_eq!(xcache(&get(&n, p, "")), "MISS");
@@ -646,7 +442,7 @@ fn purge_needs_the_bearer_token() {
         "HIT",
         "a refused purge changed something"
     );
-    let ok = "Authorization: Bearer t0ken\r\n";
+    let ok = PURGE_AUTH;
     let r = admin(&n, "POST", "/cache/purge?key=/p/a.bin", ok);
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert!(String::from_utf8_lossy(&r.body).contains("\"purged_files\":2"));
@@ -659,16 +455,14 @@ fn purge_needs_the_bearer_token() {
     assert_eq!(xcache(&get(&n, "/p/b.bin", "")), "MISS");
     assert_eq!(xcache(&get(&n, "/q/c.bin", "")), "HIT");
     assert_eq!(
-        metric(&n, "contentserver_cache_purges_total{volume=\"c1\"}"),
+        volume_metric(&n, "contentserver_cache_purges_total", &[]),
         6.0
     );
 }
 
 #[test]
 fn purge_is_off_without_a_token_file() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let n = node(d.path(), &o.url(), "", "");
+    let (_o, n) = origin_and_node("");
     let r = admin(
         &n,
         "POST",
@@ -680,12 +474,9 @@ fn purge_is_off_without_a_token_file() {
 
 #[test]
 fn max_size_bounds_the_disk_and_evicts_least_recent() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let cache = d.path().join("cache");
     // 20 objects of ~100 KiB in a 1 MiB cache, each asked for twice (so admission, which
     // keeps objects asked for more often, lets the newer ones replace the older ones).
-    let n = node(d.path(), &o.url(), "slice_size = 0\nmax_size = \"1M\"", "");
+    let (o, n) = origin_and_node("slice_size = 0\nmax_size = \"1M\"");
     for i in 0..20 {
         let p = format!("/e/{i}");
         o.put(&p, Object::new(pattern(100_000, i as u8)));
@@ -696,7 +487,7 @@ fn max_size_bounds_the_disk_and_evicts_least_recent() {
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let bytes: u64 = walk(&cache).iter().map(|(_, len)| len).sum();
+        let bytes: u64 = walk(&n.cache).iter().map(|(_, len)| len).sum();
         if bytes <= 1 << 20 {
             break;
         }
@@ -707,12 +498,13 @@ fn max_size_bounds_the_disk_and_evicts_least_recent() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(
-        metric(
+        volume_metric(
             &n,
-            "contentserver_cache_evictions_total{reason=\"size\",volume=\"c1\"}"
+            "contentserver_cache_evictions_total",
+            &[("reason", "size")]
         ) >= 10.0
     );
-    assert!(metric(&n, "contentserver_cache_size_bytes{volume=\"c1\"}") <= (1 << 20) as f64);
+    assert!(volume_metric(&n, "contentserver_cache_size_bytes", &[]) <= (1 << 20) as f64);
     assert_eq!(
         xcache(&get(&n, "/e/19", "")),
         "HIT",
@@ -722,25 +514,24 @@ fn max_size_bounds_the_disk_and_evicts_least_recent() {
 
 #[test]
 fn inactive_entries_are_dropped() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let n = node(d.path(), &o.url(), "slice_size = 0\ninactive_secs = 1", "");
+    let (o, n) = origin_and_node("slice_size = 0\ninactive_secs = 1");
     o.put("/i", Object::new(pattern(10_000, 1)));
     assert_eq!(xcache(&get(&n, "/i", "")), "MISS");
     let deadline = Instant::now() + Duration::from_secs(8);
-    while cache_files(&d.path().join("cache")).1 == 0 {
+    while cache_files(&n.cache).1 == 0 {
         assert!(Instant::now() < deadline, "the entry was never stored");
         std::thread::sleep(Duration::from_millis(10));
     }
-    while cache_files(&d.path().join("cache")).1 > 0 {
+    while cache_files(&n.cache).1 > 0 {
         assert!(Instant::now() < deadline, "inactive entry still on disk");
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(xcache(&get(&n, "/i", "")), "MISS");
     assert!(
-        metric(
+        volume_metric(
             &n,
-            "contentserver_cache_evictions_total{reason=\"inactive\",volume=\"c1\"}"
+            "contentserver_cache_evictions_total",
+            &[("reason", "inactive")]
         ) >= 1.0
     );
 }
@@ -751,10 +542,8 @@ fn a_full_disk_keeps_requests_succeeding_without_storing() {
     let o = FaultOrigin::start();
     let d = common::tempdir();
     let cache = d.path().join("cache");
-    let toml = config(&o.url(), &cache, K64, "", "");
-    let n = start(
-        d.path(),
-        &toml,
+    let n = Node::start_with_env(
+        &config(&[o.url()], &cache, "", SLICED),
         &[("FAILPOINTS", "cache_write=return(enospc)")],
     );
     let body = pattern(200_000, 12);
@@ -777,7 +566,7 @@ fn our_own_server_as_the_origin() {
     std::fs::write(od.path().join("clip.mp4"), &body).unwrap();
     let origin = Server::root(od.path(), &[]);
     let d = common::tempdir();
-    let n = node(d.path(), &format!("http://{}", origin.addr), K64, "");
+    let n = node(d.path(), &[format!("http://{}", origin.addr)], "", SLICED);
     let r = get(&n, "/clip.mp4", "");
     assert_eq!((r.status, xcache(&r)), (200, "MISS"));
     assert!(r.body == body);
@@ -815,29 +604,25 @@ impl Drop for Tmpfs {
     }
 }
 
-/// A node configured by `toml` whose cache directory `cache` is a tmpfs of `size`, and the
-/// path where the test sees that tmpfs. As root: mounted here (the path is `cache`). Otherwise
+/// A node configured by `cfg` whose cache directory is a tmpfs of `size`; its `cache` is the
+/// path where the test sees that tmpfs. As root: mounted here (the configured path). Otherwise
 /// the server runs in a user + mount namespace of its own (`unshare --user --map-root-user
 /// --mount`) that mounts it; the test talks to it over loopback as usual and sees the tmpfs
 /// through the server's root, `/proc/PID/root/CACHE`. Neither possible: a failure that says
 /// what is missing (never a silent skip).
-fn node_on_tmpfs(
-    dir: &Path,
-    cache: &Path,
-    size: &str,
-    toml: &str,
-) -> (Node, PathBuf, Option<Tmpfs>) {
+fn node_on_tmpfs(dir: &Path, size: &str, cfg: &Config) -> (Node, Option<Tmpfs>) {
+    let cache = cfg.volumes[0].path.as_path();
     std::fs::create_dir_all(cache).unwrap();
     let mut tried = Vec::new();
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         match Tmpfs::mount(cache, size) {
-            Ok(fs) => return (start(dir, toml, &[]), cache.to_path_buf(), Some(fs)),
+            Ok(fs) => return (Node::start(cfg), Some(fs)),
             Err(e) => tried.push(format!("mount -t tmpfs as root: {e}")),
         }
     }
     let path = dir.join("config.toml");
-    std::fs::write(&path, toml).unwrap();
+    std::fs::write(&path, cfg.to_toml().expect("render the config")).unwrap();
     let script = r#"mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@""#;
     let wrapper = [
         "unshare",
@@ -856,8 +641,7 @@ fn node_on_tmpfs(
         Ok(srv) => {
             let view = Path::new(&format!("/proc/{}/root", srv.pid()))
                 .join(cache.strip_prefix("/").expect("absolute cache path"));
-            let admin = srv.admin();
-            (Node { srv, admin }, view, None)
+            (Node::new(srv, view), None)
         }
         Err(e) => {
             tried.push(format!("unshare --user --map-root-user --mount: {e}"));
@@ -894,18 +678,19 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
     let cache = d.path().join("cache");
     // max_size far above the filesystem: the disk fills before the limit does. Objects of
     // 300,000 bytes: three fit in 1 MiB, a fourth cannot.
-    let toml = config(
-        &o.url(),
+    let cfg = config(
+        &[o.url()],
         &cache,
+        "",
         "slice_size = 0\nmax_size = \"100M\"",
-        "",
-        "",
     );
     // `disk`: where the test sees the tmpfs the server's cache is on.
-    let (n, disk, _fs) = node_on_tmpfs(d.path(), &cache, "1m", &toml);
+    let (n, _fs) = node_on_tmpfs(d.path(), "1m", &cfg);
+    let disk = n.cache.clone();
     let size = 300_000;
     let body = |i: usize| pattern(size, i as u8);
-    let fetch = |p: &str, want: &[u8], what: &str| {
+    // GET `p`: a whole 200 with `want`, X-Cache `x`, then wait for its fill to end.
+    let fetch = |p: &str, want: &[u8], x: &str, what: &str| {
         let mut c = n.srv.connect();
         c.send(format!("GET {p} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes());
         let r = c
@@ -913,8 +698,8 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
             .unwrap_or_else(|e| panic!("{p} ({what}): a full disk broke the response: {e}"));
         assert_eq!(r.status, 200, "{p} ({what})");
         assert!(r.body == want, "{p} ({what}): wrong body");
+        assert_eq!(xcache(&r), x, "{p} ({what})");
         settle(&n);
-        r
     };
     // New objects, one at a time, until a write fails with ENOSPC (the 4th at the latest of
     // 6: 6 x 300,000 bytes are far more than the disk): each one is a correct MISS.
@@ -922,8 +707,7 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
     for i in 0..6 {
         let p = format!("/full/{i}");
         o.put(&p, Object::new(body(i)));
-        let r = fetch(&p, &body(i), "under pressure");
-        assert_eq!(xcache(&r), "MISS", "{p}");
+        fetch(&p, &body(i), "MISS", "under pressure");
         if n.srv.logs().contains("cache disk full") {
             full_at = Some(i);
             break;
@@ -946,28 +730,21 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
         cache_files(&disk)
     );
     assert!(
-        metric(
+        volume_metric(
             &n,
-            "contentserver_cache_evictions_total{reason=\"size\",volume=\"c1\"}"
+            "contentserver_cache_evictions_total",
+            &[("reason", "size")]
         ) >= 1.0
     );
     // The object whose write hit ENOSPC was served from the origin without being stored: it is
     // a MISS again, and now that it fits it is stored and the next request is a HIT.
     let p = format!("/full/{full}");
     assert_eq!(o.requests(&p), 1);
-    let r = fetch(&p, &body(full), "after the disk was full");
-    assert_eq!(
-        xcache(&r),
-        "MISS",
-        "{p} was stored although the disk was full"
-    );
+    let what = "after the disk was full: it must not have been stored";
+    fetch(&p, &body(full), "MISS", what);
     assert_eq!(o.requests(&p), 2);
-    let r = fetch(&p, &body(full), "stored after eviction");
-    assert_eq!(
-        xcache(&r),
-        "HIT",
-        "{p} was not stored after eviction freed space"
-    );
+    let what = "after eviction freed space: it must have been stored";
+    fetch(&p, &body(full), "HIT", what);
     assert_eq!(o.requests(&p), 2, "a HIT reached the origin");
     assert_eq!(cache_files(&disk).0, 0, "temporary files left behind");
 }
@@ -977,10 +754,8 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
 /// stored (the next request gets the origin's new version) or joined by a request after it.
 #[test]
 fn a_purge_during_a_fill_keeps_the_fetched_bytes_out_of_the_cache() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let n = purge_node(d.path(), &o.url(), "slice_size = 0");
-    let auth = "Authorization: Bearer t0ken\r\n";
+    let (o, n) = origin_and_purge_node("slice_size = 0");
+    let auth = PURGE_AUTH;
     // Whole objects (one fill each, so the first client reads nothing but its own fill), sent
     // by the origin in 16 KiB chunks 150 ms apart: each fill takes about a second.
     let size = 100_000;
@@ -1010,14 +785,18 @@ fn a_purge_during_a_fill_keeps_the_fetched_bytes_out_of_the_cache() {
         o.put(path, Object::version(pattern(size, 2), 2));
         let r = admin(&n, "POST", purge, auth);
         assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-        if join {
+        // A GET now answers the new version whole (else `wrong` happened; with its X-Cache).
+        let serves_v2 = |wrong: &str| {
             let r = get(&n, path, "");
             assert_eq!(r.status, 200);
             assert!(
                 r.body == pattern(size, 2),
-                "{path}: a request after the purge joined the fill that started before it ({})",
+                "{path}: {wrong} ({})",
                 xcache(&r)
             );
+        };
+        if join {
+            serves_v2("a request after the purge joined the fill that started before it");
         }
         // The client of the purged fill gets its whole (old) answer.
         let r = first.join().unwrap();
@@ -1029,13 +808,7 @@ fn a_purge_during_a_fill_keeps_the_fetched_bytes_out_of_the_cache() {
         // Once every fill ended, what is cached is the new version only.
         settle(&n);
         for _ in 0..2 {
-            let r = get(&n, path, "");
-            assert_eq!(r.status, 200);
-            assert!(
-                r.body == pattern(size, 2),
-                "{path}: the purged version was stored by its fill and served again ({})",
-                xcache(&r)
-            );
+            serves_v2("the purged version was stored by its fill and served again");
         }
         let r = get(&n, path, "Range: bytes=70000-70009\r\n");
         assert!(
@@ -1051,9 +824,7 @@ fn a_purge_during_a_fill_keeps_the_fetched_bytes_out_of_the_cache() {
 /// up to a second early, and a cache on a coarser clock would serve it up to a second late).
 #[test]
 fn freshness_is_decided_to_the_millisecond() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let n = node(d.path(), &o.url(), "slice_size = 0", "");
+    let (o, n) = origin_and_node("slice_size = 0");
     let since_epoch = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -1074,23 +845,21 @@ fn freshness_is_decided_to_the_millisecond() {
         let filled = Instant::now();
         assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{path}");
         settle(&n);
-        std::thread::sleep(Duration::from_millis(1500).saturating_sub(filled.elapsed()));
-        let r = get(&n, &path, "");
-        assert_eq!(
-            (r.status, xcache(&r)),
-            (200, "HIT"),
-            "{path}: stale {:?} after its fill, with max-age=2",
-            filled.elapsed()
-        );
+        // GET `ms` after the fill: a 200 with X-Cache `x` (else it was `wrong` then).
+        let at = |ms: u64, x: &str, wrong: &str| {
+            std::thread::sleep(Duration::from_millis(ms).saturating_sub(filled.elapsed()));
+            let r = get(&n, &path, "");
+            assert_eq!(
+                (r.status, xcache(&r)),
+                (200, x),
+                "{path}: {wrong} {:?} after its fill, with max-age=2",
+                filled.elapsed()
+            );
+            r
+        };
+        let r = at(1500, "HIT", "stale");
         assert_eq!(r.header("Age"), Some("1"), "{path}: Age in whole seconds");
-        std::thread::sleep(Duration::from_millis(2300).saturating_sub(filled.elapsed()));
-        let r = get(&n, &path, "");
-        assert_eq!(
-            (r.status, xcache(&r)),
-            (200, "REVALIDATED"),
-            "{path}: still fresh {:?} after its fill, with max-age=2",
-            filled.elapsed()
-        );
+        at(2300, "REVALIDATED", "still fresh");
         assert_eq!(o.requests(&path), 2, "{path}");
     }
 }

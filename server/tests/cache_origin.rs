@@ -8,115 +8,15 @@
 
 mod common;
 
+use common::cache::{
+    cache_files, get, metrics, node, origin_and_node, series, try_get, wait_committed, xcache,
+    SLICE, SLICED,
+};
 use common::origin::{pattern, refused_url, Fault, FaultOrigin, Object, TestCa, Timing};
-use common::{one_volume, volume, Response, Server};
-use content_server::config::{Origin, VolumeCache};
+use common::{Response, Server};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// 64 KiB slices: a 200 000-byte object is four slices.
-const SLICE: usize = 65_536;
-
-struct Node {
-    srv: Server,
-    cache: PathBuf,
-}
-
-/// A node (two workers) with one cache volume at `dir/cache` in front of `servers`, served at
-/// `/` by the implicit cache route. `origin` and `vol` are TOML lines of the server's own
-/// `Origin` (connect and read timeouts 1 s unless set) and `VolumeCache` types.
-fn node(dir: &Path, servers: &[String], origin: &str, vol: &str) -> Node {
-    let cache = dir.join("cache");
-    let servers: Vec<String> = servers.iter().map(|s| format!("{s:?}")).collect();
-    let mut o: Origin = toml::from_str(&format!(
-        "name = \"origin\"\nservers = [{}]\n{origin}",
-        servers.join(", ")
-    ))
-    .expect("origin TOML");
-    if !origin.contains("connect_timeout_ms") {
-        o.connect_timeout_ms = 1000;
-    }
-    if !origin.contains("read_timeout_ms") {
-        o.read_timeout_ms = 1000;
-    }
-    let mut v = volume("c1", &cache);
-    v.cache = Some(toml::from_str::<VolumeCache>(vol).expect("cache TOML"));
-    let mut cfg = one_volume(2, v);
-    cfg.origins = vec![o];
-    Node {
-        srv: Server::start(&cfg),
-        cache,
-    }
-}
-
-/// One request on a fresh connection; Err when the response was cut short (its partial body
-/// is in the error text).
-fn try_get(n: &Node, path: &str, extra: &str) -> std::io::Result<Response> {
-    let mut c = n.srv.connect();
-    c.send(
-        format!("GET {path} HTTP/1.1\r\nHost: t\r\n{extra}Connection: close\r\n\r\n").as_bytes(),
-    );
-    c.response(false)
-}
-
-fn get(n: &Node, path: &str) -> Response {
-    try_get(n, path, "").unwrap_or_else(|e| panic!("GET {path}: {e}"))
-}
-
-fn xcache(r: &Response) -> &str {
-    r.header("X-Cache").unwrap_or("-")
-}
-
-fn metrics(n: &Node) -> String {
-    n.srv.admin_get("/metrics").text()
-}
-
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
-}
-
-/// Entry files stored under the cache directory (temporary files excluded).
-fn stored_files(cache: &Path) -> usize {
-    let mut n = 0;
-    let mut stack = vec![cache.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.file_name().is_some_and(|f| f == ".tmp") {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                n += 1;
-            }
-        }
-    }
-    n
-}
-
-/// Wait until no fill runs and no temporary file is left: a client has every byte of a fill
-/// just before the fill commits (renames) its entry.
-fn wait_committed(n: &Node) {
-    let tmp = n.cache.join(".tmp");
-    let idle = || {
-        let no_temp = std::fs::read_dir(&tmp).map_or(true, |mut d| d.next().is_none());
-        no_temp
-            && metric(
-                &metrics(n),
-                "contentserver_cache_fills_in_flight{volume=\"c1\"}",
-            ) == 0.0
-    };
-    assert!(
-        common::wait_until(Duration::from_secs(5), idle),
-        "fills still running after 5 s"
-    );
-}
 
 /// What a client got for a request that met an origin fault: a clean error status, or a body
 /// cut short (never a complete response with wrong bytes).
@@ -139,16 +39,9 @@ fn assert_clean_failure(what: &str, r: std::io::Result<Response>) {
 /// Each fault on the first answer for an object: a clean error, nothing stored, and the next
 /// request fetches again and is served whole, then from the cache.
 fn faults_then_retry(slice_size: usize) {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let n = node(
-        d.path(),
-        &[o.url()],
-        "",
-        &format!("slice_size = {slice_size}"),
-    );
+    let (o, n) = origin_and_node(&format!("slice_size = {slice_size}"));
     let body = pattern(200_000, 1);
-    let faults = [
+    let mut faults = vec![
         Fault::Hang,
         Fault::CloseBeforeHead,
         Fault::StallAfter(10_000),
@@ -158,6 +51,10 @@ fn faults_then_retry(slice_size: usize) {
         Fault::Status(500),
         Fault::Status(503),
     ];
+    if slice_size > 0 {
+        // Shorter than the object: wrong only against the slice's Content-Range.
+        faults.push(Fault::ContentLength(50_000));
+    }
     for (i, fault) in faults.iter().cloned().enumerate() {
         let p = format!("/f{i}.bin");
         o.put(&p, Object::new(body.clone()));
@@ -177,7 +74,7 @@ fn faults_then_retry(slice_size: usize) {
         }
         assert_clean_failure(&what, r);
         let requests = o.requests(&p);
-        let r = get(&n, &p);
+        let r = get(&n, &p, "");
         assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{what}: the retry");
         assert!(r.body == body, "{what}: the retried body differs");
         assert!(
@@ -186,7 +83,7 @@ fn faults_then_retry(slice_size: usize) {
         );
         wait_committed(&n);
         let before = o.requests(&p);
-        let r = get(&n, &p);
+        let r = get(&n, &p, "");
         assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{what}");
         assert!(r.body == body, "{what}: the hit differs");
         assert_eq!(
@@ -195,12 +92,14 @@ fn faults_then_retry(slice_size: usize) {
             "{what}: a hit asks the origin nothing"
         );
     }
-    // Every object ended up stored (at least one entry file each).
+    // Every object ended up stored (at least one entry file each), and the failed fills'
+    // temporary files were removed.
     assert!(
-        stored_files(&n.cache) >= faults.len(),
+        cache_files(&n.cache).1 >= faults.len(),
         "{}",
-        stored_files(&n.cache)
+        cache_files(&n.cache).1
     );
+    assert_eq!(cache_files(&n.cache).0, 0, "temporary files left behind");
 }
 
 #[test]
@@ -218,9 +117,7 @@ fn origin_faults_on_the_first_slice_are_clean_errors_and_retried() {
 /// arrive stay usable, and the next request gets the whole object.
 #[test]
 fn a_fault_in_a_later_slice_cuts_the_response_and_is_refetched() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let n = node(d.path(), &[o.url()], "", &format!("slice_size = {SLICE}"));
+    let (o, n) = origin_and_node(SLICED);
     let body = pattern(4 * SLICE, 2);
     for (i, fault) in [
         Fault::ResetAfter(1000),
@@ -248,7 +145,7 @@ fn a_fault_in_a_later_slice_cuts_the_response_and_is_refetched() {
             }
             Err(e) => assert!(e.to_string().contains("body ended after"), "{what}: {e}"),
         }
-        let r = get(&n, &p);
+        let r = get(&n, &p, "");
         assert_eq!(r.status, 200, "{what}: retry");
         assert!(r.body == body, "{what}: retried body differs");
         // Slice 0 was stored whole the first time: only the failed slices were asked again.
@@ -263,7 +160,7 @@ fn a_fault_in_a_later_slice_cuts_the_response_and_is_refetched() {
             "{what}: {ranges:?}"
         );
         wait_committed(&n);
-        let r = get(&n, &p);
+        let r = get(&n, &p, "");
         assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{what}");
         assert!(r.body == body);
     }
@@ -273,14 +170,12 @@ fn a_fault_in_a_later_slice_cuts_the_response_and_is_refetched() {
 /// a refresh that breaks mid-body replaces nothing.
 #[test]
 fn stale_if_error_covers_every_origin_fault() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let n = node(d.path(), &[o.url()], "", "slice_size = 0");
+    let (o, n) = origin_and_node("slice_size = 0");
     let v1 = pattern(50_000, 3);
     // Fresh for 1 s; every check waits 2.1 s so whole-second clocks see it stale.
     let cc = "max-age=1, stale-while-revalidate=0, stale-if-error=600";
     o.put("/s.bin", Object::new(v1.clone()).cache_control(cc));
-    assert_eq!(xcache(&get(&n, "/s.bin")), "MISS");
+    assert_eq!(xcache(&get(&n, "/s.bin", "")), "MISS");
     for fault in [
         Fault::Hang,
         Fault::CloseBeforeHead,
@@ -289,7 +184,7 @@ fn stale_if_error_covers_every_origin_fault() {
     ] {
         std::thread::sleep(Duration::from_millis(2100));
         o.fault_times("/s.bin", fault.clone(), 1);
-        let r = get(&n, "/s.bin");
+        let r = get(&n, "/s.bin", "");
         assert_eq!((r.status, xcache(&r)), (200, "STALE"), "{fault:?}");
         assert!(r.body == v1, "{fault:?}: stale body differs");
     }
@@ -307,11 +202,11 @@ fn stale_if_error_covers_every_origin_fault() {
         ),
         Err(e) => assert!(e.to_string().contains("body ended after"), "{e}"),
     }
-    let r = get(&n, "/s.bin");
+    let r = get(&n, "/s.bin", "");
     assert_eq!(r.status, 200);
     assert!(r.body == v2, "after the fault: {} bytes", r.body.len());
     wait_committed(&n);
-    let r = get(&n, "/s.bin");
+    let r = get(&n, "/s.bin", "");
     assert_eq!((r.status, xcache(&r)), (200, "HIT"));
     assert!(r.body == v2);
 
@@ -319,11 +214,11 @@ fn stale_if_error_covers_every_origin_fault() {
     std::thread::sleep(Duration::from_millis(2100));
     let mut o = o;
     o.close_listener();
-    let r = get(&n, "/s.bin");
+    let r = get(&n, "/s.bin", "");
     assert_eq!((r.status, xcache(&r)), (200, "STALE"));
     assert!(r.body == v2);
     // And an object never stored is a clean 502.
-    assert_eq!(get(&n, "/never.bin").status, 502);
+    assert_eq!(get(&n, "/never.bin", "").status, 502);
 }
 
 #[test]
@@ -332,7 +227,7 @@ fn origin_servers_fail_over_on_connect_errors_only() {
     good.put("/a", Object::new(pattern(1000, 5)));
     let d = common::tempdir();
     let n = node(d.path(), &[refused_url(), good.url()], "", "");
-    let r = get(&n, "/a");
+    let r = get(&n, "/a", "");
     assert_eq!((r.status, xcache(&r)), (200, "MISS"));
     assert!(r.body == pattern(1000, 5));
     assert_eq!(good.requests("/a"), 1);
@@ -346,13 +241,13 @@ fn origin_servers_fail_over_on_connect_errors_only() {
     first.fault_times("/b", Fault::CloseBeforeHead, 1);
     let d = common::tempdir();
     let n = node(d.path(), &[first.url(), second.url()], "", "");
-    assert_eq!(get(&n, "/b").status, 502);
+    assert_eq!(get(&n, "/b", "").status, 502);
     assert_eq!(
         second.requests("/b"),
         0,
         "a sent request is never retried elsewhere"
     );
-    let r = get(&n, "/b");
+    let r = get(&n, "/b", "");
     assert_eq!(
         (r.status, xcache(&r)),
         (200, "MISS"),
@@ -373,17 +268,12 @@ fn an_https_origin_with_a_test_ca_and_host_sni_overrides() {
         "ca_file = {:?}\nsni = \"cdn.test\"\nhost = \"bucket.example\"",
         ca_file.display().to_string()
     );
-    let n = node(
-        d.path(),
-        &[o.url()],
-        &extra,
-        &format!("slice_size = {SLICE}"),
-    );
-    let r = get(&n, "/tls.bin");
+    let n = node(d.path(), &[o.url()], &extra, SLICED);
+    let r = get(&n, "/tls.bin", "");
     assert_eq!((r.status, xcache(&r)), (200, "MISS"));
     wait_committed(&n);
     assert!(r.body == body);
-    let r = get(&n, "/tls.bin");
+    let r = get(&n, "/tls.bin", "");
     assert_eq!((r.status, xcache(&r)), (200, "HIT"));
     let seen = o.seen();
     assert!(!seen.is_empty());
@@ -400,7 +290,7 @@ fn an_https_origin_with_a_test_ca_and_host_sni_overrides() {
     );
     let m = metrics(&n);
     assert!(
-        metric(
+        series(
             &m,
             "contentserver_origin_requests_total{code=\"2xx\",origin=\"origin\"}"
         ) >= 1.0
@@ -410,9 +300,9 @@ fn an_https_origin_with_a_test_ca_and_host_sni_overrides() {
     let d2 = common::tempdir();
     let n2 = node(d2.path(), &[o.url()], "sni = \"cdn.test\"", "");
     let before = o.requests("/tls.bin");
-    assert_eq!(get(&n2, "/tls.bin").status, 502);
+    assert_eq!(get(&n2, "/tls.bin", "").status, 502);
     assert_eq!(o.requests("/tls.bin"), before);
-    assert_eq!(stored_files(&n2.cache), 0);
+    assert_eq!(cache_files(&n2.cache).1, 0);
     assert!(n2.srv.logs().contains("TLS handshake"), "{}", n2.srv.logs());
 }
 
@@ -457,9 +347,9 @@ fn max_connections_caps_the_origin_connections_of_the_whole_node() {
         o.max_open_connections()
     );
     let m = metrics(&n);
-    assert!(metric(&m, "contentserver_origin_connections{origin=\"origin\"}") <= 2.0);
+    assert!(series(&m, "contentserver_origin_connections{origin=\"origin\"}") <= 2.0);
     assert_eq!(
-        metric(
+        series(
             &m,
             "contentserver_origin_requests_total{code=\"2xx\",origin=\"origin\"}"
         ),
@@ -579,10 +469,10 @@ fn debian_nginx_as_the_origin() {
     let big = pattern(3 * SLICE + 1234, 8);
     std::fs::write(ng.root.join("big.bin"), &big).unwrap();
     let nd = common::tempdir();
-    let n = node(nd.path(), &[ng.url()], "", &format!("slice_size = {SLICE}"));
+    let n = node(nd.path(), &[ng.url()], "", SLICED);
 
     // A full download: one Range request per slice, nginx answers 206s.
-    let r = get(&n, "/big.bin");
+    let r = get(&n, "/big.bin", "");
     assert_eq!((r.status, xcache(&r)), (200, "MISS"));
     assert!(r.body == big);
     let lines = ng.requests("/big.bin");
@@ -594,7 +484,7 @@ fn debian_nginx_as_the_origin() {
         "{lines:?}"
     );
     wait_committed(&n);
-    let r = get(&n, "/big.bin");
+    let r = get(&n, "/big.bin", "");
     assert_eq!((r.status, xcache(&r)), (200, "HIT"));
     assert!(r.body == big);
     assert_eq!(ng.requests("/big.bin").len(), 4, "a hit asks nginx nothing");
@@ -620,10 +510,10 @@ fn debian_nginx_as_the_origin() {
     // Revalidation with nginx's own ETag (expires 1s -> Cache-Control: max-age=1): 304.
     let small = pattern(2000, 9);
     std::fs::write(ng.root.join("short/s.txt"), &small).unwrap();
-    let r = get(&n, "/short/s.txt");
+    let r = get(&n, "/short/s.txt", "");
     assert_eq!((r.status, xcache(&r)), (200, "MISS"));
     std::thread::sleep(Duration::from_millis(2100));
-    let r = get(&n, "/short/s.txt");
+    let r = get(&n, "/short/s.txt", "");
     assert_eq!(r.status, 200);
     assert!(r.body == small);
     assert!(
@@ -660,7 +550,7 @@ fn debian_nginx_as_the_origin() {
     std::thread::sleep(Duration::from_millis(1100));
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let r = get(&n, "/short/s.txt");
+        let r = get(&n, "/short/s.txt", "");
         assert_eq!(r.status, 200);
         assert!(
             r.body == small || r.body == v2,
@@ -811,7 +701,7 @@ fn several_ranges_of_a_cached_object_are_answered_like_a_static_file() {
             }
         }
         wait_committed(&n);
-        let r = get(&n, "/m.bin");
+        let r = get(&n, "/m.bin", "");
         assert_eq!((r.status, xcache(&r)), (200, "HIT"));
         assert!(r.body == body);
     }
@@ -823,9 +713,7 @@ fn several_ranges_of_a_cached_object_are_answered_like_a_static_file() {
 /// and shares what does (`public`).
 #[test]
 fn answers_to_authorized_requests_are_never_served_to_anyone_else() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let n = node(d.path(), &[o.url()], "", &format!("slice_size = {SLICE}"));
+    let (o, n) = origin_and_node(SLICED);
     let len = 2 * SLICE + 100; // three slices
     let users = [("Bearer alice", 21u8), ("Bearer bob", 22u8)];
     let cc = "max-age=600";
@@ -857,7 +745,7 @@ fn answers_to_authorized_requests_are_never_served_to_anyone_else() {
                 "{auth} got someone else's answer"
             );
         }
-        let r = get(&n, "/me");
+        let r = get(&n, "/me", "");
         assert_eq!(r.status, 401, "anonymous, round {round}");
         assert_eq!(r.body, b"log in first\n");
     }
@@ -891,7 +779,7 @@ fn answers_to_authorized_requests_are_never_served_to_anyone_else() {
     }
     o.set_timing(Timing::default());
     assert_eq!(
-        stored_files(&n.cache),
+        cache_files(&n.cache).1,
         0,
         "an answer for credentials was stored"
     );
@@ -904,12 +792,12 @@ fn answers_to_authorized_requests_are_never_served_to_anyone_else() {
         Some("Bearer alice"),
         Object::new(pattern(1000, 24)).cache_control(cc),
     );
-    assert_eq!(xcache(&get(&n, "/page")), "MISS");
+    assert_eq!(xcache(&get(&n, "/page", "")), "MISS");
     wait_committed(&n);
     let r = try_get(&n, "/page", &as_user("Bearer alice")).unwrap();
     assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
     assert!(r.body == pattern(1000, 24), "alice got the anonymous page");
-    let r = get(&n, "/page");
+    let r = get(&n, "/page", "");
     assert_eq!((r.status, xcache(&r)), (200, "HIT"));
     assert!(r.body == pattern(1000, 23));
 
@@ -944,9 +832,7 @@ fn answers_to_authorized_requests_are_never_served_to_anyone_else() {
 /// whole object and gets it whole (200), not the first slice's 206 the node asked for.
 #[test]
 fn a_private_object_larger_than_a_slice_is_passed_through_whole() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let n = node(d.path(), &[o.url()], "", &format!("slice_size = {SLICE}"));
+    let (o, n) = origin_and_node(SLICED);
     let body = pattern(3 * SLICE, 26);
     for (p, cc) in [
         ("/private", "private, max-age=60"),
@@ -954,13 +840,13 @@ fn a_private_object_larger_than_a_slice_is_passed_through_whole() {
     ] {
         o.put(p, Object::new(body.clone()).cache_control(cc));
         for _ in 0..2 {
-            let r = get(&n, p);
+            let r = get(&n, p, "");
             assert_eq!((r.status, xcache(&r)), (200, "BYPASS"), "{p}");
             assert!(r.body == body, "{p}: {} bytes", r.body.len());
             assert_eq!(r.header("Content-Range"), None, "{p}");
         }
     }
-    assert_eq!(stored_files(&n.cache), 0);
+    assert_eq!(cache_files(&n.cache).1, 0);
 }
 
 /// The object changes at the origin while a slice of the old version is still being filled: a
@@ -968,9 +854,7 @@ fn a_private_object_larger_than_a_slice_is_passed_through_whole() {
 /// ends after that, must not leave its slice behind to be served with the new version's.
 #[test]
 fn a_new_version_while_the_old_one_still_fills_is_served_whole_next() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let n = node(d.path(), &[o.url()], "", &format!("slice_size = {SLICE}"));
+    let (o, n) = origin_and_node(SLICED);
     let v1 = pattern(4 * SLICE, 27);
     let v2 = pattern(4 * SLICE, 28);
     o.put("/v.bin", Object::version(v1.clone(), 1));
@@ -992,7 +876,7 @@ fn a_new_version_while_the_old_one_still_fills_is_served_whole_next() {
         ),
         Err(e) => assert!(e.to_string().contains("body ended after"), "{e}"),
     }
-    let r = get(&n, "/v.bin");
+    let r = get(&n, "/v.bin", "");
     assert_eq!(r.status, 200);
     assert!(r.body == v2, "the next response is not v2 whole");
     assert_eq!(r.header("ETag"), Some("\"v2\""));

@@ -30,12 +30,16 @@
 //!   ([`Server::metrics`] scrapes `/metrics`; [`Metrics::get`], [`Metrics::sum`]).
 //! - [`config`]: test configurations built from the server's own [`Config`] types and rendered
 //!   with `Config::to_toml()` ([`config`], [`volume`], [`route`], [`split_route`]).
+//! - [`cache`]: a caching node (one cache volume `c1` in front of the origin `origin`) and what
+//!   the cache tests look at ([`cache::origin_and_node`], [`cache::get`], [`cache::xcache`],
+//!   [`cache::metric`], [`cache::settle`], [`cache::cache_files`]); used by path, not re-exported.
 //! - [`files`]: temp dirs and deterministic contents ([`tempdir`], [`content_dir`], [`bytes`]),
 //!   [`wait_until`].
 //!
 //! Test-only; it must not reach into the server's internals beyond its public config types.
 #![allow(dead_code, unused_imports)]
 
+pub mod cache;
 pub mod config;
 pub mod files;
 pub mod http;
