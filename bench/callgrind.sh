@@ -17,6 +17,7 @@
 # Needs valgrind, nginx, ab (apt-get install valgrind nginx-light apache2-utils).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 N1=${N1:-2000}
 N2=${N2:-12000}
 PORT=${PORT:-18096}
@@ -33,9 +34,7 @@ case "$vg_version" in
 esac
 ANNOTATE_BIN=$(dirname "$(command -v "$VALGRIND")")/callgrind_annotate
 [ -x "$ANNOTATE_BIN" ] || ANNOTATE_BIN=callgrind_annotate
-WORK=$(mktemp -d /tmp/callgrind.XXXXXX)
-DOCROOT=$WORK/root
-mkdir -p "$DOCROOT"
+bench_workdir callgrind
 head -c 10240 /dev/urandom >"$DOCROOT/10k.dat"
 chmod -R a+rX "$WORK"
 cat >"$WORK/nginx.conf" <<NGX
@@ -54,13 +53,6 @@ http {
 }
 NGX
 
-SERVER_PID=
-stop_server() {
-  [ -n "$SERVER_PID" ] && kill -TERM "$SERVER_PID" 2>/dev/null || true
-  wait "$SERVER_PID" 2>/dev/null || true
-  SERVER_PID=
-}
-trap 'stop_server; rm -rf "$WORK"' EXIT
 # run_one TARGET REQUESTS OUTFILE: runs it (in this shell, so that the EXIT trap can stop it).
 run_one() {
   local cmd
@@ -71,17 +63,10 @@ run_one() {
                 --admin-listen "" --offload "$mode") ;;
     *) echo "callgrind: unknown target $1" >&2; exit 2 ;;
   esac
-  if ss -Hltn "sport = :$PORT" | grep -q .; then
-    echo "$(basename "$0"): port $PORT is already in use" >&2; exit 1
-  fi
+  require_free_port "$PORT"
   "$VALGRIND" --tool=callgrind --callgrind-out-file="$3" "${cmd[@]}" >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
-  local ok=
-  for _ in $(seq 1 300); do
-    curl -sf -o /dev/null "http://127.0.0.1:$PORT/10k.dat" && { ok=1; break; }
-    sleep 0.1
-  done
-  [ -n "$ok" ] || { echo "callgrind: $1 did not answer; its log:" >&2; cat "$WORK/server.log" >&2; exit 1; }
+  wait_answer "http://127.0.0.1:$PORT/10k.dat" 300 "$1" "$WORK/server.log"
   ab -k -c 1 -n "$2" "http://127.0.0.1:$PORT/10k.dat" >"$WORK/ab.out" 2>&1
   grep -q "^Failed requests: *0" "$WORK/ab.out" || { echo "callgrind: ab failed:" >&2; cat "$WORK/ab.out" >&2; exit 1; }
   grep -q "^Keep-Alive requests: *$2" "$WORK/ab.out" || { echo "callgrind: not all requests were keep-alive:" >&2; grep Keep "$WORK/ab.out" >&2; exit 1; }

@@ -20,6 +20,8 @@
 # Needs root for `ulimit -n 20000` (raised here) and nginx (apt-get install nginx-light), python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SERVER_GROUP=1 # each server runs under setsid: stop its whole process tree
+. bench/lib.sh
 N=${N:-10000}
 PORT=${PORT:-18095}
 BIN=${BIN:-$PWD/target/release/content-server}
@@ -28,9 +30,7 @@ STATES=${STATES:-idle header slow}
 [ $# -ge 1 ] || set -- nginx ours
 command -v nginx >/dev/null || { echo "connmem: missing nginx (apt-get install nginx-light)" >&2; exit 2; }
 ulimit -n 20000
-WORK=$(mktemp -d /tmp/connmem.XXXXXX)
-DOCROOT=$WORK/root
-mkdir -p "$DOCROOT"
+bench_workdir connmem
 head -c 1024 /dev/urandom >"$DOCROOT/small.dat"
 head -c $((8 << 20)) /dev/urandom >"$DOCROOT/big.dat"
 chmod -R a+rX "$WORK"
@@ -74,13 +74,6 @@ offload = "$1"
 TOML
 }
 
-SERVER_PID=
-stop_server() {
-  [ -n "$SERVER_PID" ] && kill -TERM -- -"$SERVER_PID" 2>/dev/null || true
-  wait "$SERVER_PID" 2>/dev/null || true
-  SERVER_PID=
-}
-trap 'stop_server; rm -rf "$WORK"' EXIT
 start_server() {
   local cmd
   case "$1" in
@@ -89,16 +82,10 @@ start_server() {
            cmd="exec $BIN serve --config $WORK/ours.toml" ;;
     *) echo "connmem: unknown target $1" >&2; exit 2 ;;
   esac
-  if ss -Hltn "sport = :$PORT" | grep -q .; then
-    echo "$(basename "$0"): port $PORT is already in use" >&2; exit 1
-  fi
+  require_free_port "$PORT"
   setsid bash -c "$cmd" >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
-  for _ in $(seq 1 100); do
-    curl -sf -o /dev/null "http://127.0.0.1:$PORT/small.dat" && return 0
-    sleep 0.1
-  done
-  echo "connmem: $1 did not answer; its log:" >&2; cat "$WORK/server.log" >&2; exit 1
+  wait_answer "http://127.0.0.1:$PORT/small.dat" 100 "$1" "$WORK/server.log"
 }
 # The server's process tree: the session leader's child (nginx master, or ours) and its children.
 server_pids() {
