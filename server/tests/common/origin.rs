@@ -99,19 +99,23 @@ pub enum Fault {
 }
 
 /// One request as the origin saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Seen {
     pub method: String,
     pub path: String,
-    pub range: Option<String>,
-    pub host: Option<String>,
+    /// Every header line as received, in order (values decoded lossily as UTF-8).
+    pub headers: Vec<(String, String)>,
     /// The TLS server name the client sent (HTTPS only).
     pub sni: Option<String>,
-    pub if_none_match: Option<String>,
-    pub if_modified_since: Option<String>,
-    pub authorization: Option<String>,
     /// Which accepted connection (0, 1, ...) carried it.
     pub conn: usize,
+}
+
+impl Seen {
+    /// The first header `name` (any case), if the request had one.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        super::http::header(&self.headers, name)
+    }
 }
 
 /// Timing of every answer.
@@ -300,7 +304,7 @@ impl FaultOrigin {
             .seen
             .iter()
             .filter(|s| s.path == path)
-            .map(|s| s.range.clone())
+            .map(|s| s.header("range").map(String::from))
             .collect()
     }
 
@@ -396,21 +400,20 @@ fn read_head(
             let mut headers = [httparse::EMPTY_HEADER; 64];
             let mut req = httparse::Request::new(&mut headers);
             req.parse(&buf[..end + 4]).ok()?;
-            let get = |name: &str| {
-                req.headers
-                    .iter()
-                    .find(|h| h.name.eq_ignore_ascii_case(name))
-                    .map(|h| String::from_utf8_lossy(h.value).into_owned())
-            };
             let seen = Seen {
                 method: req.method?.to_string(),
                 path: req.path?.to_string(),
-                range: get("range"),
-                host: get("host"),
+                headers: req
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.name.to_string(),
+                            String::from_utf8_lossy(h.value).into_owned(),
+                        )
+                    })
+                    .collect(),
                 sni,
-                if_none_match: get("if-none-match"),
-                if_modified_since: get("if-modified-since"),
-                authorization: get("authorization"),
                 conn: id,
             };
             sh.state.lock().unwrap().seen.push(seen.clone());
@@ -497,7 +500,10 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
             }
             Some(f)
         });
-        let by_auth = (req.path.clone(), req.authorization.clone());
+        let by_auth = (
+            req.path.clone(),
+            req.header("authorization").map(String::from),
+        );
         (
             st.per_authorization
                 .get(&by_auth)
@@ -552,12 +558,12 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
         validators.push_str(&format!("Last-Modified: {lm}\r\n"));
     }
     let not_modified = obj.status == 200
-        && match (&req.if_none_match, &req.if_modified_since) {
+        && match (req.header("if-none-match"), req.header("if-modified-since")) {
             (Some(inm), _) => obj
                 .etag
                 .as_ref()
                 .is_some_and(|e| inm.split(',').any(|t| t.trim() == e || t.trim() == "*")),
-            (None, Some(ims)) => obj.last_modified.as_ref() == Some(ims),
+            (None, Some(ims)) => obj.last_modified.as_deref() == Some(ims),
             (None, None) => false,
         };
     let mut extra = String::new();
@@ -575,7 +581,7 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
         return stream.write_all(head.as_bytes()).is_ok() && keep_alive;
     }
     let (status, span) = if obj.status == 200 {
-        match range_of(req.range.as_deref(), len) {
+        match range_of(req.header("range"), len) {
             Ok(Some((s, e))) => (206, Some((s, e))),
             Ok(None) => (200, None),
             Err(()) => {
