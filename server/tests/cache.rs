@@ -797,6 +797,10 @@ fn a_purge_during_a_fill_keeps_the_fetched_bytes_out_of_the_cache() {
         };
         if join {
             serves_v2("a request after the purge joined the fill that started before it");
+        } else {
+            // The purged fill still runs (for its client): it counts, and shutdown waits for it.
+            let fills = volume_metric(&n, "contentserver_cache_fills_in_flight", &[]);
+            assert_eq!(fills, 1.0, "{path}: the purged fill is not counted");
         }
         // The client of the purged fill gets its whole (old) answer.
         let r = first.join().unwrap();

@@ -322,13 +322,14 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         }
         let f = make();
         fills.insert(id, f.clone());
-        self.m.fills.set(fills.len() as i64);
         (f, false)
     }
 
     /// `fill` starts (before it asks the origin anything).
     pub fn fill_started(&self, fill: &Arc<F>) {
-        lock(&self.running).push(fill.clone());
+        let mut running = lock(&self.running);
+        running.push(fill.clone());
+        self.m.fills.set(running.len() as i64);
     }
 
     /// A purge: unregister the fills `matches` names (new requests start their own fetch) and
@@ -336,14 +337,14 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     pub fn take_fills(&self, matches: impl Fn(&F) -> bool) -> Vec<Arc<F>> {
         let mut fills = lock(&self.fills);
         fills.retain(|_, f| !matches(f));
-        self.m.fills.set(fills.len() as i64);
         let running = lock(&self.running);
         running.iter().filter(|f| matches(f)).cloned().collect()
     }
 
-    /// Fills running now (shutdown waits for them, so what was fetched gets stored).
+    /// Fills running now, joinable or not (shutdown waits for them, so what was fetched gets
+    /// stored).
     pub fn fills_in_flight(&self) -> usize {
-        lock(&self.fills).len()
+        lock(&self.running).len()
     }
 
     /// The fill of `id`, if one runs.
@@ -357,8 +358,9 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         if fills.get(&id).is_some_and(|f| Arc::ptr_eq(f, fill)) {
             fills.remove(&id);
         }
-        self.m.fills.set(fills.len() as i64);
-        lock(&self.running).retain(|f| !Arc::ptr_eq(f, fill));
+        let mut running = lock(&self.running);
+        running.retain(|f| !Arc::ptr_eq(f, fill));
+        self.m.fills.set(running.len() as i64);
     }
 
     /// The disk is full: lower the limit below what is stored so eviction frees space now.
