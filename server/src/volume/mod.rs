@@ -29,7 +29,7 @@ pub use send::BodyError;
 use crate::config::{self, Offload};
 use crate::fs::listdir::read_dir;
 use crate::fs::open::open_file;
-use crate::fs::sendfile::sendfile_chunk;
+use crate::fs::sendfile::{read_whole, sendfile_chunk};
 use crate::metrics::{Metrics, PoolOp};
 use crate::pool::{Pool, PoolError};
 use anyhow::Context;
@@ -50,6 +50,10 @@ pub struct Volume {
     index: Arc<[String]>,
     /// Largest sendfile chunk (`limits.sendfile_max_chunk`).
     max_chunk: usize,
+    /// Read a chunk that is not in memory as one request before sending it (cache volumes:
+    /// their files are slices, each sent whole, and small enough that the kernel's readahead
+    /// would never grow to their size).
+    read_whole: bool,
     /// Open-file cache and, for `offload = auto`, the page-cache-only fast path.
     hot: HotPath,
 }
@@ -105,6 +109,7 @@ impl Volume {
             pool,
             index: cfg.http.index.clone().into(),
             max_chunk: cfg.limits.sendfile_max_chunk,
+            read_whole: v.cache.is_some(),
         })
     }
 
@@ -189,13 +194,22 @@ impl Volume {
                 Err(e) => return Err(e),
             }
         }
+        let whole = self.read_whole;
         match self.offload {
-            Offload::Never => sendfile_chunk(sock, file, offset, len),
+            Offload::Never => {
+                if whole {
+                    read_whole(file, offset, len);
+                }
+                sendfile_chunk(sock, file, offset, len)
+            }
             Offload::Always | Offload::Auto => {
                 let (s, f) = (sock.clone(), file.clone());
                 // The response was admitted before its head went out: never rejected.
                 self.pool
                     .run_continuation(PoolOp::Sendfile, move || {
+                        if whole {
+                            read_whole(&f, offset, len);
+                        }
                         sendfile_chunk(&s, &f, offset, len)
                     })
                     .await
