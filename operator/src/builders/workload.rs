@@ -345,16 +345,27 @@ pub fn deployment(cs: &ContentServer, config_hash: &str) -> Deployment {
     }
 }
 
-/// The StatefulSet (some volume has a per-pod claim).
+/// The StatefulSet (some volume has a per-pod claim): the [`deployment`]'s metadata, replicas,
+/// selector, pod template and history, so the two kinds cannot drift apart, plus the claims,
+/// the governing (headless) Service and its own rollout settings.
 pub fn statefulset(cs: &ContentServer, config_hash: &str) -> StatefulSet {
+    let Deployment { metadata, spec, .. } = deployment(cs, config_hash);
+    let DeploymentSpec {
+        replicas,
+        selector,
+        template,
+        revision_history_limit,
+        ..
+    } = spec.unwrap_or_default();
     StatefulSet {
-        metadata: child_meta(cs, workload_name(cs)),
+        metadata,
         spec: Some(StatefulSetSpec {
-            replicas: Some(cs.spec.replicas),
-            selector: selector(cs),
+            replicas,
+            selector,
+            template,
+            revision_history_limit,
             service_name: Some(headless_service_name(cs)),
             pod_management_policy: Some("Parallel".into()),
-            template: pod_template(cs, config_hash),
             update_strategy: Some(StatefulSetUpdateStrategy {
                 type_: Some("RollingUpdate".into()),
                 ..StatefulSetUpdateStrategy::default()
@@ -366,7 +377,6 @@ pub fn statefulset(cs: &ContentServer, config_hash: &str) -> StatefulSet {
                 },
             ),
             volume_claim_templates: Some(claim_templates(cs)),
-            revision_history_limit: Some(5),
             ..StatefulSetSpec::default()
         }),
         ..StatefulSet::default()
