@@ -1,11 +1,13 @@
-//! content-server: a static file server built around an event loop plus one bounded thread pool
-//! per volume. See ARCHITECTURE.md for the path of a request through these modules.
+//! content-server: a static file server and caching node built around an event loop plus one
+//! bounded thread pool per volume. See ARCHITECTURE.md for the path of a request through these
+//! modules.
 //!
-//! Layers, from the top: [`cli`] -> [`runtime`] -> [`accept`] -> [`conn`] -> [`serve`] (and
-//! [`idle`], the parked connections, handed back to `conn` through a function runtime gives it) ->
-//! [`volume`] -> [`fs`] / [`pool`]; [`shared`] is what connections share; [`http`], [`socket`],
-//! [`resolve`], [`config`], [`metrics`], [`lifecycle`] are leaves. A module imports only from
-//! layers below it, never from one above (no import cycles).
+//! Layers, from the top (the table in [`layers`], checked by its tests): [`cli`] -> [`runtime`] ->
+//! [`accept`] -> [`conn`] -> [`serve`] (and [`idle`], the parked connections, handed back to
+//! `conn` through a function runtime gives it) -> [`shared`] (what connections share) ->
+//! [`admin`] -> [`cache`] -> [`volume`] -> [`origin`], [`pool`], [`resolve`], [`logging`] ->
+//! [`fs`], [`http`] -> [`config`], [`lifecycle`], [`metrics`], [`socket`] (the leaves). A module
+//! imports only from layers below it, never from one above (no import cycles).
 
 pub mod accept;
 pub mod admin;
