@@ -3,8 +3,9 @@
 //!
 //! A small loop: acquire the Lease when it is free or expired (optimistic concurrency through
 //! resourceVersion: a conflicting writer gets 409 and loses), renew it every `retry` period, and
-//! report loss when a renewal fails for longer than the lease duration. The caller stops
-//! reconciling (the binary exits) on loss. Must not reconcile anything itself.
+//! report loss when renewals keep failing for two thirds of the lease duration (before another
+//! replica may take it over). The caller stops reconciling (the binary exits) on loss. Must not
+//! reconcile anything itself.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};

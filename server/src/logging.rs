@@ -1,5 +1,6 @@
 //! Log output via tracing: text or JSON lines on stderr, level from `logging.level` unless
 //! RUST_LOG is set. Access lines use the target `access` (only when `logging.access_log`).
+//! Owns only the subscriber set-up; what is logged, and when, is decided where it happens.
 
 use crate::config::{LogFormat, Logging};
 use tracing_subscriber::EnvFilter;

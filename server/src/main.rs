@@ -1,5 +1,5 @@
 //! The `content-server` binary: fault-injection setup (FAILPOINTS, with the `failpoints`
-//! feature) around the command line in [`content_server::cli`].
+//! feature) around the command line in [`content_server::cli`]. Nothing else may live here.
 
 use std::process::ExitCode;
 

@@ -2,9 +2,10 @@
 //! node fetches misses from), per-volume `cache`, the freshness policy of routes that go to the
 //! origin, and the purge token. The same options as the server's `[[origins]]`,
 //! `[volumes.cache]`, `[routes.cache]` and `admin.purge_token_file` (`content_server::config`),
-//! in Kubernetes' camelCase with sizes as Kubernetes quantities; `builders::configmap` maps them
-//! onto the server's types, `builders::workload` mounts the CA and token files, and
-//! `validation.rs` checks them (the server's rules plus "the cache fits its claim").
+//! in Kubernetes' camelCase with sizes as Kubernetes quantities; `builders::cache` maps them
+//! onto the server's types (for `builders::configmap`) and builds the CA and token mounts (for
+//! `builders::workload`), and `validation.rs` checks them (the server's rules plus "the cache
+//! fits its claim").
 //!
 //! Owns the API shape and the quantity -> bytes conversion; it must not render anything itself.
 

@@ -4,6 +4,7 @@
 //! bytes against the announced length, and sends chunks over a bounded channel (two chunks of
 //! read-ahead: a slow reader slows the origin down, it does not buffer the object). At the end
 //! of a complete body the connection goes back to the idle pool; on any failure it is closed.
+//! It must not decide what the bytes are for (stored or passed through is the caller's choice).
 
 use super::pool::Lease;
 use super::{Inner, OriginError};

@@ -1,7 +1,7 @@
 //! Opening one origin connection: servers in order, each with `connect_timeout_ms` for DNS +
 //! TCP + TLS; the next server is tried only when this step failed (nothing was sent yet). The
 //! hyper HTTP/1.1 connection task is spawned on the origin runtime and keeps the connection
-//! gauge up while it lives.
+//! gauge up while it lives. It must not send requests ([`super::fetch`] does).
 
 use super::{Inner, OriginError, Server};
 use bytes::Bytes;

@@ -1,5 +1,6 @@
 //! Why an origin request failed: each variant names the origin, the server (URL) and what went
-//! wrong, so a log line or a 502 reason is enough to find the fault.
+//! wrong, so a log line or a 502 reason is enough to find the fault. Types only: what an error
+//! leads to (retry, 502/504, serving stale) is decided by the callers.
 
 use std::time::Duration;
 

@@ -1,6 +1,8 @@
 //! One origin request, on the origin runtime: take a permit, reuse an idle connection or open
 //! one, send the request, wait for the head within `read_timeout_ms`, check what the head
-//! announces about the body, and start the body task.
+//! announces about the body, and start the body task. A request that went out is never sent
+//! again (only one whose reused idle connection closed before it was sent takes another); it
+//! must not know about caching.
 
 use super::body::{self, OriginResponse};
 use super::connect::{self, Conn};

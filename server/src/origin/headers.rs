@@ -1,6 +1,7 @@
 //! Reading an origin response head: `Content-Range` of a 206, `Content-Length`, and the
 //! validators that identify one version of an object (ETag, Last-Modified, total size).
-//! Pure functions over `http::HeaderMap`.
+//! Pure functions over `http::HeaderMap`; whether an answer may be stored is
+//! `crate::http::freshness`, not here.
 
 use http::header::{CONTENT_LENGTH, CONTENT_RANGE, ETAG, LAST_MODIFIED};
 use http::HeaderMap;

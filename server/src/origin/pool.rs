@@ -5,6 +5,7 @@
 //! goes to a small LIFO idle list *before* its permit is released, so the next permit holder
 //! finds it; a holder opens a new connection only when the list is empty. Open connections
 //! therefore never exceed `max_connections`, and a fill does not pay a handshake per slice.
+//! It must not open connections itself ([`super::connect`] does, for the permit holder).
 
 use super::connect::{Conn, IDLE_TIMEOUT};
 use std::sync::Mutex;

@@ -3,7 +3,8 @@
 //!
 //! Callers on any runtime (the current-thread workers, a fill runtime, a test's runtime) only
 //! await channel ends (a `JoinHandle`, an mpsc receiver), which need no reactor or timer of
-//! their own. Dropping it never blocks (safe inside async code).
+//! their own. Dropping it never blocks (safe inside async code). It owns the runtime only; it
+//! must not know what runs on it.
 
 use std::future::Future;
 use tokio::runtime::{Handle, Runtime};

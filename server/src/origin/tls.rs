@@ -1,5 +1,6 @@
 //! The rustls client configuration of one origin: the system's root certificates plus the
-//! origin's `ca_file` (PEM), the ring crypto provider, ALPN `http/1.1`. Built once at start-up.
+//! origin's `ca_file` (PEM), the ring crypto provider, ALPN `http/1.1`. Built once at start-up;
+//! it must not open connections nor pick server names (that is [`super::connect`]).
 
 use super::OriginError;
 use rustls::pki_types::pem::PemObject;
