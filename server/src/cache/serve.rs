@@ -3,7 +3,7 @@
 //! synchronous revalidation -> REVALIDATED / MISS, STALE when the origin fails within
 //! stale-if-error), evaluate conditionals and ranges against the object, send the head, then the
 //! body slice by slice: stored slices and the bytes of fills under way both go through the
-//! volume's send path ([`crate::send::send_body`]: offload mode, sendfile or the page-cache
+//! volume's send path (`Volume::send_body`: offload mode, sendfile or the page-cache
 //! copy), and the next slice is prefetched while the current one is sent. Every slice is checked
 //! against the first one's validator: a new version at the origin ends the response (never two
 //! versions in one body) and drops the old version's slices. Several ranges are answered like a
