@@ -2,15 +2,16 @@
 //! was last used, and the admission sketch.
 //!
 //! Owns size accounting against `max_size`, `inactive` expiry, eviction and admission. Eviction is
-//! sampled LRU (Redis-style: the least recently used of [`SAMPLES`] random entries goes first),
-//! possible in O(1) because entries live in an `IndexMap` (a dense vector plus a table of
-//! positions, so a random position is one array access). Admission is TinyLFU: when storing a new
-//! object would evict, it is stored only if the [`FrequencySketch`] says it was asked for at
-//! least as often as the entry it would evict, so one-hit objects do not flush popular ones;
-//! `min_uses` is a floor on top. An entry costs 40 bytes in the vector plus 9 in the position
-//! table: `bench/cache-index-memory.sh` measured 61 bytes of resident memory per entry at
-//! 1,000,000 entries (94 allocated, with growth slack; `moka` measured 321). It holds no file descriptor, path or key text, and must not touch the disk:
-//! callers delete the returned victims on the volume's pool.
+//! sampled LRU (Redis-style: the least recently used of [`SAMPLES`] random entries goes first;
+//! among those last used in the same second, the least popular), possible in O(1) because entries
+//! live in an `IndexMap` (a dense vector plus a table of positions, so a random position is one
+//! array access). Admission is TinyLFU: when storing a new object would evict, it is stored only if
+//! the [`FrequencySketch`] says it was asked for at least as often as the entry it would evict, so
+//! one-hit objects do not flush popular ones; `min_uses` is a floor on top. An entry costs 40 bytes
+//! in the vector plus 9 in the position table: `bench/cache-index-memory.sh` measured 61 bytes of
+//! resident memory per entry at 1,000,000 entries (94 allocated, with growth slack; `moka` measured
+//! 321). It holds no file descriptor, path or key text, and must not touch the disk: callers delete
+//! the returned victims on the volume's pool.
 
 use super::key::EntryId;
 use super::sketch::FrequencySketch;
@@ -307,13 +308,15 @@ impl State {
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    /// The least recently used of [`SAMPLES`] random entries other than `keep`.
+    /// The least recently used of [`SAMPLES`] random entries other than `keep`; among entries
+    /// last used in the same second, the least often asked for (the clock counts whole seconds,
+    /// so a burst would otherwise pick a popular entry as often as a one-hit one).
     fn sample_victim(&mut self, keep: Option<EntryId>) -> Option<usize> {
         let n = self.map.len();
         if n == 0 || (n == 1 && keep.is_some_and(|k| self.map.contains_key(&k))) {
             return None;
         }
-        let mut best: Option<(usize, u32)> = None;
+        let mut best: Option<(usize, u32, u8)> = None;
         let tries = if n <= SAMPLES { n } else { SAMPLES };
         for i in 0..tries {
             // Small maps: look at every entry, so eviction is exact LRU there.
@@ -326,11 +329,15 @@ impl State {
             if Some(*id) == keep {
                 continue;
             }
-            if best.is_none_or(|(_, lu)| s.last_use < lu) {
-                best = Some((pos, s.last_use));
+            if best.is_some_and(|(_, lu, _)| s.last_use > lu) {
+                continue;
+            }
+            let freq = self.sketch.frequency(sketch_hash(id));
+            if best.is_none_or(|(_, lu, f)| (s.last_use, freq) < (lu, f)) {
+                best = Some((pos, s.last_use, freq));
             }
         }
-        best.map(|(p, _)| p)
+        best.map(|(p, _, _)| p)
     }
 
     fn evict_to_fit(&mut self, keep: Option<EntryId>) -> Vec<Victim> {
@@ -467,6 +474,45 @@ mod tests {
             .filter(|&i| ix.lookup(id(i), 2) == Presence::Yes)
             .count();
         assert!(kept >= 40, "only {kept} of 50 popular objects kept");
+    }
+
+    #[test]
+    fn entries_used_in_the_same_second_go_least_popular_first() {
+        // A full cache of 8 entries (exact LRU: every entry is looked at), all last used in
+        // second 0: four popular ones stored first, then four asked for once.
+        let ix = idx(8 * MIB);
+        for i in 0..8 {
+            let asks = if i < 4 { 6 } else { 1 };
+            for _ in 0..asks {
+                ix.record_request(id(i));
+            }
+            assert!(ix.admit(id(i), MIB));
+            assert!(ix.insert(id(i), MIB, 0).is_empty());
+        }
+        // A new object asked for once ties with the one-hit entries, not the popular ones: it
+        // is admitted, and what makes room for it is a one-hit entry.
+        ix.record_request(id(100));
+        assert!(
+            ix.admit(id(100), MIB),
+            "refused in favour of a popular entry"
+        );
+        let evicted = ix.insert(id(100), MIB, 0);
+        assert_eq!(evicted.len(), 1);
+        assert!(
+            (4..8).map(id).any(|i| i == evicted[0].id),
+            "a popular entry was evicted before the one-hit ones"
+        );
+        // Recency still comes first: a popular entry unused for longer goes before newer
+        // one-hit ones.
+        for i in (1..8).chain([100]) {
+            ix.lookup(id(i), 5);
+        }
+        let evicted = ix.insert(id(101), MIB, 5);
+        assert_eq!(evicted.len(), 1);
+        assert!(
+            evicted[0].id == id(0),
+            "the least recently used entry stayed"
+        );
     }
 
     #[test]
