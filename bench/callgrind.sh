@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# User-space instructions per keep-alive request, nginx and content-server in ONE invocation,
+# User-space instructions per keep-alive request (KEEPALIVE=0: per connection that carries one
+# request and closes), nginx and content-server in ONE invocation,
 # counted by `valgrind --tool=callgrind` (instruction counts do not depend on the machine's load).
 # Each server runs with one worker (nginx: master_process off, worker_processes 1; ours:
 # --workers 1, admin off) and serves `ab -k -c 1` GETs of one 10 KiB file. Each target runs twice,
@@ -12,7 +13,7 @@
 # refused, so ours' `auto` runs as `always` there (opens and sendfile on the pool).
 #
 # Usage: bench/callgrind.sh [TARGET ...]   TARGET = nginx | ours[:MODE] (default: nginx ours)
-# Env: N1 [2000] N2 [12000] PORT [18096] BIN [target/release/content-server] VALGRIND [valgrind]
+# Env: N1 [2000] N2 [12000] KEEPALIVE [1: ab -k; 0: one request per connection] PORT [18096] BIN [target/release/content-server] VALGRIND [valgrind]
 #      ANNOTATE [0: 1 prints the top functions of each target's N2 run] KEEP [dir to copy the profiles to]
 # Needs valgrind, nginx, ab (apt-get install valgrind nginx-light apache2-utils).
 set -euo pipefail
@@ -20,6 +21,7 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 N1=${N1:-2000}
 N2=${N2:-12000}
+KEEPALIVE=${KEEPALIVE:-1}
 PORT=${PORT:-18096}
 BIN=${BIN:-$PWD/target/release/content-server}
 ANNOTATE=${ANNOTATE:-0}
@@ -67,14 +69,22 @@ run_one() {
   "$VALGRIND" --tool=callgrind --callgrind-out-file="$3" "${cmd[@]}" >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
   wait_answer "http://127.0.0.1:$PORT/10k.dat" 300 "$1" "$WORK/server.log"
-  ab -k -c 1 -n "$2" "http://127.0.0.1:$PORT/10k.dat" >"$WORK/ab.out" 2>&1
+  local k=-k
+  [ "$KEEPALIVE" = 1 ] || k=
+  ab $k -c 1 -n "$2" "http://127.0.0.1:$PORT/10k.dat" >"$WORK/ab.out" 2>&1
   grep -q "^Failed requests: *0" "$WORK/ab.out" || { echo "callgrind: ab failed:" >&2; cat "$WORK/ab.out" >&2; exit 1; }
-  grep -q "^Keep-Alive requests: *$2" "$WORK/ab.out" || { echo "callgrind: not all requests were keep-alive:" >&2; grep Keep "$WORK/ab.out" >&2; exit 1; }
+  if [ "$KEEPALIVE" = 1 ]; then
+    grep -q "^Keep-Alive requests: *$2" "$WORK/ab.out" || { echo "callgrind: not all requests were keep-alive:" >&2; grep Keep "$WORK/ab.out" >&2; exit 1; }
+  fi
   stop_server
 }
 total_ir() { awk '/^(summary|totals):/ {print $2; exit}' "$1"; }
 
-echo "# callgrind: user-space instructions per keep-alive GET of a 10 KiB file (ab -k -c 1), N1=$N1 N2=$N2"
+if [ "$KEEPALIVE" = 1 ]; then
+  echo "# callgrind: user-space instructions per keep-alive GET of a 10 KiB file (ab -k -c 1), N1=$N1 N2=$N2"
+else
+  echo "# callgrind: user-space instructions per connection carrying one GET of a 10 KiB file (ab -c 1, no keep-alive), N1=$N1 N2=$N2"
+fi
 for t in "$@"; do
   run_one "$t" "$N1" "$WORK/$t.1.out"
   run_one "$t" "$N2" "$WORK/$t.2.out"
