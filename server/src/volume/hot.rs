@@ -48,7 +48,7 @@ pub const INLINE_CHUNK: usize = 1024 * 1024;
 pub const INLINE_PIECE: usize = 256 * 1024;
 
 /// An inline sendfile of proven pages that takes longer than this while the thread submitted
-/// reads ([`blocks_read`] grew) is taken for a page evicted between the check and the send
+/// reads ([`read_since_last_look`]) is taken for a page evicted between the check and the send
 /// (then the loop read it from the disk): the inline sendfile
 /// pauses for [`SENDFILE_PAUSE`] on this volume and resident bytes are copied with RWF_NOWAIT
 /// reads meanwhile (which cannot wait). Logged. A 256 KiB sendfile from memory takes well under
@@ -66,6 +66,31 @@ fn blocks_read() -> i64 {
     }
     // SAFETY: zero-initialised and then filled by the kernel: a valid rusage.
     unsafe { ru.assume_init() }.ru_inblock
+}
+
+thread_local! {
+    /// [`blocks_read`] at this thread's previous look (-1: never looked).
+    static BLOCKS_SEEN: std::cell::Cell<i64> = const { std::cell::Cell::new(-1) };
+}
+
+/// Take this thread's first look at [`blocks_read`], once (before its first inline sendfile).
+fn look_at_blocks_read_once() {
+    if BLOCKS_SEEN.get() < 0 {
+        BLOCKS_SEEN.set(blocks_read());
+    }
+}
+
+/// Whether this thread submitted reads since its previous look. Asked only after a slow inline
+/// sendfile, so a fast one costs no getrusage (it was one syscall per hot response): an event
+/// loop of an `auto` volume submits almost no reads but those of a page evicted under its
+/// sendfile (its code is locked in memory, its other file work is on the pool), so reads since
+/// the previous look are taken for that. Other reads (a `never` volume on the same loop, the
+/// readahead of an RWF_NOWAIT copy) can only make a slow sendfile pause inline sendfile for
+/// nothing, which costs copies for a while, never a disk wait.
+fn read_since_last_look() -> bool {
+    let now = blocks_read();
+    let before = BLOCKS_SEEN.replace(now);
+    before >= 0 && now > before
 }
 
 /// mincore could not answer for a file (see [`mincore::uptodate_prefix`]'s errors).
@@ -387,11 +412,12 @@ impl HotPath {
             if proven == 0 {
                 break;
             }
-            let (t0, read_before) = (Instant::now(), blocks_read());
+            look_at_blocks_read_once();
+            let t0 = Instant::now();
             let r = sendfile_chunk(sock, file, at, proven);
             let took = t0.elapsed();
             // Slow because this thread read from the disk (not merely preempted on a busy CPU).
-            if took > SLOW_SENDFILE && blocks_read() > read_before {
+            if took > SLOW_SENDFILE && read_since_last_look() {
                 self.pause_sendfile(took, t0);
             }
             match r {
