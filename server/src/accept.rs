@@ -84,8 +84,9 @@ fn rate_limited(slot: &AtomicU64) -> bool {
             .is_ok()
 }
 
-/// Accept connections on `listener` until draining starts, spawning one task per connection on
-/// the current (worker) runtime. Returning drops the listener, which closes it.
+/// Accept connections on `listener` until draining starts, starting each on the current
+/// (worker) runtime ([`conn::start`]: its first steps run here, a task only if it has to wait).
+/// Returning drops the listener, which closes it.
 pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::Result<()> {
     // SAFETY: the TcpListener owns its descriptor, which stays open and unchanged until the
     // AsyncFd (its only owner) is dropped.
@@ -121,16 +122,7 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::
                     }
                     shared.metrics.connections_accepted_total.inc();
                     shared.metrics.connections_active.inc();
-                    match Socket::new(fd, send_timeout) {
-                        Ok(sock) => {
-                            tokio::spawn(conn::run(shared.clone(), sock));
-                        }
-                        Err(e) => {
-                            shared.lifecycle.remove_connection();
-                            shared.metrics.connections_active.dec();
-                            tracing::error!(error = %e, "cannot register connection with epoll");
-                        }
-                    }
+                    conn::start(shared.clone(), Socket::new(fd, send_timeout));
                 }
                 Err(Errno::AGAIN) => {
                     guard.clear_ready();

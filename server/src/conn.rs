@@ -23,7 +23,7 @@ use std::future::Future;
 use std::io::Read;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::sync::futures::Notified;
 use tokio::time::{sleep_until, Instant as TokioInstant, Sleep};
@@ -55,28 +55,33 @@ impl Drop for ConnGuard<'_> {
     }
 }
 
-/// Serve a connection until it closes (or parks). The caller already counted it in the
-/// lifecycle.
-pub async fn run(shared: Arc<Shared>, sock: Socket) {
+/// Serve a new connection until it closes (or parks). The caller already counted it in the
+/// lifecycle. Its first steps run at once, in the caller's (the accept loop's) turn: on a busy
+/// server the request is there by the time the connection is accepted and a small answer fits
+/// in the socket buffer, so a connection that carries one request is read, answered and closed
+/// without a task, a timer, a drain waiter or an epoll registration of its own. Only one that
+/// has to wait becomes a task (polled again at once by the runtime, so every waker the first
+/// steps left behind is replaced by the task's own).
+pub fn start(shared: Arc<Shared>, sock: Socket) {
     let secs = shared.config.limits.header_read_timeout_secs;
     let until = TokioInstant::now() + Duration::from_secs(secs);
-    serve(shared, sock, Vec::new(), true, until, false).await
+    let mut conn = Box::pin(serve(shared, sock, Vec::new(), true, until, true));
+    if conn
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_pending()
+    {
+        tokio::spawn(conn);
+    }
 }
 
 /// Take back a connection woken in the worker's idle set: register it again and serve it in a
 /// fresh task on this worker, its wait going on until its deadline.
 pub fn resume(shared: Arc<Shared>, w: Waiting) {
     let send_timeout = Duration::from_secs(shared.config.limits.send_timeout_secs);
-    match Socket::new(w.fd, send_timeout) {
-        Ok(sock) => {
-            let pending = w.pending.into_vec();
-            tokio::spawn(serve(shared, sock, pending, w.first, w.until, true));
-        }
-        Err(e) => {
-            let _guard = ConnGuard(&shared);
-            tracing::error!(error = %e, "cannot register a woken connection with epoll");
-        }
-    }
+    let sock = Socket::new(w.fd, send_timeout);
+    let pending = w.pending.into_vec();
+    tokio::spawn(serve(shared, sock, pending, w.first, w.until, true));
 }
 
 /// The connection loop. `pending`, `first` and `until` describe the wait it starts in;
@@ -138,10 +143,7 @@ async fn serve(
                 Err(w) => {
                     let send_timeout = Duration::from_secs(shared.config.limits.send_timeout_secs);
                     pending = w.pending.into_vec();
-                    match Socket::new(w.fd, send_timeout) {
-                        Ok(s) => sock = s,
-                        Err(_) => return,
-                    }
+                    sock = Socket::new(w.fd, send_timeout);
                     wait = Some((until, true));
                     continue;
                 }
@@ -310,11 +312,14 @@ fn read_step(
 pin_project_lite::pin_project! {
     /// Waiting for (the rest of) a request head: the socket's readiness (its waker lives in the
     /// socket's registration), one timer and, while idle, the drain. A hand-written future so
-    /// the waiting task holds little more than the timer and the drain waiter.
+    /// the waiting task holds little more than the timer and the drain waiter, both made only
+    /// when it has to wait (a head that is already there costs neither).
     struct ReadHead<'a> {
         shared: &'a Shared,
         sock: &'a Socket,
         pending: &'a mut Vec<u8>,
+        // When the wait started (the park time counts from it).
+        since: TokioInstant,
         // The wait's deadline (keep-alive or header timeout).
         until: TokioInstant,
         // Parking allowed (`limits.idle_park_ms` > 0 and not refused before in this wait).
@@ -324,9 +329,9 @@ pin_project_lite::pin_project! {
         // Try a read before waiting for readiness (a connection woken in the idle set).
         ready: bool,
         #[pin]
-        sleep: Sleep,
+        sleep: Option<Sleep>,
         #[pin]
-        drained: Notified<'a>,
+        drained: Option<Notified<'a>>,
     }
 }
 
@@ -366,21 +371,43 @@ impl Future for ReadHead<'_> {
                         // The first bytes of a head: the header timeout starts now.
                         let secs = this.shared.config.limits.header_read_timeout_secs;
                         let now = TokioInstant::now();
+                        *this.since = now;
                         *this.until = now + Duration::from_secs(secs);
-                        let (at, parking) = timer(this.shared, now, *this.until, *this.park);
-                        *this.parking = parking;
-                        this.sleep.as_mut().reset(at);
+                        if let Some(sleep) = this.sleep.as_mut().as_pin_mut() {
+                            let (at, parking) = timer(this.shared, now, *this.until, *this.park);
+                            *this.parking = parking;
+                            sleep.reset(at);
+                        }
                     }
                     continue;
                 }
             }
-            if idle
-                && (this.shared.lifecycle.is_draining()
-                    || this.drained.as_mut().poll(cx).is_ready())
-            {
-                return Poll::Ready(Err(NoRequest::Close));
+            if idle {
+                if this.drained.is_none() {
+                    // Made before the flag is checked, so a drain starting in between wakes it.
+                    this.drained
+                        .set(Some(this.shared.lifecycle.drain_notified()));
+                }
+                let drained = this
+                    .drained
+                    .as_mut()
+                    .as_pin_mut()
+                    .is_some_and(|d| d.poll(cx).is_ready());
+                if this.shared.lifecycle.is_draining() || drained {
+                    return Poll::Ready(Err(NoRequest::Close));
+                }
             }
-            if this.sleep.as_mut().poll(cx).is_ready() {
+            if this.sleep.is_none() {
+                let (at, parking) = timer(this.shared, *this.since, *this.until, *this.park);
+                *this.parking = parking;
+                this.sleep.set(Some(sleep_until(at)));
+            }
+            let expired = this
+                .sleep
+                .as_mut()
+                .as_pin_mut()
+                .is_some_and(|s| s.poll(cx).is_ready());
+            if expired {
                 return Poll::Ready(Err(if *this.parking {
                     NoRequest::Park(*this.until)
                 } else if idle {
@@ -433,18 +460,17 @@ impl<'a> ReadHead<'a> {
         park: bool,
         ready: bool,
     ) -> Self {
-        let (at, parking) = timer(shared, now, until, park);
         ReadHead {
             shared,
             sock,
             pending,
+            since: now,
             until,
             park,
-            parking,
+            parking: false,
             ready,
-            sleep: sleep_until(at),
-            // Created before `poll` checks the flag, so a drain starting in between wakes it.
-            drained: shared.lifecycle.drain_notified(),
+            sleep: None,
+            drained: None,
         }
     }
 }

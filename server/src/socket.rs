@@ -1,6 +1,9 @@
-//! A non-blocking client socket registered with the worker's epoll (tokio `AsyncFd`), shared
-//! through an `Arc` so that a pool thread running sendfile on it keeps the descriptor open even
-//! if the connection goes away meanwhile (no fd reuse race).
+//! A non-blocking client socket, registered with the worker's epoll (tokio `AsyncFd`) only once
+//! it has to wait: a connection whose request is there when it is accepted and whose answer fits
+//! in the socket buffer is read, answered and closed without ever being registered (no
+//! epoll_ctl add and delete, no readiness slot). The stream is shared through an `Arc` so that a
+//! pool thread running sendfile on it keeps the descriptor open even if the connection goes away
+//! meanwhile (no fd reuse race).
 //!
 //! Owns reads, header writes and writability waits; it must not know about HTTP.
 
@@ -8,51 +11,86 @@ use rustix::net::SendFlags;
 use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::io::Interest;
 
+type Registration = AsyncFd<Arc<TcpStream>>;
+
 pub struct Socket {
-    io: AsyncFd<Arc<TcpStream>>,
+    stream: Arc<TcpStream>,
+    /// The epoll registration, made by the first wait. Until then every operation is tried
+    /// directly (the socket is believed readable and writable).
+    io: OnceLock<Registration>,
     /// Longest wait for the client to accept more bytes (`limits.send_timeout_secs`).
     send_timeout: Duration,
 }
 
 impl Socket {
-    /// Wrap an accepted non-blocking socket; must run inside a tokio runtime.
-    pub fn new(fd: OwnedFd, send_timeout: Duration) -> io::Result<Socket> {
-        let stream = Arc::new(TcpStream::from(fd));
+    /// Wrap an accepted non-blocking socket (not registered yet).
+    pub fn new(fd: OwnedFd, send_timeout: Duration) -> Socket {
+        Socket {
+            stream: Arc::new(TcpStream::from(fd)),
+            io: OnceLock::new(),
+            send_timeout,
+        }
+    }
+
+    /// The registration, made now if there is none; must run inside the worker's runtime.
+    fn registered(&self) -> io::Result<&Registration> {
+        if let Some(io) = self.io.get() {
+            return Ok(io);
+        }
         // SAFETY: the TcpStream owns its descriptor; the Arc keeps it open (and the same) for at
         // least as long as the AsyncFd, which holds one reference.
         let io = unsafe {
-            AsyncFd::register_with_interest(stream, Interest::READABLE | Interest::WRITABLE)
+            AsyncFd::register_with_interest(
+                self.stream.clone(),
+                Interest::READABLE | Interest::WRITABLE,
+            )
         }?;
-        Ok(Socket { io, send_timeout })
+        // One task at a time uses the socket, so nothing registered it meanwhile.
+        Ok(self.io.get_or_init(|| io))
     }
 
-    /// Leave the worker's epoll (deregister) and give the descriptor back, for a connection that
-    /// waits elsewhere. `Err(Some(socket))`, unchanged, while a pool task still holds the stream;
-    /// `Err(None)` if it could not be taken after all (the connection is then closed).
+    /// Whether the socket is registered (has had to wait once).
+    pub fn is_registered(&self) -> bool {
+        self.io.get().is_some()
+    }
+
+    /// Register now (an operation would have blocked), so that the next wait can start.
+    pub fn register(&self) -> io::Result<()> {
+        self.registered().map(|_| ())
+    }
+
+    /// Leave the worker's epoll (deregister, if registered) and give the descriptor back, for a
+    /// connection that waits elsewhere. `Err(Some(socket))`, unchanged, while a pool task still
+    /// holds the stream; `Err(None)` if it could not be taken after all (the connection is then
+    /// closed).
     pub fn into_fd(self) -> Result<OwnedFd, Option<Socket>> {
-        // Only this socket hands out clones (`shared`), so a count of 1 stays 1.
-        if Arc::strong_count(self.io.get_ref()) != 1 {
+        // Only this socket hands out clones (`shared`; the registration holds one), so the count
+        // of a socket no pool task holds stays what it is.
+        let own = 1 + usize::from(self.is_registered());
+        if Arc::strong_count(&self.stream) != own {
             return Err(Some(self));
         }
-        Arc::try_unwrap(self.io.into_inner())
-            .map(OwnedFd::from)
-            .map_err(|_| None)
+        let Socket { stream, io, .. } = self;
+        if let Some(io) = io.into_inner() {
+            drop(io.into_inner());
+        }
+        Arc::try_unwrap(stream).map(OwnedFd::from).map_err(|_| None)
     }
 
     /// The stream, for a pool task that writes to it.
     pub fn shared(&self) -> Arc<TcpStream> {
-        self.io.get_ref().clone()
+        self.stream.clone()
     }
 
     /// The stream, for a read or write that the caller makes after a readiness wait.
     pub fn stream(&self) -> &TcpStream {
-        self.io.get_ref()
+        &self.stream
     }
 
     /// Turn Nagle's algorithm off (TCP_NODELAY), best effort.
@@ -60,16 +98,29 @@ impl Socket {
         let _ = rustix::net::sockopt::set_tcp_nodelay(self.stream(), true);
     }
 
-    /// Ready once the socket is (believed) readable. The waker is kept in the socket's own
-    /// registration (no waiter stored in the caller's future).
+    /// Ready once the socket is (believed) readable: at once while it never waited. The waker is
+    /// kept in the socket's own registration (no waiter stored in the caller's future).
     pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
-        self.io.poll_read_ready(cx).map(|_| ())
+        match self.io.get() {
+            None => Poll::Ready(()),
+            Some(io) => io.poll_read_ready(cx).map(|_| ()),
+        }
     }
 
     /// Run `read` (a read of this socket) if it is believed readable; `None` when it would block
-    /// (readiness is then cleared, so [`Socket::poll_read_ready`] waits for the next edge).
+    /// (readiness is then cleared, or the socket registered, so [`Socket::poll_read_ready`]
+    /// waits for the next edge).
     pub fn try_read_with<R>(&self, read: impl FnOnce() -> io::Result<R>) -> Option<io::Result<R>> {
-        match self.io.try_io(Interest::READABLE, |_| read()) {
+        let r = match self.io.get() {
+            Some(io) => io.try_io(Interest::READABLE, |_| read()),
+            None => match read() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return self.register().err().map(Err);
+                }
+                r => r,
+            },
+        };
+        match r {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
             r => Some(r),
         }
@@ -77,8 +128,15 @@ impl Socket {
 
     /// Read what is available (waits until something is). 0 = peer closed.
     pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if !self.is_registered() {
+            match (&*self.stream).read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => return r,
+            }
+        }
+        let io = self.registered()?;
         loop {
-            let mut guard = self.io.readable().await?;
+            let mut guard = io.readable().await?;
             match guard.try_io(|s| s.get_ref().as_ref().read(buf)) {
                 Ok(r) => return r,
                 Err(_would_block) => continue,
@@ -90,35 +148,23 @@ impl Socket {
     /// Fails with `TimedOut` when the client accepts nothing for the send timeout.
     pub async fn write_all(&self, mut buf: &[u8], more: bool) -> io::Result<()> {
         // Most heads go out whole in one send on a socket with room: no timer for those.
-        match self.io.try_io(Interest::WRITABLE, |s| {
-            rustix::net::send(s, buf, send_flags(more)).map_err(io::Error::from)
-        }) {
+        let send = |s: &TcpStream| rustix::net::send(s, buf, send_flags(more));
+        let first = match self.io.get() {
+            Some(io) => io.try_io(Interest::WRITABLE, |s| send(s).map_err(io::Error::from)),
+            None => send(&self.stream).map_err(io::Error::from),
+        };
+        match first {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) if n == buf.len() => return Ok(()),
             Ok(n) => buf = &buf[n..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }
-        match tokio::time::timeout(self.send_timeout, self.write_all_inner(buf, more)).await {
+        let io = self.registered()?;
+        match tokio::time::timeout(self.send_timeout, write_all_inner(io, buf, more)).await {
             Ok(r) => r,
             Err(_) => Err(io::ErrorKind::TimedOut.into()),
         }
-    }
-
-    async fn write_all_inner(&self, mut buf: &[u8], more: bool) -> io::Result<()> {
-        let flags = send_flags(more);
-        while !buf.is_empty() {
-            let mut guard = self.io.writable().await?;
-            match guard
-                .try_io(|s| rustix::net::send(s.get_ref(), buf, flags).map_err(io::Error::from))
-            {
-                Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(Ok(n)) => buf = &buf[n..],
-                Ok(Err(e)) => return Err(e),
-                Err(_would_block) => continue,
-            }
-        }
-        Ok(())
     }
 
     /// Close politely after a response that ends the connection while the client may still be
@@ -126,7 +172,7 @@ impl Socket {
     /// for a short while, so the kernel does not answer unread data with a reset that could
     /// destroy the response before the client reads it (nginx `lingering_close`).
     pub async fn lingering_close(&self) {
-        let _ = rustix::net::shutdown(self.io.get_ref().as_ref(), rustix::net::Shutdown::Write);
+        let _ = rustix::net::shutdown(self.stream(), rustix::net::Shutdown::Write);
         // On the heap: only closing connections need it, and an array here would be part of every
         // connection's task.
         let mut scratch = vec![0u8; 4096];
@@ -142,11 +188,27 @@ impl Socket {
         .await;
     }
 
-    /// Wait until the socket is (believed) writable. The guard's `clear_ready` is tick-safe: it
-    /// only forgets readiness if no new edge arrived since the guard was taken.
+    /// Wait until the socket is (believed) writable, registering it first if it never waited.
+    /// The guard's `clear_ready` is tick-safe: it only forgets readiness if no new edge arrived
+    /// since the guard was taken.
     pub async fn writable(&self) -> io::Result<AsyncFdReadyGuard<'_, Arc<TcpStream>>> {
-        self.io.writable().await
+        self.registered()?.writable().await
     }
+}
+
+async fn write_all_inner(io: &Registration, mut buf: &[u8], more: bool) -> io::Result<()> {
+    let flags = send_flags(more);
+    while !buf.is_empty() {
+        let mut guard = io.writable().await?;
+        match guard.try_io(|s| rustix::net::send(s.get_ref(), buf, flags).map_err(io::Error::from))
+        {
+            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => buf = &buf[n..],
+            Ok(Err(e)) => return Err(e),
+            Err(_would_block) => continue,
+        }
+    }
+    Ok(())
 }
 
 /// MSG_NOSIGNAL, plus MSG_MORE when a body follows (the kernel may coalesce).

@@ -40,10 +40,17 @@ impl Volume {
         let mut sent = 0u64;
         while sent < len {
             let chunk = (len - sent).min(self.max_chunk as u64) as usize;
-            let mut guard = tokio::time::timeout(send_timeout, sock.writable())
-                .await
-                .map_err(|_| BodyError::Timeout(send_timeout))?
-                .map_err(BodyError::Client)?;
+            // A socket that never waited is tried directly (no timer, no registration): it is
+            // registered by the first chunk that would block, and waited for from then on.
+            let mut guard = if sock.is_registered() {
+                let g = tokio::time::timeout(send_timeout, sock.writable())
+                    .await
+                    .map_err(|_| BodyError::Timeout(send_timeout))?
+                    .map_err(BodyError::Client)?;
+                Some(g)
+            } else {
+                None
+            };
             match self.send_chunk(&shared, file, start + sent, chunk).await {
                 Ok(0) => {
                     return Err(BodyError::Truncated {
@@ -52,7 +59,10 @@ impl Volume {
                     })
                 }
                 Ok(n) => sent += n as u64,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => match guard.as_mut() {
+                    Some(g) => g.clear_ready(),
+                    None => sock.register().map_err(BodyError::Client)?,
+                },
                 Err(e) if is_client_error(&e) => return Err(BodyError::Client(e)),
                 Err(e) => {
                     return Err(BodyError::File {
