@@ -76,6 +76,9 @@ pub struct ServeArgs {
     /// listen(2) backlog of every listener.
     #[arg(long)]
     pub backlog: Option<u32>,
+    /// TCP_DEFER_ACCEPT seconds of every listener (0 = accept at once; default 1).
+    #[arg(long, value_name = "SECS")]
+    pub defer_accept_secs: Option<u32>,
     /// limits.max_connections: open client connections over all workers.
     #[arg(long)]
     pub max_connections: Option<usize>,
@@ -136,14 +139,12 @@ impl ServeArgs {
                     None,
                 ),
             };
-            let backlog = cfg
-                .listeners
-                .first()
-                .map_or(Listener::default().backlog, |l| l.backlog);
+            // The other settings of the (first) listener stay.
+            let base = cfg.listeners.first().cloned().unwrap_or_default();
             cfg.listeners = vec![Listener {
                 address: ip.to_string(),
                 port: self.port.or(port).unwrap_or(Listener::default().port),
-                backlog,
+                ..base
             }];
         }
         for v in &mut cfg.volumes {
@@ -163,6 +164,11 @@ impl ServeArgs {
         if let Some(b) = self.backlog {
             for l in &mut cfg.listeners {
                 l.backlog = b;
+            }
+        }
+        if let Some(d) = self.defer_accept_secs {
+            for l in &mut cfg.listeners {
+                l.defer_accept_secs = d;
             }
         }
         if let Some(m) = self.max_connections {

@@ -75,6 +75,11 @@ pub struct Listener {
     pub port: u16,
     /// listen(2) backlog; the kernel caps it at net.core.somaxconn.
     pub backlog: u32,
+    /// TCP_DEFER_ACCEPT (nginx `listen ... deferred`): a connection is accepted only once its
+    /// first bytes arrived, or after about this many seconds without any (it then gets the
+    /// header timeout as usual), so the worker is woken once per connection, with the request
+    /// already there. 0 = accept at once. Default 1 (the value nginx sets).
+    pub defer_accept_secs: u32,
 }
 
 /// Connection and request limits.
@@ -312,6 +317,7 @@ impl Default for Listener {
             address: "0.0.0.0".into(),
             port: 8080,
             backlog: 4096,
+            defer_accept_secs: 1,
         }
     }
 }

@@ -70,6 +70,7 @@ workers = 5000
 [[listeners]]
 address = "localhost"
 backlog = 0
+defer_accept_secs = 100000
 [limits]
 sendfile_max_chunk = 10
 [admin]
@@ -100,6 +101,7 @@ split = [{ volume = "disk2", percent = 60.0 }, { volume = "disk2", percent = 50.
         "workers",
         "listeners[0].address",
         "listeners[0].backlog",
+        "listeners[0].defer_accept_secs",
         "limits.sendfile_max_chunk",
         "admin.listen",
         "volumes[0].name",

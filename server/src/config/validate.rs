@@ -35,6 +35,12 @@ impl Config {
             if l.backlog == 0 {
                 e.push(format!("listeners[{i}].backlog"), "must be at least 1");
             }
+            if l.defer_accept_secs > 3600 {
+                e.push(
+                    format!("listeners[{i}].defer_accept_secs"),
+                    "must be at most 3600",
+                );
+            }
             if !seen_sockets.insert((l.address.clone(), l.port)) {
                 e.push(
                     format!("listeners[{i}]"),

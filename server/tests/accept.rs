@@ -1,0 +1,108 @@
+//! The accept path over real sockets: TCP_DEFER_ACCEPT (`listeners[*].defer_accept_secs`, on by
+//! default) keeps a connection in the kernel until its first bytes arrive (then it is accepted
+//! and answered at once), or about that many seconds, after which it is accepted and gets the
+//! header timeout; 0 accepts at once. And many connections whose requests were sent before the
+//! server got to them (answered in the accept loop's turn) are all answered in full.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+fn server(edit: impl FnOnce(&mut Config)) -> (tempfile::TempDir, Server) {
+    let d = tempdir();
+    std::fs::write(d.path().join("hello.txt"), b"hello world\n").unwrap();
+    std::fs::write(d.path().join("blob"), bytes(300_000, 5)).unwrap();
+    let mut cfg = one_volume(1, volume("site", d.path()));
+    edit(&mut cfg);
+    let s = Server::start(&cfg);
+    (d, s)
+}
+
+fn accepted(s: &Server) -> f64 {
+    s.metrics()
+        .get("contentserver_connections_accepted_total", &[])
+}
+
+#[test]
+fn a_silent_connection_is_accepted_only_after_the_defer_time_then_gets_the_header_timeout() {
+    let (_d, s) = server(|c| {
+        assert_eq!(c.listeners[0].defer_accept_secs, 1, "the default");
+        c.limits.header_read_timeout_secs = 1;
+    });
+    let base = accepted(&s);
+    let mut silent = s.connect();
+    let t = Instant::now();
+    // A connection that sends its request is accepted and answered meanwhile.
+    assert_eq!(s.get("/hello.txt").status, 200);
+    assert_eq!(accepted(&s), base + 1.0, "only the one that sent bytes");
+    std::thread::sleep(Duration::from_millis(500).saturating_sub(t.elapsed()));
+    assert_eq!(
+        accepted(&s),
+        base + 1.0,
+        "the silent one waits in the kernel"
+    );
+    // After about a second without bytes it is accepted, then closed at the header timeout.
+    assert!(wait_until(Duration::from_secs(5), || accepted(&s) == base + 2.0));
+    assert!(silent.closed_within(Duration::from_secs(5)));
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(1900), "{took:?}");
+    // A connection accepted after its defer time is served like any other.
+    let mut late = s.connect();
+    std::thread::sleep(Duration::from_millis(1300));
+    assert_eq!(late.get("/hello.txt").status, 200);
+}
+
+#[test]
+fn defer_accept_zero_accepts_at_once() {
+    let (_d, s) = server(|c| c.listeners[0].defer_accept_secs = 0);
+    let base = accepted(&s);
+    let _silent = s.connect();
+    assert!(
+        wait_until(Duration::from_millis(800), || accepted(&s) == base + 1.0),
+        "accepted {}",
+        accepted(&s) - base
+    );
+}
+
+#[test]
+fn requests_sent_before_they_are_accepted_are_all_answered_in_full() {
+    let (d, s) = server(|_| {});
+    let want = std::fs::read(d.path().join("blob")).unwrap();
+    // Each sends a request and closes nothing: the server meets them all at once, one with a
+    // body larger than the socket buffer (it has to wait for the reader), one small.
+    let mut conns: Vec<_> = (0..200)
+        .map(|i| {
+            let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+            let path = if i % 2 == 0 { "/blob" } else { "/hello.txt" };
+            c.write_all(format!("GET {path} HTTP/1.0\r\nHost: t\r\n\r\n").as_bytes())
+                .unwrap();
+            c
+        })
+        .collect();
+    for (i, c) in conns.iter_mut().enumerate() {
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut raw = Vec::new();
+        c.read_to_end(&mut raw).unwrap();
+        let end = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a head")
+            + 4;
+        assert!(raw.starts_with(b"HTTP/1.1 200"), "connection {i}");
+        let body = &raw[end..];
+        if i % 2 == 0 {
+            assert!(
+                body == want.as_slice(),
+                "connection {i}: {} bytes",
+                body.len()
+            );
+        } else {
+            assert_eq!(body, b"hello world\n", "connection {i}");
+        }
+    }
+    assert!(wait_until(Duration::from_secs(5), || {
+        s.metrics().get("contentserver_connections_active", &[]) == 0.0
+    }));
+}
