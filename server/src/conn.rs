@@ -1,7 +1,8 @@
 //! One client connection: read request heads (with the header-read and keep-alive timeouts and
 //! the drain signal), answer them in order (keep-alive and pipelining), count and log each
 //! response, close on errors. It must not do file I/O itself nor decide responses (that is
-//! [`crate::serve`]).
+//! [`crate::serve`]). A new connection's first steps run in the accept loop's turn ([`start`]);
+//! it becomes a task only when it has to wait.
 //!
 //! Memory: a connection waiting for a request holds only its socket, the bytes received and not
 //! yet consumed (none between requests, part of a head otherwise, in a vector sized to them) and
