@@ -303,7 +303,15 @@ fn an_https_origin_with_a_test_ca_and_host_sni_overrides() {
     assert_eq!(get(&n2, "/tls.bin", "").status, 502);
     assert_eq!(o.requests("/tls.bin"), before);
     assert_eq!(cache_files(&n2.cache).1, 0);
-    assert!(n2.srv.logs().contains("TLS handshake"), "{}", n2.srv.logs());
+    // The log line may reach the captured stderr just after the 502 did.
+    assert!(
+        common::wait_until(Duration::from_secs(5), || n2
+            .srv
+            .logs()
+            .contains("TLS handshake")),
+        "{}",
+        n2.srv.logs()
+    );
 }
 
 #[test]
