@@ -3,9 +3,11 @@
 //!
 //! Strategies, each sending a resident file over a loopback TCP connection to a reader thread:
 //! - `copy`: `cachestat` of the chunk's range, `preadv2(RWF_NOWAIT)` into a reusable buffer,
-//!   then `write` from the loop thread (`offload = auto` without cachestat, minus the cachestat).
+//!   then `write` from the loop thread (`offload = auto`'s earlier hit path; today it copies this
+//!   way only while its inline sendfile is paused).
 //! - `sendfile-inline`: `cachestat` of the chunk's range (all pages resident?), then `sendfile`
-//!   on the loop thread (what `offload = auto` does).
+//!   on the loop thread (today's `offload = auto` proves the range resident with `mincore`
+//!   instead, `fs/mincore.rs`: cachestat also counts pages readahead inserted and not yet read).
 //! - `sendfile-pool`: the loop hands each chunk to a pool thread (channel round trip), which runs
 //!   `sendfile`; this is what `offload = always` does.
 //!
@@ -97,7 +99,7 @@ fn run(strategy: Strategy, f: &File, file_len: u64, chunk: usize, rounds: u64) -
             let len = chunk.min((file_len - off) as usize);
             match strategy {
                 Strategy::Copy => {
-                    // As offload=auto does it: cachestat, then the RWF_NOWAIT read, then write.
+                    // As offload=auto copies: residency check, then the RWF_NOWAIT read, then write.
                     assert!(
                         all_resident(f.as_fd(), off, len as u64).unwrap(),
                         "not resident"
