@@ -196,21 +196,13 @@ impl Volume {
         }
         let whole = self.read_whole;
         match self.offload {
-            Offload::Never => {
-                if whole {
-                    read_whole(file, offset, len);
-                }
-                sendfile_chunk(sock, file, offset, len)
-            }
+            Offload::Never => send_from_disk(sock, file, offset, len, whole),
             Offload::Always | Offload::Auto => {
                 let (s, f) = (sock.clone(), file.clone());
                 // The response was admitted before its head went out: never rejected.
                 self.pool
                     .run_continuation(PoolOp::Sendfile, move || {
-                        if whole {
-                            read_whole(&f, offset, len);
-                        }
-                        sendfile_chunk(&s, &f, offset, len)
+                        send_from_disk(&s, &f, offset, len, whole)
                     })
                     .await
                     .unwrap_or_else(|e| Err(io::Error::other(e)))
@@ -277,6 +269,21 @@ fn pool_error(e: PoolError) -> OpenError {
         PoolError::Overflow(_) => OpenError::Overflow,
         PoolError::Lost(e) => OpenError::Io(io::Error::other(e)),
     }
+}
+
+/// The blocking send of one chunk: sendfile, after reading the whole chunk as one request when
+/// `whole` (cache volumes, see `Volume::read_whole`). Runs where the offload mode says.
+fn send_from_disk(
+    sock: &TcpStream,
+    file: &OwnedFd,
+    offset: u64,
+    len: usize,
+    whole: bool,
+) -> io::Result<usize> {
+    if whole {
+        read_whole(file, offset, len);
+    }
+    sendfile_chunk(sock, file, offset, len)
 }
 
 #[cfg(test)]
