@@ -546,6 +546,20 @@ mod tests {
         (root, m, hot)
     }
 
+    /// An `auto` volume whose directory (on the test binary's disk) holds `name`: `len` bytes
+    /// of a pattern repeating every `period`, also returned.
+    fn auto_with_file(
+        name: &str,
+        len: usize,
+        period: usize,
+    ) -> (tempfile::TempDir, Vec<u8>, OwnedFd, Metrics, HotPath) {
+        let dir = disk_tempdir();
+        let data: Vec<u8> = (0..len).map(|i| (i % period) as u8).collect();
+        std::fs::write(dir.path().join(name), &data).unwrap();
+        let (root, m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
+        (dir, data, root, m, hot)
+    }
+
     /// A connected loopback pair: the client and the non-blocking server side.
     fn socket_pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -616,11 +630,8 @@ mod tests {
 
     #[test]
     fn send_inline_sends_resident_bytes_and_misses_evicted_ones() {
-        let dir = disk_tempdir();
+        let (dir, data, _root, m, hot) = auto_with_file("big", 600 * 1024, 241);
         let path = dir.path().join("big");
-        let data: Vec<u8> = (0..600 * 1024).map(|i| (i % 241) as u8).collect();
-        std::fs::write(&path, &data).unwrap();
-        let (_root, m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
         assert!(hot.reads_inline());
         let (client, server) = socket_pair();
         let f = Arc::new(OwnedFd::from(std::fs::File::open(&path).unwrap()));
@@ -660,11 +671,8 @@ mod tests {
 
     #[test]
     fn only_the_filled_prefix_of_a_chunk_is_sent_inline() {
-        let dir = disk_tempdir();
+        let (dir, data, _root, m, hot) = auto_with_file("part", 1024 * 1024, 233);
         let path = dir.path().join("part");
-        let data: Vec<u8> = (0..1024 * 1024).map(|i| (i % 233) as u8).collect();
-        std::fs::write(&path, &data).unwrap();
-        let (_root, m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
         let file = std::fs::File::open(&path).unwrap();
         // Only 0..192 KiB back in memory (readahead off for this reader).
         evict(&file);
@@ -706,10 +714,7 @@ mod tests {
 
     #[test]
     fn a_slow_inline_sendfile_pauses_it_and_resident_bytes_are_copied_meanwhile() {
-        let dir = disk_tempdir();
-        let data: Vec<u8> = (0..64 * 1024).map(|i| (i % 227) as u8).collect();
-        std::fs::write(dir.path().join("f"), &data).unwrap();
-        let (_root, m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
+        let (dir, data, _root, m, hot) = auto_with_file("f", 64 * 1024, 227);
         assert!(!hot.sendfile_paused());
         hot.pause_sendfile(SLOW_SENDFILE * 2, Instant::now());
         assert!(hot.sendfile_paused());
@@ -732,11 +737,8 @@ mod tests {
 
     #[test]
     fn without_mincore_or_cachestat_resident_bytes_are_copied_and_missing_ones_miss() {
-        let dir = disk_tempdir();
-        let data: Vec<u8> = (0..300 * 1024).map(|i| (i % 239) as u8).collect();
-        std::fs::write(dir.path().join("hot"), &data).unwrap();
+        let (dir, data, _root, m, hot) = auto_with_file("hot", 300 * 1024, 239);
         std::fs::write(dir.path().join("cold"), &data).unwrap();
-        let (_root, m, hot) = start(dir.path(), Offload::Auto, cfg(16, 60_000));
         let support = hot.support().unwrap();
         // As on a filesystem that cannot mmap, and a kernel that refuses cachestat to non-owners.
         support.mincore_failed(&io::Error::from_raw_os_error(libc::ENODEV));
