@@ -37,6 +37,53 @@ pub(crate) mod test_support {
         (dir, f)
     }
 
+    /// Set `path`'s access time an hour before its modification time, so that the next read
+    /// that updates access times changes it (relatime and strictatime both do then).
+    pub(crate) fn age_atime(path: &std::path::Path) {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).unwrap();
+        let old = rustix::fs::Timestamps {
+            last_access: rustix::fs::Timespec {
+                tv_sec: m.mtime() - 3600,
+                tv_nsec: 0,
+            },
+            last_modification: rustix::fs::Timespec {
+                tv_sec: m.mtime(),
+                tv_nsec: m.mtime_nsec(),
+            },
+        };
+        rustix::fs::utimensat(rustix::fs::CWD, path, &old, rustix::fs::AtFlags::empty()).unwrap();
+    }
+
+    /// `path`'s access time (seconds, nanoseconds).
+    pub(crate) fn atime(path: &std::path::Path) -> (i64, i64) {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).unwrap();
+        (m.atime(), m.atime_nsec())
+    }
+
+    /// Precondition of the O_NOATIME tests: on this filesystem a plain read of an aged file
+    /// changes its access time (it does not on a `noatime` mount, where such a test could not
+    /// fail: it fails here instead, saying why). Leaves the access time aged again.
+    pub(crate) fn assert_plain_read_updates_atime(path: &std::path::Path) {
+        use std::io::Read;
+        age_atime(path);
+        let before = atime(path);
+        let mut b = [0u8; 1];
+        std::fs::File::open(path)
+            .unwrap()
+            .read_exact(&mut b)
+            .unwrap();
+        assert_ne!(
+            atime(path),
+            before,
+            "a plain read did not update the access time of {} (noatime mount?): the O_NOATIME \
+             tests need a filesystem mounted relatime or strictatime",
+            path.display()
+        );
+        age_atime(path);
+    }
+
     /// An O_PATH descriptor of a directory, as a volume's root.
     pub(crate) fn root_fd(path: &std::path::Path) -> OwnedFd {
         rustix::fs::open(

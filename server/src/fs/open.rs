@@ -14,6 +14,7 @@ use rustix::io::Errno;
 use std::ffi::OsStr;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// An open regular file and the stat data the response needs.
@@ -83,13 +84,31 @@ pub fn open_beneath(
     resolve: ResolveFlags,
 ) -> Result<OwnedFd, Errno> {
     let path = OsStr::from_bytes(if rel.is_empty() { b"." } else { rel });
+    let noatime = !NOATIME_REFUSED.load(Ordering::Relaxed);
+    let flags = if noatime {
+        OPEN_FLAGS | OFlags::NOATIME
+    } else {
+        OPEN_FLAGS
+    };
     loop {
-        match rustix::fs::openat2(root, path, OPEN_FLAGS, Mode::empty(), resolve) {
+        match rustix::fs::openat2(root, path, flags, Mode::empty(), resolve) {
             Err(Errno::INTR) => continue,
+            Err(Errno::PERM) if noatime => {
+                NOATIME_REFUSED.store(true, Ordering::Relaxed);
+                return open_beneath(root, rel, resolve);
+            }
             r => return r,
         }
     }
 }
+
+/// Files are opened O_NOATIME while the kernel allows it (the server owns them or has
+/// CAP_FOWNER): a read that updates the access time dirties the inode, and on ext4 that takes a
+/// journal handle and may read the inode's table block from the disk, from the event loop in
+/// `offload = auto` (relatime does it on the first read after each change and once a day). The
+/// first file that refuses the flag (EPERM: someone else's file) turns it off for the process:
+/// retrying every open would double the lookups of a volume owned by another user.
+static NOATIME_REFUSED: AtomicBool = AtomicBool::new(false);
 
 fn regular(fd: OwnedFd, st: &rustix::fs::Stat) -> OpenedFile {
     OpenedFile {
@@ -192,6 +211,26 @@ mod tests {
             Err(Errno::AGAIN) => Ok(Nowait::WouldBlock),
             Err(e) => Err(e.into()),
         }
+    }
+
+    #[test]
+    fn reading_an_opened_file_leaves_its_access_time() {
+        let dir = disk_tempdir();
+        let path = dir.path().join("a.bin");
+        std::fs::write(&path, b"some bytes").unwrap();
+        crate::fs::test_support::assert_plain_read_updates_atime(&path);
+        let before = crate::fs::test_support::atime(&path);
+        let root = root_fd(dir.path());
+        let fd = open_beneath(root.as_fd(), b"a.bin", BENEATH).unwrap();
+        let mut b = [0u8; 4];
+        assert_eq!(rustix::io::pread(&fd, &mut b, 0).unwrap(), 4);
+        let mut off = 0u64;
+        let out = File::create(dir.path().join("out")).unwrap();
+        assert_eq!(
+            rustix::fs::sendfile(&out, &fd, Some(&mut off), 10).unwrap(),
+            10
+        );
+        assert_eq!(crate::fs::test_support::atime(&path), before);
     }
 
     #[test]
