@@ -14,6 +14,8 @@ apt_install() { # apt_install PACKAGE... (only when missing)
 
 # curl: tests and scripts fetch from the server over HTTP.
 command -v curl >/dev/null || apt_install curl
+# ss (iproute2): server/tests/accept.rs reads the server socket's unsent bytes.
+command -v ss >/dev/null || apt_install iproute2
 # nginx: a real origin for the caching node's tests (server/tests/cache_origin.rs).
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || apt_install nginx-light
 # promtool + prometheus: metrics exposition check, alert rule unit tests, dashboard e2e.

@@ -9,7 +9,7 @@
 //! (counted across all workers) a new connection is closed at once, counted in
 //! `connections_refused_total` and logged (at most once per second). It must not parse HTTP.
 
-use crate::config::Config;
+use crate::config::{Config, Listener};
 use crate::conn;
 use crate::shared::Shared;
 use crate::socket::Socket;
@@ -23,14 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::io::unix::AsyncFd;
 
-/// Bind one non-blocking SO_REUSEPORT listening socket with `backlog`, and TCP_DEFER_ACCEPT of
-/// `defer_accept_secs` when not 0 (best effort: a kernel that refuses it is logged and the
-/// listener accepts at once).
-pub fn bind(
-    addr: SocketAddr,
-    backlog: u32,
-    defer_accept_secs: u32,
-) -> std::io::Result<TcpListener> {
+/// Bind one non-blocking SO_REUSEPORT listening socket with `l.backlog`, TCP_DEFER_ACCEPT of
+/// `l.defer_accept_secs` and TCP_NOTSENT_LOWAT of `l.notsent_lowat_bytes` when not 0 (both best
+/// effort: a kernel that refuses one is logged and the listener works without it).
+pub fn bind(addr: SocketAddr, l: &Listener) -> std::io::Result<TcpListener> {
     let family = if addr.is_ipv4() {
         AddressFamily::INET
     } else {
@@ -48,23 +44,30 @@ pub fn bind(
         rustix::net::sockopt::set_ipv6_v6only(&fd, true)?;
     }
     rustix::net::bind(&fd, &addr)?;
-    rustix::net::listen(&fd, backlog.min(i32::MAX as u32) as i32)?;
-    if defer_accept_secs > 0 {
-        if let Err(e) = set_defer_accept(&fd, defer_accept_secs) {
+    // Set before listen(2): every connection accepted from it inherits the option.
+    if l.notsent_lowat_bytes > 0 {
+        if let Err(e) = set_tcp_int(&fd, libc::TCP_NOTSENT_LOWAT, l.notsent_lowat_bytes) {
+            tracing::warn!(addr = %addr, error = %e, "cannot set TCP_NOTSENT_LOWAT; sending without it");
+        }
+    }
+    rustix::net::listen(&fd, l.backlog.min(i32::MAX as u32) as i32)?;
+    if l.defer_accept_secs > 0 {
+        if let Err(e) = set_tcp_int(&fd, libc::TCP_DEFER_ACCEPT, l.defer_accept_secs) {
             tracing::warn!(addr = %addr, error = %e, "cannot set TCP_DEFER_ACCEPT; accepting at once");
         }
     }
     Ok(TcpListener::from(fd))
 }
 
-fn set_defer_accept(fd: &OwnedFd, secs: u32) -> std::io::Result<()> {
-    let v = libc::c_int::try_from(secs).unwrap_or(libc::c_int::MAX);
+/// One IPPROTO_TCP integer option.
+fn set_tcp_int(fd: &OwnedFd, opt: libc::c_int, value: u32) -> std::io::Result<()> {
+    let v = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
     // SAFETY: setsockopt reads one c_int from the pointer it is given, on a socket we own.
     let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
+            opt,
             (&v as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -87,7 +90,7 @@ pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Vec<Vec<TcpListe
             .with_context(|| format!("listeners[{i}].address {:?}", l.address))?;
         let mut addr = SocketAddr::new(ip, l.port);
         for (w, slot) in out.iter_mut().enumerate() {
-            let sock = bind(addr, l.backlog, l.defer_accept_secs)
+            let sock = bind(addr, l)
                 .with_context(|| format!("cannot listen on {addr} (listeners[{i}], worker {w})"))?;
             if w == 0 {
                 addr = sock
@@ -95,7 +98,8 @@ pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Vec<Vec<TcpListe
                     .context("local_addr of a bound listener")?;
                 tracing::info!(
                     addr = %addr, workers, backlog = l.backlog,
-                    defer_accept_secs = l.defer_accept_secs, "listening"
+                    defer_accept_secs = l.defer_accept_secs,
+                    notsent_lowat_bytes = l.notsent_lowat_bytes, "listening"
                 );
             }
             slot.push(sock);

@@ -79,6 +79,9 @@ pub struct ServeArgs {
     /// TCP_DEFER_ACCEPT seconds of every listener (0 = accept at once; default 1).
     #[arg(long, value_name = "SECS")]
     pub defer_accept_secs: Option<u32>,
+    /// TCP_NOTSENT_LOWAT bytes of every listener (0 = the kernel's default; default 2 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub notsent_lowat_bytes: Option<u32>,
     /// limits.max_connections: open client connections over all workers.
     #[arg(long)]
     pub max_connections: Option<usize>,
@@ -169,6 +172,11 @@ impl ServeArgs {
         if let Some(d) = self.defer_accept_secs {
             for l in &mut cfg.listeners {
                 l.defer_accept_secs = d;
+            }
+        }
+        if let Some(n) = self.notsent_lowat_bytes {
+            for l in &mut cfg.listeners {
+                l.notsent_lowat_bytes = n;
             }
         }
         if let Some(m) = self.max_connections {

@@ -2,7 +2,9 @@
 //! default) keeps a connection in the kernel until its first bytes arrive (then it is accepted
 //! and answered at once), or about that many seconds, after which it is accepted and gets the
 //! header timeout; 0 accepts at once. And many connections whose requests were sent before the
-//! server got to them (answered in the accept loop's turn) are all answered in full.
+//! server got to them (answered in the accept loop's turn) are all answered in full. And
+//! TCP_NOTSENT_LOWAT (`listeners[*].notsent_lowat_bytes`), set on the listener, bounds what every
+//! accepted connection queues unsent, as `ss` sees the server's socket.
 
 mod common;
 
@@ -105,4 +107,66 @@ fn requests_sent_before_they_are_accepted_are_all_answered_in_full() {
     assert!(wait_until(Duration::from_secs(5), || {
         s.metrics().get("contentserver_connections_active", &[]) == 0.0
     }));
+}
+
+/// Bytes the server's socket of the one connection to `port` holds unsent, as `ss -tni` reports
+/// them (0 when it prints none), once it stops growing.
+fn notsent_of_server_socket(port: u16) -> u64 {
+    let read = || {
+        let out = std::process::Command::new("ss")
+            .args([
+                "-tniH",
+                "state",
+                "established",
+                &format!("( sport = :{port} )"),
+            ])
+            .output()
+            .expect("ss (iproute2) runs");
+        assert!(out.status.success(), "ss failed: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(text.contains("bytes_sent"), "no server socket in: {text}");
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix("notsent:"))
+            .map_or(0, |n| n.parse::<u64>().expect("a number"))
+    };
+    let mut last = read();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = read();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    last
+}
+
+#[test]
+fn notsent_lowat_bounds_what_a_connection_queues_unsent() {
+    let d = tempdir();
+    std::fs::write(d.path().join("big"), bytes(48 << 20, 7)).unwrap();
+    let mut queued = Vec::new();
+    for lowat in [None, Some(65536), Some(0)] {
+        let mut cfg = one_volume(1, volume("site", d.path()));
+        if let Some(l) = lowat {
+            cfg.listeners[0].notsent_lowat_bytes = l;
+        } else {
+            assert_eq!(cfg.listeners[0].notsent_lowat_bytes, 2 << 20, "the default");
+        }
+        let s = Server::start(&cfg);
+        // A client that asks for 48 MiB and reads nothing.
+        let mut c = s.connect();
+        c.send_get("/big");
+        queued.push((lowat, notsent_of_server_socket(s.addr.port())));
+    }
+    let [(_, default), (_, small), (_, off)] = queued[..] else {
+        unreachable!()
+    };
+    assert!(small <= 65536 + (256 << 10), "{queued:?}");
+    assert!(
+        default > 1 << 20 && default <= (2 << 20) + (256 << 10),
+        "{queued:?}"
+    );
+    // Without the option the kernel queues up to the send buffer (4 MiB by default).
+    assert!(off > default + (512 << 10), "{queued:?}");
 }

@@ -71,6 +71,7 @@ workers = 5000
 address = "localhost"
 backlog = 0
 defer_accept_secs = 100000
+notsent_lowat_bytes = 100
 [limits]
 sendfile_max_chunk = 10
 [admin]
@@ -102,6 +103,7 @@ split = [{ volume = "disk2", percent = 60.0 }, { volume = "disk2", percent = 50.
         "listeners[0].address",
         "listeners[0].backlog",
         "listeners[0].defer_accept_secs",
+        "listeners[0].notsent_lowat_bytes",
         "limits.sendfile_max_chunk",
         "admin.listen",
         "volumes[0].name",

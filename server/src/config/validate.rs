@@ -41,6 +41,12 @@ impl Config {
                     "must be at most 3600",
                 );
             }
+            if l.notsent_lowat_bytes != 0 && !(16384..=1 << 30).contains(&l.notsent_lowat_bytes) {
+                e.push(
+                    format!("listeners[{i}].notsent_lowat_bytes"),
+                    "must be 0 (the kernel's default) or between 16384 and 1073741824",
+                );
+            }
             if !seen_sockets.insert((l.address.clone(), l.port)) {
                 e.push(
                     format!("listeners[{i}]"),
