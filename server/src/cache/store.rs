@@ -10,6 +10,7 @@
 
 use super::entry::{self, EntryError, EntryMeta};
 use super::key::EntryId;
+use crate::fs::open::NoAtime;
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use std::io;
@@ -26,20 +27,16 @@ const READ_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::NOFOLLOW)
     .union(OFlags::NOCTTY);
 
-/// Every descriptor of an entry is opened O_NOATIME: an entry's bodies are sent from the event
-/// loop (`offload = auto`), and a read that updates the access time dirties the inode, which on
-/// ext4 takes a journal handle and may read the inode's table block back from a disk busy with
-/// cold reads (measured: one inline sendfile of resident pages took 579 ms, with relatime the
-/// first read after each write updates it). The cache needs no access times (its index keeps
-/// recency). Entries are the server's own files, so the flag is allowed; one left by another
-/// user (EPERM) is opened without it.
-const NOATIME: OFlags = OFlags::NOATIME;
-
 /// One cache directory.
 pub struct Store {
     path: PathBuf,
     root: OwnedFd,
     seq: AtomicU64,
+    /// Entries are opened O_NOATIME ([`NoAtime`]): their bodies are sent from the event loop,
+    /// and with relatime the first read after each write of a filling entry would update the
+    /// access time. The cache needs none (its index keeps recency); entries are the server's own
+    /// files, so the flag is allowed unless they were left by another user.
+    noatime: NoAtime,
 }
 
 fn io_err(e: Errno) -> io::Error {
@@ -62,6 +59,7 @@ impl Store {
             path: path.to_path_buf(),
             root,
             seq: AtomicU64::new(0),
+            noatime: NoAtime::new(),
         };
         let removed = store.clean_temp()?;
         Ok((store, removed))
@@ -114,20 +112,12 @@ impl Store {
         Ok((fd, meta))
     }
 
-    /// Open entry `id` for reading, without access-time updates where allowed ([`NOATIME`]).
+    /// Open entry `id` for reading, without access-time updates where allowed.
     fn open_read(&self, id: EntryId) -> Result<OwnedFd, Errno> {
         let rel = id.rel_path();
-        match rustix::fs::openat(
-            &self.root,
-            rel.as_str(),
-            READ_FLAGS | NOATIME,
-            Mode::empty(),
-        ) {
-            Err(Errno::PERM) => {
-                rustix::fs::openat(&self.root, rel.as_str(), READ_FLAGS, Mode::empty())
-            }
-            r => r,
-        }
+        self.noatime.open(READ_FLAGS, |flags| {
+            rustix::fs::openat(&self.root, rel.as_str(), flags, Mode::empty())
+        })
     }
 
     /// Start writing entry `id`: a new temporary file holding `meta`'s header. The body is then
@@ -136,10 +126,11 @@ impl Store {
         crate::cache::failpoint_write()?;
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let tmp = format!("{TMP_DIR}/{}.{}.{}", id.file_name(), std::process::id(), n);
+        // O_NOATIME: reads of a filling entry are served from it (its creator may always set it).
         let fd = rustix::fs::openat(
             &self.root,
             tmp.as_str(),
-            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | NOATIME,
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOATIME,
             Mode::from_raw_mode(0o644),
         )
         .map_err(io_err)?;

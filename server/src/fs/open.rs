@@ -84,31 +84,59 @@ pub fn open_beneath(
     resolve: ResolveFlags,
 ) -> Result<OwnedFd, Errno> {
     let path = OsStr::from_bytes(if rel.is_empty() { b"." } else { rel });
-    let noatime = !NOATIME_REFUSED.load(Ordering::Relaxed);
-    let flags = if noatime {
-        OPEN_FLAGS | OFlags::NOATIME
-    } else {
-        OPEN_FLAGS
-    };
-    loop {
+    BENEATH_NOATIME.open(OPEN_FLAGS, |flags| loop {
         match rustix::fs::openat2(root, path, flags, Mode::empty(), resolve) {
             Err(Errno::INTR) => continue,
-            Err(Errno::PERM) if noatime => {
-                NOATIME_REFUSED.store(true, Ordering::Relaxed);
-                return open_beneath(root, rel, resolve);
-            }
             r => return r,
+        }
+    })
+}
+
+/// O_NOATIME for every file served while the kernel allows it (the server owns the file or has
+/// CAP_FOWNER): a read that updates the access time dirties the inode, and on ext4 that takes a
+/// journal handle and may read the inode's table block from the disk, from the event loop in
+/// `offload = auto` (relatime does it on the first read after each change and once a day;
+/// measured: one inline sendfile of resident pages took 579 ms). One per set of files of one
+/// owner: the first file that refuses the flag (EPERM: someone else's file) turns it off for the
+/// set, as retrying every open would double the lookups of files owned by another user.
+pub struct NoAtime {
+    refused: AtomicBool,
+}
+
+impl NoAtime {
+    pub const fn new() -> NoAtime {
+        NoAtime {
+            refused: AtomicBool::new(false),
+        }
+    }
+
+    /// `open(flags | O_NOATIME)` while allowed, else (and after an EPERM) `open(flags)`.
+    pub fn open(
+        &self,
+        flags: OFlags,
+        open: impl Fn(OFlags) -> Result<OwnedFd, Errno>,
+    ) -> Result<OwnedFd, Errno> {
+        if self.refused.load(Ordering::Relaxed) {
+            return open(flags);
+        }
+        match open(flags | OFlags::NOATIME) {
+            Err(Errno::PERM) => {
+                self.refused.store(true, Ordering::Relaxed);
+                open(flags)
+            }
+            r => r,
         }
     }
 }
 
-/// Files are opened O_NOATIME while the kernel allows it (the server owns them or has
-/// CAP_FOWNER): a read that updates the access time dirties the inode, and on ext4 that takes a
-/// journal handle and may read the inode's table block from the disk, from the event loop in
-/// `offload = auto` (relatime does it on the first read after each change and once a day). The
-/// first file that refuses the flag (EPERM: someone else's file) turns it off for the process:
-/// retrying every open would double the lookups of a volume owned by another user.
-static NOATIME_REFUSED: AtomicBool = AtomicBool::new(false);
+impl Default for NoAtime {
+    fn default() -> Self {
+        NoAtime::new()
+    }
+}
+
+/// The files beneath volume roots ([`open_beneath`]), one set for the process.
+static BENEATH_NOATIME: NoAtime = NoAtime::new();
 
 fn regular(fd: OwnedFd, st: &rustix::fs::Stat) -> OpenedFile {
     OpenedFile {
