@@ -2,7 +2,7 @@
 # Reproduces the README's benchmark tables: nginx and content-server in ONE invocation of each
 # shared benchmark script (machines are noisy; compare ratios within a run, not across runs).
 #
-# Usage: bench/run.sh [media|small|c10k|cache|all]   (needs root; installs wrk, nginx-light, apache2-utils)
+# Usage: bench/run.sh [media|small|c10k|cache|all]   (needs root; installs wrk, nginx-light, apache2-utils, iproute2)
 # Env: BENCH_DIR [../shared/bench]  OUT [bench/results/<date>.txt]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,7 @@ mkdir -p bench/results
 OUT=${OUT:-bench/results/$(date -u +%Y%m%d-%H%M%S).txt}
 
 need() { command -v "$1" >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2"; }; }
-need wrk wrk; need nginx nginx-light; need ab apache2-utils
+need wrk wrk; need nginx nginx-light; need ab apache2-utils; need ss iproute2
 
 cargo build --release -p content-server
 BIN=$PWD/target/release/content-server
