@@ -10,7 +10,7 @@
 
 use super::entry::{self, EntryError, EntryMeta};
 use super::key::EntryId;
-use crate::fs::open::NoAtime;
+use crate::fs::open::{without_readahead, NoAtime};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use std::io;
@@ -112,12 +112,15 @@ impl Store {
         Ok((fd, meta))
     }
 
-    /// Open entry `id` for reading, without access-time updates where allowed.
+    /// Open entry `id` for reading, without access-time updates where allowed and without
+    /// readahead (so its header read marks no body page: see [`without_readahead`]).
     fn open_read(&self, id: EntryId) -> Result<OwnedFd, Errno> {
         let rel = id.rel_path();
-        self.noatime.open(READ_FLAGS, |flags| {
+        let fd = self.noatime.open(READ_FLAGS, |flags| {
             rustix::fs::openat(&self.root, rel.as_str(), flags, Mode::empty())
-        })
+        })?;
+        without_readahead(fd.as_fd());
+        Ok(fd)
     }
 
     /// Start writing entry `id`: a new temporary file holding `meta`'s header. The body is then
@@ -134,6 +137,8 @@ impl Store {
             Mode::from_raw_mode(0o644),
         )
         .map_err(io_err)?;
+        // Its bytes are served while it fills, and read back if evicted meanwhile.
+        without_readahead(fd.as_fd());
         let header = meta.encode();
         let t = TempEntry {
             store: self.clone(),

@@ -22,10 +22,12 @@ pub fn sendfile_chunk(
 }
 
 /// Ask the kernel to read `len` bytes of `file` from `offset` now (posix_fadvise WILLNEED), as
-/// one request: the kernel's own readahead of a cold file starts small and doubles (16 KiB, 64,
-/// 256...), so a 1 MiB file costs four or five reads where this costs one; on a disk limited in
-/// operations per second that is the difference. Resident pages are skipped (no I/O); best
-/// effort (an error only loses the hint). May block (block mapping, request allocation).
+/// one request that marks no page for readahead. Served files have readahead off
+/// ([`crate::fs::open::without_readahead`]), so without this a sendfile would read a cold chunk
+/// one pipe's worth (64 KiB) at a time; and the kernel's own readahead starts small and doubles
+/// (16 KiB, 64, 256...), so a 1 MiB chunk cost four or five reads where this costs one: on a disk
+/// limited in operations per second that is the difference. Resident pages are skipped (no I/O);
+/// best effort (an error only loses the hint). May block (block mapping, request allocation).
 pub fn read_whole(file: &OwnedFd, offset: u64, len: usize) {
     let _ = rustix::fs::fadvise(
         file.as_fd(),

@@ -58,7 +58,7 @@ const SENDFILE_PAUSE: Duration = Duration::from_secs(10);
 
 /// Blocks this thread has submitted for reading so far (`getrusage(RUSAGE_THREAD)`'s
 /// `ru_inblock`, counted when a read is submitted to the disk; 0 if it cannot be asked).
-fn blocks_read() -> i64 {
+pub(super) fn blocks_read() -> i64 {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: getrusage writes one rusage into the zeroed buffer it is given.
     if unsafe { libc::getrusage(libc::RUSAGE_THREAD, ru.as_mut_ptr()) } != 0 {

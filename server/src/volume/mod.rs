@@ -50,10 +50,6 @@ pub struct Volume {
     index: Arc<[String]>,
     /// Largest sendfile chunk (`limits.sendfile_max_chunk`).
     max_chunk: usize,
-    /// Read a chunk that is not in memory as one request before sending it (cache volumes:
-    /// their files are slices, each sent whole, and small enough that the kernel's readahead
-    /// would never grow to their size).
-    read_whole: bool,
     /// Open-file cache and, for `offload = auto`, the page-cache-only fast path.
     hot: HotPath,
 }
@@ -109,7 +105,6 @@ impl Volume {
             pool,
             index: cfg.http.index.clone().into(),
             max_chunk: cfg.limits.sendfile_max_chunk,
-            read_whole: v.cache.is_some(),
         })
     }
 
@@ -194,15 +189,14 @@ impl Volume {
                 Err(e) => return Err(e),
             }
         }
-        let whole = self.read_whole;
         match self.offload {
-            Offload::Never => send_from_disk(sock, file, offset, len, whole),
+            Offload::Never => send_from_disk(sock, file, offset, len),
             Offload::Always | Offload::Auto => {
                 let (s, f) = (sock.clone(), file.clone());
                 // The response was admitted before its head went out: never rejected.
                 self.pool
                     .run_continuation(PoolOp::Sendfile, move || {
-                        send_from_disk(&s, &f, offset, len, whole)
+                        send_from_disk(&s, &f, offset, len)
                     })
                     .await
                     .unwrap_or_else(|e| Err(io::Error::other(e)))
@@ -271,18 +265,12 @@ fn pool_error(e: PoolError) -> OpenError {
     }
 }
 
-/// The blocking send of one chunk: sendfile, after reading the whole chunk as one request when
-/// `whole` (cache volumes, see `Volume::read_whole`). Runs where the offload mode says.
-fn send_from_disk(
-    sock: &TcpStream,
-    file: &OwnedFd,
-    offset: u64,
-    len: usize,
-    whole: bool,
-) -> io::Result<usize> {
-    if whole {
-        read_whole(file, offset, len);
-    }
+/// The blocking send of one chunk: read the whole chunk as one request, then sendfile it. Served
+/// files have no readahead ([`crate::fs::open::without_readahead`]: it would mark pages whose
+/// later inline send starts disk reads from the event loop), so this read is the only one, sized
+/// to the chunk; resident pages are skipped. Runs where the offload mode says.
+fn send_from_disk(sock: &TcpStream, file: &OwnedFd, offset: u64, len: usize) -> io::Result<usize> {
+    read_whole(file, offset, len);
     sendfile_chunk(sock, file, offset, len)
 }
 
@@ -290,16 +278,24 @@ fn send_from_disk(
 mod tests {
     use super::*;
     use crate::fs::test_support::disk_tempdir;
+    use crate::metrics::CacheOp;
     use std::path::Path;
     use std::thread::{self, ThreadId};
 
     /// A started volume "v" over `dir` with one pool thread and no queue.
     fn volume(dir: &Path, offload: Offload) -> Arc<Volume> {
+        volume_and_metrics(dir, offload).0
+    }
+
+    fn volume_and_metrics(dir: &Path, offload: Offload) -> (Arc<Volume>, Metrics) {
         let mut cfg = config::Config::for_root(dir);
         let v = &mut cfg.volumes[0];
         (v.name, v.offload, v.pool.threads, v.pool.max_queue) = ("v".into(), offload, 1, 0);
         let m = Metrics::new(&["v"], 1);
-        Arc::new(Volume::start(&cfg.volumes[0], &cfg, &m).unwrap())
+        (
+            Arc::new(Volume::start(&cfg.volumes[0], &cfg, &m).unwrap()),
+            m,
+        )
     }
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -382,5 +378,61 @@ mod tests {
             // Room again.
             assert!(v.run_blocking(PoolOp::Open, |_| ()).await.is_ok());
         });
+    }
+
+    #[test]
+    fn the_loop_reads_nothing_from_the_disk_after_the_pool_read_a_chunk() {
+        // Readahead marks one page of each window it reads, and reading a marked page starts the
+        // next window's reads even when every page sent is in memory. A pool read must mark
+        // nothing, so the event loop's inline sendfile of the bytes it brought in submits no
+        // read. This thread plays the event loop; getrusage counts the reads it submitted.
+        let dir = disk_tempdir();
+        let data: Vec<u8> = (0..4usize << 20).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("big"), &data).unwrap();
+        let (v, m) = volume_and_metrics(dir.path(), Offload::Auto);
+        let file = block_on(v.open(b"big")).unwrap().file.fd;
+        crate::fs::test_support::evict(&std::fs::File::open(dir.path().join("big")).unwrap());
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        // A small send buffer: the pool's sendfile of a chunk stops short, and the rest of the
+        // chunk, read in by the pool, goes out from this thread.
+        rustix::net::sockopt::set_socket_send_buffer_size(&server, 64 * 1024).unwrap();
+        server.set_nonblocking(true).unwrap();
+        let server = Arc::new(server);
+        let reader = thread::spawn(move || {
+            let mut got = Vec::new();
+            std::io::Read::read_to_end(&mut &client, &mut got).unwrap();
+            got
+        });
+        let before = hot::blocks_read();
+        let mut sent = 0usize;
+        block_on(async {
+            while sent < data.len() {
+                let chunk = (data.len() - sent).min(v.max_chunk);
+                match v.send_chunk(&server, &file, sent as u64, chunk).await {
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        tokio::time::sleep(std::time::Duration::from_millis(1)).await
+                    }
+                    Err(e) => panic!("send failed at {sent}: {e}"),
+                }
+            }
+        });
+        let read_here = hot::blocks_read() - before;
+        server.shutdown(std::net::Shutdown::Write).unwrap();
+        assert!(reader.join().unwrap() == data, "the body arrived changed");
+        let inline = m
+            .page_cache_hits_total
+            .with_label_values(&["v", CacheOp::Read.as_str()])
+            .get();
+        assert!(
+            inline > 0,
+            "no chunk was sent from memory: the test proves nothing"
+        );
+        assert_eq!(
+            read_here, 0,
+            "the event loop submitted reads of {read_here} blocks"
+        );
     }
 }
