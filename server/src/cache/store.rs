@@ -484,6 +484,28 @@ mod tests {
     }
 
     #[test]
+    fn opening_an_evicted_entry_reads_its_header_and_nothing_more() {
+        // A readahead window from the header read would bring in (and mark) the first body
+        // pages, and an inline sendfile of them would then start reads from the event loop.
+        let dir = crate::fs::test_support::disk_tempdir();
+        let (s, _) = Store::open(&dir.path().join("cache")).unwrap();
+        let s = Arc::new(s);
+        let body: Vec<u8> = (0..256 * 1024).map(|i| (i % 253) as u8).collect();
+        let id = put(&s, b"/big.mp4", 0, &body);
+        let file = std::fs::File::open(s.path().join(id.rel_path())).unwrap();
+        crate::fs::test_support::evict(&file);
+        let (fd, meta) = s.open_entry(id, b"/big.mp4").unwrap();
+        let len = meta.file_len() as usize;
+        let header_pages = meta.body_offset() as usize / 4096;
+        assert_eq!(
+            crate::fs::test_support::resident_pages(&file, len),
+            header_pages,
+            "the header read brought in body pages"
+        );
+        assert_eq!(body_of(&fd, &meta), body);
+    }
+
+    #[test]
     fn write_rename_read() {
         let (_d, s) = store();
         let id = put(&s, b"/a.mp4", 2, b"hello world");

@@ -94,6 +94,26 @@ pub(crate) mod test_support {
         .unwrap()
     }
 
+    /// Evict `f`, then `read` it, up to five times until `missed` says the read found nothing:
+    /// an RWF_NOWAIT read that misses starts readahead, which a fast disk can complete before
+    /// the read returns, so one attempt may get the bytes back. Returns the last result.
+    pub(crate) fn read_evicted<T>(
+        f: &std::fs::File,
+        mut read: impl FnMut() -> T,
+        missed: impl Fn(&T) -> bool,
+    ) -> T {
+        let mut r = None;
+        for _ in 0..5 {
+            evict(f);
+            let got = read();
+            if missed(&got) {
+                return got;
+            }
+            r = Some(got);
+        }
+        r.expect("five attempts")
+    }
+
     /// Drop a file's pages from the page cache (written back first). DONTNEED skips pages the
     /// kernel still holds in per-CPU LRU batches or that are under writeback, which happens on a
     /// loaded machine, so this asks again until mincore(2) sees no resident page (up to 3 s).

@@ -1,5 +1,5 @@
-//! Keep the server's own code in memory: `mlock(2)` of the file-backed mappings of the process
-//! (the executable's and shared libraries' code and read-only data, about 10 MiB), so that an
+//! Keep the server's own code in memory: `mlock(2)` of the private read-only file mappings of the
+//! process (the executable's and shared libraries' code and read-only data, about 10 MiB), so that an
 //! event loop never waits for the disk to page its own instructions back in. Without it, on a
 //! node whose page cache is flooded by cold reads (seedbench: a 256 MiB memory budget, a
 //! throttled disk), the kernel evicts the binary's text like any file page and the loops stall
@@ -15,7 +15,7 @@ use std::io;
 /// Bytes locked per mlock call.
 const STEP: usize = 1 << 20;
 
-/// Lock every file-backed mapping listed in `/proc/self/maps` now: executable ones first, then
+/// Lock every private read-only file mapping listed in `/proc/self/maps` now: executable ones first, then
 /// the read-only ones. Returns the bytes locked and the first error met (the rest is skipped).
 pub fn pin_own_mappings() -> (usize, Option<io::Error>) {
     let maps = match std::fs::read_to_string("/proc/self/maps") {
@@ -43,13 +43,16 @@ pub fn pin_own_mappings() -> (usize, Option<io::Error>) {
 }
 
 /// `(executable, start, end)` of a line of `/proc/self/maps` naming a file that is mapped
-/// without write permission (code, read-only data); `None` for anonymous, writable or special
-/// (`[vdso]`...) mappings.
+/// private and without write permission (code, read-only data); `None` for anonymous, writable,
+/// shared or special (`[vdso]`...) mappings. Shared read-only mappings are data, never code:
+/// the mincore windows over served files ([`super::mincore`]) are such, and locking one would
+/// read the whole window in and keep it (measured in the tests: an evicted file read back).
 fn file_mapping(line: &str) -> Option<(bool, usize, usize)> {
     let mut f = line.split_ascii_whitespace();
     let (range, perms) = (f.next()?, f.next()?);
     let path = f.nth(3)?;
-    if !path.starts_with('/') || perms.as_bytes().get(1) == Some(&b'w') {
+    let perms = perms.as_bytes();
+    if !path.starts_with('/') || perms.get(1) == Some(&b'w') || perms.get(3) != Some(&b'p') {
         return None;
     }
     let (a, b) = range.split_once('-')?;
@@ -57,7 +60,7 @@ fn file_mapping(line: &str) -> Option<(bool, usize, usize)> {
         usize::from_str_radix(a, 16).ok()?,
         usize::from_str_radix(b, 16).ok()?,
     );
-    (end > start).then_some((perms.as_bytes().get(2) == Some(&b'x'), start, end))
+    (end > start).then_some((perms.get(2) == Some(&b'x'), start, end))
 }
 
 #[cfg(test)]
@@ -80,6 +83,7 @@ mod tests {
             "7f0000000000-7f0000001000 rw-p 00000000 fd:01 99 /usr/lib/libc.so.6",
             "7f0000000000-7f0000001000 rw-p 00000000 00:00 0 ",
             "7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0 [vdso]",
+            "7f0000000000-7f0000040000 r--s 00000000 fd:01 77 /srv/media/a.mp4",
         ] {
             assert_eq!(file_mapping(skip), None, "{skip}");
         }

@@ -769,13 +769,14 @@ mod tests {
             }
         }
         assert_eq!(reader.join().unwrap(), &data[7..7 + want]);
-        let cold = std::fs::File::open(dir.path().join("cold")).unwrap();
-        evict(&cold);
-        let cold = Arc::new(OwnedFd::from(cold));
-        assert!(matches!(
-            hot.send_inline(&server, &cold, 0, 4096).unwrap(),
-            InlineSend::Miss
-        ));
+        let cold_file = std::fs::File::open(dir.path().join("cold")).unwrap();
+        let cold = Arc::new(OwnedFd::from(cold_file.try_clone().unwrap()));
+        let r = crate::fs::test_support::read_evicted(
+            &cold_file,
+            || hot.send_inline(&server, &cold, 0, 4096).unwrap(),
+            |r| matches!(r, InlineSend::Miss),
+        );
+        assert!(matches!(r, InlineSend::Miss), "{r:?}");
         let (h, miss) = hits(&m, CacheOp::Read);
         assert!(h >= 1);
         assert_eq!(miss, 1);
