@@ -94,16 +94,18 @@ pub(crate) mod test_support {
         .unwrap()
     }
 
-    /// Evict `f`, then `read` it, up to five times until `missed` says the read found nothing:
-    /// an RWF_NOWAIT read that misses starts readahead, which a fast disk can complete before
-    /// the read returns, so one attempt may get the bytes back. Returns the last result.
+    /// Evict `f`, then `read` it, up to 20 times until `missed` says the read found nothing:
+    /// an RWF_NOWAIT read that misses submits the read of what it asked (measured: 128 blocks
+    /// for 64 KiB), and a disk that answers from its host's cache can complete it before the
+    /// read returns, so an attempt may get the bytes back (seen up to five times in a row).
+    /// Returns the last result.
     pub(crate) fn read_evicted<T>(
         f: &std::fs::File,
         mut read: impl FnMut() -> T,
         missed: impl Fn(&T) -> bool,
     ) -> T {
         let mut r = None;
-        for _ in 0..5 {
+        for _ in 0..20 {
             evict(f);
             let got = read();
             if missed(&got) {
@@ -111,7 +113,7 @@ pub(crate) mod test_support {
             }
             r = Some(got);
         }
-        r.expect("five attempts")
+        r.expect("20 attempts")
     }
 
     /// Drop a file's pages from the page cache (written back first). DONTNEED skips pages the

@@ -752,7 +752,8 @@ mod tests {
         let reader = std::thread::spawn(move || {
             let mut got = vec![0u8; want];
             (&client).read_exact(&mut got).unwrap();
-            got
+            // Kept open: a retried attempt below may write again.
+            (got, client)
         });
         let mut sent = 0usize;
         while sent < want {
@@ -768,7 +769,8 @@ mod tests {
                 InlineSend::Miss => panic!("resident"),
             }
         }
-        assert_eq!(reader.join().unwrap(), &data[7..7 + want]);
+        let (got, _client) = reader.join().unwrap();
+        assert_eq!(got, &data[7..7 + want]);
         let cold_file = std::fs::File::open(dir.path().join("cold")).unwrap();
         let cold = Arc::new(OwnedFd::from(cold_file.try_clone().unwrap()));
         let r = crate::fs::test_support::read_evicted(
