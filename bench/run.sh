@@ -62,9 +62,21 @@ cache() { # the caching node: nginx's proxy_cache (with and without slice) and o
     "cmd:$BIN serve --origin \$ORIGIN --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --threads $THREADS \$(for d in \$CACHE_DIRS; do printf -- '--cache-dir %s ' \"\$d\"; done)"
 }
 
+# The share of CPU time the hypervisor took from this VM ("steal" in /proc/stat) while a table
+# ran: on shared machines it moved every target by 2x within an hour (34-51% against 0-1%), so
+# each table says it, and tables taken at different steal are not comparable.
+cpu_times() { awk '/^cpu / {print $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
+with_steal() { # run "$@", then print the steal share over it
+  local t0 s0 t1 s1
+  read -r t0 s0 < <(cpu_times)
+  "$@"
+  read -r t1 s1 < <(cpu_times)
+  awk -v t="$((t1 - t0))" -v s="$((s1 - s0))" 'BEGIN { if (t > 0) printf "# steal %.1f%% of CPU time during this table\n", 100 * s / t }'
+}
+
 case "$what" in
-  media) media ;; small) small ;; c10k) c10k ;; cache) cache ;;
-  all) media; small; c10k; cache ;;
+  media) with_steal media ;; small) with_steal small ;; c10k) with_steal c10k ;; cache) with_steal cache ;;
+  all) with_steal media; with_steal small; with_steal c10k; with_steal cache ;;
   *) echo "usage: bench/run.sh [media|small|c10k|cache|all]" >&2; exit 2 ;;
 esac 2>&1 | tee "$OUT"
 echo "results: $OUT"
