@@ -405,7 +405,7 @@ mod tests {
             std::io::Read::read_to_end(&mut &client, &mut got).unwrap();
             got
         });
-        let before = hot::blocks_read();
+        let before = crate::fs::rusage::blocks_read();
         let mut sent = 0usize;
         block_on(async {
             while sent < data.len() {
@@ -419,7 +419,7 @@ mod tests {
                 }
             }
         });
-        let read_here = hot::blocks_read() - before;
+        let read_here = crate::fs::rusage::blocks_read() - before;
         server.shutdown(std::net::Shutdown::Write).unwrap();
         assert!(reader.join().unwrap() == data, "the body arrived changed");
         let inline = m
