@@ -226,14 +226,21 @@ fn without_mincore_mixed_chunks_are_copied_with_correct_bytes() {
 }
 
 /// Where cachestat is refused too (EPERM for files the server neither owns nor may write, on
-/// 6.x kernels), the RWF_NOWAIT reads alone tell resident chunks from cold ones.
+/// 6.x kernels), the RWF_NOWAIT reads alone tell resident chunks from cold ones. Such a read that
+/// misses submits the read of what it asked, and a disk answering from its host's cache can
+/// complete it before the call returns: the cold chunk is then copied inline, without a wait.
+/// So here a pool chunk is not required, only correct bytes and an inline chunk.
 #[cfg(feature = "failpoints")]
 #[test]
 fn without_mincore_and_cachestat_mixed_chunks_are_copied_with_correct_bytes() {
-    mixed_chunks("mincore=return;nowait::all_resident=return");
+    mixed_chunks_with("mincore=return;nowait::all_resident=return", false);
 }
 
 fn mixed_chunks(failpoints: &str) {
+    mixed_chunks_with(failpoints, true)
+}
+
+fn mixed_chunks_with(failpoints: &str, cold_goes_to_the_pool: bool) {
     let dir = disk_tempdir();
     let len = 2 << 20;
     let data = bytes(len, 3);
@@ -271,7 +278,7 @@ fn mixed_chunks(failpoints: &str) {
             "{extra:?}: no inline chunk"
         );
         assert!(
-            after.read_misses > before.read_misses,
+            !cold_goes_to_the_pool || after.read_misses > before.read_misses,
             "{extra:?}: no pool chunk"
         );
     }
