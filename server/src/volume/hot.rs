@@ -741,7 +741,7 @@ mod tests {
         let reader = std::thread::spawn(move || {
             let mut got = vec![0u8; want];
             (&client).read_exact(&mut got).unwrap();
-            // Kept open: a retried attempt below may write again.
+            // Kept open: the cold read below may be served inline, and its bytes are read here.
             (got, client)
         });
         let mut sent = 0usize;
