@@ -251,7 +251,8 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            crate::logging::init(&cfg.logging);
+            // Held to the end of `main`: dropping it writes out the lines still waiting.
+            let _log = crate::logging::init(&cfg.logging);
             match crate::runtime::run(cfg) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

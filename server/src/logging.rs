@@ -1,21 +1,53 @@
 //! Log output via tracing: text or JSON lines on stderr, level from `logging.level` unless
 //! RUST_LOG is set. Access lines use the target `access` (only when `logging.access_log`).
-//! Owns only the subscriber set-up; what is logged, and when, is decided where it happens.
+//!
+//! Lines are handed to a writer thread (tracing-appender's non-blocking writer) and never written
+//! from the thread that logs: an event loop must not wait for stderr, and stderr may be a file
+//! on a busy or throttled disk (a log write that needs a block read waited on the disk for the
+//! loop) or a pipe nobody drains. When [`BUFFERED_LINES`] lines wait, further lines are dropped
+//! and counted ([`dropped_lines`], exported as `contentserver_log_lines_dropped_total`), rather
+//! than stalling the server. Owns only the subscriber set-up; what is logged, and when, is
+//! decided where it happens.
 
 use crate::config::{LogFormat, Logging};
+use std::sync::OnceLock;
+use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
-/// Install the global subscriber (once; later calls are ignored).
-pub fn init(cfg: &Logging) {
+/// Lines waiting for the writer thread before new ones are dropped.
+pub const BUFFERED_LINES: usize = 16 * 1024;
+
+static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();
+
+/// Install the global subscriber (once; later calls install nothing and return `None`). Keep
+/// the guard until exit: dropping it writes out the lines still waiting.
+#[must_use = "dropping the guard at once stops the log writer"]
+pub fn init(cfg: &Logging) -> Option<WorkerGuard> {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&cfg.level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    let (writer, guard) = NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(BUFFERED_LINES)
+        .thread_name("log-writer")
+        .finish(std::io::stderr());
+    let dropped = writer.error_counter();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(false);
-    let _ = match cfg.format {
+    let installed = match cfg.format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+    if installed.is_err() {
+        return None;
+    }
+    let _ = DROPPED.set(dropped);
+    Some(guard)
+}
+
+/// Log lines dropped so far because the writer thread was behind (0 before [`init`]).
+pub fn dropped_lines() -> u64 {
+    DROPPED.get().map_or(0, |c| c.dropped_lines() as u64)
 }

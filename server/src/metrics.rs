@@ -107,6 +107,8 @@ pub struct Metrics {
     pub cache_entries: IntGaugeVec,
     pub cache_evictions_total: IntCounterVec,
     pub cache_purges_total: IntCounterVec,
+    /// Synced from [`crate::logging::dropped_lines`] at each render.
+    pub log_lines_dropped_total: IntCounter,
     /// `http_requests_total` children of the common (method, code) pairs, resolved once.
     common_responses: std::sync::Arc<Vec<(&'static str, u16, IntCounter)>>,
 }
@@ -171,6 +173,7 @@ impl Metrics {
             cache_entries: reg(&r, IntGaugeVec::new(opts("cache_entries", "Stored entries (one per object slice) in the index."), v).unwrap()),
             cache_evictions_total: reg(&r, IntCounterVec::new(opts("cache_evictions_total", "Entries deleted, by reason (size, inactive, invalid)."), &["volume", "reason"]).unwrap()),
             cache_purges_total: reg(&r, IntCounterVec::new(opts("cache_purges_total", "Entries deleted by POST /cache/purge."), v).unwrap()),
+            log_lines_dropped_total: reg(&r, IntCounter::with_opts(opts("log_lines_dropped_total", "Log lines dropped because the log writer thread was behind (stderr slow or not drained); the server never waits for it.")).unwrap()),
             common_responses: Default::default(),
             registry: r,
         };
@@ -278,6 +281,16 @@ impl Metrics {
 
     /// The Prometheus text exposition of every series.
     pub fn render(&self) -> String {
+        {
+            // One sync at a time, so two renders at once cannot both add the same lines.
+            static SYNC: std::sync::Mutex<()> = std::sync::Mutex::new(());
+            let _one = SYNC.lock().unwrap_or_else(|p| p.into_inner());
+            let dropped = crate::logging::dropped_lines();
+            let counted = self.log_lines_dropped_total.get();
+            if dropped > counted {
+                self.log_lines_dropped_total.inc_by(dropped - counted);
+            }
+        }
         let mut buf = Vec::new();
         let families = self.registry.gather();
         if TextEncoder::new().encode(&families, &mut buf).is_err() {

@@ -132,7 +132,8 @@ fn worker_main(
     {
         Ok(rt) => rt,
         Err(e) => {
-            tracing::error!(worker, error = %e, "cannot build worker runtime");
+            // Exiting at once: the log writer thread would not get to write the line.
+            eprintln!("content-server: worker {worker}: cannot build its runtime: {e}");
             std::process::exit(1);
         }
     };

@@ -32,6 +32,7 @@ const FAMILIES: &[&str] = &[
     "contentserver_page_cache_hits_total",
     "contentserver_page_cache_misses_total",
     "contentserver_build_info",
+    "contentserver_log_lines_dropped_total",
 ];
 
 /// The families of the caching node: created when a cache volume and its origin start.
