@@ -1,7 +1,8 @@
 //! The hot path of one volume: the open-file cache in front of every open (all offload modes),
 //! and for `offload = auto` the page-cache-only attempts — opens with RESOLVE_CACHED, body pieces
-//! that mincore(2) proves filled sent with sendfile from the event loop — with everything that
-//! would need I/O handed to the volume's pool.
+//! that mincore(2) proves filled sent with sendfile from the event loop (in chunks this thread
+//! sent lately: [`sent_lately`]; a chunk's first send is an RWF_NOWAIT copy) — with everything
+//! that would need I/O handed to the volume's pool.
 //!
 //! Owns the decision "inline or pool" for `auto`, the per-volume support state and the
 //! page-cache hit/miss counters. The rule it keeps: nothing that may wait for a disk runs on the
@@ -36,7 +37,7 @@ use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Most body bytes sent inline in one call: bounds the event loop's time per call (about 150 µs
@@ -125,6 +126,63 @@ pub enum InlineSend {
 thread_local! {
     /// The event-loop thread's reusable body buffer (allocated on first use).
     static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The chunks this thread sent inline lately (see [`sent_lately`]).
+    static LATELY: std::cell::RefCell<Lately> = const { std::cell::RefCell::new(Lately::new()) };
+}
+
+/// Chunks ([`INLINE_CHUNK`] of one file) an event-loop thread remembers having sent inline.
+const LATELY_CHUNKS: usize = 64;
+
+/// How long a chunk counts as sent lately.
+const LATELY_FOR: Duration = Duration::from_secs(2);
+
+/// The last [`LATELY_CHUNKS`] chunks this thread sent inline, least recently sent replaced first.
+/// A `Weak` per file keeps its allocation, so another file's `Arc` cannot take its address.
+struct Lately {
+    chunks: Vec<(Weak<OwnedFd>, u64, Instant)>,
+}
+
+impl Lately {
+    const fn new() -> Lately {
+        Lately { chunks: Vec::new() }
+    }
+}
+
+/// Whether this thread sent the chunk of `file` holding `offset` inline within [`LATELY_FOR`];
+/// remembers it as sent now either way.
+///
+/// Why: mincore proves a page up to date, not that it stays. Under memory pressure (a cgroup
+/// whose page cache turns over every second, as in a caching node filling from its origin) a page
+/// used once sits at the tail of the inactive list, and reclaim may have it isolated, about to be
+/// freed, while mincore still reports it: the sendfile that follows finds it gone and reads it
+/// from the disk, on the event loop (measured: loops waiting 0.5-1.3 s in `filemap_get_pages`,
+/// hot p99 above 1 s). A chunk this thread sent moments ago had its pages marked accessed then,
+/// so they are on their way to the active list, not being reclaimed. A chunk's first inline send
+/// copies with RWF_NOWAIT, which cannot wait: a page missing there is a miss for the pool.
+fn sent_lately(file: &Arc<OwnedFd>, offset: u64, now: Instant) -> bool {
+    let chunk = offset / INLINE_CHUNK as u64;
+    LATELY.with_borrow_mut(|l| {
+        let found = l
+            .chunks
+            .iter()
+            .position(|(f, c, _)| *c == chunk && std::ptr::eq(f.as_ptr(), Arc::as_ptr(file)));
+        match found {
+            Some(i) => {
+                let lately = now.saturating_duration_since(l.chunks[i].2) < LATELY_FOR;
+                l.chunks[i].2 = now;
+                lately
+            }
+            None => {
+                let entry = (Arc::downgrade(file), chunk, now);
+                if l.chunks.len() < LATELY_CHUNKS {
+                    l.chunks.push(entry);
+                } else if let Some(oldest) = l.chunks.iter_mut().min_by_key(|e| e.2) {
+                    *oldest = entry;
+                }
+                false
+            }
+        }
+    })
 }
 
 /// A per-volume share of the open-file cache that fits in a quarter of RLIMIT_NOFILE.
@@ -357,7 +415,8 @@ impl HotPath {
             // Nothing to send is not "sent 0 bytes" (which would read as end of file).
             return Ok(InlineSend::Miss);
         }
-        if support.mincore() && !self.sendfile_paused() {
+        if support.mincore() && !self.sendfile_paused() && sent_lately(file, offset, Instant::now())
+        {
             match self.sendfile_uptodate(sock, file, offset, want) {
                 Err(Unproven(e)) => support.mincore_failed(&e),
                 Ok(done) => return done,
@@ -679,6 +738,14 @@ mod tests {
             (&client).read_exact(&mut got).unwrap();
             got
         });
+        // The chunk's first inline send is a copy, and a copy takes no partly resident chunk
+        // (cachestat): a miss, without reading anything in.
+        assert!(matches!(
+            hot.send_inline(&server, &f, 100, 1024 * 1024 - 100)
+                .unwrap(),
+            InlineSend::Miss
+        ));
+        // Sent lately now: mincore proves the filled prefix and sendfile sends exactly that.
         let mut sent = 0usize;
         loop {
             match hot
@@ -693,12 +760,39 @@ mod tests {
         // Exactly the filled bytes went out, then the first page not in memory is a miss.
         assert_eq!(sent, 192 * 1024 - 100);
         assert_eq!(reader.join().unwrap(), &data[100..192 * 1024]);
-        assert_eq!(hits(&m, CacheOp::Read).1, 1);
+        assert_eq!(hits(&m, CacheOp::Read).1, 2);
         // The attempt read nothing in (no readahead from the loop).
         assert_eq!(
             crate::fs::test_support::resident_pages(&file, 1024 * 1024),
             48
         );
+    }
+
+    #[test]
+    fn a_chunk_counts_as_sent_lately_on_its_second_send_within_the_window_per_chunk() {
+        let a = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let b = Arc::new(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
+        let t0 = Instant::now();
+        let chunk = INLINE_CHUNK as u64;
+        assert!(!sent_lately(&a, 0, t0));
+        assert!(sent_lately(&a, chunk - 1, t0), "same chunk");
+        assert!(!sent_lately(&a, chunk, t0), "next chunk");
+        assert!(!sent_lately(&b, 0, t0), "other file");
+        // Past the window it is a first send again, and then lately again.
+        let later = t0 + LATELY_FOR + Duration::from_millis(1);
+        assert!(!sent_lately(&a, 0, later));
+        assert!(sent_lately(&a, 0, later));
+        // The least recently sent chunk makes room: `a`'s chunk 1 (sent at t0) goes first.
+        for i in 0..LATELY_CHUNKS as u64 - 2 {
+            assert!(!sent_lately(&b, (i + 1) * chunk, later));
+        }
+        assert!(sent_lately(&a, 0, later), "kept: sent at `later`");
+        assert!(!sent_lately(&a, chunk, later), "dropped: the oldest");
+        // Another thread has its own record.
+        let a2 = a.clone();
+        assert!(!std::thread::spawn(move || sent_lately(&a2, 0, later))
+            .join()
+            .unwrap());
     }
 
     #[test]
