@@ -107,7 +107,7 @@ pub struct Metrics {
     pub cache_entries: IntGaugeVec,
     pub cache_evictions_total: IntCounterVec,
     pub cache_purges_total: IntCounterVec,
-    /// Synced from [`crate::logging::dropped_lines`] at each render.
+    /// Synced from the log writer's count at each scrape ([`Metrics::sync_log_lines_dropped`]).
     pub log_lines_dropped_total: IntCounter,
     /// `http_requests_total` children of the common (method, code) pairs, resolved once.
     common_responses: std::sync::Arc<Vec<(&'static str, u16, IntCounter)>>,
@@ -279,18 +279,20 @@ impl Metrics {
         }
     }
 
+    /// Bring `log_lines_dropped_total` up to `total` (the log writer's own count, read by the
+    /// caller: the log sits above this module). One sync at a time, so two scrapes at once
+    /// cannot both add the same lines.
+    pub fn sync_log_lines_dropped(&self, total: u64) {
+        static SYNC: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = SYNC.lock().unwrap_or_else(|p| p.into_inner());
+        let counted = self.log_lines_dropped_total.get();
+        if total > counted {
+            self.log_lines_dropped_total.inc_by(total - counted);
+        }
+    }
+
     /// The Prometheus text exposition of every series.
     pub fn render(&self) -> String {
-        {
-            // One sync at a time, so two renders at once cannot both add the same lines.
-            static SYNC: std::sync::Mutex<()> = std::sync::Mutex::new(());
-            let _one = SYNC.lock().unwrap_or_else(|p| p.into_inner());
-            let dropped = crate::logging::dropped_lines();
-            let counted = self.log_lines_dropped_total.get();
-            if dropped > counted {
-                self.log_lines_dropped_total.inc_by(dropped - counted);
-            }
-        }
         let mut buf = Vec::new();
         let families = self.registry.gather();
         if TextEncoder::new().encode(&families, &mut buf).is_err() {

@@ -173,6 +173,8 @@ pub fn router(state: AdminState) -> Router {
 }
 
 async fn metrics(State(s): State<AdminState>) -> Response {
+    s.metrics
+        .sync_log_lines_dropped(crate::logging::dropped_lines());
     (
         [(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)],
         s.metrics.render(),
