@@ -19,6 +19,7 @@ REQUIRED_ALERTS = {
     "ContentServerPoolRejecting",
     "ContentServerPoolSaturated",
     "ContentServerEventLoopStalls",
+    "ContentServerLogLinesDropped",
     "ContentServerHigh5xxRatio",
     "ContentServerTargetDown",
     # The caching node (cache volumes and their origins).
