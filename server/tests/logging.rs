@@ -6,23 +6,11 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Requests sent while nobody reads stderr: their access lines are far more than a pipe holds
 /// (64 KiB, about 400 lines) plus the writer's buffer ([`content_server::logging::BUFFERED_LINES`]).
 const REQUESTS: usize = 30_000;
-
-/// The server process, killed when the test ends (a failed assertion included).
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn a_stderr_nobody_reads_drops_log_lines_and_never_stalls_requests() {
@@ -30,42 +18,11 @@ fn a_stderr_nobody_reads_drops_log_lines_and_never_stalls_requests() {
     std::fs::write(d.path().join("after-the-drain.txt"), b"after").expect("write");
     let mut cfg = one_volume(1, volume("v", d.path()));
     cfg.logging.access_log = true;
-    let scratch = tempdir();
-    let path = scratch.path().join("server.toml");
-    std::fs::write(&path, cfg.to_toml().expect("render")).expect("write config");
-    let mut child = Command::new(BIN)
-        .args(["serve", "--config", path.to_str().expect("utf-8")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .env_remove("RUST_LOG")
-        .spawn()
-        .expect("spawn content-server");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut child = Killed(child);
-
-    // Read until ready (the addresses), then never again until the end.
-    let (mut addr, mut admin, mut logs) = (None, None, String::new());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !logs.contains("content-server ready") {
-        assert!(Instant::now() < deadline, "not ready:\n{logs}");
-        let mut line = String::new();
-        if stderr.read_line(&mut line).expect("read stderr") == 0 {
-            panic!("server exited:\n{logs}");
-        }
-        let after = |marker: &str| {
-            let rest = &line[line.find(marker)? + marker.len()..];
-            rest.split(|c: char| c.is_whitespace()).next()?.parse().ok()
-        };
-        addr = addr.or_else(|| after("listening addr="));
-        admin = admin.or_else(|| after("admin listening on http://"));
-        logs.push_str(&line);
-    }
-    let (addr, admin): (std::net::SocketAddr, std::net::SocketAddr) =
-        (addr.expect("listening addr"), admin.expect("admin addr"));
+    let mut s = Server::start(&cfg);
+    s.pause_log_reader();
 
     let started = Instant::now();
-    let mut c = Conn::new(addr);
+    let mut c = s.connect();
     for i in 0..REQUESTS {
         let r = c.get("/f0.bin");
         assert_eq!(r.status, 200, "request {i}");
@@ -74,8 +31,9 @@ fn a_stderr_nobody_reads_drops_log_lines_and_never_stalls_requests() {
             "only {i} requests in 120 s: the server waits for its stderr"
         );
     }
-    let m = Metrics::parse(&get(admin, "/metrics").text());
-    let dropped = m.get("contentserver_log_lines_dropped_total", &[]);
+    let dropped = s
+        .metrics()
+        .get("contentserver_log_lines_dropped_total", &[]);
     assert!(
         dropped > 0.0,
         "{REQUESTS} access lines into a full pipe, none dropped"
@@ -84,16 +42,13 @@ fn a_stderr_nobody_reads_drops_log_lines_and_never_stalls_requests() {
 
     // Drain stderr: the writer catches up, and lines logged from then on are written. A request
     // whose line found the writer's buffer still full counts one more dropped line: ask again.
-    let reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        let _ = stderr.read_to_string(&mut all);
-        all
-    });
+    s.resume_log_reader();
     let marker = "/after-the-drain.txt";
     let mut before = dropped;
     let written = wait_until(Duration::from_secs(20), || {
         assert_eq!(c.get(marker).status, 200);
-        let now = Metrics::parse(&get(admin, "/metrics").text())
+        let now = s
+            .metrics()
             .get("contentserver_log_lines_dropped_total", &[]);
         std::mem::replace(&mut before, now) == now
     });
@@ -101,16 +56,18 @@ fn a_stderr_nobody_reads_drops_log_lines_and_never_stalls_requests() {
         written,
         "every access line dropped 20 s after the drain began"
     );
-    // SAFETY: a signal to the child this test started and has not reaped.
-    unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
-    let status = child.0.wait().expect("wait");
+    s.signal(SIGTERM);
+    let status = s.wait_exit(Duration::from_secs(30)).expect("exits");
     assert!(status.success(), "{status}");
-    let all = reader.join().expect("reader");
+    assert!(
+        s.wait_log("drained; exiting", Duration::from_secs(10)),
+        "the last line is lost"
+    );
+    let all = s.logs();
     assert!(
         all.contains(marker),
         "no access line after the drain; the end of stderr:\n{}",
         &all[all.len().saturating_sub(2000)..]
     );
-    assert!(all.contains("drained; exiting"), "the last line is lost");
     assert!(!all.contains("panicked"), "{all}");
 }

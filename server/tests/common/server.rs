@@ -3,7 +3,8 @@
 //! logs `content-server ready`; the HTTP and admin addresses are read from its `listening
 //! addr=…` and `admin listening on http://…` lines (text or JSON logs), so ports are
 //! kernel-chosen and tests never race for them. With an admin listener, started also means
-//! `/healthz` (every event loop has ticked) and `/readyz` answer 200. Killed on drop.
+//! `/healthz` (every event loop has ticked) and `/readyz` answer 200. Killed on drop. The
+//! stderr reader can be paused ([`Server::pause_log_reader`]), leaving the pipe to fill.
 
 use super::http::{self, Conn, Response};
 use super::metrics::Metrics;
@@ -12,7 +13,7 @@ use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,8 @@ pub struct Server {
     pub config_path: Option<PathBuf>,
     logs: Arc<Mutex<String>>,
     log_reader: Option<JoinHandle<()>>,
+    /// While true the stderr reader reads nothing more (see [`Server::pause_log_reader`]).
+    log_paused: Arc<(Mutex<bool>, Condvar)>,
     _scratch: Option<tempfile::TempDir>,
 }
 
@@ -117,9 +120,19 @@ impl Server {
         let logs = Arc::new(Mutex::new(String::new()));
         let stderr = child.stderr.take().expect("stderr");
         let sink = logs.clone();
+        let log_paused = Arc::new((Mutex::new(false), Condvar::new()));
+        let paused = log_paused.clone();
         let log_reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
+            let mut lines = BufReader::new(stderr).lines();
+            loop {
+                {
+                    let (flag, wake) = &*paused;
+                    let mut p = flag.lock().unwrap();
+                    while *p {
+                        p = wake.wait(p).unwrap();
+                    }
+                }
+                let Some(Ok(line)) = lines.next() else { break };
                 let mut l = sink.lock().unwrap();
                 l.push_str(&line);
                 l.push('\n');
@@ -132,6 +145,7 @@ impl Server {
             config_path: None,
             logs,
             log_reader: Some(log_reader),
+            log_paused,
             _scratch: None,
         };
         let deadline = Instant::now() + START_TIMEOUT;
@@ -181,6 +195,18 @@ impl Server {
         super::files::wait_until(timeout, || self.logs().contains(needle))
     }
 
+    /// Stop reading the server's stderr after the line being read: once the pipe is full, every
+    /// write the server makes to it would block.
+    pub fn pause_log_reader(&self) {
+        *self.log_paused.0.lock().unwrap() = true;
+    }
+
+    /// Read the server's stderr again (what waited in the pipe first).
+    pub fn resume_log_reader(&self) {
+        *self.log_paused.0.lock().unwrap() = false;
+        self.log_paused.1.notify_all();
+    }
+
     /// Send signal `sig` (e.g. [`SIGTERM`]).
     pub fn signal(&self, sig: i32) {
         // SAFETY: plain kill(2) on our own child's pid; no memory is involved.
@@ -202,6 +228,7 @@ impl Server {
 
     /// Kill the process (if still running) and return its whole log.
     pub fn stop(&mut self) -> String {
+        self.resume_log_reader();
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(reader) = self.log_reader.take() {
@@ -252,6 +279,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        self.resume_log_reader();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
