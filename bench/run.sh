@@ -4,6 +4,9 @@
 #
 # Usage: bench/run.sh [media|small|c10k|cache|all]   (needs root; installs wrk, nginx-light, apache2-utils, iproute2)
 # Env: BENCH_DIR [../shared/bench]  OUT [bench/results/<date>.txt]
+#   CC: the host's TCP congestion control (net.ipv4.tcp_congestion_control) for every target, the
+#       clients and the origin during the run, put back after (e.g. CC=cubic; default: unchanged)
+#   OURS_EXTRA: more `serve` arguments for ours only (e.g. "--congestion-control cubic")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_DIR=${BENCH_DIR:-../shared/bench}
@@ -20,8 +23,9 @@ BIN=$PWD/target/release/content-server
 # nginx runs one 32-thread pool per worker process (worker_processes = cores), so on N cores it
 # has 32*N threads; ours has one pool per volume shared by all workers: give it the same total.
 THREADS=${THREADS:-$((32 * $(nproc)))}
+OURS_EXTRA=${OURS_EXTRA:-}
 ours() { # $1 = offload mode
-  echo "cmd:$BIN serve --root \$DOCROOT --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --threads $THREADS --backlog 65535 --offload $1"
+  echo "cmd:$BIN serve --root \$DOCROOT --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --threads $THREADS --backlog 65535 --offload $1${OURS_EXTRA:+ $OURS_EXTRA}"
 }
 
 media() {
@@ -59,7 +63,7 @@ drain_time_wait() { # wait (at most 70 s) until fewer than 100 TCP sockets are i
 
 cache() { # the caching node: nginx's proxy_cache (with and without slice) and ours, one cache dir each
   bash "$BENCH_DIR/cachebench.sh" nginx-cache nginx-cache-slice \
-    "cmd:$BIN serve --origin \$ORIGIN --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --threads $THREADS \$(for d in \$CACHE_DIRS; do printf -- '--cache-dir %s ' \"\$d\"; done)"
+    "cmd:$BIN serve --origin \$ORIGIN --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --threads $THREADS${OURS_EXTRA:+ $OURS_EXTRA} \$(for d in \$CACHE_DIRS; do printf -- '--cache-dir %s ' \"\$d\"; done)"
 }
 
 # The share of CPU time the hypervisor took from this VM ("steal" in /proc/stat) while a table
@@ -74,9 +78,17 @@ with_steal() { # run "$@", then print the steal share over it
   awk -v t="$((t1 - t0))" -v s="$((s1 - s0))" 'BEGIN { if (t > 0) printf "# steal %.1f%% of CPU time during this table\n", 100 * s / t }'
 }
 
+if [ -n "${CC:-}" ]; then
+  OLD_CC=$(sysctl -n net.ipv4.tcp_congestion_control)
+  sysctl -qw net.ipv4.tcp_congestion_control="$CC"
+  trap 'sysctl -qw net.ipv4.tcp_congestion_control="$OLD_CC"' EXIT
+fi
+{
+echo "# host TCP congestion control: $(sysctl -n net.ipv4.tcp_congestion_control)${OURS_EXTRA:+; ours also gets: $OURS_EXTRA}"
 case "$what" in
   media) with_steal media ;; small) with_steal small ;; c10k) with_steal c10k ;; cache) with_steal cache ;;
   all) with_steal media; with_steal small; with_steal c10k; with_steal cache ;;
   *) echo "usage: bench/run.sh [media|small|c10k|cache|all]" >&2; exit 2 ;;
-esac 2>&1 | tee "$OUT"
+esac
+} 2>&1 | tee "$OUT"
 echo "results: $OUT"

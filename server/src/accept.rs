@@ -25,7 +25,9 @@ use tokio::io::unix::AsyncFd;
 
 /// Bind one non-blocking SO_REUSEPORT listening socket with `l.backlog`, TCP_DEFER_ACCEPT of
 /// `l.defer_accept_secs` and TCP_NOTSENT_LOWAT of `l.notsent_lowat_bytes` when not 0 (both best
-/// effort: a kernel that refuses one is logged and the listener works without it).
+/// effort: a kernel that refuses one is logged and the listener works without it), and
+/// TCP_CONGESTION of `l.congestion_control` when set (not best effort: a listener asked for an
+/// algorithm the kernel lacks or refuses is an error that says which are there).
 pub fn bind(addr: SocketAddr, l: &Listener) -> std::io::Result<TcpListener> {
     let family = if addr.is_ipv4() {
         AddressFamily::INET
@@ -44,6 +46,9 @@ pub fn bind(addr: SocketAddr, l: &Listener) -> std::io::Result<TcpListener> {
         rustix::net::sockopt::set_ipv6_v6only(&fd, true)?;
     }
     rustix::net::bind(&fd, &addr)?;
+    if let Some(cc) = &l.congestion_control {
+        set_congestion_control(&fd, cc)?;
+    }
     // Set before listen(2): every connection accepted from it inherits the option.
     if l.notsent_lowat_bytes > 0 {
         if let Err(e) = set_tcp_int(&fd, libc::TCP_NOTSENT_LOWAT, l.notsent_lowat_bytes) {
@@ -79,6 +84,42 @@ fn set_tcp_int(fd: &OwnedFd, opt: libc::c_int, value: u32) -> std::io::Result<()
     }
 }
 
+/// TCP_CONGESTION `name` on a socket (accepted sockets inherit a listener's); the error names
+/// the algorithms the kernel has, or allows this process, from /proc/sys/net/ipv4.
+fn set_congestion_control(fd: &OwnedFd, name: &str) -> std::io::Result<()> {
+    // SAFETY: setsockopt reads `name.len()` bytes from the pointer, on a socket we own.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    let sysctl = |n: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{n}"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into())
+    };
+    let why = match e.raw_os_error() {
+        Some(libc::ENOENT) => format!(
+            "congestion_control = {name:?}: the kernel has no such TCP congestion control (available: {}; a module such as tcp_{name} may need loading)",
+            sysctl("tcp_available_congestion_control")
+        ),
+        Some(libc::EPERM) => format!(
+            "congestion_control = {name:?}: not allowed without CAP_NET_ADMIN (allowed: {}, net.ipv4.tcp_allowed_congestion_control)",
+            sysctl("tcp_allowed_congestion_control")
+        ),
+        _ => format!("congestion_control = {name:?}: TCP_CONGESTION failed: {e}"),
+    };
+    Err(std::io::Error::new(e.kind(), why))
+}
+
 /// Bind every listener once per worker: `result[worker][listener]`. A listener with port 0 gets
 /// a kernel-chosen port on the first bind, which the other workers then share.
 pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Vec<Vec<TcpListener>>> {
@@ -99,7 +140,9 @@ pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Vec<Vec<TcpListe
                 tracing::info!(
                     addr = %addr, workers, backlog = l.backlog,
                     defer_accept_secs = l.defer_accept_secs,
-                    notsent_lowat_bytes = l.notsent_lowat_bytes, "listening"
+                    notsent_lowat_bytes = l.notsent_lowat_bytes,
+                    congestion_control = l.congestion_control.as_deref().unwrap_or("(host default)"),
+                    "listening"
                 );
             }
             slot.push(sock);

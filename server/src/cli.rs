@@ -82,6 +82,10 @@ pub struct ServeArgs {
     /// TCP_NOTSENT_LOWAT bytes of every listener (0 = the kernel's default; default 2 MiB).
     #[arg(long, value_name = "BYTES")]
     pub notsent_lowat_bytes: Option<u32>,
+    /// TCP congestion control of every listener's connections, such as cubic or bbr (default:
+    /// the host's net.ipv4.tcp_congestion_control).
+    #[arg(long, value_name = "NAME")]
+    pub congestion_control: Option<String>,
     /// limits.max_connections: open client connections over all workers.
     #[arg(long)]
     pub max_connections: Option<usize>,
@@ -177,6 +181,11 @@ impl ServeArgs {
         if let Some(n) = self.notsent_lowat_bytes {
             for l in &mut cfg.listeners {
                 l.notsent_lowat_bytes = n;
+            }
+        }
+        if let Some(cc) = &self.congestion_control {
+            for l in &mut cfg.listeners {
+                l.congestion_control = Some(cc.clone());
             }
         }
         if let Some(m) = self.max_connections {

@@ -4,7 +4,10 @@
 //! header timeout; 0 accepts at once. And many connections whose requests were sent before the
 //! server got to them (answered in the accept loop's turn) are all answered in full. And
 //! TCP_NOTSENT_LOWAT (`listeners[*].notsent_lowat_bytes`), set on the listener, bounds what every
-//! accepted connection queues unsent, as `ss` sees the server's socket.
+//! accepted connection queues unsent, as `ss` sees the server's socket. And TCP_CONGESTION
+//! (`listeners[*].congestion_control`, `--congestion-control`), set on the listener, is the
+//! algorithm of every accepted connection, as `ss` sees it; one the kernel lacks stops the server
+//! with the field and the algorithms there are.
 
 mod common;
 
@@ -169,4 +172,93 @@ fn notsent_lowat_bounds_what_a_connection_queues_unsent() {
     );
     // Without the option the kernel queues up to the send buffer (4 MiB by default).
     assert!(off > default + (512 << 10), "{queued:?}");
+}
+
+/// The congestion control `ss -tni` shows for the server's socket of the one connection to `port`.
+fn congestion_control_of_server_socket(port: u16, known: &[&str]) -> String {
+    let out = std::process::Command::new("ss")
+        .args([
+            "-tniH",
+            "state",
+            "established",
+            &format!("( sport = :{port} )"),
+        ])
+        .output()
+        .expect("ss (iproute2) runs");
+    assert!(out.status.success(), "ss failed: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("bytes_sent"), "no server socket in: {text}");
+    text.split_whitespace()
+        .find(|w| known.contains(w))
+        .unwrap_or_else(|| panic!("no congestion control of {known:?} in: {text}"))
+        .to_string()
+}
+
+#[test]
+fn congestion_control_is_what_every_accepted_connection_uses() {
+    let host = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .expect("the host's default congestion control")
+        .trim()
+        .to_string();
+    // reno is built into every kernel and allowed without privileges; cubic when it is the host's.
+    let other = if host == "reno" { "cubic" } else { "reno" };
+    let known = ["reno", "cubic", "bbr", host.as_str()];
+    let seen = |s: &Server| {
+        let mut c = s.connect();
+        assert_eq!(c.get("/hello.txt").status, 200);
+        // The keep-alive connection stays open while ss looks at it.
+        congestion_control_of_server_socket(s.addr.port(), &known)
+    };
+    let (_d, default) = server(|c| assert_eq!(c.listeners[0].congestion_control, None));
+    assert_eq!(
+        seen(&default),
+        host,
+        "without the option: the host's default"
+    );
+    let (_d, configured) = server(|c| c.listeners[0].congestion_control = Some(other.into()));
+    assert_eq!(seen(&configured), other, "listeners[0].congestion_control");
+    let d = tempdir();
+    std::fs::write(d.path().join("hello.txt"), b"hello world\n").unwrap();
+    let cli = Server::root(d.path(), &["--congestion-control", other]);
+    assert_eq!(seen(&cli), other, "--congestion-control");
+}
+
+#[test]
+fn a_congestion_control_the_kernel_lacks_stops_the_server_naming_it() {
+    let d = tempdir();
+    let dir = d.path().to_str().unwrap();
+    let args = [
+        "serve",
+        "--root",
+        dir,
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "",
+        "--congestion-control",
+        "nosuchcc9",
+    ];
+    let log = match Server::try_spawn(&args, &[]) {
+        Ok(_) => panic!("a server with an unknown congestion control started"),
+        Err(log) => log,
+    };
+    for want in [
+        "listeners[0]",
+        "congestion_control = \"nosuchcc9\"",
+        "the kernel has no such TCP congestion control",
+        "available: ",
+    ] {
+        assert!(log.contains(want), "{want:?} not in: {log}");
+    }
+    // A name the kernel could never have is a configuration error, before any socket.
+    let bad = Server::try_spawn(
+        &["serve", "--root", dir, "--congestion-control", "BBR!"],
+        &[],
+    )
+    .err()
+    .expect("an invalid name is refused");
+    assert!(
+        bad.contains("listeners[0].congestion_control") && bad.contains("\"BBR!\""),
+        "{bad}"
+    );
 }

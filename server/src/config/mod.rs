@@ -88,6 +88,14 @@ pub struct Listener {
     /// this much unsent in kernel memory. Bytes in flight are not limited. 0 = the kernel's
     /// default (net.ipv4.tcp_notsent_lowat, unlimited unless set). Default 2 MiB.
     pub notsent_lowat_bytes: u32,
+    /// TCP congestion control of every connection (TCP_CONGESTION, set on the listener and
+    /// inherited by each accepted socket), such as `cubic` or `bbr`; absent = the host's
+    /// `net.ipv4.tcp_congestion_control`. The server does not start when the kernel lacks it or
+    /// (without CAP_NET_ADMIN) does not allow it (`net.ipv4.tcp_allowed_congestion_control`).
+    /// Measured on loopback with the caching-node benchmark, `cubic` against the host's `bbr`:
+    /// hot req/s 1.87x, p99 53 -> 27 ms (BBR paces every connection; see README).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub congestion_control: Option<String>,
 }
 
 /// Connection and request limits.
@@ -333,6 +341,7 @@ impl Default for Listener {
             backlog: 4096,
             defer_accept_secs: 1,
             notsent_lowat_bytes: DEFAULT_NOTSENT_LOWAT,
+            congestion_control: None,
         }
     }
 }

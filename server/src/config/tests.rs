@@ -72,6 +72,7 @@ address = "localhost"
 backlog = 0
 defer_accept_secs = 100000
 notsent_lowat_bytes = 100
+congestion_control = "BBR!"
 [limits]
 sendfile_max_chunk = 10
 [admin]
@@ -104,6 +105,7 @@ split = [{ volume = "disk2", percent = 60.0 }, { volume = "disk2", percent = 50.
         "listeners[0].backlog",
         "listeners[0].defer_accept_secs",
         "listeners[0].notsent_lowat_bytes",
+        "listeners[0].congestion_control",
         "limits.sendfile_max_chunk",
         "admin.listen",
         "volumes[0].name",

@@ -47,6 +47,14 @@ impl Config {
                     "must be 0 (the kernel's default) or between 16384 and 1073741824",
                 );
             }
+            if let Some(cc) = &l.congestion_control {
+                if !is_congestion_control_name(cc) {
+                    e.push(
+                        format!("listeners[{i}].congestion_control"),
+                        format!("{cc:?} is not a kernel congestion control name (1-15 of a-z, 0-9 and _, such as \"cubic\" or \"bbr\"; leave it out for the host's default)"),
+                    );
+                }
+            }
             if !seen_sockets.insert((l.address.clone(), l.port)) {
                 e.push(
                     format!("listeners[{i}]"),
@@ -226,4 +234,12 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
             );
         }
     }
+}
+
+/// A Linux TCP congestion control name as `TCP_CONGESTION` takes it (TCP_CA_NAME_MAX is 16
+/// with the NUL; the kernel's own modules use lower case, digits and `_`).
+fn is_congestion_control_name(s: &str) -> bool {
+    (1..=15).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
