@@ -241,6 +241,7 @@ pub fn spec_path(config_field: &str) -> String {
     let rest_camel = rest.map(|r| r.split('.').map(camel).collect::<Vec<_>>().join("."));
     match (head_name, rest) {
         ("listeners", Some("backlog")) => "spec.server.backlog".into(),
+        ("listeners", Some("congestion_control")) => "spec.server.congestionControl".into(),
         ("listeners", _) => "spec.server.port".into(),
         ("workers", _) => "spec.server.workers".into(),
         ("limits", Some("sendfile_max_chunk")) => "spec.server.sendfileMaxChunk".into(),

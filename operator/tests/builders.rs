@@ -631,6 +631,58 @@ fn validation_names_spec_fields() {
     );
 }
 
+/// `examples/<file>`'s ContentServer with `spec.server.congestionControl` set as a user writes it.
+fn with_congestion_control(file: &str, name: &str) -> content_operator::crd::ContentServer {
+    let mut doc = serde_json::to_value(example(file)).expect("json");
+    doc["spec"]["server"]["congestionControl"] = serde_json::json!(name);
+    serde_json::from_value(doc).expect("ContentServer with congestionControl")
+}
+
+#[test]
+fn congestion_control_is_rendered_into_the_listener_only_when_set() {
+    let cs = with_congestion_control("minimal.yaml", "cubic");
+    assert_eq!(cs.spec.server.congestion_control.as_deref(), Some("cubic"));
+    let toml = render(&cs.spec).expect("render").toml;
+    let listener = toml
+        .split("[[listeners]]")
+        .nth(1)
+        .and_then(|l| l.split("\n[").next())
+        .unwrap_or_else(|| panic!("no [[listeners]] in\n{toml}"));
+    assert!(
+        listener
+            .lines()
+            .any(|l| l.trim() == r#"congestion_control = "cubic""#),
+        "congestion_control not in the listener:\n{toml}"
+    );
+    let back = rendered_back(&cs.spec);
+    assert_eq!(
+        back.listeners[0].congestion_control.as_deref(),
+        Some("cubic")
+    );
+    assert_eq!(validate(&cs.spec), vec![]);
+
+    // Unset: no line (the node's default), and the spec does not serialize the field.
+    let plain = example("minimal.yaml");
+    assert_eq!(plain.spec.server.congestion_control, None);
+    assert_rendered_without("minimal.yaml", &["congestion_control"]);
+    assert_eq!(
+        rendered_back(&plain.spec).listeners[0].congestion_control,
+        None
+    );
+    let json = serde_json::to_value(&plain.spec.server).expect("json");
+    assert!(json.get("congestionControl").is_none(), "{json}");
+}
+
+#[test]
+fn bad_congestion_control_is_reported_on_its_spec_field() {
+    for bad in ["BBR!", "", "a_very_long_name_x"] {
+        let cs = with_congestion_control("minimal.yaml", bad);
+        let errs = validate(&cs.spec);
+        assert_eq!(errs.len(), 1, "{bad:?}: {errs:?}");
+        assert_eq!(errs[0].field, "spec.server.congestionControl", "{bad:?}");
+    }
+}
+
 #[test]
 fn validation_of_kubernetes_side_rules() {
     let mut cs = example("minimal.yaml");
@@ -677,6 +729,10 @@ fn spec_path_maps_server_fields() {
         "spec.server.limits.keepaliveTimeoutSecs"
     );
     assert_eq!(spec_path("listeners[0].backlog"), "spec.server.backlog");
+    assert_eq!(
+        spec_path("listeners[0].congestion_control"),
+        "spec.server.congestionControl"
+    );
     assert_eq!(spec_path("admin.listen"), "spec.metrics.port");
     assert_eq!(spec_path("http.index[0]"), "spec.server.index[0]");
     assert_eq!(spec_path("workers"), "spec.server.workers");

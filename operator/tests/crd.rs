@@ -577,3 +577,11 @@ fn schema_rejects_origin_urls_without_scheme_and_bad_quantities() {
         );
     }
 }
+
+#[test]
+fn congestion_control_schema_is_an_optional_kernel_name() {
+    let cc = spec_field(&["server", "congestionControl"]);
+    assert_eq!(cc["type"], json!("string"));
+    assert_eq!(cc["pattern"], json!("^[a-z0-9_]{1,15}$"));
+    assert!(cc.get("default").is_none(), "absent = the node's default");
+}

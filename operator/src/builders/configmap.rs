@@ -34,6 +34,7 @@ pub fn server_config(spec: &ContentServerSpec) -> Config {
         l.address = "0.0.0.0".into();
         l.port = u16::try_from(s.port).unwrap_or(0);
         l.backlog = s.backlog;
+        l.congestion_control = s.congestion_control.clone();
     }
     cfg.workers = s.workers as usize;
     cfg.limits.max_connections = s.limits.max_connections as usize;

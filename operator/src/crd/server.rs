@@ -16,6 +16,12 @@ pub struct ServerSpec {
     #[serde(default = "default_backlog")]
     #[schemars(range(min = 1))]
     pub backlog: u32,
+    /// TCP congestion control of every connection, such as `cubic` or `bbr`; absent = the
+    /// node's default (`net.ipv4.tcp_congestion_control`). The pod fails to start when the
+    /// node's kernel lacks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9_]{1,15}$"))]
+    pub congestion_control: Option<String>,
     /// Event-loop workers; 0 = one per CPU the container sees.
     #[serde(default)]
     #[schemars(range(min = 0, max = 1024))]
@@ -123,6 +129,7 @@ impl Default for ServerSpec {
         ServerSpec {
             port: default_http_port(),
             backlog: default_backlog(),
+            congestion_control: None,
             workers: 0,
             limits: LimitsSpec::default(),
             sendfile_max_chunk: default_sendfile_max_chunk(),
