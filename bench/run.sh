@@ -4,8 +4,8 @@
 #
 # Usage: bench/run.sh [media|small|c10k|cache|all]   (needs root; installs wrk, nginx-light, apache2-utils, iproute2)
 # Env: BENCH_DIR [../shared/bench]  OUT [bench/results/<date>.txt]
-#   CC: the host's TCP congestion control (net.ipv4.tcp_congestion_control) for every target, the
-#       clients and the origin during the run, put back after (e.g. CC=cubic; default: unchanged)
+#   TCP_CC: the host's TCP congestion control (net.ipv4.tcp_congestion_control) for every target, the
+#       clients and the origin during the run, put back after (e.g. TCP_CC=cubic; default: unchanged)
 #   OURS_EXTRA: more `serve` arguments for ours only (e.g. "--congestion-control cubic")
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,9 +78,9 @@ with_steal() { # run "$@", then print the steal share over it
   awk -v t="$((t1 - t0))" -v s="$((s1 - s0))" 'BEGIN { if (t > 0) printf "# steal %.1f%% of CPU time during this table\n", 100 * s / t }'
 }
 
-if [ -n "${CC:-}" ]; then
+if [ -n "${TCP_CC:-}" ]; then
   OLD_CC=$(sysctl -n net.ipv4.tcp_congestion_control)
-  sysctl -qw net.ipv4.tcp_congestion_control="$CC"
+  sysctl -qw net.ipv4.tcp_congestion_control="$TCP_CC"
   trap 'sysctl -qw net.ipv4.tcp_congestion_control="$OLD_CC"' EXIT
 fi
 {
