@@ -18,7 +18,8 @@ pub struct ServerSpec {
     pub backlog: u32,
     /// TCP congestion control of every connection, such as `cubic` or `bbr`; absent = the
     /// node's default (`net.ipv4.tcp_congestion_control`). The pod fails to start when the
-    /// node's kernel lacks it.
+    /// node's kernel lacks it or does not allow it without CAP_NET_ADMIN
+    /// (`net.ipv4.tcp_allowed_congestion_control`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-z0-9_]{1,15}$"))]
     pub congestion_control: Option<String>,
