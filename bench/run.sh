@@ -23,7 +23,6 @@ BIN=$PWD/target/release/content-server
 # nginx runs one 32-thread pool per worker process (worker_processes = cores), so on N cores it
 # has 32*N threads; ours has one pool per volume shared by all workers: give it the same total.
 THREADS=${THREADS:-$((32 * $(nproc)))}
-OURS_EXTRA=${OURS_EXTRA:-}
 ours() { # $1 = offload mode
   echo "cmd:$BIN serve --root \$DOCROOT --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --threads $THREADS --backlog 65535 --offload $1${OURS_EXTRA:+ $OURS_EXTRA}"
 }

@@ -67,14 +67,19 @@ pub fn bind(addr: SocketAddr, l: &Listener) -> std::io::Result<TcpListener> {
 /// One IPPROTO_TCP integer option.
 fn set_tcp_int(fd: &OwnedFd, opt: libc::c_int, value: u32) -> std::io::Result<()> {
     let v = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
-    // SAFETY: setsockopt reads one c_int from the pointer it is given, on a socket we own.
+    set_tcp_opt(fd, opt, &v.to_ne_bytes())
+}
+
+/// One IPPROTO_TCP option given as its bytes.
+fn set_tcp_opt(fd: &OwnedFd, opt: libc::c_int, value: &[u8]) -> std::io::Result<()> {
+    // SAFETY: setsockopt reads `value.len()` bytes from the pointer, on a socket we own.
     let r = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
             libc::IPPROTO_TCP,
             opt,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            value.as_ptr().cast(),
+            value.len() as libc::socklen_t,
         )
     };
     if r == 0 {
@@ -87,20 +92,9 @@ fn set_tcp_int(fd: &OwnedFd, opt: libc::c_int, value: u32) -> std::io::Result<()
 /// TCP_CONGESTION `name` on a socket (accepted sockets inherit a listener's); the error names
 /// the algorithms the kernel has, or allows this process, from /proc/sys/net/ipv4.
 fn set_congestion_control(fd: &OwnedFd, name: &str) -> std::io::Result<()> {
-    // SAFETY: setsockopt reads `name.len()` bytes from the pointer, on a socket we own.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
+    let Err(e) = set_tcp_opt(fd, libc::TCP_CONGESTION, name.as_bytes()) else {
         return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
+    };
     let sysctl = |n: &str| {
         std::fs::read_to_string(format!("/proc/sys/net/ipv4/{n}"))
             .map(|s| s.trim().to_string())

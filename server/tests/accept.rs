@@ -112,23 +112,29 @@ fn requests_sent_before_they_are_accepted_are_all_answered_in_full() {
     }));
 }
 
+/// What `ss -tni` says of the server's socket of the established connection(s) to `port`.
+fn server_socket_info(port: u16) -> String {
+    let out = std::process::Command::new("ss")
+        .args([
+            "-tniH",
+            "state",
+            "established",
+            &format!("( sport = :{port} )"),
+        ])
+        .output()
+        .expect("ss (iproute2) runs");
+    assert!(out.status.success(), "ss failed: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("bytes_sent"), "no server socket in: {text}");
+    text
+}
+
 /// Bytes the server's socket of the one connection to `port` holds unsent, as `ss -tni` reports
 /// them (0 when it prints none), once it stops growing.
 fn notsent_of_server_socket(port: u16) -> u64 {
     let read = || {
-        let out = std::process::Command::new("ss")
-            .args([
-                "-tniH",
-                "state",
-                "established",
-                &format!("( sport = :{port} )"),
-            ])
-            .output()
-            .expect("ss (iproute2) runs");
-        assert!(out.status.success(), "ss failed: {out:?}");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(text.contains("bytes_sent"), "no server socket in: {text}");
-        text.split_whitespace()
+        server_socket_info(port)
+            .split_whitespace()
             .find_map(|w| w.strip_prefix("notsent:"))
             .map_or(0, |n| n.parse::<u64>().expect("a number"))
     };
@@ -176,18 +182,7 @@ fn notsent_lowat_bounds_what_a_connection_queues_unsent() {
 
 /// The congestion control `ss -tni` shows for the server's socket of the one connection to `port`.
 fn congestion_control_of_server_socket(port: u16, known: &[&str]) -> String {
-    let out = std::process::Command::new("ss")
-        .args([
-            "-tniH",
-            "state",
-            "established",
-            &format!("( sport = :{port} )"),
-        ])
-        .output()
-        .expect("ss (iproute2) runs");
-    assert!(out.status.success(), "ss failed: {out:?}");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(text.contains("bytes_sent"), "no server socket in: {text}");
+    let text = server_socket_info(port);
     text.split_whitespace()
         .find(|w| known.contains(w))
         .unwrap_or_else(|| panic!("no congestion control of {known:?} in: {text}"))
