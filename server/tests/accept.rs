@@ -125,7 +125,12 @@ fn server_socket_info(port: u16) -> String {
         .expect("ss (iproute2) runs");
     assert!(out.status.success(), "ss failed: {out:?}");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(text.contains("bytes_sent"), "no server socket in: {text}");
+    // The socket's own line (its details follow on the next). A socket that has not sent yet
+    // has no `bytes_sent`, so that is not the test.
+    assert!(
+        text.contains(&format!("127.0.0.1:{port} ")),
+        "no server socket in: {text}"
+    );
     text
 }
 
