@@ -38,6 +38,9 @@ fn now() -> i64 {
 /// Answer `req` on `sock`.
 pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
     let keep_alive = req.keep_alive && !shared.lifecycle.is_draining();
+    if !keep_alive {
+        sock.cork_until_close();
+    }
     let policy = &shared.http;
     let resolved = shared.router.resolve(&req.path);
     let route = resolved.as_ref().ok().map(|r| r.route);
@@ -224,23 +227,50 @@ async fn send(
             return write(sock, 503, &out, keep_alive).await;
         }
     }
-    if sock.write_all(&head, first.is_some()).await.is_err() {
+    let fd = &opened.file.fd;
+    // A small resident answer leaves in one send (head and body); what the socket did not take
+    // follows the usual way.
+    let mut early = 0usize;
+    if let Body::Range { start, len } = body {
+        match vol.send_small(sock.stream(), &head, fd, start, len) {
+            Ok(Some(n)) => early = n,
+            Ok(None) => {}
+            Err(_) => {
+                return Served {
+                    status,
+                    bytes: 0,
+                    keep_alive: false,
+                }
+            }
+        }
+    }
+    let head_early = early.min(head.len());
+    if head_early < head.len()
+        && sock
+            .write_all(&head[head_early..], first.is_some())
+            .await
+            .is_err()
+    {
         return Served {
             status,
-            bytes: 0,
+            bytes: head_early as u64,
             keep_alive: false,
         };
     }
+    let body_early = (early - head_early) as u64;
     let mut served = Served {
         status,
-        bytes: head.len() as u64,
+        bytes: head.len() as u64 + body_early,
         keep_alive,
     };
     let timeout = Duration::from_secs(shared.config.limits.send_timeout_secs);
-    let fd = &opened.file.fd;
     let result: Result<u64, BodyError> = match &body {
         Body::None => Ok(0),
-        Body::Range { start, len } => vol.send_body(sock, fd, *start, *len, timeout).await,
+        Body::Range { len, .. } if body_early == *len => Ok(0),
+        Body::Range { start, len } => {
+            vol.send_body(sock, fd, start + body_early, len - body_early, timeout)
+                .await
+        }
         Body::Multipart(m) => {
             let mut sent = 0u64;
             let mut r = Ok(());

@@ -98,6 +98,13 @@ impl Socket {
         let _ = rustix::net::sockopt::set_tcp_nodelay(self.stream(), true);
     }
 
+    /// Hold partial segments until the socket closes (TCP_CORK), best effort: for an answer that
+    /// ends the connection, so its head, body and FIN leave together in as few segments as the
+    /// MSS allows (closing, or shutting down the write side, sends what is held at once).
+    pub fn cork_until_close(&self) {
+        let _ = rustix::net::sockopt::set_tcp_cork(self.stream(), true);
+    }
+
     /// Ready once the socket is (believed) readable: at once while it never waited. The waker is
     /// kept in the socket's own registration (no waiter stored in the caller's future).
     pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()> {

@@ -169,6 +169,24 @@ impl Volume {
         }
     }
 
+    /// `auto`: send a small response (`head`, then bytes `start..start + len` of `file`) whose
+    /// body is resident in one send from the event loop (see [`HotPath::send_small`]).
+    /// `Ok(None)`: nothing sent, the caller sends head and body the usual way; `Ok(Some(n))`: `n`
+    /// bytes of head and body went out, the caller sends the rest.
+    pub fn send_small(
+        &self,
+        sock: &TcpStream,
+        head: &[u8],
+        file: &OwnedFd,
+        start: u64,
+        len: u64,
+    ) -> io::Result<Option<usize>> {
+        if self.offload != Offload::Auto {
+            return Ok(None);
+        }
+        self.hot.send_small(sock, head, file, start, len)
+    }
+
     /// Send one chunk (at most `len` bytes of `file` from `offset`) of an admitted response to
     /// the non-blocking socket: `auto` tries resident bytes inline first (sendfile of the pages
     /// mincore proves filled, or an RWF_NOWAIT copy where it cannot); the rest is sendfile on the pool (`always`, `auto` misses; never
