@@ -38,9 +38,6 @@ fn now() -> i64 {
 /// Answer `req` on `sock`.
 pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
     let keep_alive = req.keep_alive && !shared.lifecycle.is_draining();
-    if !keep_alive {
-        sock.cork_until_close();
-    }
     let policy = &shared.http;
     let resolved = shared.router.resolve(&req.path);
     let route = resolved.as_ref().ok().map(|r| r.route);
@@ -83,6 +80,11 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
     let opened = vol.open(&rel).await;
     // Draining may have started while the file was opened: say `close` from now on.
     let keep_alive = keep_alive && !shared.lifecycle.is_draining();
+    if !keep_alive {
+        // The answer ends the connection: its FIN leaves with its last bytes (a cache route's
+        // answer may stream bytes as they arrive from the origin, so only files are corked).
+        sock.cork_until_close();
+    }
     let fail = |e: OpenError| match e {
         OpenError::NotFound | OpenError::Directory => error(404, keep_alive, &[]),
         OpenError::Forbidden(why) => {
