@@ -187,6 +187,67 @@ fn resident_file_is_served_on_the_loop_without_any_pool_task() {
     assert_eq!(after.open_misses, before.open_misses);
 }
 
+/// A small resident answer (head and body together at most 32 KiB) leaves in one send from the
+/// loop: right bytes for a closing request, a keep-alive one and a range, no pool task, one read
+/// hit each. Pipelined requests that a client does not read for a while fill its socket, so some
+/// answers are only partly taken by that send: every byte of every answer still arrives, in order.
+/// An evicted small file goes to the pool as before.
+#[test]
+fn small_resident_answers_leave_in_one_send_and_the_rest_follows_a_short_write() {
+    let (dir, path, data) = disk_file("small.bin", 30_000, 7);
+    assert_eq!(std::fs::read(&path).unwrap(), data); // read it once: resident
+    let s = start(dir.path(), Offload::Auto, 1 << 20, 60_000);
+    let before = counters(&s);
+    let r = fetch(s.addr, "/small.bin", &[]);
+    assert_eq!(r.status, 200, "{:?}", r.headers);
+    assert!(r.body == data, "closing answer differs");
+    let mut c = Conn::new(s.addr);
+    let r = c.get("/small.bin");
+    assert!(r.body == data, "keep-alive answer differs");
+    let r = c
+        .request("GET", "/small.bin", &[("Range", "bytes=100-20099")])
+        .unwrap();
+    assert_eq!(r.status, 206);
+    assert!(r.body == data[100..20100], "range differs");
+    let after = counters(&s);
+    assert_eq!(
+        after.pool_all, before.pool_all,
+        "a resident file must not need the pool"
+    );
+    assert_eq!(after.read_hits, before.read_hits + 3.0);
+    assert_eq!(after.read_misses, before.read_misses);
+
+    // 300 answers (9 MB) do not fit in the two socket buffers of an unread connection.
+    let mut p = Conn::new(s.addr);
+    let mut raw = Vec::new();
+    for _ in 0..300 {
+        raw.extend_from_slice(&request_bytes("GET", "/small.bin", &[], false));
+    }
+    p.send(&raw);
+    std::thread::sleep(Duration::from_millis(300));
+    for i in 0..300 {
+        let r = p
+            .response(false)
+            .unwrap_or_else(|e| panic!("answer {i}: {e}"));
+        assert_eq!(r.status, 200);
+        assert!(r.body == data, "pipelined answer {i} differs");
+    }
+
+    // Another small file, evicted (the served one may stay mapped by the loop's mincore).
+    let cold_path = dir.path().join("cold.bin");
+    let cold = bytes(20_000, 8);
+    write_file(&cold_path, &cold);
+    evict(&cold_path);
+    let before = counters(&s);
+    let r = fetch(s.addr, "/cold.bin", &[]);
+    assert!(r.body == cold, "evicted answer differs");
+    let after = counters(&s);
+    assert!(
+        after.pool_sendfile > before.pool_sendfile,
+        "an evicted body is sent by the pool"
+    );
+}
+
 #[test]
 fn evicted_file_is_read_on_the_pool_and_unknown_paths_are_looked_up_there() {
     let (dir, path, data) = disk_file("cold.bin", 1 << 20, 2);
