@@ -359,8 +359,11 @@ def contentserver():
             (f"sum by (pod, volume) (contentserver_pool_busy_threads{{{VSEL}}}) / "
              f"sum by (pod, volume) (contentserver_pool_threads{{{VSEL}}})",
              "{{pod}} busy now"),
-            (f"sum by (pod, volume) ({rate('contentserver_pool_busy_seconds_total', VSEL)}) / "
-             f"sum by (pod, volume) (contentserver_pool_threads{{{VSEL}}})",
+            # Clamped at 1 like the autoscaling metric (prometheus-adapter.yaml): busy time is
+            # counted when a task ends and rate() extrapolates, so a saturated pool reads a hair
+            # above 1.
+            (f"clamp_max(sum by (pod, volume) ({rate('contentserver_pool_busy_seconds_total', VSEL)}) / "
+             f"sum by (pod, volume) (contentserver_pool_threads{{{VSEL}}}), 1)",
              "{{pod}} busy (averaged)"),
         ], maximum=1))
     p.append(timeseries(
