@@ -268,7 +268,6 @@ async fn send(
     let timeout = Duration::from_secs(shared.config.limits.send_timeout_secs);
     let result: Result<u64, BodyError> = match &body {
         Body::None => Ok(0),
-        Body::Range { len, .. } if body_early == *len => Ok(0),
         Body::Range { start, len } => {
             vol.send_body(sock, fd, start + body_early, len - body_early, timeout)
                 .await
