@@ -139,9 +139,12 @@ pub fn parse(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
 
 fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     // Tolerate empty lines before a request (RFC 9112 §2.2) only when the whole head fits.
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    let status = match req.parse(buf) {
+    // Left uninitialised: httparse writes the ones it parses (initialising 100 empty headers
+    // cost about 400 instructions per request, a tenth of the parse).
+    let mut headers =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let status = match req.parse_with_uninit_headers(buf, &mut headers) {
         Ok(s) => s,
         Err(httparse::Error::TooManyHeaders) => return Err(ParseError::HeadersTooLarge),
         Err(httparse::Error::Version) => return Err(ParseError::Bad("bad HTTP version")),
