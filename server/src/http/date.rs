@@ -41,8 +41,25 @@ pub fn format(secs: i64) -> String {
     out
 }
 
-/// Append the IMF-fixdate of `secs` to `out` (no formatting machinery: it runs per response).
+thread_local! {
+    /// The last date [`push`] formatted on this thread (a hot file's Last-Modified repeats).
+    static LAST: RefCell<(i64, String)> = const { RefCell::new((i64::MIN, String::new())) };
+}
+
+/// Append the IMF-fixdate of `secs` to `out` (no formatting machinery: it runs per response;
+/// the last one formatted on this thread is reused).
 pub fn push(out: &mut String, secs: i64) {
+    LAST.with_borrow_mut(|(at, text)| {
+        if *at != secs {
+            text.clear();
+            push_uncached(text, secs);
+            *at = secs;
+        }
+        out.push_str(text);
+    });
+}
+
+fn push_uncached(out: &mut String, secs: i64) {
     fn two(out: &mut String, v: i64) {
         out.push(char::from(b'0' + (v / 10 % 10) as u8));
         out.push(char::from(b'0' + (v % 10) as u8));
@@ -143,7 +160,7 @@ pub fn push_now(out: &mut String) {
         if c.0 != now {
             c.0 = now;
             c.1.clear();
-            push(&mut c.1, now);
+            push_uncached(&mut c.1, now);
         }
         out.push_str(&c.1);
     })
