@@ -192,7 +192,11 @@ fn stale_if_error_covers_every_origin_fault() {
     // stored version is not replaced by a truncation, and the next request gets v2 whole.
     std::thread::sleep(Duration::from_millis(2100));
     let v2 = pattern(60_000, 4);
-    o.put("/s.bin", Object::version(v2.clone(), 2).cache_control(cc));
+    // Fresh for 3 s: ages are whole seconds (the origin's Date against the node's clock), so a
+    // fetch that crosses a second boundary starts 1 s old; max-age=1 could be stale already at
+    // the HIT check below (a CI run saw MISS there).
+    let cc2 = "max-age=3, stale-while-revalidate=0, stale-if-error=600";
+    o.put("/s.bin", Object::version(v2.clone(), 2).cache_control(cc2));
     o.fault_times("/s.bin", Fault::TruncateAfter(5_000), 1);
     match try_get(&n, "/s.bin", "") {
         Ok(r) => assert!(
@@ -211,7 +215,7 @@ fn stale_if_error_covers_every_origin_fault() {
     assert!(r.body == v2);
 
     // The origin's listener is gone (connection refused): stale too.
-    std::thread::sleep(Duration::from_millis(2100));
+    std::thread::sleep(Duration::from_millis(3100));
     let mut o = o;
     o.close_listener();
     let r = get(&n, "/s.bin", "");
