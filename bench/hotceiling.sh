@@ -11,7 +11,7 @@
 # per read(2) and ioctl(FIONREAD) after each), not by the server's disk path.
 #
 # Usage: bench/hotceiling.sh [TARGET ...]   TARGET = nginx | ours   (default: both)
-# Env: HOT_CONNS [16] DURATION [10] RUNS [2] CCS ["<host's> cubic"] PORT [18096]
+# Env: HOT_CONNS [16] DURATION [10] RUNS [2] CCS ["<host's> cubic"] PORT [18097]
 #   FILE [/var/tmp/seedbench/hot.bin, else 4 MiB of random bytes] BIN [target/release/content-server]
 # Needs root (sysctl), wrk and nginx (apt-get install wrk nginx-light).
 set -euo pipefail
@@ -20,8 +20,9 @@ cd "$(dirname "$0")/.."
 HOT_CONNS=${HOT_CONNS:-16}
 DURATION=${DURATION:-10}
 RUNS=${RUNS:-2}
-PORT=${PORT:-18096}
+PORT=${PORT:-18097}
 BIN=${BIN:-$PWD/target/release/content-server}
+FILE=${FILE:-/var/tmp/seedbench/hot.bin}
 HOST_CC=$(sysctl -n net.ipv4.tcp_congestion_control)
 CCS=${CCS:-$HOST_CC cubic}
 [ $# -ge 1 ] || set -- nginx ours
@@ -32,8 +33,8 @@ require_free_port "$PORT"
 
 bench_workdir hotceiling
 trap 'stop_server; sysctl -qw net.ipv4.tcp_congestion_control="$HOST_CC"; rm -rf "$WORK"' EXIT
-if [ -f "${FILE:-/var/tmp/seedbench/hot.bin}" ]; then
-  cp "${FILE:-/var/tmp/seedbench/hot.bin}" "$DOCROOT/hot.bin"
+if [ -f "$FILE" ]; then
+  cp "$FILE" "$DOCROOT/hot.bin"
 else
   head -c $((4 << 20)) /dev/urandom >"$DOCROOT/hot.bin"
 fi
