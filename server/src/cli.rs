@@ -99,6 +99,10 @@ pub struct ServeArgs {
     /// Admin listener ADDR:PORT; an empty string disables it.
     #[arg(long, value_name = "ADDR:PORT")]
     pub admin_listen: Option<String>,
+    /// Log one line per response on stderr (logging.access_log): method, path, status, bytes
+    /// and duration_ms.
+    #[arg(long)]
+    pub access_log: bool,
 }
 
 /// Parse a `--listen` value: `ADDR:PORT`, `[V6]:PORT`, or a bare address.
@@ -199,6 +203,9 @@ impl ServeArgs {
         }
         if let Some(a) = &self.admin_listen {
             cfg.admin.listen = a.clone();
+        }
+        if self.access_log {
+            cfg.logging.access_log = true;
         }
         cfg.normalize();
         cfg.validate()?;

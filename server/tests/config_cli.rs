@@ -171,6 +171,36 @@ fn serve_limit_overrides_take_effect() {
     assert!(err.contains("limits.sendfile_max_chunk"), "{err}");
 }
 
+/// `--access-log` sets logging.access_log: one line per response with its path, status, bytes
+/// and duration; without it, no access line.
+#[test]
+fn serve_access_log_flag_logs_each_response() {
+    let (_d, s) = serve_root("--listen 127.0.0.1:0 --access-log");
+    assert_eq!(s.get("/f.txt").body, b"f");
+    assert_eq!(s.get("/missing.txt").status, 404);
+    for line in [
+        r#"path="/f.txt" status=200 bytes="#,
+        r#"path="/missing.txt" status=404"#,
+    ] {
+        assert!(
+            s.wait_log(line, std::time::Duration::from_secs(5)),
+            "no access line {line:?}:\n{}",
+            s.logs()
+        );
+    }
+    assert!(s.logs().contains("duration_ms="), "{}", s.logs());
+
+    let (_d, quiet) = serve_root("--listen 127.0.0.1:0");
+    assert_eq!(quiet.get("/f.txt").body, b"f");
+    // The line would be written within milliseconds; give the writer thread time anyway.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        !quiet.logs().contains("path=\"/f.txt\""),
+        "an access line without --access-log:\n{}",
+        quiet.logs()
+    );
+}
+
 /// `--idle-park-ms` sets limits.idle_park_ms: an idle keep-alive connection is parked (the
 /// `contentserver_connections_parked` gauge) after the default 1 s, never with 0, and not
 /// within seconds with 60000.
