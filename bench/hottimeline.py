@@ -36,12 +36,12 @@ def main():
     # The whole object (head lengths differ by a few bytes: Age, Date).
     hot = sorted(r for r in full if r[3] >= size - 1024)
     # The mixed phase: the 21 s window holding the most full hot answers.
-    best, j = (0, 0), 0
+    most, t0, j = 0, hot[0][0], 0
     for i, r in enumerate(hot):
         while j < len(hot) and hot[j][0] < r[0] + 21:
             j += 1
-        best = max(best, (j - i, -i))
-    t0 = hot[-best[1]][0]
+        if j - i > most:
+            most, t0 = j - i, r[0]
     win = [r for r in hot if t0 <= r[0] < t0 + 21]
     ms = sorted(r[4] for r in win)
     slow = pct(ms, 0.99)

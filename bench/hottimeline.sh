@@ -10,6 +10,7 @@
 #   a temporary file, removed]; cachebench's own knobs (DURATION, PORT, ...) pass through.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BIN=${BIN:-$PWD/target/release/content-server}
 THREADS=${THREADS:-64}
 SKIP=${SKIP:-3}
@@ -19,5 +20,5 @@ BENCH=../shared/bench/cachebench.sh
 LOG=${KEEP:-$(mktemp /tmp/hottimeline.XXXXXX.log)}
 [ -n "${KEEP:-}" ] || trap 'rm -f "$LOG"' EXIT
 : >"$LOG"
-bash "$BENCH" "cmd:$BIN serve --origin \$ORIGIN --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --threads $THREADS --access-log \$(for d in \$CACHE_DIRS; do printf -- '--cache-dir %s ' \"\$d\"; done) 2>>$LOG"
+bash "$BENCH" "$(cache_node_cmd "$BIN" "$THREADS" --access-log) 2>>$LOG"
 python3 bench/hottimeline.py "$LOG" /hot.bin "$SKIP"

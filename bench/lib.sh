@@ -5,6 +5,8 @@
 #   stop_server          SIGTERM to it and wait; also run at exit
 #   require_free_port P  exit 1 when something listens on port P
 #   wait_answer URL TRIES WHAT LOG   poll URL every 0.1 s; after TRIES, print LOG and exit 1
+#   cache_node_cmd BIN THREADS [EXTRA]   cachebench.sh's `cmd:` target for ours: the README's
+#                        caching-node command (one --cache-dir per $CACHE_DIRS), EXTRA more `serve` args
 # shellcheck shell=bash
 
 SERVER_PID=
@@ -45,4 +47,8 @@ wait_answer() {
   echo "$(basename "$0"): $3 did not answer; its log:" >&2
   cat "$4" >&2
   exit 1
+}
+
+cache_node_cmd() {
+  echo "cmd:$1 serve --origin \$ORIGIN --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --threads $2${3:+ $3} \$(for d in \$CACHE_DIRS; do printf -- '--cache-dir %s ' \"\$d\"; done)"
 }

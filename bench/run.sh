@@ -9,6 +9,7 @@
 #   OURS_EXTRA: more `serve` arguments for ours only (e.g. "--congestion-control cubic")
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BENCH_DIR=${BENCH_DIR:-../shared/bench}
 what=${1:-all}
 mkdir -p bench/results
@@ -61,8 +62,7 @@ drain_time_wait() { # wait (at most 70 s) until fewer than 100 TCP sockets are i
 }
 
 cache() { # the caching node: nginx's proxy_cache (with and without slice) and ours, one cache dir each
-  bash "$BENCH_DIR/cachebench.sh" nginx-cache nginx-cache-slice \
-    "cmd:$BIN serve --origin \$ORIGIN --listen 127.0.0.1 --port \$PORT --admin-listen 127.0.0.1:0 --threads $THREADS${OURS_EXTRA:+ $OURS_EXTRA} \$(for d in \$CACHE_DIRS; do printf -- '--cache-dir %s ' \"\$d\"; done)"
+  bash "$BENCH_DIR/cachebench.sh" nginx-cache nginx-cache-slice "$(cache_node_cmd "$BIN" "$THREADS" "${OURS_EXTRA:-}")"
 }
 
 # The share of CPU time the hypervisor took from this VM ("steal" in /proc/stat) while a table
