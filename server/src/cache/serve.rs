@@ -15,7 +15,7 @@
 
 use super::fill::{unix_now_ms, Fill, FillError, FillJob, Progress};
 use super::key::CacheKey;
-use super::volume::{CacheStatus, CacheVolume, Found, Stored};
+use super::volume::{CacheStatus, CacheVolume, FillFor, Found, Stored};
 use crate::config::CachePolicy;
 use crate::http::conditional::{self, Conditions, Current, Precondition};
 use crate::http::freshness;
@@ -183,8 +183,10 @@ impl Ctx<'_> {
 
     /// The fill of `slice` (joined, or started detached); `revalidate` makes a new one
     /// conditional. A request joining a fill for its first slice counts as collapsed.
+    /// Without `revalidate`, the entry a fill committed since this request looked is returned
+    /// instead of asking the origin again.
     /// With Authorization the fill is this request's alone (not registered: nobody joins it).
-    fn fill(&self, slice: u32, revalidate: Option<Arc<Stored>>, first: bool) -> (Arc<Fill>, bool) {
+    fn fill(&self, slice: u32, revalidate: Option<Arc<Stored>>, first: bool) -> FillFor<Fill> {
         let id = self.key.slice(slice);
         if self.auth.is_some() {
             let fill = Fill::new(id, self.key_bytes.clone());
@@ -193,23 +195,22 @@ impl Ctx<'_> {
                 self.route.origin.clone(),
                 self.job(slice, revalidate),
             );
-            return (fill, false);
+            return FillFor::Fill(fill, false);
         }
-        let (fill, joined) = self
+        let unless_stored = revalidate.is_none().then_some(&*self.key_bytes);
+        let found = self
             .cv
-            .fill_for(id, || Fill::new(id, self.key_bytes.clone()));
-        if joined {
-            if first {
-                self.cv.m.collapsed.inc();
-            }
-        } else {
-            fill.spawn(
+            .fill_for(id, unless_stored, || Fill::new(id, self.key_bytes.clone()));
+        match &found {
+            FillFor::Fill(_, true) if first => self.cv.m.collapsed.inc(),
+            FillFor::Fill(fill, false) => fill.spawn(
                 self.cv.clone(),
                 self.route.origin.clone(),
                 self.job(slice, revalidate),
-            );
+            ),
+            _ => {}
         }
-        (fill, joined)
+        found
     }
 
     async fn first(&self, slice: u32) -> First {
@@ -249,10 +250,15 @@ impl Ctx<'_> {
     /// Wait for `fill`'s head and decide; `stale` is the entry being revalidated, if any.
     async fn after_fill(
         &self,
-        (fill, joined): (Arc<Fill>, bool),
+        fill: FillFor<Fill>,
         stale: Option<Arc<Stored>>,
         now_ms: i64,
     ) -> First {
+        let (fill, joined) = match fill {
+            FillFor::Fill(fill, joined) => (fill, joined),
+            // Committed just now by the fill this request would have joined: as a joiner, a hit.
+            FillFor::Stored(s) => return First::Serve(Source::Stored(s), CacheStatus::Hit),
+        };
         let mut rx = fill.subscribe();
         let p = loop {
             let p = rx.borrow_and_update().clone();
@@ -322,7 +328,10 @@ impl Ctx<'_> {
             Found::Collision => return None,
             Found::Absent => {}
         }
-        let (fill, _) = self.fill(slice, None, false);
+        let fill = match self.fill(slice, None, false) {
+            FillFor::Fill(fill, _) => fill,
+            FillFor::Stored(s) => return Some(Source::Stored(s)),
+        };
         let mut rx = fill.subscribe();
         loop {
             let p = rx.borrow_and_update().clone();

@@ -86,6 +86,14 @@ pub enum Found {
     Collision,
 }
 
+/// What [`CacheVolume::fill_for`] found.
+pub enum FillFor<F> {
+    /// The fill under way (`true`: joined) or a new one, registered.
+    Fill(Arc<F>, bool),
+    /// The entry a fill committed since the caller's lookup.
+    Stored(Arc<Stored>),
+}
+
 /// One cache volume; `F` is the fill registered per entry (`super::fill::Fill`).
 pub struct CacheVolume<F> {
     pub name: String,
@@ -314,15 +322,29 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     }
 
     /// The fill of `id` under way, or a new one made by `make` (registered before it starts,
-    /// so concurrent requests find it). The bool says whether it was joined.
-    pub fn fill_for(&self, id: EntryId, make: impl FnOnce() -> Arc<F>) -> (Arc<F>, bool) {
+    /// so concurrent requests find it). With `unless_stored`, the entry of that key committed
+    /// since the caller looked is returned instead of a new fill.
+    pub fn fill_for(
+        &self,
+        id: EntryId,
+        unless_stored: Option<&[u8]>,
+        make: impl FnOnce() -> Arc<F>,
+    ) -> FillFor<F> {
         let mut fills = lock(&self.fills);
         if let Some(f) = fills.get(&id) {
-            return (f.clone(), true);
+            return FillFor::Fill(f.clone(), true);
+        }
+        // A fill puts its entry in `open` before it unregisters, so with `fills` locked an
+        // entry committed between the caller's lookup and now is found here.
+        if let Some(key) = unless_stored {
+            let open = lock(&self.open);
+            if let Some(s) = open.get(&id).filter(|s| *s.meta.key == *key) {
+                return FillFor::Stored(s.clone());
+            }
         }
         let f = make();
         fills.insert(id, f.clone());
-        (f, false)
+        FillFor::Fill(f, false)
     }
 
     /// `fill` starts (before it asks the origin anything).
@@ -492,5 +514,71 @@ fn ten_percent_free_limit(store: &Store, used: u64) -> u64 {
             usable - (total / 10).min(usable / 2)
         }
         Err(_) => used,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::entry::sample_meta;
+    use crate::cache::key::CacheKey;
+
+    /// A request looks an entry up, finds nothing, then asks for a fill; the fill it would have
+    /// joined may commit and unregister in between. It gets the committed entry, not a second
+    /// origin fetch.
+    #[test]
+    fn a_fill_that_committed_since_the_lookup_is_served_not_refetched() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new(&["c1"], 1);
+        let v = config::Volume {
+            name: "c1".into(),
+            path: dir.path().to_path_buf(),
+            offload: config::Offload::default(),
+            pool: config::Pool::default(),
+            cache: Some(config::VolumeCache::default()),
+        };
+        let pool = Pool::start("c1", 1, 16, &metrics).unwrap();
+        let cv: Arc<CacheVolume<u8>> =
+            CacheVolume::open(&v, &config::VolumeCache::default(), pool, &metrics).unwrap();
+        let key = CacheKey::new(b"/a".to_vec());
+        let id = key.slice(0);
+
+        let first = cv.fill_for(id, Some(b"/a"), || Arc::new(1));
+        assert!(matches!(first, FillFor::Fill(ref f, false) if **f == 1));
+        let FillFor::Fill(fill, _) = first else {
+            unreachable!()
+        };
+        assert!(
+            matches!(cv.fill_for(id, Some(b"/a"), || Arc::new(2)), FillFor::Fill(ref f, true) if **f == 1)
+        );
+
+        // The fill commits, then unregisters (the order `Fill::run` and `fill_done` keep).
+        let fd = std::fs::File::open(dir.path()).unwrap().into();
+        cv.committed(
+            Arc::new(Stored {
+                id,
+                fd: Arc::new(fd),
+                meta: Arc::new(sample_meta(b"/a", 0, 10)),
+            }),
+            4106,
+        );
+        cv.fill_done(id, &fill);
+
+        assert!(
+            matches!(cv.fill_for(id, Some(b"/a"), || Arc::new(3)), FillFor::Stored(ref s) if s.id == id)
+        );
+        // Another key with the same id (a hash collision) is not served that entry.
+        assert!(
+            matches!(cv.fill_for(id, Some(b"/b"), || Arc::new(4)), FillFor::Fill(ref f, false) if **f == 4)
+        );
+        // A revalidation asks the origin whatever is stored.
+        let FillFor::Fill(f4, _) = cv.fill_for(id, None, || Arc::new(5)) else {
+            panic!("a registered fill is joined")
+        };
+        assert_eq!(*f4, 4);
+        cv.fill_done(id, &f4);
+        assert!(
+            matches!(cv.fill_for(id, None, || Arc::new(6)), FillFor::Fill(ref f, false) if **f == 6)
+        );
     }
 }
