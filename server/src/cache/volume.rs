@@ -530,55 +530,47 @@ mod tests {
     fn a_fill_that_committed_since_the_lookup_is_served_not_refetched() {
         let dir = tempfile::tempdir().unwrap();
         let metrics = Metrics::new(&["c1"], 1);
+        let c = config::VolumeCache::default();
         let v = config::Volume {
             name: "c1".into(),
             path: dir.path().to_path_buf(),
             offload: config::Offload::default(),
             pool: config::Pool::default(),
-            cache: Some(config::VolumeCache::default()),
+            cache: Some(c.clone()),
         };
         let pool = Pool::start("c1", 1, 16, &metrics).unwrap();
-        let cv: Arc<CacheVolume<u8>> =
-            CacheVolume::open(&v, &config::VolumeCache::default(), pool, &metrics).unwrap();
-        let key = CacheKey::new(b"/a".to_vec());
-        let id = key.slice(0);
-
-        let first = cv.fill_for(id, Some(b"/a"), || Arc::new(1));
-        assert!(matches!(first, FillFor::Fill(ref f, false) if **f == 1));
-        let FillFor::Fill(fill, _) = first else {
-            unreachable!()
+        let cv: Arc<CacheVolume<u8>> = CacheVolume::open(&v, &c, pool, &metrics).unwrap();
+        let id = CacheKey::new(b"/a".to_vec()).slice(0);
+        // (fill number, joined), or None for the stored entry.
+        let fill_for = |key: Option<&[u8]>, n: u8| match cv.fill_for(id, key, || Arc::new(n)) {
+            FillFor::Fill(f, joined) => Some((*f, joined)),
+            FillFor::Stored(s) => {
+                assert_eq!(s.id, id);
+                None
+            }
         };
-        assert!(
-            matches!(cv.fill_for(id, Some(b"/a"), || Arc::new(2)), FillFor::Fill(ref f, true) if **f == 1)
-        );
 
-        // The fill commits, then unregisters (the order `Fill::run` and `fill_done` keep).
+        assert_eq!(fill_for(Some(b"/a"), 1), Some((1, false)));
+        assert_eq!(fill_for(Some(b"/a"), 2), Some((1, true)));
+
+        // Fill 1 commits, then unregisters (the order `Fill::run` and `fill_done` keep).
         let fd = std::fs::File::open(dir.path()).unwrap().into();
+        let meta = Arc::new(sample_meta(b"/a", 0, 10));
         cv.committed(
             Arc::new(Stored {
                 id,
                 fd: Arc::new(fd),
-                meta: Arc::new(sample_meta(b"/a", 0, 10)),
+                meta,
             }),
             4106,
         );
-        cv.fill_done(id, &fill);
+        let fill1 = cv.fill_running(id).unwrap();
+        cv.fill_done(id, &fill1);
 
-        assert!(
-            matches!(cv.fill_for(id, Some(b"/a"), || Arc::new(3)), FillFor::Stored(ref s) if s.id == id)
-        );
+        assert_eq!(fill_for(Some(b"/a"), 3), None);
         // Another key with the same id (a hash collision) is not served that entry.
-        assert!(
-            matches!(cv.fill_for(id, Some(b"/b"), || Arc::new(4)), FillFor::Fill(ref f, false) if **f == 4)
-        );
+        assert_eq!(fill_for(Some(b"/b"), 4), Some((4, false)));
         // A revalidation asks the origin whatever is stored.
-        let FillFor::Fill(f4, _) = cv.fill_for(id, None, || Arc::new(5)) else {
-            panic!("a registered fill is joined")
-        };
-        assert_eq!(*f4, 4);
-        cv.fill_done(id, &f4);
-        assert!(
-            matches!(cv.fill_for(id, None, || Arc::new(6)), FillFor::Fill(ref f, false) if **f == 6)
-        );
+        assert_eq!(fill_for(None, 5), Some((4, true)));
     }
 }
