@@ -213,11 +213,8 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     /// Find slice `id` of `key`: the open-entry table, then the index (and, while the index is
     /// being rebuilt, the disk), opening the file on the pool. An invalid file is deleted.
     pub async fn find(self: &Arc<Self>, id: EntryId, key: &Arc<[u8]>) -> Result<Found, PoolError> {
-        if let Some(s) = lock(&self.open).get(&id).cloned() {
-            if *s.meta.key == **key {
-                self.index.lookup(id, self.index.now());
-                return Ok(Found::Stored(s));
-            }
+        if let Some(s) = self.open_entry(id, key) {
+            return Ok(Found::Stored(s));
         }
         match self.index.lookup(id, self.index.now()) {
             Presence::No => return Ok(Found::Absent),
@@ -264,6 +261,16 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 Ok(Found::Absent)
             }
         }
+    }
+
+    /// The open entry `id` if it is `key`'s (a use of it, for the index's recency).
+    fn open_entry(&self, id: EntryId, key: &[u8]) -> Option<Arc<Stored>> {
+        let s = lock(&self.open)
+            .get(&id)
+            .filter(|s| *s.meta.key == *key)
+            .cloned()?;
+        self.index.lookup(id, self.index.now());
+        Some(s)
     }
 
     /// Keep `s` open for the next requests (bounded; a random other entry makes room).
@@ -336,11 +343,8 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         }
         // A fill puts its entry in `open` before it unregisters, so with `fills` locked an
         // entry committed between the caller's lookup and now is found here.
-        if let Some(key) = unless_stored {
-            let open = lock(&self.open);
-            if let Some(s) = open.get(&id).filter(|s| *s.meta.key == *key) {
-                return FillFor::Stored(s.clone());
-            }
+        if let Some(s) = unless_stored.and_then(|key| self.open_entry(id, key)) {
+            return FillFor::Stored(s);
         }
         let f = make();
         fills.insert(id, f.clone());
