@@ -79,6 +79,9 @@ enum First {
     FetchThrough,
     /// Answer this status (origin down without a usable stale entry: 502/504; 416).
     Error(u16, Option<u64>),
+    /// The slice asked for lies past the object's end, which this fresh first slice tells:
+    /// answer from it (416, or the whole object when If-Range does not match).
+    PastEnd(Arc<Stored>),
 }
 
 /// Answer `req` (routed to cache volume `cv` of `vol` by `route`).
@@ -128,7 +131,8 @@ pub async fn respond(
             cv.count(CacheStatus::Bypass);
             cx.fetch_through().await
         }
-        First::Error(status, total) => cx.error(status, total).await,
+        First::Error(status, total) => cx.error(status, total, CacheStatus::Miss).await,
+        First::PastEnd(s0) => cx.serve(Source::Stored(s0), 0, CacheStatus::Hit).await,
     }
 }
 
@@ -229,6 +233,9 @@ impl Ctx<'_> {
         };
         let now_ms = unix_now_ms();
         let Some(s) = stored else {
+            if let Some(s0) = self.past_end(slice, now_ms).await {
+                return First::PastEnd(s0);
+            }
             let fill = self.fill(slice, None, true);
             return self.after_fill(fill, None, now_ms).await;
         };
@@ -245,6 +252,22 @@ impl Ctx<'_> {
         }
         let fill = self.fill(slice, Some(s.clone()), true);
         self.after_fill(fill, Some(s), now_ms).await
+    }
+
+    /// The object's first slice when `slice` (not stored) starts at or past the object's end
+    /// by that slice's word: stored, fresh and usable. A range there is then answered without
+    /// asking the origin for a slice that does not exist (it would answer 416 every time).
+    async fn past_end(&self, slice: u32, now_ms: i64) -> Option<Arc<Stored>> {
+        let size = self.cv.slice_size;
+        if slice == 0 || size == 0 {
+            return None;
+        }
+        let s0 = match self.cv.find(self.key.slice(0), &self.key_bytes).await {
+            Ok(Found::Stored(s0)) => s0,
+            _ => return None,
+        };
+        let ends_before = s0.meta.total_size <= u64::from(slice) * size;
+        (ends_before && now_ms < s0.meta.fresh_until_ms && self.usable(&s0)).then_some(s0)
     }
 
     /// Wait for `fill`'s head and decide; `stale` is the entry being revalidated, if any.
@@ -424,7 +447,7 @@ impl Ctx<'_> {
                 .and_then(crate::http::date::parse),
         };
         let range_ok = match conditional::evaluate(&conds, &current, true, now) {
-            Precondition::Failed => return self.error(412, None).await,
+            Precondition::Failed => return self.error(412, None, status).await,
             Precondition::NotModified => {
                 let out = validators(Head::new(304))
                     .header("Age", age.max(0) as u64)
@@ -467,7 +490,7 @@ impl Ctx<'_> {
                 let m = Multipart::new(&rs, total, ctype, multipart::new_boundary());
                 (206, Body::Multipart(m))
             }
-            Ranges::Unsatisfiable => return self.error(416, Some(total)).await,
+            Ranges::Unsatisfiable => return self.error(416, Some(total), status).await,
         };
         let mut head = Head::new(code);
         let (len, multipart_type) = match &body {
@@ -500,7 +523,7 @@ impl Ctx<'_> {
         let with_body = !self.head_only && len > 0;
         let first_len = body.first_range().map_or(0, |(_, n)| n);
         if with_body && !self.admitted(&first, first_len) {
-            return self.error(503, None).await;
+            return self.error(503, None, status).await;
         }
         let out = head.finish(self.keep_alive);
         if self.sock.write_all(&out, with_body).await.is_err() {
@@ -718,9 +741,10 @@ impl Ctx<'_> {
         Ok(pos - a)
     }
 
-    async fn error(&self, status: u16, total: Option<u64>) -> Served {
+    /// An error answer without a body of the object's; `cache` is its X-Cache.
+    async fn error(&self, status: u16, total: Option<u64>, cache: CacheStatus) -> Served {
         let cr;
-        let mut extra: Vec<(&str, &str)> = vec![("X-Cache", "MISS")];
+        let mut extra: Vec<(&str, &str)> = vec![("X-Cache", cache.header())];
         if status == 416 {
             cr = format!("bytes */{}", total.unwrap_or(0));
             if total.is_some() {
@@ -748,8 +772,8 @@ impl Ctx<'_> {
         r.authorization = self.auth.map(str::to_string);
         match self.route.origin.fetch(r).await {
             Ok(resp) => self.pass_through(resp).await,
-            Err(OriginError::Timeout { .. }) => self.error(504, None).await,
-            Err(_) => self.error(502, None).await,
+            Err(OriginError::Timeout { .. }) => self.error(504, None, CacheStatus::Bypass).await,
+            Err(_) => self.error(502, None, CacheStatus::Bypass).await,
         }
     }
 
