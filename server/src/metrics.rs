@@ -102,6 +102,7 @@ pub struct Metrics {
     pub cache_served_bytes_total: IntCounterVec,
     pub cache_fills_in_flight: IntGaugeVec,
     pub cache_collapsed_total: IntCounterVec,
+    pub cache_fill_resumes_total: IntCounterVec,
     pub cache_size_bytes: IntGaugeVec,
     pub cache_max_bytes: IntGaugeVec,
     pub cache_entries: IntGaugeVec,
@@ -168,6 +169,7 @@ impl Metrics {
             cache_served_bytes_total: reg(&r, IntCounterVec::new(opts("cache_served_bytes_total", "Body bytes sent to clients of cache routes, by source (cache = stored entry, origin = a fill or a pass-through)."), &["volume", "source"]).unwrap()),
             cache_fills_in_flight: reg(&r, IntGaugeVec::new(opts("cache_fills_in_flight", "Origin fills (one per object slice) running now."), v).unwrap()),
             cache_collapsed_total: reg(&r, IntCounterVec::new(opts("cache_collapsed_total", "Requests that joined a fill already under way instead of asking the origin."), v).unwrap()),
+            cache_fill_resumes_total: reg(&r, IntCounterVec::new(opts("cache_fill_resumes_total", "Fills whose origin body broke off and that went on with a Range request for the rest."), v).unwrap()),
             cache_size_bytes: reg(&r, IntGaugeVec::new(opts("cache_size_bytes", "Bytes of stored entries (4 KiB units)."), v).unwrap()),
             cache_max_bytes: reg(&r, IntGaugeVec::new(opts("cache_max_bytes", "Size the volume's entries are kept under (max_size, or 10% of the filesystem free)."), v).unwrap()),
             cache_entries: reg(&r, IntGaugeVec::new(opts("cache_entries", "Stored entries (one per object slice) in the index."), v).unwrap()),
@@ -260,6 +262,7 @@ impl Metrics {
             g.with_label_values(&[volume]);
         }
         self.cache_collapsed_total.with_label_values(&[volume]);
+        self.cache_fill_resumes_total.with_label_values(&[volume]);
         self.cache_purges_total.with_label_values(&[volume]);
     }
 
@@ -338,6 +341,7 @@ mod tests {
             "contentserver_cache_served_bytes_total{source=\"origin\",volume=\"cache1\"} 0",
             "contentserver_cache_fills_in_flight{volume=\"cache1\"} 0",
             "contentserver_cache_collapsed_total{volume=\"cache1\"} 0",
+            "contentserver_cache_fill_resumes_total{volume=\"cache1\"} 0",
             "contentserver_cache_size_bytes{volume=\"cache1\"} 0",
             "contentserver_cache_max_bytes{volume=\"cache1\"} 0",
             "contentserver_cache_entries{volume=\"cache1\"} 0",

@@ -9,8 +9,8 @@
 mod common;
 
 use common::cache::{
-    cache_files, get, metrics, node, origin_and_node, series, try_get, wait_committed, xcache,
-    SLICE, SLICED,
+    cache_files, get, metrics, node, origin_and_node, series, try_get, volume_metric,
+    wait_committed, xcache, SLICE, SLICED,
 };
 use common::origin::{pattern, refused_url, Fault, FaultOrigin, Object, TestCa, Timing};
 use common::{Response, Server};
@@ -37,16 +37,15 @@ fn assert_clean_failure(what: &str, r: std::io::Result<Response>) {
 }
 
 /// Each fault on the first answer for an object: a clean error, nothing stored, and the next
-/// request fetches again and is served whole, then from the cache.
+/// request fetches again and is served whole, then from the cache. (A body that breaks off
+/// after its head is resumed instead: [`breaks_off_then_resumed`].)
 fn faults_then_retry(slice_size: usize) {
     let (o, n) = origin_and_node(&format!("slice_size = {slice_size}"));
     let body = pattern(200_000, 1);
     let mut faults = vec![
         Fault::Hang,
         Fault::CloseBeforeHead,
-        Fault::StallAfter(10_000),
-        Fault::ResetAfter(10_000),
-        Fault::TruncateAfter(10_000),
+        // Longer than the body: the rest asked for lies past the object's end.
         Fault::ContentLength(250_000),
         Fault::Status(500),
         Fault::Status(503),
@@ -105,6 +104,113 @@ fn faults_then_retry(slice_size: usize) {
 #[test]
 fn origin_faults_on_whole_objects_are_clean_errors_and_retried() {
     faults_then_retry(0);
+}
+
+/// The origin's body breaks off after its head (a stall past the read timeout, a reset, a
+/// truncation): the fill asks for the rest with a Range request, takes it only as the same
+/// version, and the client gets the whole object, then a hit. When every try breaks off, or
+/// nothing ties a rest to the first part (no ETag, no Last-Modified), the client's response is
+/// cut (never completed wrong), nothing is stored and the next request fetches again.
+fn breaks_off_then_resumed(slice_size: usize) {
+    let (o, n) = origin_and_node(&format!("slice_size = {slice_size}"));
+    let body = pattern(200_000, 1);
+    let slice = if slice_size == 0 {
+        body.len()
+    } else {
+        slice_size
+    };
+    // The resume of a break at byte 10,000 of slice k: the rest of that slice.
+    let resumed = |ranges: &[Option<String>]| {
+        (0..body.len().div_ceil(slice)).any(|k| {
+            let (a, z) = (k * slice + 10_000, ((k + 1) * slice).min(body.len()) - 1);
+            ranges.contains(&Some(format!("bytes={a}-{z}")))
+        })
+    };
+    let faults = [
+        Fault::StallAfter(10_000),
+        Fault::ResetAfter(10_000),
+        Fault::TruncateAfter(10_000),
+    ];
+    for (i, fault) in faults.iter().cloned().enumerate() {
+        let what = format!("slice_size {slice_size}, {fault:?}");
+        let p = format!("/once{i}.bin");
+        o.put(&p, Object::new(body.clone()));
+        o.fault_times(&p, fault.clone(), 1);
+        let r = get(&n, &p, "");
+        assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{what}");
+        assert!(r.body == body, "{what}: the resumed body differs");
+        assert!(resumed(&o.ranges(&p)), "{what}: {:?}", o.ranges(&p));
+        wait_committed(&n);
+        let before = o.requests(&p);
+        let r = get(&n, &p, "");
+        assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{what}: stored whole");
+        assert!(r.body == body, "{what}: the hit differs");
+        assert_eq!(
+            o.requests(&p),
+            before,
+            "{what}: a hit asks the origin nothing"
+        );
+
+        // Every answer breaks off: the first and both resumes.
+        let p = format!("/always{i}.bin");
+        o.put(&p, Object::new(body.clone()));
+        o.fault(&p, fault.clone());
+        assert_clean_failure(&format!("{what}, every try"), try_get(&n, &p, ""));
+        assert!(o.requests(&p) >= 3, "{what}: {:?}", o.ranges(&p));
+        wait_committed(&n);
+        o.clear_fault(&p);
+        let r = get(&n, &p, "");
+        assert_eq!(r.status, 200, "{what}: the retry");
+        assert!(r.body == body, "{what}: the retried body differs");
+
+        // No validator: the rest could be another version, so it is not asked for.
+        let p = format!("/plain{i}.bin");
+        o.put(&p, Object::new(body.clone()).no_validators());
+        o.fault_times(&p, fault.clone(), 1);
+        assert_clean_failure(&format!("{what}, no validator"), try_get(&n, &p, ""));
+        assert!(!resumed(&o.ranges(&p)), "{what}: {:?}", o.ranges(&p));
+        let r = get(&n, &p, "");
+        assert_eq!(r.status, 200, "{what}: the retry");
+        assert!(r.body == body, "{what}: the retried body differs");
+    }
+    // The object changes at the origin while the body stalls: the rest is the new version, so
+    // it is not taken (never two versions in one body); the new version is served whole next
+    // (a slice of the old one prefetched meanwhile may cut one more response while it goes).
+    let v2 = pattern(150_000, 9);
+    o.put("/changes.bin", Object::new(body.clone()));
+    o.fault_times("/changes.bin", Fault::StallAfter(10_000), 1);
+    let node_addr = n.srv.addr;
+    let client = std::thread::spawn(move || {
+        let mut c = common::Conn::new(node_addr);
+        c.send(b"GET /changes.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        c.response(false)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    o.put("/changes.bin", Object::version(v2.clone(), 2));
+    assert_clean_failure(
+        "the version changed mid-body",
+        client.join().expect("client"),
+    );
+    let whole = (0..3).any(|_| {
+        wait_committed(&n);
+        matches!(try_get(&n, "/changes.bin", ""), Ok(r) if r.status == 200 && r.body == v2)
+    });
+    assert!(whole, "the new version was not served whole");
+
+    let resumes = volume_metric(&n, "contentserver_cache_fill_resumes_total", &[]);
+    assert!(resumes >= 9.0, "once 1 + every try 2, per fault: {resumes}");
+    // Every fill ended and none left its temporary file.
+    wait_committed(&n);
+}
+
+#[test]
+fn a_body_that_breaks_off_is_resumed_on_whole_objects() {
+    breaks_off_then_resumed(0);
+}
+
+#[test]
+fn a_body_that_breaks_off_is_resumed_on_slices() {
+    breaks_off_then_resumed(SLICE);
 }
 
 #[test]

@@ -45,6 +45,7 @@ const CACHE_FAMILIES: &[&str] = &[
     "contentserver_cache_served_bytes_total",
     "contentserver_cache_fills_in_flight",
     "contentserver_cache_collapsed_total",
+    "contentserver_cache_fill_resumes_total",
     "contentserver_cache_size_bytes",
     "contentserver_cache_max_bytes",
     "contentserver_cache_entries",
@@ -220,6 +221,7 @@ fn cache_and_origin_series_exist_at_start_with_zero_values() {
     for zero in [
         "contentserver_cache_fills_in_flight",
         "contentserver_cache_collapsed_total",
+        "contentserver_cache_fill_resumes_total",
         "contentserver_cache_size_bytes",
         "contentserver_cache_entries",
         "contentserver_cache_purges_total",

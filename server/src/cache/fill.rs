@@ -9,7 +9,10 @@
 //! when they cannot be stored (not admitted, full disk, pool full, write error) the rest of the
 //! slice is kept in memory for the waiters and nothing is stored. Origin faults (refused,
 //! timeout, reset, truncated, wrong length) end the fill without storing anything: the
-//! temporary file is removed and the next request retries. A conditional fill (revalidation)
+//! temporary file is removed and the next request retries. A body that breaks off after its
+//! head is first resumed (up to [`RESUMES_MAX`] times) with a Range request for the rest,
+//! taken only when the origin answers it with the same version, so the waiters get the whole
+//! slice and nothing fetched is fetched twice. A conditional fill (revalidation)
 //! that gets 304 rewrites the entry's header with the new freshness, without its body.
 //! A purge of the object while the fill runs ([`Fill::purge`]) keeps what it fetched out of the
 //! cache: the fill still feeds its waiters but stores (or refreshes) nothing. It must not write
@@ -35,6 +38,8 @@ const WRITE_BATCH: usize = 64 * 1024;
 pub const MEMORY_MAX: u64 = 16 << 20;
 /// Most received bytes waiting for the pool to write them before reading from the origin pauses.
 const WINDOW_MAX: u64 = 8 << 20;
+/// Range requests for the rest of a body after it broke off, per fill ([`resume`]).
+const RESUMES_MAX: u32 = 2;
 
 /// A finished pool write: the temporary entry back, the result, the bytes written.
 struct WriteDone {
@@ -318,7 +323,7 @@ impl Fill {
             last_modified: header(&resp, "last-modified"),
             headers: stored_headers(&resp.headers),
         };
-        self.body(cv, meta, resp).await;
+        self.body(cv, origin, &job, meta, resp).await;
     }
 
     /// (body bytes of this slice, the object's total size), or None when the answer cannot be
@@ -431,6 +436,8 @@ impl Fill {
     async fn body(
         self: &Arc<Self>,
         cv: &Arc<CacheVolume<Fill>>,
+        origin: &Origin,
+        job: &FillJob,
         meta: EntryMeta,
         mut resp: OriginResponse,
     ) {
@@ -470,6 +477,7 @@ impl Fill {
         // pauses beyond WINDOW_MAX). When storing fails, the rest stays in memory.
         let mut received = 0u64;
         let mut eof = false;
+        let mut resumes = 0;
         let mut writing: Option<tokio::sync::oneshot::Receiver<WriteDone>> = None;
         loop {
             if writing.is_none() {
@@ -507,6 +515,7 @@ impl Fill {
             }
             let unwritten = received - self.tail().from;
             let can_read = !eof && (temp.is_none() && writing.is_none() || unwritten < WINDOW_MAX);
+            let mut broke = None;
             tokio::select! {
                 done = async { writing.as_mut().expect("guarded").await }, if writing.is_some() => {
                     writing = None;
@@ -535,20 +544,33 @@ impl Fill {
                         self.publish(progress(received, false));
                     }
                     Ok(None) => eof = true,
-                    Err(e) => {
-                        tracing::debug!(volume = %cv.name, entry = %id.rel_path(), error = %e, "fill: origin body failed");
-                        if let Some(rx) = writing.take() {
-                            if let Ok(w) = rx.await {
-                                abort(cv, w.t);
-                            }
-                        }
-                        if let Some(t) = temp.take() {
-                            abort(cv, t);
-                        }
-                        return self.publish(Progress::Failed(Arc::new(FillError::Origin(e))));
-                    }
+                    Err(e) => broke = Some(e),
                 },
             }
+            let Some(e) = broke else { continue };
+            tracing::debug!(volume = %cv.name, entry = %id.rel_path(), received, error = %e, "fill: origin body failed");
+            // The broken answer goes first: its connection counts against max_connections.
+            drop(resp);
+            let rest = match e {
+                OriginError::Shutdown { .. } => None,
+                _ if resumes == RESUMES_MAX => None,
+                _ => resume(origin, job, &meta, received).await,
+            };
+            if let Some(rest) = rest {
+                resumes += 1;
+                cv.m.resumes.inc();
+                resp = rest;
+                continue;
+            }
+            if let Some(rx) = writing.take() {
+                if let Ok(w) = rx.await {
+                    abort(cv, w.t);
+                }
+            }
+            if let Some(t) = temp.take() {
+                abort(cv, t);
+            }
+            return self.publish(Progress::Failed(Arc::new(FillError::Origin(e))));
         }
         debug_assert_eq!(received, body_len);
         if let Some(t) = temp.take_if(|_| !self.may_store()) {
@@ -610,6 +632,35 @@ impl Fill {
 /// Remove a temporary file on the pool (never on the event loop).
 fn abort(cv: &CacheVolume<Fill>, t: TempEntry) {
     let _ = cv.pool.submit_continuation(PoolOp::Open, move || t.abort());
+}
+
+/// After the origin's body broke off at `received` bytes (reset, truncated, stalled), ask for
+/// the rest of it: a Range request from that byte to the body's end. The answer continues the
+/// body only if it is that exact 206 of the same version (the same ETag and Last-Modified, at
+/// least a strong ETag or a Last-Modified, and the same total size); anything else (another
+/// version, a 200, an error) is None and the fill fails as before.
+async fn resume(
+    origin: &Origin,
+    job: &FillJob,
+    meta: &EntryMeta,
+    received: u64,
+) -> Option<OriginResponse> {
+    let strong_etag = meta.etag.as_deref().is_some_and(|e| !e.starts_with("W/"));
+    if received >= meta.body_len || !(strong_etag || meta.last_modified.is_some()) {
+        return None;
+    }
+    let first = u64::from(meta.slice) * meta.slice_size;
+    let (start, end) = (first + received, first + meta.body_len - 1);
+    let mut req = OriginRequest::get(job.target.clone());
+    req.range = Some((start, end));
+    req.authorization = job.authorization.clone();
+    let resp = origin.fetch(req).await.ok()?;
+    let cr = origin::content_range(&resp.headers)?;
+    let same = resp.status == 206
+        && (cr.start, cr.end, cr.total) == (start, end, Some(meta.total_size))
+        && header(&resp, "etag") == meta.etag
+        && header(&resp, "last-modified") == meta.last_modified;
+    same.then_some(resp)
 }
 
 fn header(resp: &OriginResponse, name: &str) -> Option<String> {
