@@ -6,7 +6,7 @@ mod common;
 
 use common::cache::{
     admin, cache_files, config, get, node, origin_and_node, origin_and_purge_node, settle,
-    volume_metric, walk, xcache, Node, PURGE_AUTH, SLICED,
+    volume_metric, wait_committed, walk, xcache, Node, PURGE_AUTH, SLICE, SLICED,
 };
 use common::origin::{pattern, Fault, FaultOrigin, Object, Timing};
 use common::{Config, Server};
@@ -247,6 +247,51 @@ fn a_new_version_at_the_origin_is_never_mixed_with_the_old_one() {
         "after a version change the next response is not v2"
     );
     assert_eq!(r.header("ETag"), Some("\"v2\""));
+}
+
+/// An older version's later slices still stored behind a first slice fetched anew (the first
+/// slice was evicted; here its file is deleted while the node is down): each later slice is
+/// asked for again with the stored version's ETag, and the response is the new version whole,
+/// not cut short.
+#[test]
+fn old_later_slices_behind_a_new_first_slice_are_refetched_not_cut() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    let cfg = config(&[o.url()], &cache, "", SLICED);
+    let (v1, v2) = (pattern(4 * SLICE, 5), pattern(4 * SLICE, 6));
+    o.put("/m.bin", Object::version(v1.clone(), 1));
+    {
+        let mut n = Node::start(&cfg);
+        assert!(get(&n, "/m.bin", "").body == v1);
+        n.srv.signal(common::SIGTERM);
+        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+    }
+    let files = walk(&cache);
+    let slice0: Vec<&PathBuf> = files
+        .iter()
+        .map(|(p, _)| p)
+        .filter(|p| p.to_string_lossy().ends_with("-0"))
+        .collect();
+    assert_eq!((files.len(), slice0.len()), (4, 1), "{files:?}");
+    std::fs::remove_file(slice0[0]).expect("remove slice 0");
+    o.put("/m.bin", Object::version(v2.clone(), 2));
+    let before = o.seen().len();
+
+    let n = Node::start(&cfg);
+    let r = get(&n, "/m.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == v2, "not the new version whole");
+    let asked = o.seen()[before..].to_vec();
+    let conditional = asked
+        .iter()
+        .filter(|s| s.header("If-None-Match") == Some("\"v1\""))
+        .count();
+    assert_eq!((asked.len(), conditional), (4, 3), "{asked:?}");
+    wait_committed(&n);
+    let r = get(&n, "/m.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == v2);
 }
 
 #[test]

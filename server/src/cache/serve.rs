@@ -5,8 +5,9 @@
 //! body slice by slice: stored slices and the bytes of fills under way both go through the
 //! volume's send path (`Volume::send_body`: offload mode, sendfile or the page-cache
 //! copy), and the next slice is prefetched while the current one is sent. Every slice is checked
-//! against the first one's validator: a new version at the origin ends the response (never two
-//! versions in one body) and drops the old version's slices. Several ranges are answered like a
+//! against the first one's validator: a stored slice of another version is asked for again
+//! (conditionally) and replaced when the origin has the response's version; a new version at
+//! the origin ends the response (never two versions in one body) and drops the old slices. Several ranges are answered like a
 //! static file's (206 multipart/byteranges, the http planner's range rules), each part sent
 //! slice by slice like a single range. Not storable answers are passed through (BYPASS).
 //! A request with `Authorization` (RFC 9111 §3.5) uses a stored answer only when it says it may
@@ -133,6 +134,21 @@ pub async fn respond(
         }
         First::Error(status, total) => cx.error(status, total, CacheStatus::Miss).await,
         First::PastEnd(s0) => cx.serve(Source::Stored(s0), 0, CacheStatus::Hit).await,
+    }
+}
+
+/// The source `fill` gives once its head is there (None: it failed or was passed through).
+async fn filled(fill: Arc<Fill>) -> Option<Source> {
+    let mut rx = fill.subscribe();
+    loop {
+        let p = rx.borrow_and_update().clone();
+        match p {
+            Progress::Waiting => {}
+            Progress::Body { head, .. } => return Some(Source::Fill(fill, head)),
+            Progress::Refreshed(s) => return Some(Source::Stored(s)),
+            _ => return None,
+        }
+        rx.changed().await.ok()?;
     }
 }
 
@@ -351,20 +367,23 @@ impl Ctx<'_> {
             Found::Collision => return None,
             Found::Absent => {}
         }
-        let fill = match self.fill(slice, None, false) {
-            FillFor::Fill(fill, _) => fill,
-            FillFor::Stored(s) => return Some(Source::Stored(s)),
+        match self.fill(slice, None, false) {
+            FillFor::Fill(fill, _) => filled(fill).await,
+            FillFor::Stored(s) => Some(Source::Stored(s)),
+        }
+    }
+
+    /// A later slice found stored as another version than the response's: ask the origin
+    /// whether it is current (a conditional fill). When the object changed there since it was
+    /// stored, the origin's slice (the response's version, unless the object changed again)
+    /// replaces it and the response goes on; a slice being filled is returned as it is.
+    async fn refetch(&self, slice: u32, src: Source) -> Option<Source> {
+        let Source::Stored(old) = src else {
+            return Some(src);
         };
-        let mut rx = fill.subscribe();
-        loop {
-            let p = rx.borrow_and_update().clone();
-            match p {
-                Progress::Waiting => {}
-                Progress::Body { head, .. } => return Some(Source::Fill(fill, head)),
-                Progress::Refreshed(s) => return Some(Source::Stored(s)),
-                _ => return None,
-            }
-            rx.changed().await.ok()?;
+        match self.fill(slice, Some(old), false) {
+            FillFor::Fill(fill, _) => filled(fill).await,
+            FillFor::Stored(s) => Some(Source::Stored(s)),
         }
     }
 
@@ -626,6 +645,13 @@ impl Ctx<'_> {
             let src = match found {
                 Some(src) => src,
                 None => match self.source(k).await {
+                    Some(src) => src,
+                    None => return Err((sent, "slice unavailable (origin failed)")),
+                },
+            };
+            let src = match src.meta().same_version(meta) {
+                true => src,
+                false => match self.refetch(k, src).await {
                     Some(src) => src,
                     None => return Err((sent, "slice unavailable (origin failed)")),
                 },
