@@ -6,10 +6,11 @@
                                 request in LOG; while the file DIR/.faults exists, answer about
                                 one request in six wrongly: 503, a Content-Length longer than
                                 the body, a reset, a stall of 1.5 s or a truncation mid-body
-  clients PORT DIR SECS THREADS [change]
-                                random GETs, whole and single ranges (some past the end), each
-                                answer checked byte for byte against a version of its object;
-                                `change` also publishes new versions of random objects (20/s)
+  clients PORT DIR SECS THREADS [change | purge ADMIN_PORT TOKEN]
+                                random GETs, whole and single ranges (some past the end), and
+                                HEADs, each answer checked byte for byte against a version of its
+                                object; `change` also publishes new versions of random objects
+                                (20/s), `purge` purges random objects (20/s) on the admin port
   verify PORT DIR RANGES        every object whole, then RANGES random ranges
   dups LOG DIR SLICE            origin requests per object against its slice count
 Every object's bytes follow from (index, version), so any answer can be checked.
@@ -141,7 +142,7 @@ def check(d, i, status, data, cr, seen):
     return False
 
 
-def clients(port, d, secs, threads, change):
+def clients(port, d, secs, threads, change, purge=None):
     ids = objects(d)
     stop = time.time() + secs
     stats = {"ok": 0, "bad": 0, "cut": 0, "5xx": 0, "416": 0, "other": 0}
@@ -153,11 +154,12 @@ def clients(port, d, secs, threads, change):
         while time.time() < stop:
             i = ids[min(int(random.paretovariate(0.9)) - 1, len(ids) - 1)]
             hdrs = {}
-            if random.random() < 0.4:
+            method = "HEAD" if random.random() < 0.05 else "GET"
+            if method == "GET" and random.random() < 0.4:
                 a = random.randrange(0, 3_700_000)
                 hdrs["Range"] = f"bytes={a}-{a + random.randrange(0, 1_500_000)}"
             try:
-                c.request("GET", f"/o{i}.bin", headers=hdrs)
+                c.request(method, f"/o{i}.bin", headers=hdrs)
                 r = c.getresponse()
                 data = r.read()
             except (OSError, http.client.HTTPException):
@@ -166,7 +168,12 @@ def clients(port, d, secs, threads, change):
                 c.close()
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
                 continue
-            if r.status in (200, 206):
+            if method == "HEAD":
+                n = int(r.getheader("Content-Length", "-1"))
+                hi = version(d, i)
+                known = {len(body(i, v)) for v in range(hi, max(-1, hi - 3), -1)}
+                k = "ok" if r.status == 200 and not data and n in known else "bad"
+            elif r.status in (200, 206):
                 k = "ok" if check(d, i, r.status, data, r.getheader("Content-Range"), seen) else "bad"
             else:
                 k = {416: "416"}.get(r.status, "5xx" if r.status >= 500 else "other")
@@ -181,9 +188,23 @@ def clients(port, d, secs, threads, change):
             publish(d, i, version(d, i) + 1)
             time.sleep(0.05)
 
+    def purger():
+        aport, token = purge
+        c = http.client.HTTPConnection("127.0.0.1", aport, timeout=30)
+        while time.time() < stop:
+            key = f"/o{random.choice(ids)}.bin"
+            c.request("POST", f"/cache/purge?key={key}", headers={"Authorization": f"Bearer {token}"})
+            r = c.getresponse()
+            r.read()
+            with lock:
+                stats["purged" if r.status == 200 else "purge_failed"] = stats.get("purged" if r.status == 200 else "purge_failed", 0) + 1
+            time.sleep(0.05)
+
     ts = [threading.Thread(target=client) for _ in range(threads)]
     if change:
         ts.append(threading.Thread(target=changer))
+    if purge:
+        ts.append(threading.Thread(target=purger))
     for t in ts:
         t.start()
     for t in ts:
@@ -244,7 +265,9 @@ if __name__ == "__main__":
     elif cmd == "origin":
         origin(int(a[0]), a[1], a[2])
     elif cmd == "clients":
-        clients(int(a[0]), a[1], float(a[2]), int(a[3]), len(a) > 4 and a[4] == "change")
+        extra = a[4:]
+        purge = (int(extra[1]), extra[2]) if extra[:1] == ["purge"] else None
+        clients(int(a[0]), a[1], float(a[2]), int(a[3]), extra[:1] == ["change"], purge)
     elif cmd == "verify":
         verify(int(a[0]), a[1], int(a[2]))
     elif cmd == "dups":

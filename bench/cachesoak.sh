@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A soak of the caching node: many concurrent clients against three cache volumes, each answer
 # checked byte for byte (bench/cachesoak.py), in four scenarios, one line each:
-#   plain     whole and single-range GETs (some past the end), nothing evicted: besides no bad
-#             answer, no slice is fetched from the origin twice (extra_fetches=0: misses collapse)
+#   plain     whole and single-range GETs (some past the end) and HEADs, nothing evicted: besides
+#             no bad answer, no slice is fetched from the origin twice (extra_fetches=0: collapsed)
 #   evict     max_size far under the object set (eviction all the time), and the node killed
 #             (-9) and started again halfway: nothing served truncated or corrupt
 #   versions  the origin publishes new versions of random objects 20 times a second, entries are
@@ -11,6 +11,7 @@
 #             past read_timeout_ms, a truncation): answers are correct or cut (`cut`, never
 #             wrong), and once the faults stop every object is served whole; `resumes` counts
 #             broken bodies continued with a Range request
+#   purge     random objects purged (POST /cache/purge, 20/s) while clients read them
 # The origin is bench/cachesoak.py's (Range, strong ETags, Last-Modified). Needs no root.
 # Usage: bench/cachesoak.sh [SCENARIO ...]   (default: all four)
 # Env: SECS [20] THREADS [24] OBJECTS [200] PORT [18290] BIN [target/release/content-server]
@@ -25,17 +26,18 @@ OPORT=$((PORT + 1))
 APORT=$((PORT + 2))
 BIN=${BIN:-$PWD/target/release/content-server}
 [ -x "$BIN" ] || { echo "cachesoak: no $BIN (cargo build --release -p content-server)" >&2; exit 2; }
-[ $# -ge 1 ] || set -- plain evict versions faults
+[ $# -ge 1 ] || set -- plain evict versions faults purge
 for p in "$PORT" "$OPORT" "$APORT"; do require_free_port "$p"; done
 SOAK="python3 bench/cachesoak.py"
 
 bench_workdir cachesoak
+head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/token"
 ORIGIN_PID=
 trap 'stop_server; [ -z "$ORIGIN_PID" ] || kill "$ORIGIN_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
 
 node_config() { # MAX_SIZE VALID_SECS
   {
-    printf '[[listeners]]\naddress = "127.0.0.1"\nport = %s\n[admin]\nlisten = "127.0.0.1:%s"\n' "$PORT" "$APORT"
+    printf '[[listeners]]\naddress = "127.0.0.1"\nport = %s\n[admin]\nlisten = "127.0.0.1:%s"\npurge_token_file = "%s"\n' "$PORT" "$APORT" "$WORK/token"
     printf '[[origins]]\nname = "origin"\nservers = ["http://127.0.0.1:%s"]\nread_timeout_ms = 500\n' "$OPORT"
     for v in c1 c2 c3; do
       printf '[[volumes]]\nname = "%s"\npath = "%s"\n[volumes.cache]\n' "$v" "$WORK/$v"
@@ -65,10 +67,13 @@ for scenario in "$@"; do
     evict) node_config 40M 3600 ;;
     versions) node_config 40M 1 ;;
     faults) node_config 80M 3600; touch "$WORK/objects/.faults" ;;
-    *) echo "cachesoak: unknown scenario $scenario (plain | evict | versions | faults)" >&2; exit 2 ;;
+    purge) node_config 80M 3600 ;;
+    *) echo "cachesoak: unknown scenario $scenario (plain | evict | versions | faults | purge)" >&2; exit 2 ;;
   esac
   start_node
-  change=; [ "$scenario" = versions ] && change=change
+  args=()
+  [ "$scenario" = versions ] && args=(change)
+  [ "$scenario" = purge ] && args=(purge "$APORT" "$(cat "$WORK/token")")
   if [ "$scenario" = evict ]; then
     $SOAK clients "$PORT" "$WORK/objects" "$SECS" "$THREADS" >"$WORK/clients.out" &
     CLIENTS=$!
@@ -77,7 +82,7 @@ for scenario in "$@"; do
     start_node
     wait "$CLIENTS"
   else
-    $SOAK clients "$PORT" "$WORK/objects" "$SECS" "$THREADS" $change >"$WORK/clients.out"
+    $SOAK clients "$PORT" "$WORK/objects" "$SECS" "$THREADS" "${args[@]}" >"$WORK/clients.out"
   fi
   rm -f "$WORK/objects/.faults"
   sleep 1.2 # past the versions scenario's freshness
