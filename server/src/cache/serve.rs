@@ -7,8 +7,8 @@
 //! copy), and the next slice is prefetched while the current one is sent. Every slice is checked
 //! against the first one's validator: a stored slice of another version is asked for again
 //! (conditionally) and replaced when the origin has the response's version; a new version at
-//! the origin ends the response (never two versions in one body) and drops the old slices. Several ranges are answered like a
-//! static file's (206 multipart/byteranges, the http planner's range rules), each part sent
+//! the origin ends the response (never two versions in one body) and drops the old slices.
+//! Several ranges are answered like a static file's (206 multipart/byteranges, the http planner's range rules), each part sent
 //! slice by slice like a single range. Not storable answers are passed through (BYPASS).
 //! A request with `Authorization` (RFC 9111 §3.5) uses a stored answer only when it says it may
 //! be shared, and never joins nor shares a fill: its fills forward the credentials, run for it
@@ -137,8 +137,13 @@ pub async fn respond(
     }
 }
 
-/// The source `fill` gives once its head is there (None: it failed or was passed through).
-async fn filled(fill: Arc<Fill>) -> Option<Source> {
+/// The source a fill gives once its head is there, or the entry stored instead (None: the fill
+/// failed or was passed through).
+async fn filled(found: FillFor<Fill>) -> Option<Source> {
+    let fill = match found {
+        FillFor::Fill(fill, _) => fill,
+        FillFor::Stored(s) => return Some(Source::Stored(s)),
+    };
     let mut rx = fill.subscribe();
     loop {
         let p = rx.borrow_and_update().clone();
@@ -367,10 +372,7 @@ impl Ctx<'_> {
             Found::Collision => return None,
             Found::Absent => {}
         }
-        match self.fill(slice, None, false) {
-            FillFor::Fill(fill, _) => filled(fill).await,
-            FillFor::Stored(s) => Some(Source::Stored(s)),
-        }
+        filled(self.fill(slice, None, false)).await
     }
 
     /// A later slice found stored as another version than the response's: ask the origin
@@ -381,10 +383,7 @@ impl Ctx<'_> {
         let Source::Stored(old) = src else {
             return Some(src);
         };
-        match self.fill(slice, Some(old), false) {
-            FillFor::Fill(fill, _) => filled(fill).await,
-            FillFor::Stored(s) => Some(Source::Stored(s)),
-        }
+        filled(self.fill(slice, Some(old), false)).await
     }
 
     /// Drop the stored slices of version `old` of this object. A fill of `old` still under way
@@ -649,12 +648,13 @@ impl Ctx<'_> {
                     None => return Err((sent, "slice unavailable (origin failed)")),
                 },
             };
-            let src = match src.meta().same_version(meta) {
-                true => src,
-                false => match self.refetch(k, src).await {
+            let src = if src.meta().same_version(meta) {
+                src
+            } else {
+                match self.refetch(k, src).await {
                     Some(src) => src,
                     None => return Err((sent, "slice unavailable (origin failed)")),
-                },
+                }
             };
             if !src.meta().same_version(meta) {
                 // The object changed at the origin: never mix versions; drop the old slices so
