@@ -185,7 +185,12 @@ fn breaks_off_then_resumed(slice_size: usize) {
         c.send(b"GET /changes.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
         c.response(false)
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // Once the origin has the request, well within the stall (read_timeout_ms = 1000).
+    let asked = Instant::now();
+    while o.requests("/changes.bin") == 0 && asked.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
     o.put("/changes.bin", Object::version(v2.clone(), 2));
     assert_clean_failure(
         "the version changed mid-body",
