@@ -23,6 +23,7 @@ use super::key::{CacheKey, EntryId};
 use super::store::TempEntry;
 use super::volume::{CacheVolume, Stored};
 use crate::config::CachePolicy;
+use crate::http::conditional;
 use crate::http::freshness::{self, Freshness};
 use crate::metrics::PoolOp;
 use crate::origin::{self, Origin, OriginError, OriginRequest, OriginResponse};
@@ -293,6 +294,19 @@ impl Fill {
         let Some((body_len, total)) = self.body_shape(s, job.slice, &resp) else {
             return self.bypass(resp);
         };
+        // Slices of one object are served together, and resumed bodies joined to what came
+        // before: both combine partial answers, which needs a strong validator (RFC 9111 §3.4).
+        // Without one, an object of more than one slice is not stored as slices (the request
+        // gets it whole, passed through): two versions of the same size would otherwise mix.
+        let strong = conditional::strong_validator(
+            header(&resp, "etag").as_deref(),
+            header(&resp, "last-modified").as_deref(),
+            header(&resp, "date").as_deref(),
+        );
+        if s > 0 && total > s && !strong {
+            tracing::debug!(volume = %cv.name, target = %job.target, "not storable as slices: no strong validator");
+            return self.bypass(resp);
+        }
         let fresh = match freshness::evaluate(
             200,
             &resp.headers,
@@ -323,7 +337,7 @@ impl Fill {
             last_modified: header(&resp, "last-modified"),
             headers: stored_headers(&resp.headers),
         };
-        self.body(cv, origin, &job, meta, resp).await;
+        self.body(cv, origin, &job, meta, resp, strong).await;
     }
 
     /// (body bytes of this slice, the object's total size), or None when the answer cannot be
@@ -440,6 +454,7 @@ impl Fill {
         job: &FillJob,
         meta: EntryMeta,
         mut resp: OriginResponse,
+        strong: bool,
     ) {
         let id = self.id;
         let body_len = meta.body_len;
@@ -554,6 +569,7 @@ impl Fill {
             let rest = match e {
                 OriginError::Shutdown { .. } => None,
                 _ if resumes == RESUMES_MAX => None,
+                _ if !strong => None,
                 _ => resume(origin, job, &meta, received).await,
             };
             if let Some(rest) = rest {
@@ -636,17 +652,16 @@ fn abort(cv: &CacheVolume<Fill>, t: TempEntry) {
 
 /// After the origin's body broke off at `received` bytes (reset, truncated, stalled), ask for
 /// the rest of it: a Range request from that byte to the body's end. The answer continues the
-/// body only if it is that exact 206 of the same version (the same ETag and Last-Modified, at
-/// least a strong ETag or a Last-Modified, and the same total size); anything else (another
-/// version, a 200, an error) is None and the fill fails as before.
+/// body only if it is that exact 206 of the same version (the same ETag, Last-Modified and
+/// total size; the caller asks only for a body whose first answer had a strong validator);
+/// anything else (another version, a 200, an error) is None and the fill fails as before.
 async fn resume(
     origin: &Origin,
     job: &FillJob,
     meta: &EntryMeta,
     received: u64,
 ) -> Option<OriginResponse> {
-    let strong_etag = meta.etag.as_deref().is_some_and(|e| !e.starts_with("W/"));
-    if received >= meta.body_len || !(strong_etag || meta.last_modified.is_some()) {
+    if received >= meta.body_len {
         return None;
     }
     let first = u64::from(meta.slice) * meta.slice_size;

@@ -143,6 +143,30 @@ fn range_applies(if_range: Option<&str>, cur: &Current<'_>) -> bool {
     }
 }
 
+/// True when an origin's response carries a strong validator (RFC 9110 §8.8.1): a strong
+/// ETag, or else a Last-Modified that its Date shows to be at least one second old (§8.8.2.2:
+/// a Last-Modified is implicitly weak, since the representation may have changed twice within
+/// that second; without a parseable Date nothing shows it). A cache may combine partial
+/// responses into one only when they share a strong validator (RFC 9111 §3.4).
+pub fn strong_validator(
+    etag: Option<&str>,
+    last_modified: Option<&str>,
+    date_header: Option<&str>,
+) -> bool {
+    if let Some(t) = etag.map(str::trim) {
+        if t.starts_with('"') {
+            return true;
+        }
+    }
+    match (
+        last_modified.and_then(date::parse),
+        date_header.and_then(date::parse),
+    ) {
+        (Some(lm), Some(d)) => d > lm,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Precondition::*;
@@ -305,6 +329,36 @@ mod tests {
                 NotModified,
             ),
         ]);
+    }
+
+    #[test]
+    fn strong_validators() {
+        let lm = LM_DATE;
+        let later = "Sun, 06 Nov 1994 08:49:38 GMT";
+        // (ETag, Last-Modified, Date, strong?)
+        type Row<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>, bool);
+        let rows: &[Row<'_>] = &[
+            (Some("\"abc\""), None, None, true),
+            (Some(" \"abc\" "), None, None, true),
+            (Some("W/\"abc\""), None, None, false),
+            // A weak ETag does not hide a strong Last-Modified.
+            (Some("W/\"abc\""), Some(lm), Some(later), true),
+            (None, Some(lm), Some(later), true),
+            // Date within the Last-Modified second, or missing, or unparseable: weak.
+            (None, Some(lm), Some(lm), false),
+            (None, Some(lm), None, false),
+            (None, Some("yesterday"), Some(later), false),
+            (None, Some(lm), Some(BEFORE), false),
+            (None, None, Some(later), false),
+            (None, None, None, false),
+        ];
+        for (etag, last_modified, date, want) in rows {
+            assert_eq!(
+                strong_validator(*etag, *last_modified, *date),
+                *want,
+                "{etag:?} {last_modified:?} {date:?}"
+            );
+        }
     }
 
     #[test]
