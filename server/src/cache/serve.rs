@@ -157,6 +157,15 @@ async fn filled(found: FillFor<Fill>) -> Option<Source> {
     }
 }
 
+/// True for a `Range` value of one byte range (`bytes=X-Y`, `bytes=X-`, `bytes=-N`): what an
+/// origin answers with a plain 206 and a Content-Range.
+fn single_byte_range(v: &str) -> bool {
+    let v = v.trim();
+    v.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("bytes="))
+        && !v.contains(',')
+        && v[6..].trim().contains('-')
+}
+
 /// The first byte a `Range` header asks for, when it names one (`bytes=X-` / `bytes=X-Y`);
 /// None for suffix ranges, several ranges or no range (the object's size decides those).
 fn range_start_hint(h: Option<&str>) -> Option<u64> {
@@ -789,13 +798,21 @@ impl Ctx<'_> {
         }
     }
 
-    /// Ask the origin ourselves (GET, or HEAD for HEAD) and pass the answer through.
+    /// Ask the origin ourselves (GET, or HEAD for HEAD) and pass the answer through. A single
+    /// byte range the client asked for goes along with its If-Range, so a seek gets the
+    /// origin's 206 (several ranges would come back as a multipart body: the whole object then).
     async fn fetch_through(&self) -> Served {
         let mut r = OriginRequest::get(self.target.clone());
         if self.head_only {
             r.method = crate::origin::Method::Head;
         }
         r.authorization = self.auth.map(str::to_string);
+        r.client_range = self
+            .req
+            .range
+            .as_deref()
+            .filter(|v| single_byte_range(v))
+            .map(|v| (v.trim().to_string(), self.req.if_range.clone()));
         match self.route.origin.fetch(r).await {
             Ok(resp) => self.pass_through(resp).await,
             Err(OriginError::Timeout { .. }) => self.error(504, None, CacheStatus::Bypass).await,

@@ -10,7 +10,9 @@ use super::headers::{content_length, content_range};
 use super::pool::Lease;
 use super::{Inner, Method, OriginError, OriginRequest};
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, RANGE, USER_AGENT};
+use http::header::{
+    AUTHORIZATION, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, IF_RANGE, RANGE, USER_AGENT,
+};
 use http::HeaderValue;
 use http_body_util::Empty;
 use std::sync::Arc;
@@ -120,6 +122,20 @@ fn build(
             return Err(bad(format!("range {start}-{end} ends before it starts")));
         }
         b = b.header(RANGE, format!("bytes={start}-{end}"));
+    }
+    if let Some((range, if_range)) = &req.client_range {
+        if req.range.is_some() {
+            return Err(bad(
+                "a slice range and a client's range together".to_string()
+            ));
+        }
+        for (name, v) in [(RANGE, Some(range)), (IF_RANGE, if_range.as_ref())] {
+            if let Some(v) = v {
+                let v = HeaderValue::from_str(v)
+                    .map_err(|_| bad(format!("{name}: {v:?} is not a header value")))?;
+                b = b.header(name, v);
+            }
+        }
     }
     for (name, value) in [
         (IF_NONE_MATCH, &req.if_none_match),

@@ -65,6 +65,9 @@ pub struct OriginRequest {
     pub if_modified_since: Option<String>,
     /// `Authorization` value (the client's, forwarded as received; sent marked sensitive).
     pub authorization: Option<String>,
+    /// A client's own single `Range` value and its `If-Range`, forwarded as received by a
+    /// pass-through (never with `range`).
+    pub client_range: Option<(String, Option<String>)>,
 }
 
 impl OriginRequest {
@@ -77,6 +80,7 @@ impl OriginRequest {
             if_none_match: None,
             if_modified_since: None,
             authorization: None,
+            client_range: None,
         }
     }
 }
