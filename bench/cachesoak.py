@@ -14,6 +14,9 @@
   verify PORT DIR RANGES        every object whole, then RANGES random ranges
   dups LOG DIR SLICE            origin requests per object against its slice count
 Every object's bytes follow from (index, version), so any answer can be checked.
+With SOAK_NOVAL=1 in the environment (of every command) the origin sends neither ETag nor
+Last-Modified and every version of an object has the same size, so nothing but the bytes tells
+two versions apart.
 """
 import http.client
 import json
@@ -26,9 +29,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+NOVAL = os.environ.get("SOAK_NOVAL") == "1"
+
+
 def body(i, v):
     r = random.Random(i * 100_003 + v)
-    return r.randbytes(r.randint(1_000, 3_600_000))
+    n = random.Random(i * 100_003).randint(1_000, 3_600_000) if NOVAL else r.randint(1_000, 3_600_000)
+    return r.randbytes(n)
 
 
 def publish(d, i, v):
@@ -94,13 +101,16 @@ def origin(port, d, log):
                 return self.empty(416, [("Content-Range", f"bytes */{len(data)}")])
             part = data[a:b + 1]
             self.send_response(code)
-            self.send_header("ETag", f'"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"')
-            self.send_header("Last-Modified", self.date_time_string(int(st.st_mtime)))
+            if not NOVAL:
+                self.send_header("ETag", f'"{st.st_ino:x}-{st.st_size:x}-{st.st_mtime_ns:x}"')
+                self.send_header("Last-Modified", self.date_time_string(int(st.st_mtime)))
             longer = 0.03 <= x < 0.06
             self.send_header("Content-Length", str(len(part) + (1000 if longer else 0)))
             if code == 206:
                 self.send_header("Content-Range", f"bytes {a}-{b}/{len(data)}")
             self.end_headers()
+            if self.command == "HEAD":
+                return
             try:
                 if 0.06 <= x < 0.09:  # reset mid-body
                     self.wfile.write(part[: len(part) // 2])
@@ -120,6 +130,8 @@ def origin(port, d, log):
             except OSError:
                 pass
             self.close_connection = True
+
+        do_HEAD = do_GET
 
     ThreadingHTTPServer.daemon_threads = True
     ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
@@ -168,7 +180,9 @@ def clients(port, d, secs, threads, change, purge=None):
                 c.close()
                 c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
                 continue
-            if method == "HEAD":
+            if method == "HEAD" and r.status >= 500:
+                k = "5xx"  # a clean error (the origin's, passed through), as for a GET
+            elif method == "HEAD":
                 n = int(r.getheader("Content-Length", "-1"))
                 hi = version(d, i)
                 known = {len(body(i, v)) for v in range(hi, max(-1, hi - 3), -1)}

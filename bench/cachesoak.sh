@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A soak of the caching node: many concurrent clients against three cache volumes, each answer
-# checked byte for byte (bench/cachesoak.py), in four scenarios, one line each:
+# checked byte for byte (bench/cachesoak.py), in these scenarios, one line each:
 #   plain     whole and single-range GETs (some past the end) and HEADs, nothing evicted: besides
 #             no bad answer, no slice is fetched from the origin twice (extra_fetches=0: collapsed)
 #   evict     max_size far under the object set (eviction all the time), and the node killed
@@ -12,8 +12,11 @@
 #             wrong), and once the faults stop every object is served whole; `resumes` counts
 #             broken bodies continued with a Range request
 #   purge     random objects purged (POST /cache/purge, 20/s) while clients read them
+#   noval     the versions scenario against an origin that sends no validators, every version of
+#             an object the same size: only the bytes tell versions apart (slices may not be
+#             combined then: multi-slice objects pass through, so never two versions in a body)
 # The origin is bench/cachesoak.py's (Range, strong ETags, Last-Modified). Needs no root.
-# Usage: bench/cachesoak.sh [SCENARIO ...]   (default: all four)
+# Usage: bench/cachesoak.sh [SCENARIO ...]   (default: all of them)
 # Env: SECS [20] THREADS [24] OBJECTS [200] PORT [18290] BIN [target/release/content-server]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +29,7 @@ OPORT=$((PORT + 1))
 APORT=$((PORT + 2))
 BIN=${BIN:-$PWD/target/release/content-server}
 [ -x "$BIN" ] || { echo "cachesoak: no $BIN (cargo build --release -p content-server)" >&2; exit 2; }
-[ $# -ge 1 ] || set -- plain evict versions faults purge
+[ $# -ge 1 ] || set -- plain evict versions faults purge noval
 for p in "$PORT" "$OPORT" "$APORT"; do require_free_port "$p"; done
 SOAK="python3 bench/cachesoak.py"
 
@@ -58,6 +61,7 @@ metric_sum() { curl -s "http://127.0.0.1:$APORT/metrics" | awk -v m="$1" '$1 ~ "
 
 for scenario in "$@"; do
   rm -rf "$WORK/objects" "$WORK"/c? "$WORK/origin.log" "$WORK/node.log"
+  if [ "$scenario" = noval ]; then export SOAK_NOVAL=1; else unset SOAK_NOVAL; fi
   mkdir -p "$WORK/c1" "$WORK/c2" "$WORK/c3"
   $SOAK objects "$WORK/objects" "$OBJECTS"
   $SOAK origin "$OPORT" "$WORK/objects" "$WORK/origin.log" 2>/dev/null &
@@ -65,14 +69,14 @@ for scenario in "$@"; do
   case $scenario in
     plain) node_config - 3600 ;;
     evict) node_config 40M 3600 ;;
-    versions) node_config 40M 1 ;;
+    versions | noval) node_config 40M 1 ;;
     faults) node_config 80M 3600; touch "$WORK/objects/.faults" ;;
     purge) node_config 80M 3600 ;;
-    *) echo "cachesoak: unknown scenario $scenario (plain | evict | versions | faults | purge)" >&2; exit 2 ;;
+    *) echo "cachesoak: unknown scenario $scenario (plain | evict | versions | faults | purge | noval)" >&2; exit 2 ;;
   esac
   start_node
   args=()
-  [ "$scenario" = versions ] && args=(change)
+  [ "$scenario" = versions ] || [ "$scenario" = noval ] && args=(change)
   [ "$scenario" = purge ] && args=(purge "$APORT" "$(cat "$WORK/token")")
   if [ "$scenario" = evict ]; then
     $SOAK clients "$PORT" "$WORK/objects" "$SECS" "$THREADS" >"$WORK/clients.out" &

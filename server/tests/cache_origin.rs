@@ -369,6 +369,17 @@ fn slices_are_combined_only_under_a_strong_validator() {
             assert!(r.body == body, "{name}: two ranges");
             let last = o.seen().into_iter().rfind(|q| q.path == p).expect("asked");
             assert_eq!(last.header("range"), None, "{name}: two ranges");
+            // HEAD passed through: the length its GET would have.
+            let mut c = n.srv.connect();
+            c.send(format!("HEAD {p} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes());
+            let r = c.response(true).expect("HEAD");
+            assert_eq!((r.status, xcache(&r)), (200, "BYPASS"), "{name}: HEAD");
+            let len = body.len().to_string();
+            assert_eq!(
+                r.header("Content-Length"),
+                Some(len.as_str()),
+                "{name}: HEAD"
+            );
         }
     }
 

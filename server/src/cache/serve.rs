@@ -832,7 +832,14 @@ impl Ctx<'_> {
                 head = head.header(n.as_str(), v);
             }
         }
-        if let Some(n) = resp.expected {
+        // A HEAD answer's length is the one its GET would have (the origin's Content-Length);
+        // a body's, what will be sent.
+        let length = if self.head_only {
+            crate::origin::content_length(&resp.headers)
+        } else {
+            resp.expected
+        };
+        if let Some(n) = length {
             head = head.header("Content-Length", n);
         }
         head = head.header("X-Cache", "BYPASS");
