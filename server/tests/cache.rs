@@ -921,3 +921,36 @@ fn freshness_is_decided_to_the_millisecond() {
         assert_eq!(o.requests(&path), 2, "{path}");
     }
 }
+
+#[test]
+fn a_new_slice_size_never_serves_slices_cut_at_the_old_one() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let body = pattern(300_000, 21);
+    o.put("/s.bin", Object::new(body.clone()));
+    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    let restart = |cfg: &Config| {
+        let n = Node::start(cfg);
+        let r = get(&n, "/s.bin", "");
+        assert_eq!(r.status, 200);
+        assert!(r.body == body, "the whole object after a restart differs");
+        let r = get(&n, "/s.bin", "Range: bytes=150000-159999\r\n");
+        assert_eq!(r.status, 206);
+        assert!(
+            r.body == body[150_000..160_000],
+            "a seek after a restart differs"
+        );
+        wait_committed(&n);
+        let mut n = n;
+        n.srv.signal(common::SIGTERM);
+        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+    };
+    restart(&cfg);
+    // Every slice stored at 64 KiB; then 100,000-byte slices, whole objects, 32 KiB slices.
+    for size in [100_000u64, 0, 32_768, 65_536] {
+        if let Some(c) = cfg.volumes[0].cache.as_mut() {
+            c.slice_size = size;
+        }
+        restart(&cfg);
+    }
+}

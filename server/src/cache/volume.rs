@@ -226,6 +226,18 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         let k = key.clone();
         let opened = self.blocking(move || store.open_entry(id, &k)).await?;
         match opened {
+            Ok((_, meta)) if meta.slice_size != self.slice_size => {
+                // Cut at another `slice_size` (the volume's was changed since): its slice
+                // numbers and lengths mean other bytes now. Never served; fetched anew.
+                tracing::info!(volume = %self.name, entry = %id.rel_path(), stored = meta.slice_size, now = self.slice_size, "dropping a cache entry of another slice size");
+                let bytes = self.index.remove(id).unwrap_or(0);
+                self.delete(vec![Victim {
+                    id,
+                    bytes,
+                    reason: Reason::Invalid,
+                }]);
+                Ok(Found::Absent)
+            }
             Ok((fd, meta)) => {
                 if !self.index.is_rebuilt() {
                     let len = meta.file_len();
