@@ -954,3 +954,102 @@ fn a_new_slice_size_never_serves_slices_cut_at_the_old_one() {
         restart(&cfg);
     }
 }
+
+#[test]
+fn not_found_and_redirects_are_stored_by_their_valid_rule() {
+    let (o, n) = origin_and_node(SLICED);
+    // The origin has no /gone.bin: its 404 falls under the default rule (404: 60 s).
+    let r = get(&n, "/gone.bin", "");
+    assert_eq!((r.status, xcache(&r)), (404, "MISS"));
+    assert_eq!(r.body, b"not found\n");
+    // (A request for a later slice finds the 404 once stored; before, it asks the origin.)
+    wait_committed(&n);
+    for extra in [
+        "",
+        // A range, even one in a later slice, and preconditions do not apply to a 404.
+        "Range: bytes=0-3\r\n",
+        "Range: bytes=200000-\r\n",
+        "If-None-Match: *\r\n",
+        "If-Match: \"x\"\r\n",
+    ] {
+        let r = get(&n, "/gone.bin", extra);
+        assert_eq!((r.status, xcache(&r)), (404, "HIT"), "{extra:?}");
+        assert_eq!(r.body, b"not found\n", "{extra:?}");
+        assert_eq!(r.header("Content-Range"), None, "{extra:?}");
+        assert_eq!(r.header("Accept-Ranges"), None, "{extra:?}");
+    }
+    let mut c = n.srv.connect();
+    c.send(b"HEAD /gone.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let r = c.response(true).unwrap();
+    assert_eq!((r.status, xcache(&r)), (404, "HIT"));
+    assert_eq!(r.header("Content-Length"), Some("10"));
+    assert_eq!(
+        o.requests("/gone.bin"),
+        1,
+        "a stored 404 reached the origin"
+    );
+
+    // A redirect (rule 301: 1 h) whose body is longer than a slice is stored whole.
+    let page = pattern(100_000, 3);
+    o.put(
+        "/old",
+        Object::new(page.clone())
+            .status(301)
+            .header("Location", "/new"),
+    );
+    for want in ["MISS", "HIT", "HIT"] {
+        let r = get(&n, "/old", "");
+        assert_eq!((r.status, xcache(&r)), (301, want));
+        assert_eq!(r.header("Location"), Some("/new"));
+        assert!(r.body == page, "redirect body differs ({want})");
+    }
+    assert_eq!(o.requests("/old"), 1);
+
+    // A status in no rule is stored only when the origin gives it a lifetime; a 5xx never.
+    o.put("/forbidden", Object::new(b"no".to_vec()).status(403));
+    o.put(
+        "/forbidden-60",
+        Object::new(b"no".to_vec())
+            .status(403)
+            .cache_control("max-age=60"),
+    );
+    o.put(
+        "/busy",
+        Object::new(b"busy".to_vec())
+            .status(503)
+            .cache_control("max-age=60"),
+    );
+    for (p, status, want) in [
+        ("/forbidden", 403, ["BYPASS", "BYPASS"]),
+        ("/forbidden-60", 403, ["MISS", "HIT"]),
+        ("/busy", 503, ["BYPASS", "BYPASS"]),
+    ] {
+        for w in want {
+            let r = get(&n, p, "");
+            assert_eq!((r.status, xcache(&r)), (status, w), "{p}");
+        }
+        let asked = if want[1] == "HIT" { 1 } else { 2 };
+        assert_eq!(o.requests(p), asked, "{p}");
+    }
+
+    // A 404 that expires while the object appears: the object is never mixed with it.
+    o.put(
+        "/soon.bin",
+        Object::new(b"soon".to_vec())
+            .status(404)
+            .cache_control("max-age=1, stale-while-revalidate=30"),
+    );
+    assert_eq!(get(&n, "/soon.bin", "").status, 404);
+    let body = pattern(200_000, 4);
+    o.put("/soon.bin", Object::version(body.clone(), 2));
+    std::thread::sleep(Duration::from_millis(1100));
+    let r = get(&n, "/soon.bin", "");
+    assert_eq!((r.status, xcache(&r)), (404, "UPDATING"));
+    wait_committed(&n);
+    let r = get(&n, "/soon.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == body, "the object after its 404 differs");
+    let r = get(&n, "/soon.bin", "Range: bytes=150000-\r\n");
+    assert_eq!(r.status, 206);
+    assert!(r.body == body[150_000..]);
+}

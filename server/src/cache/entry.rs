@@ -65,10 +65,12 @@ pub struct EntryMeta {
 }
 
 impl EntryMeta {
-    /// True when `other` describes the same version of the object (ETag, Last-Modified and
-    /// total size all agree), so slices of both may be served in one response.
+    /// True when `other` describes the same version of the object (status, ETag,
+    /// Last-Modified and total size all agree), so slices of both may be served in one
+    /// response.
     pub fn same_version(&self, other: &EntryMeta) -> bool {
-        self.etag == other.etag
+        self.status == other.status
+            && self.etag == other.etag
             && self.last_modified == other.last_modified
             && self.total_size == other.total_size
     }

@@ -303,12 +303,15 @@ impl Fill {
             header(&resp, "last-modified").as_deref(),
             header(&resp, "date").as_deref(),
         );
-        if s > 0 && total > s && !strong {
+        // What is stored and served: 200 for the object's bytes (a slice's 206 included), or
+        // another status's whole answer (a 404, a redirect), kept as slice 0.
+        let status = if resp.status == 206 { 200 } else { resp.status };
+        if status == 200 && s > 0 && total > s && !strong {
             tracing::debug!(volume = %cv.name, target = %job.target, "not storable as slices: no strong validator");
             return self.bypass(resp);
         }
         let fresh = match freshness::evaluate(
-            200,
+            status,
             &resp.headers,
             &job.policy,
             authorized,
@@ -323,7 +326,7 @@ impl Fill {
         let fresh_until_ms = later(now, fresh.fresh_for);
         let meta = EntryMeta {
             key: job.key.as_bytes().to_vec(),
-            status: 200,
+            status,
             slice: job.slice,
             slice_size: s,
             body_len,
@@ -342,9 +345,14 @@ impl Fill {
 
     /// (body bytes of this slice, the object's total size), or None when the answer cannot be
     /// stored as this slice (unknown length, an origin ignoring Range on a larger object, a
-    /// status other than 200/206).
+    /// 5xx, or another status than 200/206 asked for a later slice). The whole answer of
+    /// another status (a 404, a redirect) is stored as slice 0, whatever its length.
     fn body_shape(&self, s: u64, slice: u32, resp: &OriginResponse) -> Option<(u64, u64)> {
         match resp.status {
+            st if slice == 0 && whole_answer_status(st) => {
+                let len = resp.expected?;
+                Some((len, len))
+            }
             206 if s > 0 => {
                 let cr = origin::content_range(&resp.headers)?;
                 let total = cr.total?;
@@ -389,7 +397,13 @@ impl Fill {
         let mut meta = (*old.meta).clone();
         meta.stored_at_ms = now;
         let authorized = job.authorization.is_some();
-        match freshness::evaluate(200, &merged, &job.policy, authorized, now / 1000) {
+        match freshness::evaluate(
+            old.meta.status,
+            &merged,
+            &job.policy,
+            authorized,
+            now / 1000,
+        ) {
             Freshness::Storable(f) => {
                 meta.initial_age = f.age.min(u32::MAX as u64) as u32;
                 meta.fresh_until_ms = later(now, f.fresh_for);
@@ -676,6 +690,14 @@ async fn resume(
         && header(&resp, "etag") == meta.etag
         && header(&resp, "last-modified") == meta.last_modified;
     same.then_some(resp)
+}
+
+/// A status whose answer is stored whole, as the object's slice 0, when its freshness allows
+/// (the route's `valid` rules or the origin's headers): any final answer other than the
+/// object's bytes (200/206), 304, 416 and 5xx. A 5xx is never stored: a stored answer would
+/// hide the next retry, and a stale entry is served in its place within `stale-if-error`.
+fn whole_answer_status(status: u16) -> bool {
+    (201..500).contains(&status) && !matches!(status, 206 | 304 | 416)
 }
 
 fn header(resp: &OriginResponse, name: &str) -> Option<String> {

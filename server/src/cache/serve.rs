@@ -9,7 +9,9 @@
 //! (conditionally) and replaced when the origin has the response's version; a new version at
 //! the origin ends the response (never two versions in one body) and drops the old slices.
 //! Several ranges are answered like a static file's (206 multipart/byteranges, the http planner's range rules), each part sent
-//! slice by slice like a single range. Not storable answers are passed through (BYPASS).
+//! slice by slice like a single range. Another status's stored answer (a 404, a redirect) is
+//! sent whole with its status, without ranges or preconditions. Not storable answers are
+//! passed through (BYPASS).
 //! A request with `Authorization` (RFC 9111 §3.5) uses a stored answer only when it says it may
 //! be shared, and never joins nor shares a fill: its fills forward the credentials, run for it
 //! alone, and store only what the origin allows to share. It must not read from the socket.
@@ -284,9 +286,11 @@ impl Ctx<'_> {
         self.after_fill(fill, Some(s), now_ms).await
     }
 
-    /// The object's first slice when `slice` (not stored) starts at or past the object's end
-    /// by that slice's word: stored, fresh and usable. A range there is then answered without
-    /// asking the origin for a slice that does not exist (it would answer 416 every time).
+    /// The object's first slice when it answers for `slice` (not stored): stored, fresh and
+    /// usable, and either another status's whole answer (a 404, a redirect: there are no
+    /// other slices) or an object that ends before `slice` starts. A range there is then
+    /// answered without asking the origin for a slice that does not exist (it would answer 416
+    /// or the same 404 every time).
     async fn past_end(&self, slice: u32, now_ms: i64) -> Option<Arc<Stored>> {
         let size = self.cv.slice_size;
         if slice == 0 || size == 0 {
@@ -296,7 +300,7 @@ impl Ctx<'_> {
             Ok(Found::Stored(s0)) => s0,
             _ => return None,
         };
-        let ends_before = s0.meta.total_size <= u64::from(slice) * size;
+        let ends_before = s0.meta.status != 200 || s0.meta.total_size <= u64::from(slice) * size;
         (ends_before && now_ms < s0.meta.fresh_until_ms && self.usable(&s0)).then_some(s0)
     }
 
@@ -473,7 +477,11 @@ impl Ctx<'_> {
                 .as_deref()
                 .and_then(crate::http::date::parse),
         };
+        // Another status's answer (a 404, a redirect) is sent whole: preconditions and ranges
+        // apply to the object's 200 only (RFC 9110 §13.2.1, §14.2).
+        let whole_answer = meta.status != 200;
         let range_ok = match conditional::evaluate(&conds, &current, true, now) {
+            _ if whole_answer => false,
             Precondition::Failed => return self.error(412, None, status).await,
             Precondition::NotModified => {
                 let out = validators(Head::new(304))
@@ -498,7 +506,7 @@ impl Ctx<'_> {
         let is_type = |n: &str| n.eq_ignore_ascii_case("content-type");
         let (code, body) = match ranges {
             Ranges::Full => (
-                200,
+                meta.status,
                 Body::Range {
                     start: 0,
                     len: total,
@@ -533,12 +541,12 @@ impl Ctx<'_> {
         if let Some(t) = &multipart_type {
             head = head.header("Content-Type", t);
         }
-        head = validators(head)
-            .header("Content-Length", len)
-            .header(
-                "Accept-Ranges",
-                if max_ranges == 0 { "none" } else { "bytes" },
-            )
+        head = validators(head).header("Content-Length", len);
+        if !whole_answer {
+            let accept = if max_ranges == 0 { "none" } else { "bytes" };
+            head = head.header("Accept-Ranges", accept);
+        }
+        head = head
             .header("Age", age.max(0) as u64)
             .header("X-Cache", status.header());
         if let (206, Body::Range { start, len }) = (code, &body) {
@@ -635,7 +643,12 @@ impl Ctx<'_> {
         start: u64,
         len: u64,
     ) -> Result<u64, (u64, &'static str)> {
-        let s = self.cv.slice_size;
+        // Another status's answer is slice 0 alone, whatever its length.
+        let s = if meta.status == 200 {
+            self.cv.slice_size
+        } else {
+            0
+        };
         let end = start + len; // exclusive
         let (k0, k1) = match (start.checked_div(s), (end - 1).checked_div(s)) {
             (Some(a), Some(b)) => (a as u32, b as u32),

@@ -137,10 +137,22 @@ pub struct CachePolicy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ValidRule {
-    /// HTTP status codes (100-599).
+    /// HTTP status codes (200-499 but 304 and 416: interim answers, those two and 5xx are
+    /// never stored).
     pub status: Vec<u16>,
     /// Seconds fresh.
     pub secs: u64,
+}
+
+/// Why an answer of `status` is never stored, whatever its lifetime (a `valid` rule naming it
+/// would do nothing).
+fn never_stored(status: u16) -> Option<&'static str> {
+    match status {
+        100..=199 => Some("an interim answer"),
+        304 | 416 => Some("it is an answer about a stored entry or a range, not an object"),
+        500..=599 => Some("a 5xx passes through, so the next request retries (within stale-if-error a stale entry is served instead)"),
+        _ => None,
+    }
 }
 
 fn default_valid() -> Vec<ValidRule> {
@@ -287,6 +299,11 @@ pub(super) fn check_cache_route(
                     e.push(
                         format!("{f}.cache.valid[{j}].status"),
                         format!("{s} is not an HTTP status (100-599)"),
+                    );
+                } else if let Some(why) = never_stored(*s) {
+                    e.push(
+                        format!("{f}.cache.valid[{j}].status"),
+                        format!("{s} is never stored: {why}"),
                     );
                 } else if !seen.insert(*s) {
                     e.push(

@@ -372,6 +372,8 @@ fn every_cache_violation_names_its_field() {
         ("routes[0].cache.valid[0].status", "99 is not an HTTP status"),
         ("routes[0].cache.valid[1].status", "200 is already in an earlier rule"),
         ("routes[0].cache.valid[2].status", "at least one status"),
+        ("routes[0].cache.valid[3].status", "502 is never stored: a 5xx passes through"),
+        ("routes[0].cache.valid[3].status", "304 is never stored"),
         ("routes[1].volume", "\"disk1\" is a cache volume"),
         ("routes[2].cache", "needs `origin`"),
     ] {
