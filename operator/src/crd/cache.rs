@@ -131,11 +131,11 @@ pub struct RouteCacheSpec {
     pub stale_if_error_secs: u64,
 }
 
-/// These statuses stay fresh for `secs`.
+/// These statuses stay fresh for `secs` (200-499; 304 and 416 are refused by the server's rules).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ValidRuleSpec {
-    #[schemars(length(min = 1, max = 32), inner(range(min = 100, max = 599)))]
+    #[schemars(length(min = 1, max = 32), inner(range(min = 200, max = 499)))]
     pub status: Vec<u16>,
     pub secs: u64,
 }
