@@ -811,15 +811,63 @@ impl Ctx<'_> {
         }
     }
 
-    /// Ask the origin ourselves (GET, or HEAD for HEAD) and pass the answer through. A single
-    /// byte range the client asked for goes along with its If-Range, so a seek gets the
-    /// origin's 206 (several ranges would come back as a multipart body: the whole object then).
+    /// The request's preconditions against an origin answer's validators (not stored, so its
+    /// own ETag and Last-Modified).
+    fn preconditions_on(&self, h: &http::HeaderMap) -> Precondition {
+        let value = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
+        let conds = Conditions {
+            if_match: self.req.if_match.as_deref(),
+            if_unmodified_since: self.req.if_unmodified_since.as_deref(),
+            if_none_match: self.req.if_none_match.as_deref(),
+            if_modified_since: self.req.if_modified_since.as_deref(),
+            if_range: None,
+        };
+        let current = Current {
+            etag: value("etag").unwrap_or("-"),
+            last_modified: value("last-modified").and_then(crate::http::date::parse),
+        };
+        conditional::evaluate(&conds, &current, true, unix_now_ms() / 1000)
+    }
+
+    /// A 304 for a passed-through answer, with the header fields a 304 carries (RFC 9110
+    /// §15.4.5; our own Date).
+    async fn not_modified_through(&self, h: &http::HeaderMap) -> Served {
+        let mut head = Head::new(304);
+        for n in [
+            "cache-control",
+            "content-location",
+            "etag",
+            "expires",
+            "last-modified",
+            "vary",
+        ] {
+            for v in h.get_all(n).iter().filter_map(|v| v.to_str().ok()) {
+                head = head.header(n, v);
+            }
+        }
+        let out = head.header("X-Cache", "BYPASS").finish(self.keep_alive);
+        let ok = self.sock.write_all(&out, false).await.is_ok();
+        Served {
+            status: 304,
+            bytes: if ok { out.len() as u64 } else { 0 },
+            keep_alive: self.keep_alive && ok,
+        }
+    }
+
+    /// Ask the origin ourselves (GET, or HEAD for HEAD) and pass the answer through. The
+    /// client's preconditions go along, and a single byte range with its If-Range, so a
+    /// revalidating client gets the origin's 304 and a seek its 206 (several ranges would come
+    /// back as a multipart body: the whole object then).
     async fn fetch_through(&self) -> Served {
         let mut r = OriginRequest::get(self.target.clone());
         if self.head_only {
             r.method = crate::origin::Method::Head;
         }
         r.authorization = self.auth.map(str::to_string);
+        r.if_none_match = self.req.if_none_match.clone();
+        r.if_modified_since = self.req.if_modified_since.clone();
+        r.if_match = self.req.if_match.clone();
+        r.if_unmodified_since = self.req.if_unmodified_since.clone();
         r.client_range = self
             .req
             .range
@@ -834,7 +882,16 @@ impl Ctx<'_> {
     }
 
     /// Stream an origin answer to the client unchanged (hop-by-hop headers dropped), not stored.
+    /// A 200 the client's preconditions say it has (or must not get) is answered 304 (or 412)
+    /// instead: a fill asked for it without them.
     async fn pass_through(&self, mut resp: OriginResponse) -> Served {
+        if resp.status == 200 {
+            match self.preconditions_on(&resp.headers) {
+                Precondition::NotModified => return self.not_modified_through(&resp.headers).await,
+                Precondition::Failed => return self.error(412, None, CacheStatus::Bypass).await,
+                Precondition::Proceed { .. } => {}
+            }
+        }
         let keep_alive = self.keep_alive && resp.expected.is_some();
         let mut head = Head::new(resp.status);
         for (n, v) in &resp.headers {

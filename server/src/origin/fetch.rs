@@ -11,7 +11,8 @@ use super::pool::Lease;
 use super::{Inner, Method, OriginError, OriginRequest};
 use bytes::Bytes;
 use http::header::{
-    AUTHORIZATION, HOST, IF_MODIFIED_SINCE, IF_NONE_MATCH, IF_RANGE, RANGE, USER_AGENT,
+    AUTHORIZATION, HOST, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH, IF_RANGE, IF_UNMODIFIED_SINCE,
+    RANGE, USER_AGENT,
 };
 use http::HeaderValue;
 use http_body_util::Empty;
@@ -140,6 +141,8 @@ fn build(
     for (name, value) in [
         (IF_NONE_MATCH, &req.if_none_match),
         (IF_MODIFIED_SINCE, &req.if_modified_since),
+        (IF_MATCH, &req.if_match),
+        (IF_UNMODIFIED_SINCE, &req.if_unmodified_since),
     ] {
         if let Some(v) = value {
             let v = HeaderValue::from_str(v)

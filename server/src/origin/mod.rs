@@ -63,6 +63,10 @@ pub struct OriginRequest {
     pub if_none_match: Option<String>,
     /// `If-Modified-Since` value (an HTTP date as received).
     pub if_modified_since: Option<String>,
+    /// `If-Match` value (a client's, forwarded as received by a pass-through).
+    pub if_match: Option<String>,
+    /// `If-Unmodified-Since` value (a client's, forwarded as received by a pass-through).
+    pub if_unmodified_since: Option<String>,
     /// `Authorization` value (the client's, forwarded as received; sent marked sensitive).
     pub authorization: Option<String>,
     /// A client's own single `Range` value and its `If-Range`, forwarded as received by a
@@ -79,6 +83,8 @@ impl OriginRequest {
             range: None,
             if_none_match: None,
             if_modified_since: None,
+            if_match: None,
+            if_unmodified_since: None,
             authorization: None,
             client_range: None,
         }
