@@ -1095,3 +1095,40 @@ fn a_passed_through_answer_keeps_the_clients_preconditions() {
         "no precondition reached the origin"
     );
 }
+
+#[test]
+fn an_answer_not_storable_is_passed_through_at_once_until_purged() {
+    let (o, n) = origin_and_purge_node(SLICED);
+    let body = pattern(3 * SLICE, 6);
+    let cookie = || Object::new(body.clone()).header("Set-Cookie", "id=1");
+    for p in ["/p.bin", "/d/q.bin"] {
+        o.put(p, cookie());
+        for _ in 0..3 {
+            let r = get(&n, p, "");
+            assert_eq!((r.status, xcache(&r)), (200, "BYPASS"), "{p}");
+            assert!(r.body == body, "{p}");
+        }
+        // The first request asked for the first slice (not storable) and then for the
+        // object; the next ones only for the object.
+        assert_eq!(
+            o.ranges(p),
+            [Some(format!("bytes=0-{}", SLICE - 1)), None, None, None]
+        );
+    }
+    // Fixed at the origin, the object is still passed through (for up to a minute) ...
+    o.put("/p.bin", Object::new(body.clone()));
+    assert_eq!(xcache(&get(&n, "/p.bin", "")), "BYPASS");
+    // ... until a purge of its key or of a prefix forgets the mark: then it is stored.
+    let r = admin(&n, "POST", "/cache/purge?key=/p.bin", PURGE_AUTH);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    o.put("/d/q.bin", Object::new(body.clone()));
+    let r = admin(&n, "POST", "/cache/purge?prefix=/d/", PURGE_AUTH);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    for p in ["/p.bin", "/d/q.bin"] {
+        assert_eq!(xcache(&get(&n, p, "")), "MISS", "{p}");
+        wait_committed(&n);
+        let r = get(&n, p, "");
+        assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{p}");
+        assert!(r.body == body, "{p}");
+    }
+}

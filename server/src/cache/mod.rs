@@ -11,12 +11,14 @@
 //! - [`volume`]: one cache volume at run time (store + index + fills + open entries, upkeep).
 //! - [`fill`]: one collapsed origin fetch of a slice, written by the pool, read while written.
 //! - [`serve`]: the request path of a cache route (freshness, slices, conditionals, ranges).
+//! - [`pass`]: objects whose answers were not storable, passed through for a while.
 //! - [`purge`]: `POST /cache/purge` on the admin port.
 
 pub mod entry;
 pub mod fill;
 pub mod index;
 pub mod key;
+pub mod pass;
 pub mod purge;
 pub mod rebuild;
 pub mod serve;

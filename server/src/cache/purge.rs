@@ -96,6 +96,7 @@ impl Purge {
                     .await
                     .unwrap_or(0),
                 Target::Prefix(p) => {
+                    cv.passes.clear();
                     let store = cv.store.clone();
                     let prefix = p.clone().into_bytes();
                     let found = cv.blocking(move || store.find_prefix(&prefix)).await;

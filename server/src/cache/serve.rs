@@ -268,6 +268,10 @@ impl Ctx<'_> {
             if let Some(s0) = self.past_end(slice, now_ms).await {
                 return First::PastEnd(s0);
             }
+            if self.auth.is_none() && self.cv.passes.passing(self.key.hash(), now_ms) {
+                // Its last answer was not storable: ask for what the client asked, at once.
+                return First::FetchThrough;
+            }
             let fill = self.fill(slice, None, true);
             return self.after_fill(fill, None, now_ms).await;
         };
@@ -360,6 +364,11 @@ impl Ctx<'_> {
                     // The object is no longer cacheable: forget the stored version. (An answer
                     // for one user's credentials says nothing about the shared one.)
                     let _ = self.cv.remove_object(s.id.hash()).await;
+                }
+                if self.auth.is_none() && fill.id.slice == 0 {
+                    // Pass its next requests through at once (a later slice's answer, a 404
+                    // say, may still be storable as the first slice).
+                    self.cv.passes.mark(self.key.hash(), unix_now_ms());
                 }
                 self.handoff(&fill)
             }

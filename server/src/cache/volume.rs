@@ -10,6 +10,7 @@
 use super::entry::{EntryError, EntryMeta};
 use super::index::{Index, Presence, Reason, Victim};
 use super::key::EntryId;
+use super::pass::Passes;
 use super::store::Store;
 use crate::config;
 use crate::metrics::{Metrics, PoolOp};
@@ -110,6 +111,8 @@ pub struct CacheVolume<F> {
     open: Mutex<IndexMap<EntryId, Arc<Stored>>>,
     /// `max_size` as configured (None = keep 10% of the filesystem free).
     max_size: Option<u64>,
+    /// Objects whose last answer was not storable (passed through for a while).
+    pub passes: Passes,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -195,6 +198,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             running: Mutex::new(Vec::new()),
             open: Mutex::new(IndexMap::new()),
             max_size,
+            passes: Passes::default(),
         }))
     }
 
@@ -415,6 +419,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     /// Remove every stored slice of the object `hash` (a purge, or a new version at the origin).
     /// Runs the directory listing and unlinks on the pool; returns how many files went.
     pub async fn remove_object(&self, hash: u128) -> Result<usize, PoolError> {
+        self.passes.forget(hash);
         let store = self.store.clone();
         let removed = self.blocking(move || store.remove_object(hash)).await?;
         let removed = removed.unwrap_or_else(|e| {

@@ -1,0 +1,91 @@
+//! Remembered pass-throughs ("hit-for-pass"): objects whose last origin answer could not be
+//! stored (Set-Cookie, no-store, private, Vary, no lifetime, several slices without a strong
+//! validator), so that for a while their requests are passed through at once. Without it, every
+//! request of such an object on a sliced volume asks the origin twice: once for its first slice
+//! (the fill, which finds the answer not storable) and once for what the client asked.
+//!
+//! A mark lasts [`PASS_MS`] and is forgotten when the object is removed (purged, replaced); a
+//! full table marks nothing more until marks expire. It owns only the table: what is storable
+//! is decided by the fill, what to do with a mark by the request path.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// How long a mark lasts: an object that became storable at the origin is stored again at
+/// most this long after.
+pub const PASS_MS: i64 = 60_000;
+/// Marks kept per volume at most (about 40 bytes each).
+const MAX_MARKS: usize = 16_384;
+
+/// The marks of one cache volume, by object hash.
+#[derive(Default)]
+pub struct Passes {
+    until_ms: Mutex<HashMap<u128, i64>>,
+}
+
+impl Passes {
+    /// Pass object `hash` through until `now_ms + PASS_MS`.
+    pub fn mark(&self, hash: u128, now_ms: i64) {
+        let mut m = self.until_ms.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= MAX_MARKS && !m.contains_key(&hash) {
+            m.retain(|_, until| *until > now_ms);
+            if m.len() >= MAX_MARKS {
+                return;
+            }
+        }
+        m.insert(hash, now_ms.saturating_add(PASS_MS));
+    }
+
+    /// True while object `hash` is marked.
+    pub fn passing(&self, hash: u128, now_ms: i64) -> bool {
+        let mut m = self.until_ms.lock().unwrap_or_else(|p| p.into_inner());
+        match m.get(&hash) {
+            Some(until) if *until > now_ms => true,
+            Some(_) => {
+                m.remove(&hash);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Forget the mark of object `hash` (removed, or its answer stored after all).
+    pub fn forget(&self, hash: u128) {
+        let mut m = self.until_ms.lock().unwrap_or_else(|p| p.into_inner());
+        m.remove(&hash);
+    }
+
+    /// Forget every mark (a purge by prefix: marks keep hashes, not keys).
+    pub fn clear(&self) {
+        let mut m = self.until_ms.lock().unwrap_or_else(|p| p.into_inner());
+        m.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_lasts_pass_ms_and_a_full_table_marks_nothing_more() {
+        let p = Passes::default();
+        p.mark(1, 1000);
+        assert!(p.passing(1, 1000 + PASS_MS - 1));
+        assert!(!p.passing(1, 1000 + PASS_MS));
+        assert!(!p.passing(1, 1000), "an expired mark is dropped");
+        p.mark(2, 0);
+        p.forget(2);
+        assert!(!p.passing(2, 1));
+        p.mark(3, 0);
+        p.clear();
+        assert!(!p.passing(3, 1));
+        for h in 0..MAX_MARKS as u128 {
+            p.mark(h + 10, 0);
+        }
+        p.mark(5, 1);
+        assert!(!p.passing(5, 2), "a full table took a mark");
+        // Once the marks expire, a new one is taken.
+        p.mark(5, PASS_MS + 1);
+        assert!(p.passing(5, PASS_MS + 2));
+    }
+}
