@@ -472,13 +472,7 @@ impl Ctx<'_> {
         // RFC 9110 preconditions and ranges (the http planner's rules) against the origin's
         // validators; an absent ETag never matches ("-" is no entity tag).
         let etag = meta.etag.clone().unwrap_or_else(|| "-".into());
-        let conds = Conditions {
-            if_match: self.req.if_match.as_deref(),
-            if_unmodified_since: self.req.if_unmodified_since.as_deref(),
-            if_none_match: self.req.if_none_match.as_deref(),
-            if_modified_since: self.req.if_modified_since.as_deref(),
-            if_range: self.req.if_range.as_deref(),
-        };
+        let conds = self.conditions(self.req.if_range.as_deref());
         let current = Current {
             etag: &etag,
             last_modified: meta
@@ -820,17 +814,22 @@ impl Ctx<'_> {
         }
     }
 
-    /// The request's preconditions against an origin answer's validators (not stored, so its
-    /// own ETag and Last-Modified).
-    fn preconditions_on(&self, h: &http::HeaderMap) -> Precondition {
-        let value = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
-        let conds = Conditions {
+    /// The request's preconditions, with `if_range` as its If-Range.
+    fn conditions<'r>(&'r self, if_range: Option<&'r str>) -> Conditions<'r> {
+        Conditions {
             if_match: self.req.if_match.as_deref(),
             if_unmodified_since: self.req.if_unmodified_since.as_deref(),
             if_none_match: self.req.if_none_match.as_deref(),
             if_modified_since: self.req.if_modified_since.as_deref(),
-            if_range: None,
-        };
+            if_range,
+        }
+    }
+
+    /// The request's preconditions against an origin answer's validators (not stored, so its
+    /// own ETag and Last-Modified).
+    fn preconditions_on(&self, h: &http::HeaderMap) -> Precondition {
+        let value = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
+        let conds = self.conditions(None);
         let current = Current {
             etag: value("etag").unwrap_or("-"),
             last_modified: value("last-modified").and_then(crate::http::date::parse),
