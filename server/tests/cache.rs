@@ -1132,3 +1132,60 @@ fn an_answer_not_storable_is_passed_through_at_once_until_purged() {
         assert!(r.body == body, "{p}");
     }
 }
+
+/// The next slice is fetched while the current one is sent: at once while the current one
+/// still arrives from the origin, and from a stored slice only once its last quarter goes out
+/// (a download that stops earlier has fetched nothing it never reads).
+#[test]
+fn the_next_slice_is_prefetched_while_one_is_sent() {
+    // A stored 16 MiB first slice, to a client that reads nothing for a while: the socket
+    // buffers (a few MiB) hold far less than three quarters of it.
+    let big: usize = 16 << 20;
+    let (o, n) = origin_and_node(&format!("slice_size = {big}"));
+    let body = pattern(big + 100_000, 7);
+    o.put("/big.bin", Object::new(body.clone()));
+    assert_eq!(get(&n, "/big.bin", "Range: bytes=0-0\r\n").status, 206);
+    wait_committed(&n);
+    let second = Some(format!("bytes={big}-{}", 2 * big - 1));
+    let mut c = n.srv.connect();
+    c.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !o.ranges("/big.bin").contains(&second),
+        "the second slice was fetched while most of the first was still unsent"
+    );
+    let r = c.response(false).expect("the whole object");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == body, "the object differs");
+    assert_eq!(
+        o.ranges("/big.bin")
+            .iter()
+            .filter(|r| **r == second)
+            .count(),
+        1
+    );
+
+    // A miss, from an origin sending 128 KiB/s: the second slice is asked for before the
+    // first has arrived (half a second).
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(3 * SLICE, 8);
+    o.put("/slow.bin", Object::new(body.clone()));
+    o.set_timing(Timing {
+        rate: 128 * 1024,
+        ..Timing::default()
+    });
+    let mut c = n.srv.connect();
+    c.send(b"GET /slow.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let second = Some(format!("bytes={SLICE}-{}", 2 * SLICE - 1));
+    let t0 = Instant::now();
+    assert!(
+        common::wait_until(Duration::from_millis(300), || o
+            .ranges("/slow.bin")
+            .contains(&second)),
+        "no prefetch while the first slice arrived ({:?})",
+        o.ranges("/slow.bin")
+    );
+    assert!(t0.elapsed() < Duration::from_millis(400));
+    let r = c.response(false).expect("the whole object");
+    assert!(r.body == body, "the slow object differs");
+}

@@ -4,7 +4,8 @@
 //! stale-if-error), evaluate conditionals and ranges against the object, send the head, then the
 //! body slice by slice: stored slices and the bytes of fills under way both go through the
 //! volume's send path (`Volume::send_body`: offload mode, sendfile or the page-cache
-//! copy), and the next slice is prefetched while the current one is sent. Every slice is checked
+//! copy), and the next slice is prefetched while the current one is sent (at once from a fill,
+//! from a stored slice once its last quarter goes out). Every slice is checked
 //! against the first one's validator: a stored slice of another version is asked for again
 //! (conditionally) and replaced when the origin has the response's version; a new version at
 //! the origin ends the response (never two versions in one body) and drops the old slices.
@@ -687,49 +688,67 @@ impl Ctx<'_> {
                 self.drop_version(meta).await;
                 return Err((sent, "object changed at the origin mid-response"));
             }
-            if s > 0 && k < k1 {
-                self.prefetch(k + 1);
-            }
             let slice_start = if s == 0 { 0 } else { k as u64 * s };
             let a = start.max(slice_start) - slice_start;
             let b = end.min(slice_start + src.meta().body_len) - slice_start;
             if b <= a {
                 return Err((sent, "slice shorter than the object says"));
             }
-            let n = match &src {
-                Source::Stored(st) => {
-                    let r = self
-                        .vol
-                        .send_body(
-                            self.sock,
-                            &st.fd,
-                            st.meta.body_offset() + a,
-                            b - a,
-                            self.send_timeout,
-                        )
-                        .await;
-                    match r {
-                        Ok(n) => {
-                            self.cv.m.served_cache.inc_by(n);
-                            n
-                        }
-                        Err(_) => return Err((sent, "send failed")),
-                    }
-                }
-                Source::Fill(fill, head) => match self.send_filling(fill, head, a, b).await {
-                    Ok(n) => {
-                        self.cv.m.served_origin.inc_by(n);
-                        n
-                    }
-                    Err((n, why)) => {
-                        self.cv.m.served_origin.inc_by(n);
-                        return Err((sent + n, why));
-                    }
-                },
+            // The next slice is fetched at once while this one still arrives from the origin
+            // (a miss is origin-bound: the two fetches overlap), and after a stored slice's
+            // first three quarters went out (the socket buffer still holds more than the
+            // fetch takes, and a download that stops before that fetched nothing it never
+            // reads).
+            let next = (s > 0 && k < k1).then_some(k + 1);
+            let split = match (&src, next) {
+                (Source::Stored(_), Some(_)) => b - (b - a).min(s / 4),
+                _ => a,
             };
-            sent += n;
+            sent += self
+                .send_part(&src, a, split)
+                .await
+                .map_err(|(n, why)| (sent + n, why))?;
+            if let Some(next) = next {
+                self.prefetch(next);
+            }
+            sent += self
+                .send_part(&src, split, b)
+                .await
+                .map_err(|(n, why)| (sent + n, why))?;
         }
         Ok(sent)
+    }
+
+    /// Send slice-local bytes `a..b` of `src` (counted as served from the cache or from the
+    /// origin); on error, how many went out.
+    async fn send_part(&self, src: &Source, a: u64, b: u64) -> Result<u64, (u64, &'static str)> {
+        if b <= a {
+            return Ok(0);
+        }
+        match src {
+            Source::Stored(st) => {
+                let off = st.meta.body_offset() + a;
+                match self
+                    .vol
+                    .send_body(self.sock, &st.fd, off, b - a, self.send_timeout)
+                    .await
+                {
+                    Ok(n) => {
+                        self.cv.m.served_cache.inc_by(n);
+                        Ok(n)
+                    }
+                    Err(_) => Err((0, "send failed")),
+                }
+            }
+            Source::Fill(fill, head) => {
+                let r = self.send_filling(fill, head, a, b).await;
+                let n = match &r {
+                    Ok(n) | Err((n, _)) => *n,
+                };
+                self.cv.m.served_origin.inc_by(n);
+                r
+            }
+        }
     }
 
     /// Send slice-local bytes `a..b` of a fill as they land (read-while-write).
