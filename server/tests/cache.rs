@@ -1189,3 +1189,35 @@ fn the_next_slice_is_prefetched_while_one_is_sent() {
     let r = c.response(false).expect("the whole object");
     assert!(r.body == body, "the slow object differs");
 }
+
+/// A miss is sent from memory as its bytes arrive, whatever the pool storing it is doing: with
+/// every cache file operation taking 600 ms (its temporary file's creation included), the
+/// client has the whole answer long before the entry is stored; then it is a hit.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_miss_does_not_wait_for_its_file_to_be_created() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_write=sleep(600)")]);
+    let body = pattern(30_000, 9);
+    o.put("/slow-disk.bin", Object::new(body.clone()));
+    let t0 = Instant::now();
+    let r = get(&n, "/slow-disk.bin", "");
+    let took = t0.elapsed();
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == body);
+    assert!(
+        took < Duration::from_millis(400),
+        "the miss waited {took:?} for the disk"
+    );
+    assert!(
+        common::wait_until(Duration::from_secs(10), || cache_files(&n.cache) == (0, 1)),
+        "the entry was not stored: {:?}",
+        cache_files(&n.cache)
+    );
+    let r = get(&n, "/slow-disk.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == body);
+    assert_eq!(o.requests("/slow-disk.bin"), 1);
+}

@@ -30,7 +30,7 @@ use crate::origin::{self, Origin, OriginError, OriginRequest, OriginResponse};
 use bytes::Bytes;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::watch;
 
 /// Body bytes gathered before one pool write (bounds the tasks per MiB; ~2.6 ms at 25 MB/s).
@@ -92,8 +92,10 @@ pub struct FillJob {
 /// The head of a body being filled.
 pub struct FillHead {
     pub meta: Arc<EntryMeta>,
-    /// The temporary (later the committed) file, when the body is being stored.
-    pub file: Option<Arc<OwnedFd>>,
+    /// The temporary (later the committed) file, once it exists, when the body is being
+    /// stored. It is set before any byte is written to it, so a reader told that bytes are
+    /// in the file finds it here.
+    pub file: OnceLock<Arc<OwnedFd>>,
     pub body_offset: u64,
 }
 
@@ -473,25 +475,28 @@ impl Fill {
         let id = self.id;
         let body_len = meta.body_len;
         let admitted = cv.index.admit(id, meta.file_len());
-        let mut temp: Option<TempEntry> = None;
+        // The temporary file is created on the pool while the first bytes are already sent
+        // from memory: a pool queued behind slow writes delays the storing, not the clients.
+        let mut creating = None;
         if admitted {
             let (store, m) = (cv.store.clone(), meta.clone());
-            match cv.blocking(move || store.create_temp(id, m)).await {
-                Ok(Ok(t)) => temp = Some(t),
-                Ok(Err(e)) => self.store_failed(cv, &e),
-                Err(e) => {
-                    tracing::debug!(volume = %cv.name, error = %e, "fill not stored: pool busy")
-                }
+            match cv
+                .pool
+                .submit(PoolOp::Open, move || store.create_temp(id, m))
+            {
+                Ok(rx) => creating = Some(rx),
+                Err(_) => tracing::debug!(volume = %cv.name, "fill not stored: pool busy"),
             }
         }
-        if temp.is_none() && body_len > MEMORY_MAX {
+        if creating.is_none() && body_len > MEMORY_MAX {
             // Too large to hold for the waiters: stream it through once, others fetch.
             return self.bypass(resp);
         }
+        let mut temp: Option<TempEntry> = None;
         let meta = Arc::new(meta);
         let head = Arc::new(FillHead {
             meta: meta.clone(),
-            file: temp.as_ref().map(|t| t.fd()),
+            file: OnceLock::new(),
             body_offset: meta.body_offset(),
         });
         let progress = |avail: u64, done: bool| Progress::Body {
@@ -539,13 +544,26 @@ impl Fill {
                     }
                 }
             }
-            if eof && writing.is_none() {
+            if eof && writing.is_none() && creating.is_none() {
                 break;
             }
             let unwritten = received - self.tail().from;
-            let can_read = !eof && (temp.is_none() && writing.is_none() || unwritten < WINDOW_MAX);
+            let storing = temp.is_some() || writing.is_some() || creating.is_some();
+            let can_read = !eof && (!storing || unwritten < WINDOW_MAX);
             let mut broke = None;
             tokio::select! {
+                created = async { creating.as_mut().expect("guarded").await }, if creating.is_some() => {
+                    creating = None;
+                    match created {
+                        Ok(Ok(t)) => {
+                            let _ = head.file.set(t.fd());
+                            temp = Some(t);
+                        }
+                        // The rest stays in memory; nothing is stored.
+                        Ok(Err(e)) => self.store_failed(cv, &e),
+                        Err(_) => tracing::error!(volume = %cv.name, "fill: the pool lost a file creation"),
+                    }
+                }
                 done = async { writing.as_mut().expect("guarded").await }, if writing.is_some() => {
                     writing = None;
                     match done {
@@ -595,6 +613,11 @@ impl Fill {
             if let Some(rx) = writing.take() {
                 if let Ok(w) = rx.await {
                     abort(cv, w.t);
+                }
+            }
+            if let Some(rx) = creating.take() {
+                if let Ok(Ok(t)) = rx.await {
+                    abort(cv, t);
                 }
             }
             if let Some(t) = temp.take() {

@@ -604,7 +604,7 @@ impl Ctx<'_> {
                 self.vol
                     .admit_range(&s.fd, s.meta.body_offset(), len.min(s.meta.body_len))
             }
-            Source::Fill(_, h) => match &h.file {
+            Source::Fill(_, h) => match h.file.get() {
                 Some(fd) => self
                     .vol
                     .admit_range(fd, h.body_offset, len.min(h.meta.body_len)),
@@ -780,7 +780,7 @@ impl Ctx<'_> {
                     }
                     super::fill::ReadAt::File(written) => {
                         let lim = written.min(upto);
-                        let Some(fd) = &head.file else {
+                        let Some(fd) = head.file.get() else {
                             return Err((pos - a, "fill has no file"));
                         };
                         match self
