@@ -5,7 +5,9 @@
 //! that disconnects cancels nothing for the others. It publishes its progress on a `watch`
 //! channel: the response head once known, then how many body bytes can be read. Waiters are
 //! woken as bytes land and read them from the temporary file through the volume's send path
-//! (read-while-write), not after the fill ends. Body bytes are written by the volume's pool;
+//! (read-while-write), not after the fill ends; bytes not yet written are read from memory,
+//! and the head is published before the temporary file is created, so no waiter ever waits
+//! for the pool. Body bytes are written by the volume's pool;
 //! when they cannot be stored (not admitted, full disk, pool full, write error) the rest of the
 //! slice is kept in memory for the waiters and nothing is stored. Origin faults (refused,
 //! timeout, reset, truncated, wrong length) end the fill without storing anything: the
