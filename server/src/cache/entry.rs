@@ -75,6 +75,12 @@ impl EntryMeta {
             && self.total_size == other.total_size
     }
 
+    /// True for another status's answer (a 404, a redirect): stored whole as slice 0 and sent
+    /// whole, without ranges or preconditions; false for the object's bytes (200).
+    pub fn whole_answer(&self) -> bool {
+        self.status != 200
+    }
+
     /// Where the body starts in the file.
     pub fn body_offset(&self) -> u64 {
         round_up(self.encoded_len() as u64)

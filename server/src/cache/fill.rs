@@ -24,7 +24,7 @@ use super::entry::EntryMeta;
 use super::key::{CacheKey, EntryId};
 use super::store::TempEntry;
 use super::volume::{CacheVolume, Stored};
-use crate::config::CachePolicy;
+use crate::config::{self, CachePolicy};
 use crate::http::conditional;
 use crate::http::freshness::{self, Freshness};
 use crate::metrics::PoolOp;
@@ -718,11 +718,10 @@ async fn resume(
 }
 
 /// A status whose answer is stored whole, as the object's slice 0, when its freshness allows
-/// (the route's `valid` rules or the origin's headers): any final answer other than the
-/// object's bytes (200/206), 304, 416 and 5xx. A 5xx is never stored: a stored answer would
-/// hide the next retry, and a stale entry is served in its place within `stale-if-error`.
+/// (the route's `valid` rules or the origin's headers): any answer other than the object's
+/// bytes (200/206) that `config::never_stored` does not exclude (1xx, 304, 416, 5xx).
 fn whole_answer_status(status: u16) -> bool {
-    (201..500).contains(&status) && !matches!(status, 206 | 304 | 416)
+    (201..600).contains(&status) && status != 206 && config::never_stored(status).is_none()
 }
 
 fn header(resp: &OriginResponse, name: &str) -> Option<String> {

@@ -9,7 +9,7 @@
 //! is decided by the fill, what to do with a mark by the request path.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// How long a mark lasts: an object that became storable at the origin is stored again at
 /// most this long after.
@@ -24,9 +24,13 @@ pub struct Passes {
 }
 
 impl Passes {
+    fn table(&self) -> MutexGuard<'_, HashMap<u128, i64>> {
+        self.until_ms.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Pass object `hash` through until `now_ms + PASS_MS`.
     pub fn mark(&self, hash: u128, now_ms: i64) {
-        let mut m = self.until_ms.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.table();
         if m.len() >= MAX_MARKS && !m.contains_key(&hash) {
             m.retain(|_, until| *until > now_ms);
             if m.len() >= MAX_MARKS {
@@ -38,7 +42,7 @@ impl Passes {
 
     /// True while object `hash` is marked.
     pub fn passing(&self, hash: u128, now_ms: i64) -> bool {
-        let mut m = self.until_ms.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.table();
         match m.get(&hash) {
             Some(until) if *until > now_ms => true,
             Some(_) => {
@@ -51,14 +55,12 @@ impl Passes {
 
     /// Forget the mark of object `hash` (removed, or its answer stored after all).
     pub fn forget(&self, hash: u128) {
-        let mut m = self.until_ms.lock().unwrap_or_else(|p| p.into_inner());
-        m.remove(&hash);
+        self.table().remove(&hash);
     }
 
     /// Forget every mark (a purge by prefix: marks keep hashes, not keys).
     pub fn clear(&self) {
-        let mut m = self.until_ms.lock().unwrap_or_else(|p| p.into_inner());
-        m.clear();
+        self.table().clear();
     }
 }
 

@@ -305,7 +305,7 @@ impl Ctx<'_> {
             Ok(Found::Stored(s0)) => s0,
             _ => return None,
         };
-        let ends_before = s0.meta.status != 200 || s0.meta.total_size <= u64::from(slice) * size;
+        let ends_before = s0.meta.whole_answer() || s0.meta.total_size <= u64::from(slice) * size;
         (ends_before && now_ms < s0.meta.fresh_until_ms && self.usable(&s0)).then_some(s0)
     }
 
@@ -483,9 +483,13 @@ impl Ctx<'_> {
         };
         // Another status's answer (a 404, a redirect) is sent whole: preconditions and ranges
         // apply to the object's 200 only (RFC 9110 §13.2.1, §14.2).
-        let whole_answer = meta.status != 200;
-        let range_ok = match conditional::evaluate(&conds, &current, true, now) {
-            _ if whole_answer => false,
+        let whole_answer = meta.whole_answer();
+        let precondition = if whole_answer {
+            Precondition::Proceed { range: false }
+        } else {
+            conditional::evaluate(&conds, &current, true, now)
+        };
+        let range_ok = match precondition {
             Precondition::Failed => return self.error(412, None, status).await,
             Precondition::NotModified => {
                 let out = validators(Head::new(304))
@@ -648,10 +652,10 @@ impl Ctx<'_> {
         len: u64,
     ) -> Result<u64, (u64, &'static str)> {
         // Another status's answer is slice 0 alone, whatever its length.
-        let s = if meta.status == 200 {
-            self.cv.slice_size
-        } else {
+        let s = if meta.whole_answer() {
             0
+        } else {
+            self.cv.slice_size
         };
         let end = start + len; // exclusive
         let (k0, k1) = match (start.checked_div(s), (end - 1).checked_div(s)) {

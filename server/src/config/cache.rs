@@ -144,9 +144,9 @@ pub struct ValidRule {
     pub secs: u64,
 }
 
-/// Why an answer of `status` is never stored, whatever its lifetime (a `valid` rule naming it
-/// would do nothing).
-fn never_stored(status: u16) -> Option<&'static str> {
+/// Why an answer of `status` is never stored by a cache volume, whatever its lifetime (a
+/// `valid` rule naming it is refused; the fill stores no such answer).
+pub fn never_stored(status: u16) -> Option<&'static str> {
     match status {
         100..=199 => Some("an interim answer"),
         304 | 416 => Some("it is an answer about a stored entry or a range, not an object"),
