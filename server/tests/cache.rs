@@ -1221,3 +1221,49 @@ fn a_miss_does_not_wait_for_its_file_to_be_created() {
     assert!(r.body == body);
     assert_eq!(o.requests("/slow-disk.bin"), 1);
 }
+
+/// A stored slice whose file shrank while the node kept it open (a disk error, someone's
+/// `truncate`) cuts the response that meets it (never a complete wrong body), is dropped, and
+/// the next request fetches that slice again instead of being cut every time.
+#[test]
+fn a_stored_slice_that_shrank_is_dropped_and_fetched_again() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(3 * SLICE, 9);
+    o.put("/shrunk.bin", Object::new(body.clone()));
+    assert!(get(&n, "/shrunk.bin", "").body == body);
+    wait_committed(&n);
+    // A hit keeps the slices open.
+    let r = get(&n, "/shrunk.bin", "");
+    assert_eq!(xcache(&r), "HIT");
+    let slice1: Vec<PathBuf> = walk(&n.cache)
+        .into_iter()
+        .map(|(p, _)| p)
+        .filter(|p| p.to_string_lossy().ends_with("-1"))
+        .collect();
+    assert_eq!(slice1.len(), 1, "{slice1:?}");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&slice1[0])
+        .unwrap();
+    let len = f.metadata().unwrap().len();
+    f.set_len(len - 100).unwrap();
+    drop(f);
+    match common::cache::try_get(&n, "/shrunk.bin", "") {
+        Ok(r) => panic!("a complete answer from a shrunk slice: {}", r.status),
+        Err(e) => assert!(e.to_string().contains("body ended after"), "{e}"),
+    }
+    let asked = o.ranges("/shrunk.bin").len();
+    let r = get(&n, "/shrunk.bin", "");
+    assert_eq!(r.status, 200);
+    assert!(r.body == body, "the next answer differs");
+    let ranges = o.ranges("/shrunk.bin");
+    assert_eq!(
+        ranges[asked..],
+        [Some(format!("bytes={}-{}", SLICE, 2 * SLICE - 1))],
+        "only the shrunk slice is fetched again"
+    );
+    wait_committed(&n);
+    let r = get(&n, "/shrunk.bin", "");
+    assert_eq!(xcache(&r), "HIT");
+    assert!(r.body == body);
+}

@@ -55,6 +55,9 @@ fn faults_then_retry(slice_size: usize) {
     if slice_size > 0 {
         // Shorter than the object: wrong only against the slice's Content-Range.
         faults.push(Fault::ContentLength(50_000));
+        // A 206 for another span than the slice asked for (shorter, longer).
+        faults.push(Fault::RangeBytes(1000));
+        faults.push(Fault::RangeBytes(slice_size as u64 + 5000));
     }
     for (i, fault) in faults.iter().cloned().enumerate() {
         let p = format!("/f{i}.bin");
@@ -424,6 +427,8 @@ fn a_fault_in_a_later_slice_cuts_the_response_and_is_refetched() {
         Fault::ContentLength(10),
         Fault::Status(503),
         Fault::CloseBeforeHead,
+        Fault::RangeBytes(1000),
+        Fault::RangeBytes(SLICE as u64 + 1000),
     ]
     .into_iter()
     .enumerate()

@@ -81,6 +81,18 @@ impl EntryMeta {
         self.status != 200
     }
 
+    /// True when `body_len` is the length this slice must have: the whole object for a whole
+    /// answer or an unsliced volume, else the object's bytes from `slice * slice_size` up to
+    /// the next slice or the end. A stored slice of another length would leave a hole or an
+    /// overlap in every response assembled from it.
+    pub fn shape_ok(&self) -> bool {
+        if self.whole_answer() || self.slice_size == 0 || self.total_size == 0 {
+            return self.slice == 0 && self.body_len == self.total_size;
+        }
+        let start = u64::from(self.slice).saturating_mul(self.slice_size);
+        start < self.total_size && self.body_len == self.slice_size.min(self.total_size - start)
+    }
+
     /// Where the body starts in the file.
     pub fn body_offset(&self) -> u64 {
         round_up(self.encoded_len() as u64)
@@ -233,6 +245,11 @@ impl EntryMeta {
         if meta.body_offset() != body_offset {
             return Err(EntryError::Corrupt("body offset does not match the header"));
         }
+        if !meta.shape_ok() {
+            return Err(EntryError::Corrupt(
+                "body length does not match the slice's place in the object",
+            ));
+        }
         Ok(meta)
     }
 }
@@ -377,15 +394,17 @@ pub fn pwrite_all(
     Ok(())
 }
 
+/// A slice `slice` of `body_len` bytes of a five-slice object (slices of `body_len` bytes;
+/// an empty body is an empty whole object).
 #[cfg(test)]
 pub(crate) fn sample_meta(key: &[u8], slice: u32, body_len: u64) -> EntryMeta {
     EntryMeta {
         key: key.to_vec(),
         status: 200,
         slice,
-        slice_size: 1 << 20,
+        slice_size: body_len,
         body_len,
-        total_size: 5 << 20,
+        total_size: 5 * body_len,
         stored_at_ms: 1_700_000_000_250,
         initial_age: 3,
         fresh_until_ms: 1_700_003_600_250,
@@ -463,7 +482,7 @@ mod tests {
 
     #[test]
     fn every_flipped_header_byte_is_detected() {
-        let m = sample_meta(b"/v.mp4", 1, 0);
+        let m = sample_meta(b"/v.mp4", 1, 7);
         let enc = m.encode();
         let len = u32::from_le_bytes(enc[12..16].try_into().unwrap()) as usize;
         for i in 0..len {
@@ -474,6 +493,29 @@ mod tests {
                 "flipping byte {i} was not detected"
             );
         }
+    }
+
+    #[test]
+    fn a_slice_of_the_wrong_length_for_its_place_is_refused() {
+        let mut m = sample_meta(b"/v", 1, 100);
+        assert!(EntryMeta::decode(&m.encode()).is_ok());
+        // The last slice is the object's rest; any other length leaves a hole or an overlap.
+        m.total_size = 150;
+        m.body_len = 50;
+        assert!(EntryMeta::decode(&m.encode()).is_ok());
+        for (body_len, total) in [(40, 150), (60, 150), (100, 150), (100, 100)] {
+            m.body_len = body_len;
+            m.total_size = total;
+            let e = EntryMeta::decode(&m.encode()).unwrap_err();
+            assert!(e.is_invalid(), "{body_len}/{total}: {e:?}");
+        }
+        // A whole answer (a 404) is its own length, slice 0 only.
+        let mut w = sample_meta(b"/404", 0, 10);
+        w.status = 404;
+        w.total_size = 10;
+        assert!(EntryMeta::decode(&w.encode()).is_ok());
+        w.slice = 1;
+        assert!(EntryMeta::decode(&w.encode()).is_err());
     }
 
     #[test]

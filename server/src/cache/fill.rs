@@ -358,9 +358,13 @@ impl Fill {
                 Some((len, len))
             }
             206 if s > 0 => {
+                // Exactly the slice asked for: an origin that answers another range (shorter,
+                // longer) would leave a hole or an overlap in the object.
                 let cr = origin::content_range(&resp.headers)?;
                 let total = cr.total?;
-                (cr.start == slice as u64 * s && cr.end < total).then_some((cr.len(), total))
+                let start = slice as u64 * s;
+                let end = start.checked_add(s)?.min(total).checked_sub(1)?;
+                (cr.start == start && cr.end == end).then_some((cr.len(), total))
             }
             200 => {
                 let len = resp.expected?;

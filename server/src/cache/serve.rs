@@ -31,7 +31,7 @@ use crate::http::response::Served;
 use crate::http::response::{self, Head};
 use crate::origin::{Origin, OriginError, OriginRequest, OriginResponse};
 use crate::socket::Socket;
-use crate::volume::Volume;
+use crate::volume::{BodyError, Volume};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -720,6 +720,10 @@ impl Ctx<'_> {
                 .await
                 .map_err(|(n, why)| (sent + n, why))?;
         }
+        // The head announced `len` bytes: anything else breaks the connection's framing.
+        if sent != len {
+            return Err((sent, "slices do not add up to the range"));
+        }
         Ok(sent)
     }
 
@@ -740,6 +744,15 @@ impl Ctx<'_> {
                     Ok(n) => {
                         self.cv.m.served_cache.inc_by(n);
                         Ok(n)
+                    }
+                    Err(BodyError::Truncated { at, .. }) | Err(BodyError::File { at, .. }) => {
+                        // The file shrank or cannot be read since it was opened: never served
+                        // again, the next request fetches the slice anew.
+                        tracing::warn!(volume = %self.cv.name, entry = %st.id.rel_path(), at, "dropping a cache entry that can no longer be read whole");
+                        self.cv.drop_invalid(st);
+                        let n = at.saturating_sub(off);
+                        self.cv.m.served_cache.inc_by(n);
+                        Err((n, "stored slice unreadable"))
                     }
                     Err(_) => Err((0, "send failed")),
                 }

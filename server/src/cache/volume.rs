@@ -302,6 +302,29 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         open.insert(s.id, s);
     }
 
+    /// Drop stored entry `s` found unusable while served (its file shrank or cannot be read):
+    /// out of the index and the open-entry table, its file deleted on the pool. A newer entry
+    /// committed under the same id meanwhile is left alone.
+    pub fn drop_invalid(&self, s: &Stored) {
+        {
+            let mut open = lock(&self.open);
+            match open.get(&s.id) {
+                Some(o) if !Arc::ptr_eq(&o.meta, &s.meta) => return,
+                Some(_) => {
+                    open.swap_remove(&s.id);
+                }
+                None => {}
+            }
+        }
+        let bytes = self.index.remove(s.id).unwrap_or(0);
+        self.delete(vec![Victim {
+            id: s.id,
+            bytes,
+            reason: Reason::Invalid,
+        }]);
+        self.update_gauges();
+    }
+
     /// Forget the open entry `id` (replaced, evicted, purged).
     pub fn forget(&self, id: EntryId) {
         lock(&self.open).swap_remove(&id);

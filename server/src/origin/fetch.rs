@@ -76,7 +76,7 @@ async fn fetch_head(
         inner.metrics.duration.observe(sent.elapsed().as_secs_f64());
         let (parts, incoming) = resp.into_parts();
         let status = parts.status.as_u16();
-        let expected = announced_length(inner, &conn, req.method, status, &parts.headers)?;
+        let expected = announced_length(inner, &conn, req, status, &parts.headers)?;
         let lease = Lease { conn, permit };
         return Ok(body::start(
             inner.clone(),
@@ -161,15 +161,17 @@ fn build(
 
 /// How many body bytes the head promises: 0 for HEAD/1xx/204/304, the Content-Range span of a
 /// 206 (which Content-Length must agree with), else Content-Length; None = until close or the
-/// chunked terminator.
+/// chunked terminator. A 206 to our own `Range: bytes=a-b` must start at `a` and end at `b`,
+/// or earlier only where the object ends: another span would leave a hole or an overlap in
+/// the slices assembled from it.
 fn announced_length(
     inner: &Inner,
     conn: &Conn,
-    method: Method,
+    req: &OriginRequest,
     status: u16,
     headers: &http::HeaderMap,
 ) -> Result<Option<u64>, OriginError> {
-    if method == Method::Head || status < 200 || status == 204 || status == 304 {
+    if req.method == Method::Head || status < 200 || status == 204 || status == 304 {
         return Ok(Some(0));
     }
     let protocol = |message: String| OriginError::Protocol {
@@ -185,6 +187,19 @@ fn announced_length(
                 headers.get(http::header::CONTENT_RANGE)
             ))
         })?;
+        if let Some((a, b)) = req.range {
+            let ends_early = range
+                .total
+                .is_some_and(|t| range.end + 1 == t && range.end < b);
+            if range.start != a || (range.end != b && !ends_early) {
+                return Err(protocol(format!(
+                    "206 for bytes {}-{}/{} where bytes {a}-{b} were asked for",
+                    range.start,
+                    range.end,
+                    range.total.map_or("*".to_string(), |t| t.to_string()),
+                )));
+            }
+        }
         if let Some(n) = length {
             if n != range.len() {
                 return Err(protocol(format!(

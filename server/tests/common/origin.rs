@@ -96,6 +96,9 @@ pub enum Fault {
     ContentLength(u64),
     /// Answer this status with a short text body.
     Status(u16),
+    /// Answer a range request with this many bytes from the range's start (shorter or longer
+    /// than asked; Content-Range and Content-Length agree with what is sent).
+    RangeBytes(u64),
 }
 
 /// One request as the origin saw it.
@@ -594,6 +597,10 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
         }
     } else {
         (obj.status, None)
+    };
+    let span = match (&fault, span) {
+        (Some(Fault::RangeBytes(n)), Some((s, _))) => Some((s, (s + n - 1).min(len - 1))),
+        (_, span) => span,
     };
     let (start, end) = span.unwrap_or((0, len.saturating_sub(1)));
     let body: &[u8] = if len == 0 {
