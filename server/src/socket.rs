@@ -174,11 +174,20 @@ impl Socket {
         }
     }
 
+    /// End the connection with a reset instead of a FIN when it is closed: a body whose end is
+    /// its connection's close (no length, no chunks) and that broke off must not look complete.
+    pub fn abort(&self) {
+        let _ = rustix::net::sockopt::set_socket_linger(self.stream(), Some(Duration::ZERO));
+    }
+
     /// Close politely after a response that ends the connection while the client may still be
     /// sending (a request body, pipelined requests): shut down our side, then read and discard
     /// for a short while, so the kernel does not answer unread data with a reset that could
     /// destroy the response before the client reads it (nginx `lingering_close`).
     pub async fn lingering_close(&self) {
+        if rustix::net::sockopt::socket_linger(self.stream()).ok() == Some(Some(Duration::ZERO)) {
+            return; // aborted: a shutdown would send the FIN the reset replaces
+        }
         let _ = rustix::net::shutdown(self.stream(), rustix::net::Shutdown::Write);
         // On the heap: only closing connections need it, and an array here would be part of every
         // connection's task.

@@ -1203,3 +1203,146 @@ fn a_new_version_while_the_old_one_still_fills_is_served_whole_next() {
     assert!(r.body == v2, "the next response is not v2 whole");
     assert_eq!(r.header("ETag"), Some("\"v2\""));
 }
+
+/// A chunked body: its bytes and whether the last chunk (`0\r\n\r\n`) came.
+fn dechunk(mut raw: &[u8]) -> (Vec<u8>, bool) {
+    let mut body = Vec::new();
+    loop {
+        let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else {
+            return (body, false);
+        };
+        let size = usize::from_str_radix(std::str::from_utf8(&raw[..eol]).unwrap().trim(), 16)
+            .expect("chunk size");
+        raw = &raw[eol + 2..];
+        if size == 0 {
+            return (body, raw.starts_with(b"\r\n"));
+        }
+        if raw.len() < size + 2 {
+            body.extend_from_slice(&raw[..size.min(raw.len())]);
+            return (body, false);
+        }
+        body.extend_from_slice(&raw[..size]);
+        assert_eq!(&raw[size..size + 2], b"\r\n", "chunk framing");
+        raw = &raw[size + 2..];
+    }
+}
+
+/// Head and the rest of what a raw request got until the node closed (or reset) the
+/// connection: (head, bytes after it, reset).
+fn raw_exchange(n: &common::cache::Node, request: &str) -> (String, Vec<u8>, bool) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(n.srv.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    let reset = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break false,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(e) => panic!("{request:?}: {e}"),
+        }
+    };
+    let end = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&got[..end + 4]).to_string();
+    (head, got[end + 4..].to_vec(), reset)
+}
+
+/// An origin answer of unknown length (chunked) is passed through so that its end stays
+/// visible: chunked to an HTTP/1.1 client (the connection stays usable; a body that broke off
+/// lacks the last chunk), and to an HTTP/1.0 client a body that broke off ends in a reset,
+/// never in the clean close that ends a complete one.
+#[test]
+fn a_body_of_unknown_length_keeps_its_end_visible_when_passed_through() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(300_000, 4);
+    o.put("/ch.bin", Object::new(body.clone()));
+    o.fault("/ch.bin", Fault::Chunked(None));
+    o.put("/cut.bin", Object::new(body.clone()));
+    o.fault("/cut.bin", Fault::Chunked(Some(100_000)));
+
+    // Whole, then a second request on the same connection.
+    let (head, rest, reset) = raw_exchange(
+        &n,
+        "GET /ch.bin HTTP/1.1\r\nHost: t\r\n\r\nGET /ch.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert!(!reset);
+    let lower = head.to_ascii_lowercase();
+    assert!(lower.contains("transfer-encoding: chunked"), "{head}");
+    assert!(!lower.contains("content-length"), "{head}");
+    assert!(lower.contains("x-cache: bypass"), "{head}");
+    let (got, complete) = dechunk(&rest);
+    assert!(complete, "the last chunk is missing");
+    assert!(got == body, "the chunked body differs");
+    let second = rest
+        .windows(9)
+        .position(|w| w == b"HTTP/1.1 ")
+        .expect("the second answer on the same connection");
+    let (got, complete) = dechunk(
+        &rest[second..][rest[second..]
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap()
+            + 4..],
+    );
+    assert!(complete && got == body, "the second answer");
+
+    // Broken off: HTTP/1.1 misses the last chunk.
+    let (_, rest, _) = raw_exchange(
+        &n,
+        "GET /cut.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    let (got, complete) = dechunk(&rest);
+    assert!(!complete, "a body that broke off ended with the last chunk");
+    assert!(got.len() <= 100_000 && body.starts_with(&got));
+    // HTTP/1.0: reset, not a clean close.
+    let (head, rest, reset) = raw_exchange(&n, "GET /cut.bin HTTP/1.0\r\n\r\n");
+    assert!(
+        !head.to_ascii_lowercase().contains("transfer-encoding"),
+        "{head}"
+    );
+    assert!(reset, "a clean close after {} bytes", rest.len());
+    // Nothing of either was stored.
+    assert_eq!(cache_files(&n.cache).1, 0);
+}
+
+/// What is forwarded of an origin answer: never a field its `Connection` names (RFC 9110
+/// §7.6.1), stored or passed through, and no Content-Length on a 204 or a 304 (§8.6).
+#[test]
+fn connection_named_fields_and_bodiless_lengths_are_not_forwarded() {
+    let (o, n) = origin_and_node(SLICED);
+    for (p, obj) in [
+        ("/kept.bin", Object::new(pattern(1000, 1))),
+        (
+            "/passed.bin",
+            Object::new(pattern(1000, 2)).cache_control("no-store"),
+        ),
+    ] {
+        o.put(
+            p,
+            obj.header("Connection", "X-Internal-Token")
+                .header("X-Internal-Token", "secret"),
+        );
+        for _ in 0..2 {
+            let r = get(&n, p, "");
+            assert_eq!(r.status, 200);
+            assert!(r.header("X-Internal-Token").is_none(), "{p} {}", xcache(&r));
+            wait_committed(&n);
+        }
+    }
+    let r = get(&n, "/kept.bin", "");
+    assert_eq!(xcache(&r), "HIT");
+    o.put("/empty", Object::new(Vec::new()).status(204));
+    let r = get(&n, "/empty", "");
+    assert_eq!((r.status, xcache(&r)), (204, "BYPASS"));
+    assert!(r.header("Content-Length").is_none(), "{:?}", r.headers);
+    // The first answer marks /passed.bin for pass-through; a revalidation then gets the
+    // origin's own 304, passed through.
+    let r = get(&n, "/passed.bin", "If-None-Match: \"v1\"\r\n");
+    assert_eq!((r.status, xcache(&r)), (304, "BYPASS"));
+    assert!(r.header("Content-Length").is_none(), "{:?}", r.headers);
+}

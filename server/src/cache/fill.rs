@@ -52,7 +52,7 @@ struct WriteDone {
 }
 
 /// Origin response headers never passed on (hop-by-hop and framing; we send our own).
-pub const HOP_BY_HOP: &[&str] = &[
+const HOP_BY_HOP: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -738,10 +738,28 @@ fn header(resp: &OriginResponse, name: &str) -> Option<String> {
 
 /// The response headers kept with an entry and sent with it.
 pub fn stored_headers(h: &http::HeaderMap) -> Vec<(String, String)> {
-    h.iter()
-        .filter(|(n, _)| !HOP_BY_HOP.contains(&n.as_str()) && !NOT_STORED.contains(&n.as_str()))
+    end_to_end(h)
+        .filter(|(n, _)| !NOT_STORED.contains(&n.as_str()))
         .filter_map(|(n, v)| Some((canonical(n.as_str()), v.to_str().ok()?.to_string())))
         .collect()
+}
+
+/// The origin's end-to-end header fields: neither hop-by-hop nor named by its `Connection`
+/// field (RFC 9110 §7.6.1: a proxy removes those before forwarding).
+pub fn end_to_end(
+    h: &http::HeaderMap,
+) -> impl Iterator<Item = (&http::HeaderName, &http::HeaderValue)> {
+    let named: Vec<String> = h
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
+    h.iter().filter(move |(n, _)| {
+        !HOP_BY_HOP.contains(&n.as_str()) && !named.iter().any(|t| t == n.as_str())
+    })
 }
 
 /// `content-type` -> `Content-Type`.

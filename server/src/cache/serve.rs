@@ -936,12 +936,14 @@ impl Ctx<'_> {
                 Precondition::Proceed { .. } => {}
             }
         }
-        let keep_alive = self.keep_alive && resp.expected.is_some();
+        // A body of unknown length goes out chunked to an HTTP/1.1 client (its end, or that it
+        // broke off, stays visible and the connection reusable); to an HTTP/1.0 client it ends
+        // with the connection, reset if the origin's body broke off.
+        let with_body = !self.head_only && resp.status != 304 && resp.status != 204;
+        let chunked = with_body && resp.expected.is_none() && self.req.minor >= 1;
+        let keep_alive = self.keep_alive && (resp.expected.is_some() || chunked);
         let mut head = Head::new(resp.status);
-        for (n, v) in &resp.headers {
-            if super::fill::HOP_BY_HOP.contains(&n.as_str()) {
-                continue;
-            }
+        for (n, v) in super::fill::end_to_end(&resp.headers) {
             if let Ok(v) = v.to_str() {
                 head = head.header(n.as_str(), v);
             }
@@ -953,12 +955,16 @@ impl Ctx<'_> {
         } else {
             resp.expected
         };
-        if let Some(n) = length {
-            head = head.header("Content-Length", n);
+        match length {
+            // A 304 or 204 has no body, and a Content-Length on it would describe another
+            // answer's (RFC 9110 §8.6); a HEAD's is its GET's.
+            _ if !self.head_only && !with_body => {}
+            Some(n) => head = head.header("Content-Length", n),
+            None if chunked => head = head.header("Transfer-Encoding", "chunked"),
+            None => {}
         }
         head = head.header("X-Cache", "BYPASS");
         let out = head.finish(keep_alive);
-        let with_body = !self.head_only && resp.status != 304 && resp.status != 204;
         let mut served = Served {
             status: resp.status,
             bytes: 0,
@@ -974,17 +980,34 @@ impl Ctx<'_> {
         }
         loop {
             match resp.chunk().await {
+                Ok(Some(b)) if b.is_empty() => {}
                 Ok(Some(b)) => {
-                    if self.sock.write_all(&b, true).await.is_err() {
+                    let size = format!("{:x}\r\n", b.len());
+                    let sent = if chunked {
+                        self.sock.write_all(size.as_bytes(), true).await.is_ok()
+                            && self.sock.write_all(&b, true).await.is_ok()
+                            && self.sock.write_all(b"\r\n", true).await.is_ok()
+                    } else {
+                        self.sock.write_all(&b, true).await.is_ok()
+                    };
+                    if !sent {
                         served.keep_alive = false;
                         return served;
                     }
                     served.bytes += b.len() as u64;
                     self.cv.m.served_origin.inc_by(b.len() as u64);
                 }
-                Ok(None) => return served,
+                Ok(None) => {
+                    if chunked && self.sock.write_all(b"0\r\n\r\n", false).await.is_err() {
+                        served.keep_alive = false;
+                    }
+                    return served;
+                }
                 Err(e) => {
                     tracing::debug!(volume = %self.cv.name, key = %self.target, error = %e, "pass-through ended early");
+                    if resp.expected.is_none() && !chunked {
+                        self.sock.abort();
+                    }
                     served.keep_alive = false;
                     return served;
                 }

@@ -99,6 +99,9 @@ pub enum Fault {
     /// Answer a range request with this many bytes from the range's start (shorter or longer
     /// than asked; Content-Range and Content-Length agree with what is sent).
     RangeBytes(u64),
+    /// Answer 200 with the whole body chunked (no Content-Length, Range ignored); with
+    /// `Some(n)`, close after `n` body bytes without the last chunk (a body that broke off).
+    Chunked(Option<usize>),
 }
 
 /// One request as the origin saw it.
@@ -582,6 +585,28 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
             conn_header(keep_alive)
         ));
         return stream.write_all(head.as_bytes()).is_ok() && keep_alive;
+    }
+    if let Some(Fault::Chunked(cut)) = fault {
+        head.push_str(&format!(
+            "HTTP/1.1 {} {}\r\nTransfer-Encoding: chunked\r\nContent-Type: application/octet-stream\r\n{validators}{extra}{}\r\n",
+            obj.status,
+            reason(obj.status),
+            conn_header(keep_alive && cut.is_none())
+        ));
+        if stream.write_all(head.as_bytes()).is_err() || req.method == "HEAD" {
+            return false;
+        }
+        let limit = cut.unwrap_or(obj.body.len()).min(obj.body.len());
+        for part in obj.body[..limit].chunks(10_000) {
+            let framed = [format!("{:x}\r\n", part.len()).as_bytes(), part, b"\r\n"].concat();
+            if stream.write_all(&framed).is_err() {
+                return false;
+            }
+        }
+        if cut.is_some() {
+            return false;
+        }
+        return stream.write_all(b"0\r\n\r\n").is_ok() && keep_alive;
     }
     let (status, span) = if obj.status == 200 {
         match range_of(req.header("range"), len) {
