@@ -1267,3 +1267,76 @@ fn a_stored_slice_that_shrank_is_dropped_and_fetched_again() {
     assert_eq!(xcache(&r), "HIT");
     assert!(r.body == body);
 }
+
+/// An answer stale at once (`no-cache`, `max-age=0`) is shared only with the requests that
+/// were there before it arrived: a request that comes while its body still streams asks the
+/// origin itself (RFC 9111 §4, §5.2.2.4), and once stored every use is revalidated.
+#[test]
+fn an_answer_stale_at_once_is_not_shared_with_later_requests() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(20_000, 3);
+    o.put("/nc.bin", Object::new(body.clone()).cache_control("no-cache"));
+    o.set_timing(Timing {
+        chunk_delay: Duration::from_millis(25),
+        chunk_size: 1000,
+        ..Timing::default()
+    });
+    let first = {
+        let addr = n.srv.addr;
+        std::thread::spawn(move || {
+            let r = common::http::request(addr, "GET", "/nc.bin", &[]);
+            (r.status, r.header("X-Cache").map(String::from), r.body)
+        })
+    };
+    // The first answer's head is in, its body still streams (about 0.5 s).
+    assert!(common::wait_until(Duration::from_secs(5), || o.requests("/nc.bin") == 1));
+    std::thread::sleep(Duration::from_millis(150));
+    let r = get(&n, "/nc.bin", "");
+    assert!(r.body == body);
+    assert_ne!(xcache(&r), "HIT");
+    assert_eq!(o.requests("/nc.bin"), 2, "the later request shared a stale answer");
+    let (status, x, got) = first.join().unwrap();
+    assert_eq!((status, x.as_deref()), (200, Some("MISS")));
+    assert!(got == body);
+    o.set_timing(Timing::default());
+    wait_committed(&n);
+    let r = get(&n, "/nc.bin", "");
+    assert_eq!(xcache(&r), "REVALIDATED");
+    assert!(r.body == body);
+    assert_eq!(o.requests("/nc.bin"), 3);
+}
+
+/// A range past the object's end with an If-Range that does not match is the whole object
+/// (RFC 9110 §13.1.5), also when nothing of it is stored yet; a matching one is a 416.
+#[test]
+fn a_failed_if_range_past_the_end_is_the_whole_object_on_a_miss() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(3 * SLICE, 5);
+    o.put("/ir.bin", Object::new(body.clone()));
+    let past = format!("Range: bytes={}-\r\n", 5 * SLICE);
+    let r = get(&n, "/ir.bin", &format!("{past}If-Range: \"old\"\r\n"));
+    assert_eq!(r.status, 200, "{:?}", r.headers);
+    assert!(r.body == body);
+    o.put("/ir2.bin", Object::new(body.clone()));
+    let r = get(&n, "/ir2.bin", &format!("{past}If-Range: \"v1\"\r\n"));
+    assert_eq!(r.status, 416);
+    assert_eq!(
+        r.header("Content-Range"),
+        Some(format!("bytes */{}", 3 * SLICE).as_str())
+    );
+}
+
+/// An empty object at an origin that answers 416 to any range (S3 and others do) costs one
+/// origin request per request after the first, not two.
+#[test]
+fn an_empty_object_is_asked_for_once_per_request() {
+    let (o, n) = origin_and_node(SLICED);
+    o.put("/empty.bin", Object::new(Vec::new()));
+    for i in 0..3 {
+        let before = o.requests("/empty.bin");
+        let r = get(&n, "/empty.bin", "");
+        assert_eq!((r.status, r.body.len()), (200, 0), "request {i}");
+        let asked = o.requests("/empty.bin") - before;
+        assert_eq!(asked, if i == 0 { 2 } else { 1 }, "request {i}");
+    }
+}

@@ -124,7 +124,12 @@ pub async fn respond(
         (0, _) | (_, None) => 0,
         (s, Some(start)) => (start / s).min(u32::MAX as u64) as u32,
     };
-    let first = cx.first(first_slice).await;
+    let (first, first_slice) = match cx.first(first_slice).await {
+        // The range starts past the object's end, but a failed If-Range means the whole
+        // object (RFC 9110 §13.1.5): decide on the first slice's validators.
+        First::Error(416, _) if first_slice > 0 && req.if_range.is_some() => (cx.first(0).await, 0),
+        first => (first, first_slice),
+    };
     match first {
         First::Serve(src, status) => cx.serve(src, first_slice, status).await,
         First::PassThrough(resp) => {
@@ -318,15 +323,23 @@ impl Ctx<'_> {
     ) -> First {
         let (fill, joined) = match fill {
             FillFor::Fill(fill, joined) => (fill, joined),
-            // Committed just now by the fill this request would have joined: as a joiner, a hit.
-            FillFor::Stored(s) => return First::Serve(Source::Stored(s), CacheStatus::Hit),
+            // Committed just now by the fill this request would have joined: as a joiner, a hit
+            // (unless it was stale at once: no-cache, max-age=0; the origin is asked then).
+            FillFor::Stored(s) if now_ms < s.meta.fresh_until_ms => {
+                return First::Serve(Source::Stored(s), CacheStatus::Hit)
+            }
+            FillFor::Stored(_) => return First::FetchThrough,
         };
         let mut rx = fill.subscribe();
+        // Whether this request was there before the origin's answer: only then may it share
+        // an answer that is stale at once (RFC 9111 §4: a later request must not reuse it).
+        let mut before_head = false;
         let p = loop {
             let p = rx.borrow_and_update().clone();
             if !matches!(p, Progress::Waiting) {
                 break p;
             }
+            before_head = true;
             if rx.changed().await.is_err() {
                 break Progress::Failed(Arc::new(FillError::Origin(OriginError::Shutdown {
                     origin: self.route.origin.name().to_string(),
@@ -340,6 +353,11 @@ impl Ctx<'_> {
         };
         match p {
             Progress::Waiting => unreachable!("loop ends on another state"),
+            Progress::Body { head, .. }
+                if joined && !before_head && now_ms >= head.meta.fresh_until_ms =>
+            {
+                First::FetchThrough
+            }
             Progress::Body { head, avail, .. } => {
                 if let Some(s) = &stale {
                     if !s.meta.same_version(&head.meta) {
@@ -379,8 +397,14 @@ impl Ctx<'_> {
                 }
                 (FillError::Origin(OriginError::Timeout { .. }), None) => First::Error(504, None),
                 (FillError::Origin(_), None) => First::Error(502, None),
-                // An empty object has no byte range at all: ask for it whole.
-                (FillError::NotSatisfiable { total: Some(0) }, _) => First::FetchThrough,
+                // An empty object has no byte range at all: ask for it whole, and so its next
+                // requests for a while (not two origin requests each).
+                (FillError::NotSatisfiable { total: Some(0) }, _) => {
+                    if self.auth.is_none() {
+                        self.cv.passes.mark(self.key.hash(), unix_now_ms());
+                    }
+                    First::FetchThrough
+                }
                 (FillError::NotSatisfiable { total }, _) => First::Error(416, *total),
             },
         }
