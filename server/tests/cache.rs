@@ -1275,7 +1275,10 @@ fn a_stored_slice_that_shrank_is_dropped_and_fetched_again() {
 fn an_answer_stale_at_once_is_not_shared_with_later_requests() {
     let (o, n) = origin_and_node(SLICED);
     let body = pattern(20_000, 3);
-    o.put("/nc.bin", Object::new(body.clone()).cache_control("no-cache"));
+    o.put(
+        "/nc.bin",
+        Object::new(body.clone()).cache_control("no-cache"),
+    );
     o.set_timing(Timing {
         chunk_delay: Duration::from_millis(25),
         chunk_size: 1000,
@@ -1289,12 +1292,18 @@ fn an_answer_stale_at_once_is_not_shared_with_later_requests() {
         })
     };
     // The first answer's head is in, its body still streams (about 0.5 s).
-    assert!(common::wait_until(Duration::from_secs(5), || o.requests("/nc.bin") == 1));
+    assert!(common::wait_until(Duration::from_secs(5), || o
+        .requests("/nc.bin")
+        == 1));
     std::thread::sleep(Duration::from_millis(150));
     let r = get(&n, "/nc.bin", "");
     assert!(r.body == body);
     assert_ne!(xcache(&r), "HIT");
-    assert_eq!(o.requests("/nc.bin"), 2, "the later request shared a stale answer");
+    assert_eq!(
+        o.requests("/nc.bin"),
+        2,
+        "the later request shared a stale answer"
+    );
     let (status, x, got) = first.join().unwrap();
     assert_eq!((status, x.as_deref()), (200, Some("MISS")));
     assert!(got == body);
