@@ -114,8 +114,33 @@ fn set_congestion_control(fd: &OwnedFd, name: &str) -> std::io::Result<()> {
     Err(std::io::Error::new(e.kind(), why))
 }
 
+/// Fail when a socket already listens on `addr`. The workers' SO_REUSEPORT sockets would
+/// otherwise join it without a word (another copy of this server, any SO_REUSEPORT program of
+/// the same user) and the kernel would split the connections between the two.
+fn ensure_free(addr: SocketAddr) -> std::io::Result<()> {
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    // SO_REUSEADDR: connections of an earlier run in TIME_WAIT do not count as a listener.
+    rustix::net::sockopt::set_socket_reuseaddr(&fd, true)?;
+    if addr.is_ipv6() {
+        rustix::net::sockopt::set_ipv6_v6only(&fd, true)?;
+    }
+    match rustix::net::bind(&fd, &addr) {
+        Err(Errno::ADDRINUSE) => Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "address already in use: another socket listens on it (sharing it through SO_REUSEPORT would split the connections with that program)",
+        )),
+        r => r.map_err(Into::into),
+    }
+}
+
 /// Bind every listener once per worker: `result[worker][listener]`. A listener with port 0 gets
-/// a kernel-chosen port on the first bind, which the other workers then share.
+/// a kernel-chosen port on the first bind, which the other workers then share. A port some
+/// other socket listens on already is an error ([`ensure_free`]).
 pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Vec<Vec<TcpListener>>> {
     let mut out: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
     for (i, l) in cfg.listeners.iter().enumerate() {
@@ -124,6 +149,10 @@ pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Vec<Vec<TcpListe
             .parse()
             .with_context(|| format!("listeners[{i}].address {:?}", l.address))?;
         let mut addr = SocketAddr::new(ip, l.port);
+        if l.port != 0 {
+            ensure_free(addr)
+                .with_context(|| format!("cannot listen on {addr} (listeners[{i}])"))?;
+        }
         for (w, slot) in out.iter_mut().enumerate() {
             let sock = bind(addr, l)
                 .with_context(|| format!("cannot listen on {addr} (listeners[{i}], worker {w})"))?;

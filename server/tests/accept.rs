@@ -7,7 +7,8 @@
 //! accepted connection queues unsent, as `ss` sees the server's socket. And TCP_CONGESTION
 //! (`listeners[*].congestion_control`, `--congestion-control`), set on the listener, is the
 //! algorithm of every accepted connection, as `ss` sees it; one the kernel lacks stops the server
-//! with the field and the algorithms there are.
+//! with the field and the algorithms there are. And a port another socket listens on already
+//! stops the server (SO_REUSEPORT would have shared it).
 
 mod common;
 
@@ -261,4 +262,39 @@ fn a_congestion_control_the_kernel_lacks_stops_the_server_naming_it() {
         bad.contains("listeners[0].congestion_control") && bad.contains("\"BBR!\""),
         "{bad}"
     );
+}
+
+/// A second server on the port of a running one does not start (its SO_REUSEPORT sockets would
+/// have joined the first server's and the kernel would have split the connections between
+/// them); the first one keeps serving every connection.
+#[test]
+fn a_port_another_server_listens_on_is_refused() {
+    let (d, first) = server(|_| {});
+    let other = tempdir();
+    std::fs::write(other.path().join("hello.txt"), b"other\n").unwrap();
+    let addr = first.addr.to_string();
+    let second = Server::try_spawn(
+        &[
+            "serve",
+            "--root",
+            other.path().to_str().unwrap(),
+            "--listen",
+            &addr,
+            "--admin-listen",
+            "",
+        ],
+        &[],
+    );
+    let err = match second {
+        Ok(_) => panic!("a second server started on {addr}"),
+        Err(e) => e,
+    };
+    assert!(
+        err.contains("already in use") && err.contains(&addr),
+        "{err}"
+    );
+    for _ in 0..8 {
+        assert_eq!(first.get("/hello.txt").body, b"hello world\n");
+    }
+    drop(d);
 }
