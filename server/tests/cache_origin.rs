@@ -1346,3 +1346,50 @@ fn connection_named_fields_and_bodiless_lengths_are_not_forwarded() {
     assert_eq!((r.status, xcache(&r)), (304, "BYPASS"));
     assert!(r.header("Content-Length").is_none(), "{:?}", r.headers);
 }
+
+/// A redirect to the origin's own address (or its Host) is rewritten to the path it names, so
+/// clients resolve it against this node (nginx `proxy_redirect default`), stored or passed
+/// through; a redirect elsewhere is kept as it is.
+#[test]
+fn redirects_to_the_origin_itself_are_made_relative_to_the_node() {
+    let (o, n) = origin_and_node(SLICED);
+    let own = format!("{}/dir/", o.url());
+    let upper = format!("{}/up/", o.url().to_ascii_uppercase());
+    o.put(
+        "/dir",
+        Object::new(Vec::new()).status(301).header("Location", &own),
+    );
+    o.put(
+        "/up",
+        Object::new(Vec::new())
+            .status(302)
+            .header("Location", &upper),
+    );
+    o.put(
+        "/away",
+        Object::new(Vec::new())
+            .status(302)
+            .header("Location", "http://elsewhere.example/x"),
+    );
+    o.put(
+        "/passed",
+        Object::new(Vec::new())
+            .status(302)
+            .header("Location", &format!("{}/p?q=1", o.url()))
+            .cache_control("no-store"),
+    );
+    for (path, want, status) in [
+        ("/dir", "/dir/", 301),
+        ("/up", "/up/", 302),
+        ("/away", "http://elsewhere.example/x", 302),
+        ("/passed", "/p?q=1", 302),
+    ] {
+        for _ in 0..2 {
+            let r = get(&n, path, "");
+            assert_eq!(r.status, status, "{path}");
+            assert_eq!(r.header("Location"), Some(want), "{path} ({})", xcache(&r));
+            wait_committed(&n);
+        }
+    }
+    assert_eq!(xcache(&get(&n, "/dir", "")), "HIT");
+}

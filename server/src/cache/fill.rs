@@ -342,7 +342,17 @@ impl Fill {
             stale_if_error_until_ms: later(fresh_until_ms, fresh.stale_if_error),
             etag: header(&resp, "etag"),
             last_modified: header(&resp, "last-modified"),
-            headers: stored_headers(&resp.headers),
+            headers: stored_headers(&resp.headers)
+                .into_iter()
+                .map(|(n, v)| {
+                    let v = if n.eq_ignore_ascii_case("location") {
+                        origin.client_location(&v).to_string()
+                    } else {
+                        v
+                    };
+                    (n, v)
+                })
+                .collect(),
         };
         self.body(cv, origin, &job, meta, resp, strong).await;
     }

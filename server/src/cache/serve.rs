@@ -969,6 +969,11 @@ impl Ctx<'_> {
         let mut head = Head::new(resp.status);
         for (n, v) in super::fill::end_to_end(&resp.headers) {
             if let Ok(v) = v.to_str() {
+                let v = if n == http::header::LOCATION {
+                    self.route.origin.client_location(v)
+                } else {
+                    v
+                };
                 head = head.header(n.as_str(), v);
             }
         }

@@ -137,6 +137,9 @@ pub(crate) struct Server {
     pub(crate) host_header: http::HeaderValue,
     /// TLS name for https servers.
     pub(crate) tls_name: Option<ServerName<'static>>,
+    /// `scheme://authority` of the URL, and `scheme://Host` when the Host differs, lowercase:
+    /// what an absolute `Location` of this server starts with.
+    pub(crate) bases: Vec<String>,
 }
 
 /// Metric handles of one origin, resolved once.
@@ -220,7 +223,14 @@ impl Origin {
             } else {
                 None
             };
+            let scheme = if u.https { "https" } else { "http" };
+            let mut bases = vec![format!("{scheme}://{}", u.authority).to_ascii_lowercase()];
+            let by_host = format!("{scheme}://{host_value}").to_ascii_lowercase();
+            if by_host != bases[0] {
+                bases.push(by_host);
+            }
             servers.push(Server {
+                bases,
                 url: s.clone(),
                 host: u.host,
                 port: u.port,
@@ -271,6 +281,28 @@ impl Origin {
     /// The origin's name (its metrics label).
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// A `Location` as this node's clients must see it: an absolute URL on one of the origin's
+    /// servers (by its address, or by the Host sent to it) becomes the path it names, which
+    /// the client resolves against this node; any other value is kept (nginx
+    /// `proxy_redirect default`). Without this, a directory redirect of an origin that writes
+    /// absolute ones sends clients to the origin itself.
+    pub fn client_location<'v>(&self, v: &'v str) -> &'v str {
+        for base in self.inner.servers.iter().flat_map(|s| &s.bases) {
+            let Some(head) = v.get(..base.len()) else {
+                continue;
+            };
+            if !head.eq_ignore_ascii_case(base) {
+                continue;
+            }
+            match &v[base.len()..] {
+                "" => return "/",
+                rest if rest.starts_with('/') => return rest,
+                _ => {}
+            }
+        }
+        v
     }
 
     /// Send `req` and return the response head; read the body with [`OriginResponse::chunk`].
