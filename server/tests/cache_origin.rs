@@ -1393,3 +1393,52 @@ fn redirects_to_the_origin_itself_are_made_relative_to_the_node() {
     }
     assert_eq!(xcache(&get(&n, "/dir", "")), "HIT");
 }
+
+/// An answer of unknown length (chunked, no Content-Length) is stored when it ends within a
+/// slice (1 MiB on a volume of whole objects) and then served with its length; a longer one is
+/// passed through whole; one that breaks off is a clean error and the next request retries.
+#[test]
+fn a_short_answer_of_unknown_length_is_stored() {
+    for vol in ["slice_size = 0", SLICED] {
+        let (o, n) = origin_and_node(vol);
+        let small = pattern(50_000, 6);
+        o.put("/small.json", Object::new(small.clone()));
+        o.fault("/small.json", Fault::Chunked(None));
+        let r = get(&n, "/small.json", "");
+        assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{vol}");
+        assert_eq!(r.header("Content-Length"), Some("50000"), "{vol}");
+        assert!(r.body == small, "{vol}");
+        wait_committed(&n);
+        let r = get(&n, "/small.json", "Range: bytes=100-199\r\n");
+        assert_eq!((r.status, xcache(&r)), (206, "HIT"), "{vol}");
+        assert!(r.body == small[100..200], "{vol}");
+        assert_eq!(o.requests("/small.json"), 1, "{vol}");
+
+        let cut = pattern(40_000, 7);
+        o.put("/cut.json", Object::new(cut.clone()));
+        o.fault_times("/cut.json", Fault::Chunked(Some(20_000)), 1);
+        let r = try_get(&n, "/cut.json", "");
+        assert_clean_failure(&format!("{vol}: chunked body broken off"), r);
+        let r = get(&n, "/cut.json", "");
+        assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{vol}: retry");
+        assert!(r.body == cut, "{vol}");
+    }
+    // Longer than a slice: passed through, complete, not stored.
+    let (o, n) = origin_and_node(SLICED);
+    let big = pattern(3 * SLICE, 8);
+    o.put("/big.json", Object::new(big.clone()));
+    o.fault("/big.json", Fault::Chunked(None));
+    for _ in 0..2 {
+        let (head, rest, _) = raw_exchange(
+            &n,
+            "GET /big.json HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        );
+        assert!(
+            head.to_ascii_lowercase().contains("x-cache: bypass"),
+            "{head}"
+        );
+        let (got, complete) = dechunk(&rest);
+        assert!(complete && got == big);
+    }
+    assert_eq!(cache_files(&n.cache).1, 0);
+}

@@ -35,6 +35,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::watch;
 
+/// Longest answer of unknown length (no Content-Length) stored on a volume of whole objects:
+/// it is read into memory before its head goes to anyone, to learn its length. Longer ones are
+/// passed through (a sliced volume's cap is its slice size).
+const UNKNOWN_LENGTH_MAX: u64 = 1 << 20;
+
 /// Body bytes gathered before one pool write (bounds the tasks per MiB; ~2.6 ms at 25 MB/s).
 const WRITE_BATCH: usize = 64 * 1024;
 /// Largest body a fill keeps in memory for its waiters when it cannot store it.
@@ -276,7 +281,7 @@ impl Fill {
         }
         req.authorization = job.authorization.clone();
         let authorized = job.authorization.is_some();
-        let resp = match origin.fetch(req).await {
+        let mut resp = match origin.fetch(req).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::debug!(volume = %cv.name, target = %job.target, error = %e, "fill: origin failed");
@@ -294,6 +299,18 @@ impl Fill {
             return self.publish(Progress::Failed(Arc::new(FillError::NotSatisfiable {
                 total,
             })));
+        }
+        // An answer of unknown length (chunked) can be stored as the object's first slice when it
+        // ends within a slice (1 MiB on a volume of whole objects): read it ahead to know.
+        if resp.expected.is_none()
+            && job.slice == 0
+            && (resp.status == 200 || whole_answer_status(resp.status))
+        {
+            let cap = if s > 0 { s } else { UNKNOWN_LENGTH_MAX };
+            if let Err(e) = resp.read_unknown_length(cap).await {
+                tracing::debug!(volume = %cv.name, target = %job.target, error = %e, "fill: origin failed");
+                return self.publish(Progress::Failed(Arc::new(FillError::Origin(e))));
+            }
         }
         let Some((body_len, total)) = self.body_shape(s, job.slice, &resp) else {
             return self.bypass(resp);

@@ -4,7 +4,8 @@
 //! bytes against the announced length, and sends chunks over a bounded channel (two chunks of
 //! read-ahead: a slow reader slows the origin down, it does not buffer the object). At the end
 //! of a complete body the connection goes back to the idle pool; on any failure it is closed.
-//! It must not decide what the bytes are for (stored or passed through is the caller's choice).
+//! A body of unknown length can be read ahead into memory up to a cap, so that a small one gets a
+//! known length. It must not decide what the bytes are for (stored or passed through is the caller's choice).
 
 use super::pool::Lease;
 use super::{Inner, OriginError};
@@ -12,6 +13,7 @@ use bytes::Bytes;
 use http::HeaderMap;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -42,6 +44,8 @@ pub struct OriginResponse {
     rx: mpsc::Receiver<Result<Piece, OriginError>>,
     received: u64,
     state: State,
+    /// Chunks read ahead by [`OriginResponse::read_unknown_length`], returned first.
+    ahead: VecDeque<Bytes>,
 }
 
 impl std::fmt::Debug for Piece {
@@ -58,6 +62,37 @@ impl OriginResponse {
     /// ends short is [`OriginError::Truncated`], one that runs long [`OriginError::TooLong`], a
     /// pause over `read_timeout_ms` [`OriginError::Timeout`]; after an error the body is over.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, OriginError> {
+        if let Some(b) = self.ahead.pop_front() {
+            return Ok(Some(b));
+        }
+        self.next().await
+    }
+
+    /// A body of unknown length (no Content-Length, chunked) read into memory when it ends
+    /// within `cap` bytes: it then has a known length (`expected`), and [`Self::chunk`] returns
+    /// it from the start. Ok(false) when it runs longer: what was read is still returned first.
+    pub async fn read_unknown_length(&mut self, cap: u64) -> Result<bool, OriginError> {
+        if self.expected.is_some() {
+            return Ok(true);
+        }
+        let mut len = self.ahead.iter().map(|b| b.len() as u64).sum::<u64>();
+        while len <= cap {
+            match self.next().await? {
+                Some(b) => {
+                    len += b.len() as u64;
+                    self.ahead.push_back(b);
+                }
+                None => {
+                    self.expected = Some(len);
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+
+    /// The next chunk from the body task.
+    async fn next(&mut self) -> Result<Option<Bytes>, OriginError> {
         match self.state {
             State::Done => return Ok(None),
             State::Failed => {
@@ -138,6 +173,7 @@ pub(crate) fn start(
         rx,
         received: 0,
         state: State::Open,
+        ahead: VecDeque::new(),
     }
 }
 
