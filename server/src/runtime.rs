@@ -106,6 +106,7 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
         lag,
         serving: lifecycle.clone(),
         purge: crate::cache::purge::Purge::from_config(&shared.config, &shared.caches)?,
+        roots: shared.volumes.iter().map(|v| v.root_identity()).collect(),
     })
     .context("start the admin listener")?;
     lifecycle.set_ready();

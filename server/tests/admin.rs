@@ -1,5 +1,5 @@
 //! The admin listener of the real server: `/healthz`, `/readyz` (including a volume root that
-//! disappears), `/config` equal to the configuration file, content types, unknown paths, and the
+//! disappears, or is replaced by another directory), `/config` equal to the configuration file, content types, unknown paths, and the
 //! listener switched off with an empty `admin.listen`.
 
 mod common;
@@ -122,8 +122,14 @@ fn readyz_fails_when_a_volume_root_disappears() {
     assert!(r.text().contains("volume \"media\""), "{}", r.text());
     // Liveness is unaffected: restarting would not bring the disk back.
     assert_eq!(server.admin_get("/healthz").status, 200);
+    // A new directory at the path is not the one the server holds (and serves from): still
+    // not ready, saying why.
     std::fs::create_dir(&root).expect("mkdir again");
-    assert_eq!(server.admin_get("/readyz").status, 200);
+    std::fs::write(root.join("new.txt"), b"new").unwrap();
+    let r = server.admin_get("/readyz");
+    assert_eq!(r.status, 503);
+    assert!(r.text().contains("replaced since start"), "{}", r.text());
+    assert_eq!(server.get("/new.txt").status, 404);
 }
 
 #[test]

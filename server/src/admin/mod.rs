@@ -10,7 +10,8 @@
 //! - `/healthz`: 200 while every worker's lag probe ticked recently (process alive and every
 //!   event loop responsive), else 503 naming the stuck workers.
 //! - `/readyz`: 200 when the listeners are bound, the server is not draining and every volume
-//!   root is an accessible directory; else 503 with the reasons (one per line).
+//!   root is an accessible directory, the one opened at start; else 503 with the reasons (one
+//!   per line).
 //! - `/config`: the effective configuration as JSON (it holds no secrets).
 //! - `POST /cache/purge?key=PATH` or `?prefix=PATH`: delete cached objects (only when
 //!   `admin.purge_token_file` is set; `Authorization: Bearer TOKEN` required, else 401).
@@ -79,6 +80,9 @@ pub struct AdminState {
     pub serving: Arc<dyn ServingState>,
     /// The cache purge endpoint (None: disabled).
     pub purge: Option<Arc<crate::cache::purge::Purge>>,
+    /// Per volume of `config.volumes`, the (device, inode) of the directory the server holds
+    /// open (None: not known, not compared).
+    pub roots: Vec<Option<(u64, u64)>>,
 }
 
 /// A running admin listener. Dropping it leaves the listener running until the process exits.
@@ -257,8 +261,9 @@ async fn readyz(State(s): State<AdminState>) -> Response {
     if !s.serving.listeners_bound() {
         problems.push("listeners not bound yet".to_string());
     }
-    for v in &s.config.volumes {
-        if let Err(e) = check_volume_root(v.path.clone()).await {
+    for (i, v) in s.config.volumes.iter().enumerate() {
+        let held = s.roots.get(i).copied().flatten();
+        if let Err(e) = check_volume_root(v.path.clone(), held).await {
             problems.push(format!("volume {:?}: {e}", v.name));
         }
     }
@@ -275,13 +280,18 @@ async fn config(State(s): State<AdminState>) -> Json<Config> {
     Json(Config::clone(&s.config))
 }
 
-/// The root must be a directory this process can open; checked off the admin loop with a bound.
-async fn check_volume_root(path: PathBuf) -> Result<(), String> {
+/// The root must be a directory this process can open, and the one it holds open (`held`:
+/// device, inode) when known; checked off the admin loop with a bound.
+async fn check_volume_root(path: PathBuf, held: Option<(u64, u64)>) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
     let shown = path.display().to_string();
     let check = tokio::task::spawn_blocking(move || -> Result<(), String> {
         let meta = std::fs::metadata(&path).map_err(|e| e.to_string())?;
         if !meta.is_dir() {
             return Err("not a directory".into());
+        }
+        if held.is_some_and(|h| h != (meta.dev(), meta.ino())) {
+            return Err("replaced since start: the server still uses the removed directory (restart it to use the new one)".into());
         }
         std::fs::read_dir(&path).map_err(|e| e.to_string())?;
         Ok(())
@@ -345,6 +355,7 @@ mod tests {
             lag: lag.clone(),
             serving: flags.clone(),
             purge: None,
+            roots: Vec::new(),
         };
         let server = start(state).expect("start").expect("enabled");
         (server, flags, lag, cfg)
@@ -399,6 +410,7 @@ mod tests {
             lag: LagProbe::new(&metrics, 1),
             serving: flags.clone(),
             purge: None,
+            roots: Vec::new(),
         };
         let server2 = start(state).expect("start").expect("enabled");
         assert_eq!(get(server2.local_addr(), "/readyz").0, 200);
@@ -448,6 +460,7 @@ mod tests {
             lag: LagProbe::new(&metrics, 1),
             serving: flags.clone(),
             purge: None,
+            roots: Vec::new(),
         };
         cfg.admin.listen = String::new();
         assert!(start(mk(&cfg)).expect("disabled is fine").is_none());

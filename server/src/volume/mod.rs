@@ -73,6 +73,14 @@ impl From<OpenedFile> for RequestFile {
 }
 
 impl Volume {
+    /// (device, inode) of the root directory this volume holds open: what `/readyz` compares
+    /// with the configured path's, since a directory removed and made again at that path is
+    /// not the one served.
+    pub fn root_identity(&self) -> Option<(u64, u64)> {
+        let st = rustix::fs::fstat(&*self.root).ok()?;
+        Some((st.st_dev, st.st_ino))
+    }
+
     /// Open the root directory, start the pool and (for `auto`) probe the page-cache support.
     pub fn start(
         v: &config::Volume,
