@@ -254,3 +254,63 @@ fn serve_config_file_with_ipv6_listener() {
     assert!(s.addr.is_ipv6());
     assert_eq!(s.get("/f.txt").body, b"six");
 }
+
+/// Every duration field has an upper bound (one day for the connection timeouts, ten years for
+/// cache lifetimes): 18446744073709551615 seconds passed check-config and then panicked each
+/// worker at its first connection ("overflow when adding duration to instant").
+#[test]
+fn check_config_bounds_every_duration() {
+    let huge = u64::MAX;
+    let err = check_config_fails(
+        &format!(
+            r#"shutdown_timeout_secs = {huge}
+[limits]
+keepalive_timeout_secs = {huge}
+header_read_timeout_secs = {huge}
+send_timeout_secs = 86401
+idle_park_ms = 86400001
+[[origins]]
+name = "o"
+servers = ["http://127.0.0.1:1"]
+[[volumes]]
+name = "c"
+path = "/srv/c"
+[volumes.cache]
+inactive_secs = {huge}
+[[routes]]
+prefix = "/"
+volume = "c"
+origin = "o"
+[routes.cache]
+stale_while_revalidate_secs = {huge}
+stale_if_error_secs = 315360001
+valid = [{{ status = [200], secs = {huge} }}]
+"#
+        ),
+        &[
+            "shutdown_timeout_secs: 18446744073709551615 must be at most 86400 (one day)",
+            "limits.keepalive_timeout_secs: 18446744073709551615 must be between 1 and 86400",
+            "limits.header_read_timeout_secs: 18446744073709551615 must be between 1 and 86400",
+            "limits.send_timeout_secs: 86401 must be between 1 and 86400",
+            "limits.idle_park_ms: 86400001 must be at most 86400000",
+            "volumes[0].cache.inactive_secs",
+            "routes[0].cache.stale_while_revalidate_secs",
+            "routes[0].cache.stale_if_error_secs: 315360001 must be at most 315360000",
+            "routes[0].cache.valid[0].secs",
+        ],
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    // The bounds themselves are accepted.
+    check_config_ok(
+        r#"shutdown_timeout_secs = 86400
+[limits]
+keepalive_timeout_secs = 86400
+header_read_timeout_secs = 86400
+send_timeout_secs = 86400
+idle_park_ms = 86400000
+[[volumes]]
+name = "v"
+path = "/srv/v"
+"#,
+    );
+}

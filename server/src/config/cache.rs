@@ -194,6 +194,10 @@ pub const MIN_SLICE_SIZE: u64 = 4096;
 /// Largest allowed `slice_size`.
 pub const MAX_SLICE_SIZE: u64 = 1 << 30;
 
+/// Largest cache lifetime in seconds (ten years, as `expires_secs`): `inactive_secs`,
+/// `valid[].secs`, `stale_while_revalidate_secs`, `stale_if_error_secs`.
+pub const MAX_LIFETIME_SECS: u64 = 10 * 365 * 86_400;
+
 /// Check `volumes[i].cache.…`.
 pub(super) fn check_volume_caches(e: &mut Errors, cfg: &Config) {
     for (i, v) in cfg.volumes.iter().enumerate() {
@@ -219,8 +223,14 @@ pub(super) fn check_volume_caches(e: &mut Errors, cfg: &Config) {
                 );
             }
         }
-        if c.inactive_secs == 0 {
-            e.push(format!("{f}.inactive_secs"), "must be at least 1");
+        if !(1..=MAX_LIFETIME_SECS).contains(&c.inactive_secs) {
+            e.push(
+                format!("{f}.inactive_secs"),
+                format!(
+                    "{} must be between 1 and {MAX_LIFETIME_SECS} (ten years)",
+                    c.inactive_secs
+                ),
+            );
         }
         if c.min_uses == 0 {
             e.push(format!("{f}.min_uses"), "must be at least 1");
@@ -286,8 +296,28 @@ pub(super) fn check_cache_route(
         }
     }
     if let Some(p) = &r.cache {
+        for (name, secs) in [
+            ("stale_while_revalidate_secs", p.stale_while_revalidate_secs),
+            ("stale_if_error_secs", p.stale_if_error_secs),
+        ] {
+            if secs > MAX_LIFETIME_SECS {
+                e.push(
+                    format!("{f}.cache.{name}"),
+                    format!("{secs} must be at most {MAX_LIFETIME_SECS} (ten years)"),
+                );
+            }
+        }
         let mut seen = HashSet::new();
         for (j, rule) in p.valid.iter().enumerate() {
+            if rule.secs > MAX_LIFETIME_SECS {
+                e.push(
+                    format!("{f}.cache.valid[{j}].secs"),
+                    format!(
+                        "{} must be at most {MAX_LIFETIME_SECS} (ten years)",
+                        rule.secs
+                    ),
+                );
+            }
             if rule.status.is_empty() {
                 e.push(
                     format!("{f}.cache.valid[{j}].status"),

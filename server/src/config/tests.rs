@@ -365,7 +365,7 @@ fn every_cache_violation_names_its_field() {
         ("origins[2].host", "not a valid Host header"),
         ("volumes[0].cache.slice_size", "must be 0 (whole objects) or between 4096"),
         ("volumes[0].cache.max_size", "less than one slice"),
-        ("volumes[0].cache.inactive_secs", "at least 1"),
+        ("volumes[0].cache.inactive_secs", "must be between 1 and 315360000"),
         ("volumes[0].cache.min_uses", "at least 1"),
         ("routes[0].origin", "routes[0].origin: no origin named \"x\""),
         ("routes[0].split[1].volume", "routes[0].split[1].volume: \"disk2\" has no [volumes.cache]; a cache route needs cache volumes"),

@@ -7,6 +7,11 @@ use super::{Config, Route};
 use std::collections::HashSet;
 use std::net::IpAddr;
 
+/// Largest connection-side duration: `limits.*_timeout_secs`, `limits.idle_park_ms`,
+/// `shutdown_timeout_secs` (one day). Cache lifetimes have their own bound
+/// ([`super::cache::MAX_LIFETIME_SECS`]); every other duration field has a smaller one.
+pub const MAX_TIMEOUT_SECS: u64 = 86_400;
+
 impl Config {
     /// Check every semantic rule; all violations are returned together.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -69,14 +74,39 @@ impl Config {
         if lim.max_connections == 0 {
             e.push("limits.max_connections", "must be at least 1");
         }
-        if lim.keepalive_timeout_secs == 0 {
-            e.push("limits.keepalive_timeout_secs", "must be at least 1");
+        for (field, secs) in [
+            ("limits.keepalive_timeout_secs", lim.keepalive_timeout_secs),
+            (
+                "limits.header_read_timeout_secs",
+                lim.header_read_timeout_secs,
+            ),
+            ("limits.send_timeout_secs", lim.send_timeout_secs),
+        ] {
+            if !(1..=MAX_TIMEOUT_SECS).contains(&secs) {
+                e.push(
+                    field,
+                    format!("{secs} must be between 1 and {MAX_TIMEOUT_SECS} (one day)"),
+                );
+            }
         }
-        if lim.header_read_timeout_secs == 0 {
-            e.push("limits.header_read_timeout_secs", "must be at least 1");
+        if lim.idle_park_ms > MAX_TIMEOUT_SECS * 1000 {
+            e.push(
+                "limits.idle_park_ms",
+                format!(
+                    "{} must be at most {} (one day; 0 = never park)",
+                    lim.idle_park_ms,
+                    MAX_TIMEOUT_SECS * 1000
+                ),
+            );
         }
-        if lim.send_timeout_secs == 0 {
-            e.push("limits.send_timeout_secs", "must be at least 1");
+        if self.shutdown_timeout_secs > MAX_TIMEOUT_SECS {
+            e.push(
+                "shutdown_timeout_secs",
+                format!(
+                    "{} must be at most {MAX_TIMEOUT_SECS} (one day)",
+                    self.shutdown_timeout_secs
+                ),
+            );
         }
         if !(256..=1024 * 1024).contains(&lim.max_header_bytes) {
             e.push(
