@@ -683,6 +683,29 @@ fn bad_congestion_control_is_reported_on_its_spec_field() {
     }
 }
 
+/// spec.server.logLevel is the server's `logging.level`, checked by the same rule: a word that
+/// is not a level (`warning`) would silence the pods' logs.
+#[test]
+fn bad_log_level_is_reported_on_its_spec_field() {
+    for bad in [
+        "warning",
+        "content_server",
+        "info,content_server=verbose",
+        "",
+    ] {
+        let mut cs = example("minimal.yaml");
+        cs.spec.server.log_level = bad.into();
+        let errs = validate(&cs.spec);
+        assert_eq!(errs.len(), 1, "{bad:?}: {errs:?}");
+        assert_eq!(errs[0].field, "spec.server.logLevel", "{bad:?}");
+    }
+    for good in ["debug", "info,content_server::cache=debug"] {
+        let mut cs = example("minimal.yaml");
+        cs.spec.server.log_level = good.into();
+        assert_eq!(validate(&cs.spec), vec![], "{good:?}");
+    }
+}
+
 #[test]
 fn validation_of_kubernetes_side_rules() {
     let mut cs = example("minimal.yaml");

@@ -314,3 +314,44 @@ path = "/srv/v"
 "#,
     );
 }
+
+/// `logging.level` must name real levels: `warning` (read by the tracing filter as a target
+/// name) used to pass and silence every log line, start-up errors included.
+#[test]
+fn check_config_rejects_log_levels_that_are_not_levels() {
+    let with_level = |level: &str| {
+        format!("[logging]\nlevel = {level:?}\n[[volumes]]\nname = \"v\"\npath = \"/srv/v\"\n")
+    };
+    for bad in [
+        "warning",
+        "",
+        "content_server",
+        "info,content_server::cache=verbose",
+        "=debug",
+        "info, access=debug",
+    ] {
+        let err = check_config_fails(&with_level(bad), &["logging.level: "]);
+        assert!(
+            err.contains("trace, debug, info, warn, error, off"),
+            "{bad:?}: {err}"
+        );
+    }
+    for good in [
+        "info",
+        "WARN",
+        "error",
+        "off",
+        "info,content_server::cache=debug",
+        "warn,access=info",
+    ] {
+        let v = check_config_ok(&with_level(good));
+        assert_eq!(v["logging"]["level"].as_str(), Some(good));
+    }
+    // serve refuses it too, before anything is logged.
+    let d = tempdir();
+    let path = d.path().join("c.toml");
+    std::fs::write(&path, with_level("warning").replace("/srv/v", "/tmp")).unwrap();
+    let (code, _, err) = run(&["serve", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("logging.level"), "{err}");
+}

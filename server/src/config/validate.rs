@@ -156,6 +156,9 @@ impl Config {
                 ),
             );
         }
+        if let Err(msg) = check_log_level(&self.logging.level) {
+            e.push("logging.level", msg);
+        }
         let origins = super::origin::check_origins(&mut e, self);
         super::cache::check_volume_caches(&mut e, self);
         if self.volumes.is_empty() {
@@ -272,4 +275,44 @@ fn is_congestion_control_name(s: &str) -> bool {
     (1..=15).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// The level names `logging.level` takes (any case), as tracing's filter reads them.
+const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// `logging.level`: comma-separated directives, each a level or `TARGET=LEVEL`. A bare word
+/// that is not a level would be read by the filter as a target name, silencing every other
+/// line (`warning` logged nothing at all), so it is refused, as is a directive whose level is
+/// not one of [`LOG_LEVELS`].
+fn check_log_level(s: &str) -> Result<(), String> {
+    let accepted = || {
+        format!(
+            "use one of {} (any case), optionally with TARGET=LEVEL directives after commas, such as \"info,content_server::cache=debug\"",
+            LOG_LEVELS.join(", ")
+        )
+    };
+    let is_level = |l: &str| LOG_LEVELS.iter().any(|n| n.eq_ignore_ascii_case(l));
+    if s.chars().any(char::is_whitespace) {
+        return Err(format!("{s:?} must not contain spaces: {}", accepted()));
+    }
+    let directives: Vec<&str> = s.split(',').filter(|d| !d.is_empty()).collect();
+    if directives.is_empty() {
+        return Err(format!("{s:?} names no level: {}", accepted()));
+    }
+    for d in directives {
+        let level = match d.rsplit_once('=') {
+            Some((target, level)) if !target.is_empty() => level,
+            Some(_) => return Err(format!("{d:?} has no target before '=': {}", accepted())),
+            None => d,
+        };
+        if !is_level(level) {
+            return Err(format!(
+                "{level:?} in {s:?} is not a log level: {}",
+                accepted()
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(s)
+        .map(drop)
+        .map_err(|err| format!("{s:?} is not a tracing filter ({err}): {}", accepted()))
 }
