@@ -355,3 +355,101 @@ fn check_config_rejects_log_levels_that_are_not_levels() {
     assert_eq!(code, 1);
     assert!(err.contains("logging.level"), "{err}");
 }
+
+/// `[[volumes]]` TOML of volume `name` at `path`, a cache volume when `cache`.
+fn volume_toml(name: &str, path: &str, cache: bool) -> String {
+    let cache = if cache { "[volumes.cache]\n" } else { "" };
+    format!("[[volumes]]\nname = {name:?}\npath = {path:?}\n{cache}")
+}
+
+/// A config with an origin, the volumes `(name, path, cache)` and one route per volume
+/// (`/NAME`, through the origin for cache volumes).
+fn volumes_config(volumes: &[(&str, &str, bool)]) -> String {
+    let mut t = String::from("[[origins]]\nname = \"o\"\nservers = [\"http://127.0.0.1:1\"]\n");
+    for (name, path, cache) in volumes {
+        t += &volume_toml(name, path, *cache);
+    }
+    for (name, _, cache) in volumes {
+        let origin = if *cache { "origin = \"o\"\n" } else { "" };
+        t += &format!("[[routes]]\nprefix = \"/{name}\"\nvolume = {name:?}\n{origin}");
+    }
+    t
+}
+
+/// A cache directory of its own: two cache volumes on one directory (however written), or a
+/// cache directory inside a static root (its entry files, stored headers included, would be
+/// served by the static route), or containing one, is an error naming both volumes.
+#[test]
+fn check_config_rejects_cache_directories_shared_or_nested() {
+    for (volumes, want) in [
+        (
+            [("c1", "/a", true), ("c2", "/a/", true)],
+            "volumes[1].path: /a/ of volume \"c2\" is the same directory as volumes[0].path /a of volume \"c1\"",
+        ),
+        (
+            [("c1", "/x//y/./z", true), ("c2", "/x/q/../y/z", true)],
+            "volumes[1].path: /x/q/../y/z of volume \"c2\" is the same directory as volumes[0].path",
+        ),
+        (
+            [("www", "/srv/www", false), ("c", "/srv/www/cache", true)],
+            "volumes[1].path: /srv/www/cache of volume \"c\" lies inside volumes[0].path /srv/www of volume \"www\"",
+        ),
+        (
+            [("c", "/srv/cache/", true), ("www", "/srv/cache/../cache/public", false)],
+            "volumes[1].path: /srv/cache/../cache/public of volume \"www\" lies inside volumes[0].path /srv/cache/ of volume \"c\"",
+        ),
+        (
+            [("c", "/srv/www/c", true), ("www", "/srv", false)],
+            "volumes[1].path: /srv of volume \"www\" contains volumes[0].path /srv/www/c of volume \"c\"",
+        ),
+    ] {
+        check_config_fails(&volumes_config(&volumes), &[want]);
+    }
+    // Static volumes may share or nest roots; siblings whose names share a prefix are apart.
+    check_config_ok(&volumes_config(&[
+        ("a", "/srv/www", false),
+        ("b", "/srv/www/", false),
+        ("c", "/srv/www/sub", false),
+        ("d", "/srv/wwwcache", true),
+        ("e", "/srv/ww", true),
+    ]));
+}
+
+/// `serve` compares the directories again with symlinks resolved: a cache directory reached
+/// through a link into the static root is refused at start-up, naming both volumes.
+#[test]
+fn serve_rejects_a_cache_directory_inside_a_static_root_through_a_symlink() {
+    let d = tempdir();
+    let www = d.path().join("www");
+    std::fs::create_dir_all(www.join("cache")).unwrap();
+    let link = d.path().join("cache-link");
+    std::os::unix::fs::symlink(www.join("cache"), &link).unwrap();
+    let toml = volumes_config(&[
+        ("www", www.to_str().unwrap(), false),
+        ("c", link.to_str().unwrap(), true),
+    ]);
+    let path = d.path().join("c.toml");
+    std::fs::write(&path, toml).unwrap();
+    // The paths as written are apart: check-config accepts them.
+    let (code, _, err) = run(&["check-config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&[
+        "serve",
+        "--config",
+        path.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for want in [
+        "volume directories overlap once symlinks are resolved",
+        "volumes[1].path",
+        "of volume \"c\" lies inside volumes[0].path",
+        "(resolved to ",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in\n{err}");
+    }
+}

@@ -6,6 +6,7 @@ use super::errors::{check_unique_name, ConfigError, Errors, FieldError};
 use super::{Config, Route};
 use std::collections::HashSet;
 use std::net::IpAddr;
+use std::path::{Component, Path, PathBuf};
 
 /// Largest connection-side duration: `limits.*_timeout_secs`, `limits.idle_park_ms`,
 /// `shutdown_timeout_secs` (one day). Cache lifetimes have their own bound
@@ -181,6 +182,12 @@ impl Config {
                 e.push(format!("{f}.pool.max_queue"), "must be at most 16777216");
             }
         }
+        let lexical: Vec<Option<PathBuf>> = self
+            .volumes
+            .iter()
+            .map(|v| v.path.is_absolute().then(|| lexically_normal(&v.path)))
+            .collect();
+        e.0.extend(self.volume_dir_conflicts(&lexical, false));
         if self.routes.is_empty() && self.volumes.len() > 1 {
             e.push(
                 "routes",
@@ -201,6 +208,80 @@ impl Config {
         }
         e.0
     }
+}
+
+impl Config {
+    /// Volumes whose directories collide, judged on `dirs` (one per volume, in order; `None` is
+    /// skipped): two directories that are the same or one inside the other, where either is a
+    /// cache volume. A cache directory inside a static root would have its raw entry files
+    /// (stored headers included) served by the static route; one shared by two cache volumes
+    /// would have each delete the other's entries. Static volumes may share or nest roots (they
+    /// only read). Validation passes the lexically normal paths; `serve` also passes the
+    /// canonical ones (`resolved`, symlinks followed), so the message shows both.
+    pub fn volume_dir_conflicts(
+        &self,
+        dirs: &[Option<PathBuf>],
+        resolved: bool,
+    ) -> Vec<FieldError> {
+        let mut e = Errors(Vec::new());
+        let shown = |i: usize, d: &Path| {
+            let raw = &self.volumes[i].path;
+            if resolved && d != raw.as_path() {
+                format!("{} (resolved to {})", raw.display(), d.display())
+            } else {
+                raw.display().to_string()
+            }
+        };
+        for (j, vj) in self.volumes.iter().enumerate() {
+            let Some(dj) = dirs.get(j).and_then(Option::as_ref) else {
+                continue;
+            };
+            for (i, vi) in self.volumes.iter().enumerate().take(j) {
+                let Some(di) = dirs.get(i).and_then(Option::as_ref) else {
+                    continue;
+                };
+                if vi.cache.is_none() && vj.cache.is_none() {
+                    continue;
+                }
+                let relation = if di == dj {
+                    "is the same directory as"
+                } else if dj.starts_with(di) {
+                    "lies inside"
+                } else if di.starts_with(dj) {
+                    "contains"
+                } else {
+                    continue;
+                };
+                e.push(
+                    format!("volumes[{j}].path"),
+                    format!(
+                        "{} of volume {:?} {relation} volumes[{i}].path {} of volume {:?}: a cache volume needs a directory of its own, neither inside nor containing another volume's",
+                        shown(j, dj),
+                        vj.name,
+                        shown(i, di),
+                        vi.name
+                    ),
+                );
+            }
+        }
+        e.0
+    }
+}
+
+/// `p` with `.` and `..` components, repeated and trailing slashes resolved as text (`..` at
+/// the root stays at the root), without looking at the filesystem.
+fn lexically_normal(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
