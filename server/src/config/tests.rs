@@ -407,9 +407,31 @@ fn server_urls() {
         "http://a:0",
         "http://[::1",
         "origin:80",
+        "http://::1",
+        "http://fe80::1",
+        "http://fe80::1:8080",
+        "http://127.0.0.1:+21050",
+        "http://127.0.0.1:021050",
+        "http://127.0.0.1:08080",
+        "http://127.0.0.1:-1",
+        "http://127.0.0.1:65536",
+        "http://127.0.0.1:",
+        "http://[zzz]:80",
+        "http://[]:80",
+        "http://[::1]x",
+        "http://a]:80",
+        "http://exa*mple",
     ] {
         assert!(parse_server_url(bad).is_err(), "{bad}");
     }
+    let u = parse_server_url("http://[fe80::1]").unwrap();
+    assert_eq!((u.host.as_str(), u.port), ("fe80::1", 80));
+    let u = parse_server_url("http://127.0.0.1:65535").unwrap();
+    assert_eq!((u.port, u.authority.as_str()), (65535, "127.0.0.1:65535"));
+    let msg = parse_server_url("http://fe80::1").unwrap_err();
+    assert!(msg.contains("must be written in brackets"), "{msg}");
+    let msg = parse_server_url("http://127.0.0.1:+21050").unwrap_err();
+    assert!(msg.contains("plain digits"), "{msg}");
 }
 
 #[test]
