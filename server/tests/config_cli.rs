@@ -453,3 +453,45 @@ fn serve_rejects_a_cache_directory_inside_a_static_root_through_a_symlink() {
         assert!(err.contains(want), "missing {want:?} in\n{err}");
     }
 }
+
+/// Route prefixes are checked as the router matches them: `/x` and `/x/` are one prefix (the
+/// second route never matched), `//y//` and `/a%20b` never matched (requests are matched by
+/// their decoded path with repeated `/` merged). Each is an error naming the route.
+#[test]
+fn check_config_rejects_route_prefixes_that_never_match() {
+    let routes = |prefixes: &[&str]| {
+        let mut t = String::from("[[volumes]]\nname = \"v\"\npath = \"/srv/v\"\n");
+        for p in prefixes {
+            t += &format!("[[routes]]\nprefix = {p:?}\nvolume = \"v\"\n");
+        }
+        t
+    };
+    check_config_fails(
+        &routes(&["/x", "/x/", "//y//", "/a%20b", "/q?a", "/x"]),
+        &[
+            "routes[1].prefix: \"/x/\" is the same prefix as routes[0].prefix \"/x\" (a trailing '/' is ignored)",
+            "routes[2].prefix: \"//y//\" has an empty segment ('//')",
+            "write \"/y/\"",
+            "routes[3].prefix: \"/a%20b\" contains '%': routes match the decoded request path",
+            "routes[4].prefix: \"/q?a\" must not contain '?'",
+            "routes[5].prefix: \"/x\" is the same prefix as routes[0].prefix \"/x\": each prefix",
+        ],
+    );
+    // Written decoded and without repeated slashes they are fine; "/" and "/x/" differ.
+    let v = check_config_ok(&routes(&["/", "/x/", "/y/", "/a b"]));
+    assert_eq!(v["routes"].as_array().map(Vec::len), Some(4));
+}
+
+/// A prefix with a space, written decoded, matches the percent-encoded request.
+#[test]
+fn a_decoded_prefix_matches_the_encoded_request() {
+    let d = tempdir();
+    std::fs::create_dir_all(d.path().join("a b")).unwrap();
+    std::fs::write(d.path().join("a b/f.txt"), b"spaced").unwrap();
+    let mut cfg = one_volume(1, volume("v", d.path()));
+    cfg.admin.listen = String::new();
+    cfg.routes = vec![route("/a b", "v")];
+    let s = Server::start(&cfg);
+    assert_eq!(s.get("/a%20b/f.txt").body, b"spaced");
+    assert_eq!(s.get("/a%20bx/f.txt").status, 404);
+}

@@ -4,7 +4,8 @@
 
 use super::errors::{check_unique_name, ConfigError, Errors, FieldError};
 use super::{Config, Route};
-use std::collections::HashSet;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::path::{Component, Path, PathBuf};
 
@@ -194,16 +195,31 @@ impl Config {
                 "with more than one volume, routes must say which prefix each volume serves",
             );
         }
-        let mut prefixes = HashSet::new();
+        // Prefix as matched (a trailing `/` is ignored) -> the first route with it.
+        let mut prefixes: HashMap<&str, usize> = HashMap::new();
         for (i, r) in self.routes.iter().enumerate() {
             check_route(&mut e, i, r, &names);
             super::route_http::check(&mut e, &format!("routes[{i}].http"), &r.http);
             super::cache::check_cache_route(&mut e, i, r, self, &origins);
-            if !prefixes.insert(r.prefix.as_str()) {
-                e.push(
-                    format!("routes[{i}].prefix"),
-                    format!("{:?} is routed twice", r.prefix),
-                );
+            match prefixes.entry(r.prefix.trim_end_matches('/')) {
+                Entry::Vacant(v) => {
+                    v.insert(i);
+                }
+                Entry::Occupied(o) => {
+                    let first = *o.get();
+                    let same = if self.routes[first].prefix == r.prefix {
+                        String::new()
+                    } else {
+                        " (a trailing '/' is ignored)".into()
+                    };
+                    e.push(
+                        format!("routes[{i}].prefix"),
+                        format!(
+                            "{:?} is the same prefix as routes[{first}].prefix {:?}{same}: each prefix may be routed once",
+                            r.prefix, self.routes[first].prefix
+                        ),
+                    );
+                }
             }
         }
         e.0
@@ -298,6 +314,36 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
             format!("{:?} must not contain '.' or '..' segments", r.prefix),
         );
     }
+    // Requests are matched by their decoded path with repeated `/` merged: a prefix written
+    // otherwise would never match.
+    if r.prefix.contains("//") {
+        e.push(
+            format!("{f}.prefix"),
+            format!(
+                "{:?} has an empty segment ('//'): request paths are matched with repeated '/' merged, so it would never match; write {:?}",
+                r.prefix,
+                merged_slashes(&r.prefix)
+            ),
+        );
+    }
+    if r.prefix.contains('%') {
+        e.push(
+            format!("{f}.prefix"),
+            format!(
+                "{:?} contains '%': routes match the decoded request path, so write the path decoded (a space, not %20)",
+                r.prefix
+            ),
+        );
+    }
+    if r.prefix.contains(['?', '#']) {
+        e.push(
+            format!("{f}.prefix"),
+            format!(
+                "{:?} must not contain '?' or '#': routes match the path, without query or fragment",
+                r.prefix
+            ),
+        );
+    }
     match (&r.volume, r.split.is_empty()) {
         (Some(_), false) => e.push(f.clone(), "set either volume or split, not both"),
         (None, true) => e.push(f.clone(), "set volume or split"),
@@ -348,6 +394,17 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
             );
         }
     }
+}
+
+/// `p` with every run of `/` made one.
+fn merged_slashes(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    for c in p.chars() {
+        if !(c == '/' && out.ends_with('/')) {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A Linux TCP congestion control name as `TCP_CONGESTION` takes it (TCP_CA_NAME_MAX is 16
