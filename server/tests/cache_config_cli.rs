@@ -96,6 +96,31 @@ fn check_config_rejects_malformed_origin_servers() {
     );
 }
 
+/// `max_size` is at most 4 EiB: "16777215T" was accepted and exported as a negative
+/// `contentserver_cache_max_bytes`.
+#[test]
+fn check_config_caps_max_size() {
+    let with = |size: &str| {
+        format!(
+            "[[origins]]\nname = \"o\"\nservers = [\"http://127.0.0.1:8081\"]\n[[volumes]]\nname = \"c\"\npath = \"/mnt/c\"\n[volumes.cache]\nmax_size = {size}\n"
+        )
+    };
+    for huge in ["\"16777215T\"", "\"4194305T\"", "9223372036854775807"] {
+        check_config_fails(
+            &with(huge),
+            &[
+                "volumes[0].cache.max_size: ",
+                "is more than 4611686018427387904 (4 EiB",
+            ],
+        );
+    }
+    let v = check_config_ok(&with("\"4194304T\""));
+    assert_eq!(
+        v["volumes"][0]["cache"]["max_size"].as_integer(),
+        Some(1 << 62)
+    );
+}
+
 #[test]
 fn serve_origin_flag_mistakes_are_clear_errors() {
     let (code, _, err) = run(&["serve", "--origin", "http://127.0.0.1:1"]);

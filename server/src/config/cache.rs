@@ -193,6 +193,9 @@ impl CachePolicy {
 pub const MIN_SLICE_SIZE: u64 = 4096;
 /// Largest allowed `slice_size`.
 pub const MAX_SLICE_SIZE: u64 = 1 << 30;
+/// Largest allowed `max_size`: 2^62 bytes (4 EiB), far beyond any disk, so sizes added to it
+/// stay within u64 and it fits the i64 of a metrics gauge.
+pub const MAX_CACHE_SIZE: u64 = 1 << 62;
 
 /// Largest cache lifetime in seconds (ten years, as `expires_secs`): `inactive_secs`,
 /// `valid[].secs`, `stale_while_revalidate_secs`, `stale_if_error_secs`.
@@ -213,7 +216,12 @@ pub(super) fn check_volume_caches(e: &mut Errors, cfg: &Config) {
             );
         }
         if let Some(ByteSize(m)) = c.max_size {
-            if m < MIN_SLICE_SIZE.max(c.slice_size) {
+            if m > MAX_CACHE_SIZE {
+                e.push(
+                    format!("{f}.max_size"),
+                    format!("{m} bytes is more than {MAX_CACHE_SIZE} (4 EiB, \"4194304T\")"),
+                );
+            } else if m < MIN_SLICE_SIZE.max(c.slice_size) {
                 e.push(
                     format!("{f}.max_size"),
                     format!(
