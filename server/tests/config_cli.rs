@@ -495,3 +495,79 @@ fn a_decoded_prefix_matches_the_encoded_request() {
     assert_eq!(s.get("/a%20b/f.txt").body, b"spaced");
     assert_eq!(s.get("/a%20bx/f.txt").status, 404);
 }
+
+/// `--listen ADDR` keeps the configured port and `--port N` the configured address (the port
+/// used to fall back to 8080); malformed `--listen` values are refused instead of being read
+/// as something else (`[[::1]]` was [::1]).
+#[test]
+fn serve_listen_and_port_override_only_what_they_name() {
+    let d = tempdir();
+    let mut cfg = one_volume(1, volume("v", d.path()));
+    cfg.listeners[0].address = "127.0.0.2".into();
+    let port = free_port();
+    cfg.listeners[0].port = port;
+    cfg.admin.listen = String::new();
+    let path = d.path().join("c.toml");
+    std::fs::write(&path, cfg.to_toml().unwrap()).unwrap();
+    let serve = |args: &[&str]| {
+        let mut all = vec!["serve", "--config", path.to_str().unwrap()];
+        all.extend(args);
+        Server::spawn(&all, &[])
+    };
+    // Only the address: the configured port stays.
+    let s = serve(&["--listen", "127.0.0.3"]);
+    assert_eq!(s.addr, format!("127.0.0.3:{port}").parse().unwrap());
+    drop(s);
+    // Only the port: the configured address stays.
+    let s = serve(&["--port", "0"]);
+    assert_eq!(s.addr.ip().to_string(), "127.0.0.2");
+    assert_ne!(s.addr.port(), port);
+    drop(s);
+    // Both, in one flag or two.
+    let s = serve(&["--listen", "127.0.0.3:0"]);
+    assert_eq!(s.addr.ip().to_string(), "127.0.0.3");
+    drop(s);
+    let s = serve(&["--listen", "127.0.0.3", "--port", "0"]);
+    assert_eq!(s.addr.ip().to_string(), "127.0.0.3");
+    drop(s);
+
+    for bad in [
+        "[::1",
+        "[[::1]]",
+        "::1]",
+        "[::1]x",
+        "[127.0.0.1]:80",
+        "127.0.0.1:+80",
+        "127.0.0.1:080",
+        "127.0.0.1:",
+        "127.0.0.1:65536",
+        "localhost:80",
+    ] {
+        let (code, _, err) = run(&["serve", "--config", path.to_str().unwrap(), "--listen", bad]);
+        assert_eq!(code, 1, "{bad:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "--listen {bad:?} is not ADDR, ADDR:PORT or [V6]:PORT"
+            )),
+            "{bad:?}: {err}"
+        );
+    }
+    let (code, _, err) = run(&[
+        "serve",
+        "--config",
+        path.to_str().unwrap(),
+        "--listen",
+        "127.0.0.3:0",
+        "--port",
+        "0",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("already names a port"), "{err}");
+    // The help says what the flags keep.
+    let (_, help, _) = run(&["serve", "--help"]);
+    assert!(
+        help.contains("or else on the first configured listener's (0.0.0.0 by default)")
+            && help.contains("or else the first configured listener's (8080 by default)"),
+        "{help}"
+    );
+}
