@@ -683,6 +683,45 @@ fn bad_congestion_control_is_reported_on_its_spec_field() {
     }
 }
 
+/// spec.server.logLevel is the server's `logging.level`, checked by the same rule: a word that
+/// is not a level (`warning`) would silence the pods' logs.
+#[test]
+fn bad_log_level_is_reported_on_its_spec_field() {
+    for bad in [
+        "warning",
+        "content_server",
+        "info,content_server=verbose",
+        "",
+    ] {
+        let mut cs = example("minimal.yaml");
+        cs.spec.server.log_level = bad.into();
+        let errs = validate(&cs.spec);
+        assert_eq!(errs.len(), 1, "{bad:?}: {errs:?}");
+        assert_eq!(errs[0].field, "spec.server.logLevel", "{bad:?}");
+    }
+    for good in ["debug", "info,content_server::cache=debug"] {
+        let mut cs = example("minimal.yaml");
+        cs.spec.server.log_level = good.into();
+        assert_eq!(validate(&cs.spec), vec![], "{good:?}");
+    }
+}
+
+/// A cache volume mounted inside another volume's mount path (whose route would serve the
+/// cache's entry files), or around one, is reported on its spec.volumes[i].mountPath, as the
+/// server's own rule on the rendered volume paths.
+#[test]
+fn cache_volumes_must_not_nest_with_other_mounts() {
+    let mut cs = example("edge-cache.yaml");
+    assert!(cs.spec.volumes[0].cache.is_some() && cs.spec.volumes[1].cache.is_some());
+    cs.spec.volumes[1].mount_path = Some("/srv/disk1/cache".into());
+    let errs = validate(&cs.spec);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, "spec.volumes[1].mountPath");
+    assert!(errs[0].message.contains("lies inside"), "{errs:?}");
+    cs.spec.volumes[1].mount_path = Some("/srv/disk1x".into());
+    assert_eq!(validate(&cs.spec), vec![]);
+}
+
 #[test]
 fn validation_of_kubernetes_side_rules() {
     let mut cs = example("minimal.yaml");

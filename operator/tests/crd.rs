@@ -585,3 +585,27 @@ fn congestion_control_schema_is_an_optional_kernel_name() {
     assert_eq!(cc["pattern"], json!("^[a-z0-9_]{1,15}$"));
     assert!(cc.get("default").is_none(), "absent = the node's default");
 }
+
+/// The schema carries the server's duration bounds (one day for the connection timeouts),
+/// so the apiserver refuses what every pod would refuse; the operator's own check reports it
+/// on the spec field too.
+#[test]
+fn timeout_schema_has_the_servers_upper_bound() {
+    for f in [
+        "keepaliveTimeoutSecs",
+        "headerReadTimeoutSecs",
+        "sendTimeoutSecs",
+    ] {
+        let n = spec_field(&["server", "limits", f]);
+        assert_eq!(
+            (n["minimum"].as_f64(), n["maximum"].as_f64()),
+            (Some(1.0), Some(86400.0)),
+            "{f}"
+        );
+    }
+    let mut cs = example("minimal.yaml");
+    cs.spec.server.limits.header_read_timeout_secs = 86_401;
+    let errs = content_operator::validation::validate(&cs.spec);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, "spec.server.limits.headerReadTimeoutSecs");
+}

@@ -5,7 +5,7 @@
 use crate::config::{Config, ConfigError, Listener, Offload};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -55,10 +55,12 @@ pub struct ServeArgs {
     /// Run this TOML configuration file.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Listen on this port (replaces the listeners with one on --listen's address or 0.0.0.0).
+    /// Listen on this port (0 = kernel-chosen): replaces the listeners with one socket on
+    /// --listen's address, or else on the first configured listener's (0.0.0.0 by default).
     #[arg(long)]
     pub port: Option<u16>,
-    /// Listen on ADDR or ADDR:PORT (replaces the configured listeners).
+    /// Listen on ADDR, ADDR:PORT or [V6]:PORT: replaces the listeners with one socket; with a
+    /// bare ADDR its port is --port's, or else the first configured listener's (8080 by default).
     #[arg(long, value_name = "ADDR[:PORT]")]
     pub listen: Option<String>,
     /// Pool threads of every volume.
@@ -105,16 +107,39 @@ pub struct ServeArgs {
     pub access_log: bool,
 }
 
-/// Parse a `--listen` value: `ADDR:PORT`, `[V6]:PORT`, or a bare address.
+/// Parse a `--listen` value: `ADDR:PORT` (IPv4), `[V6]:PORT`, or a bare address (IPv4, IPv6
+/// with or without brackets). PORT is 0-65535 in plain digits.
 fn parse_listen(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
-    if let Ok(sa) = s.parse::<SocketAddr>() {
-        return Ok((sa.ip(), Some(sa.port())));
+    let bad = || {
+        anyhow::anyhow!(
+            "--listen {s:?} is not ADDR, ADDR:PORT or [V6]:PORT (an IP address, IPv6 in brackets when a port follows, the port 0-65535 in plain digits)"
+        )
+    };
+    if let Some(rest) = s.strip_prefix('[') {
+        let (inner, after) = rest.split_once(']').ok_or_else(bad)?;
+        let ip: Ipv6Addr = inner.parse().map_err(|_| bad())?;
+        let port = match after {
+            "" => None,
+            p => Some(plain_port(p.strip_prefix(':').ok_or_else(bad)?).ok_or_else(bad)?),
+        };
+        return Ok((IpAddr::V6(ip), port));
     }
-    let bare = s.trim_start_matches('[').trim_end_matches(']');
-    let ip = bare
-        .parse::<IpAddr>()
-        .with_context(|| format!("--listen {s:?} is neither ADDR nor ADDR:PORT"))?;
-    Ok((ip, None))
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok((ip, None));
+    }
+    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let ip: Ipv4Addr = host.parse().map_err(|_| bad())?;
+    Ok((IpAddr::V4(ip), Some(plain_port(port).ok_or_else(bad)?)))
+}
+
+/// A port written as plain decimal digits without leading zeros (`0` itself allowed).
+fn plain_port(p: &str) -> Option<u16> {
+    let plain =
+        !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && (p == "0" || !p.starts_with('0'));
+    if !plain {
+        return None;
+    }
+    p.parse().ok()
 }
 
 impl ServeArgs {
@@ -140,21 +165,25 @@ impl ServeArgs {
             }
         };
         if self.listen.is_some() || self.port.is_some() {
-            let (ip, port) = match &self.listen {
-                Some(l) => parse_listen(l)?,
-                None => (
-                    cfg.listeners
-                        .first()
-                        .and_then(|l| l.address.parse().ok())
-                        .unwrap_or(IpAddr::from([0, 0, 0, 0])),
-                    None,
-                ),
-            };
-            // The other settings of the (first) listener stay.
+            // One socket: what --listen and --port name, the rest (the address or port not
+            // named, and every other setting) from the first configured listener.
             let base = cfg.listeners.first().cloned().unwrap_or_default();
+            let (address, listen_port) = match &self.listen {
+                Some(l) => {
+                    let (ip, port) = parse_listen(l)?;
+                    if let (Some(_), Some(p)) = (port, self.port) {
+                        anyhow::bail!(
+                            "--listen {l:?} already names a port: give --port {p} with a bare --listen ADDR, or leave it out"
+                        );
+                    }
+                    (ip.to_string(), port)
+                }
+                None => (base.address.clone(), None),
+            };
+            let port = listen_port.or(self.port).unwrap_or(base.port);
             cfg.listeners = vec![Listener {
-                address: ip.to_string(),
-                port: self.port.or(port).unwrap_or(Listener::default().port),
+                address,
+                port,
                 ..base
             }];
         }

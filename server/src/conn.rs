@@ -65,7 +65,7 @@ impl Drop for ConnGuard<'_> {
 /// steps left behind is replaced by the task's own).
 pub fn start(shared: Arc<Shared>, sock: Socket) {
     let secs = shared.config.limits.header_read_timeout_secs;
-    let until = TokioInstant::now() + Duration::from_secs(secs);
+    let until = deadline(TokioInstant::now(), Duration::from_secs(secs));
     let mut conn = Box::pin(serve(shared, sock, Vec::new(), true, until, true));
     if conn
         .as_mut()
@@ -111,7 +111,7 @@ async fn serve(
                     } else {
                         lim.keepalive_timeout_secs
                     };
-                    (now + Duration::from_secs(secs), false)
+                    (deadline(now, Duration::from_secs(secs)), false)
                 });
                 ReadHead::new(&shared, &sock, &mut pending, now, until, park, ready).await
             }
@@ -373,7 +373,7 @@ impl Future for ReadHead<'_> {
                         let secs = this.shared.config.limits.header_read_timeout_secs;
                         let now = TokioInstant::now();
                         *this.since = now;
-                        *this.until = now + Duration::from_secs(secs);
+                        *this.until = deadline(now, Duration::from_secs(secs));
                         if let Some(sleep) = this.sleep.as_mut().as_pin_mut() {
                             let (at, parking) = timer(this.shared, now, *this.until, *this.park);
                             *this.parking = parking;
@@ -422,6 +422,13 @@ impl Future for ReadHead<'_> {
     }
 }
 
+/// `now + d`, or about 30 years from now (tokio's own "far future") where that would overflow
+/// an `Instant`: no configured duration can panic the connection's task.
+fn deadline(now: TokioInstant, d: Duration) -> TokioInstant {
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400))
+}
+
 /// When a wait that starts `now` and ends at `until` sets its timer: the park time when that
 /// comes first.
 fn timer(
@@ -431,7 +438,7 @@ fn timer(
     park: bool,
 ) -> (TokioInstant, bool) {
     let ms = shared.config.limits.idle_park_ms;
-    let at = now + Duration::from_millis(ms);
+    let at = deadline(now, Duration::from_millis(ms));
     if park && at < until {
         (at, true)
     } else {
@@ -473,5 +480,21 @@ impl<'a> ReadHead<'a> {
             sleep: None,
             drained: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_past_the_clock_saturates_instead_of_panicking() {
+        let now = TokioInstant::now();
+        let far = deadline(now, Duration::from_secs(u64::MAX));
+        assert!(far > now + Duration::from_secs(365 * 86_400));
+        assert_eq!(
+            deadline(now, Duration::from_secs(10)),
+            now + Duration::from_secs(10)
+        );
     }
 }

@@ -64,6 +64,19 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
     let lifecycle = Arc::new(Lifecycle::new());
     let lag = crate::admin::lag::LagProbe::new(&metrics, workers);
     crate::cache::create_dirs(&config)?;
+    // Validation compared the paths as written; symlinks can still make a cache directory
+    // another volume's, or put it inside one (a path that does not resolve is reported by the
+    // volume that opens it).
+    let canonical: Vec<_> = config
+        .volumes
+        .iter()
+        .map(|v| std::fs::canonicalize(&v.path).ok())
+        .collect();
+    let overlaps = config.volume_dir_conflicts(&canonical, true);
+    if !overlaps.is_empty() {
+        return Err(crate::config::ConfigError::Invalid(overlaps))
+            .context("volume directories overlap once symlinks are resolved");
+    }
     let volumes = config
         .volumes
         .iter()

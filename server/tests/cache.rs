@@ -513,6 +513,50 @@ fn purge_needs_the_bearer_token() {
     );
 }
 
+/// A prefix purge takes whole path segments, as routes match: `prefix=/dir` purges `/dir`,
+/// `/dir/…` and `/dir?…`, never `/dirx…` (it used to, by plain string prefix).
+#[test]
+fn prefix_purge_takes_whole_segments() {
+    let (o, n) = origin_and_purge_node("");
+    let under = ["/dir", "/dir/a.bin", "/dir?v=1"];
+    let beside = ["/dirx", "/dirx/b.bin", "/di"];
+    for p in under.iter().chain(&beside) {
+        o.put(p.split('?').next().unwrap(), Object::new(pattern(1000, 3)));
+        assert_eq!(xcache(&get(&n, p, "")), "MISS", "{p}");
+    }
+    settle(&n);
+    for p in under.iter().chain(&beside) {
+        assert_eq!(xcache(&get(&n, p, "")), "HIT", "{p}");
+    }
+    let r = admin(&n, "POST", "/cache/purge?prefix=/dir", PURGE_AUTH);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("\"purged_files\":3"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    for p in beside {
+        assert_eq!(
+            xcache(&get(&n, p, "")),
+            "HIT",
+            "{p} was purged by prefix=/dir"
+        );
+    }
+    for p in under {
+        assert_eq!(xcache(&get(&n, p, "")), "MISS", "{p} survived prefix=/dir");
+    }
+    // With a trailing '/', only what lies below it.
+    settle(&n);
+    let r = admin(&n, "POST", "/cache/purge?prefix=/dir/", PURGE_AUTH);
+    assert!(
+        String::from_utf8_lossy(&r.body).contains("\"purged_files\":1"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(xcache(&get(&n, "/dir/a.bin", "")), "MISS");
+    assert_eq!(xcache(&get(&n, "/dir", "")), "HIT");
+}
+
 #[test]
 fn purge_is_off_without_a_token_file() {
     let (_o, n) = origin_and_node("");

@@ -48,6 +48,79 @@ fn check_config_names_bad_cache_fields() {
     );
 }
 
+/// Origin server URLs that used to be accepted and then mis-parsed (an unbracketed IPv6 address
+/// read as host `:` port 1, a port with a sign or leading zero sent on in the Host header) are
+/// errors naming their `origins[N].servers[M]`.
+#[test]
+fn check_config_rejects_malformed_origin_servers() {
+    let bad = [
+        "http://::1",
+        "http://fe80::1",
+        "http://127.0.0.1:+21050",
+        "http://127.0.0.1:021050",
+        "http://[zzz]:80",
+    ];
+    let list = |urls: &[&str]| {
+        urls.iter()
+            .map(|u| format!("{u:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let toml = |urls: &[&str]| {
+        format!(
+            "[[origins]]\nname = \"o\"\nservers = [\"http://127.0.0.1:8081\", {}]\n[[volumes]]\nname = \"c\"\npath = \"/mnt/c\"\n[volumes.cache]\n",
+            list(urls)
+        )
+    };
+    check_config_fails(
+        &toml(&bad),
+        &[
+            "origins[0].servers[1]: \"http://::1\": an IPv6 address must be written in brackets",
+            "origins[0].servers[2]: \"http://fe80::1\": an IPv6 address must be written in brackets",
+            "origins[0].servers[3]: \"http://127.0.0.1:+21050\" has an invalid port \"+21050\"",
+            "origins[0].servers[4]: \"http://127.0.0.1:021050\" has an invalid port \"021050\"",
+            "origins[0].servers[5]: \"http://[zzz]:80\": [zzz] is not an IPv6 address",
+        ],
+    );
+    let v = check_config_ok(&toml(&[
+        "http://[fe80::1]:8080",
+        "https://origin.example:443",
+    ]));
+    assert_eq!(v["origins"][0]["servers"].as_array().map(Vec::len), Some(3));
+    // --origin is checked the same way.
+    let (code, _, err) = run(&["serve", "--origin", "http://::1", "--cache-dir", "/tmp/c"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("origins[0].servers[0]") && err.contains("in brackets"),
+        "{err}"
+    );
+}
+
+/// `max_size` is at most 4 EiB: "16777215T" was accepted and exported as a negative
+/// `contentserver_cache_max_bytes`.
+#[test]
+fn check_config_caps_max_size() {
+    let with = |size: &str| {
+        format!(
+            "[[origins]]\nname = \"o\"\nservers = [\"http://127.0.0.1:8081\"]\n[[volumes]]\nname = \"c\"\npath = \"/mnt/c\"\n[volumes.cache]\nmax_size = {size}\n"
+        )
+    };
+    for huge in ["\"16777215T\"", "\"4194305T\"", "9223372036854775807"] {
+        check_config_fails(
+            &with(huge),
+            &[
+                "volumes[0].cache.max_size: ",
+                "is more than 4611686018427387904 (4 EiB",
+            ],
+        );
+    }
+    let v = check_config_ok(&with("\"4194304T\""));
+    assert_eq!(
+        v["volumes"][0]["cache"]["max_size"].as_integer(),
+        Some(1 << 62)
+    );
+}
+
 #[test]
 fn serve_origin_flag_mistakes_are_clear_errors() {
     let (code, _, err) = run(&["serve", "--origin", "http://127.0.0.1:1"]);

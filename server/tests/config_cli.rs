@@ -254,3 +254,320 @@ fn serve_config_file_with_ipv6_listener() {
     assert!(s.addr.is_ipv6());
     assert_eq!(s.get("/f.txt").body, b"six");
 }
+
+/// Every duration field has an upper bound (one day for the connection timeouts, ten years for
+/// cache lifetimes): 18446744073709551615 seconds passed check-config and then panicked each
+/// worker at its first connection ("overflow when adding duration to instant").
+#[test]
+fn check_config_bounds_every_duration() {
+    let huge = u64::MAX;
+    let err = check_config_fails(
+        &format!(
+            r#"shutdown_timeout_secs = {huge}
+[limits]
+keepalive_timeout_secs = {huge}
+header_read_timeout_secs = {huge}
+send_timeout_secs = 86401
+idle_park_ms = 86400001
+[[origins]]
+name = "o"
+servers = ["http://127.0.0.1:1"]
+[[volumes]]
+name = "c"
+path = "/srv/c"
+[volumes.cache]
+inactive_secs = {huge}
+[[routes]]
+prefix = "/"
+volume = "c"
+origin = "o"
+[routes.cache]
+stale_while_revalidate_secs = {huge}
+stale_if_error_secs = 315360001
+valid = [{{ status = [200], secs = {huge} }}]
+"#
+        ),
+        &[
+            "shutdown_timeout_secs: 18446744073709551615 must be at most 86400 (one day)",
+            "limits.keepalive_timeout_secs: 18446744073709551615 must be between 1 and 86400",
+            "limits.header_read_timeout_secs: 18446744073709551615 must be between 1 and 86400",
+            "limits.send_timeout_secs: 86401 must be between 1 and 86400",
+            "limits.idle_park_ms: 86400001 must be at most 86400000",
+            "volumes[0].cache.inactive_secs",
+            "routes[0].cache.stale_while_revalidate_secs",
+            "routes[0].cache.stale_if_error_secs: 315360001 must be at most 315360000",
+            "routes[0].cache.valid[0].secs",
+        ],
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    // The bounds themselves are accepted.
+    check_config_ok(
+        r#"shutdown_timeout_secs = 86400
+[limits]
+keepalive_timeout_secs = 86400
+header_read_timeout_secs = 86400
+send_timeout_secs = 86400
+idle_park_ms = 86400000
+[[volumes]]
+name = "v"
+path = "/srv/v"
+"#,
+    );
+}
+
+/// `logging.level` must name real levels: `warning` (read by the tracing filter as a target
+/// name) used to pass and silence every log line, start-up errors included.
+#[test]
+fn check_config_rejects_log_levels_that_are_not_levels() {
+    let with_level = |level: &str| {
+        format!("[logging]\nlevel = {level:?}\n[[volumes]]\nname = \"v\"\npath = \"/srv/v\"\n")
+    };
+    for bad in [
+        "warning",
+        "",
+        "content_server",
+        "info,content_server::cache=verbose",
+        "=debug",
+        "info, access=debug",
+    ] {
+        let err = check_config_fails(&with_level(bad), &["logging.level: "]);
+        assert!(
+            err.contains("trace, debug, info, warn, error, off"),
+            "{bad:?}: {err}"
+        );
+    }
+    for good in [
+        "info",
+        "WARN",
+        "error",
+        "off",
+        "info,content_server::cache=debug",
+        "warn,access=info",
+    ] {
+        let v = check_config_ok(&with_level(good));
+        assert_eq!(v["logging"]["level"].as_str(), Some(good));
+    }
+    // serve refuses it too, before anything is logged.
+    let d = tempdir();
+    let path = d.path().join("c.toml");
+    std::fs::write(&path, with_level("warning").replace("/srv/v", "/tmp")).unwrap();
+    let (code, _, err) = run(&["serve", "--config", path.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("logging.level"), "{err}");
+}
+
+/// `[[volumes]]` TOML of volume `name` at `path`, a cache volume when `cache`.
+fn volume_toml(name: &str, path: &str, cache: bool) -> String {
+    let cache = if cache { "[volumes.cache]\n" } else { "" };
+    format!("[[volumes]]\nname = {name:?}\npath = {path:?}\n{cache}")
+}
+
+/// A config with an origin, the volumes `(name, path, cache)` and one route per volume
+/// (`/NAME`, through the origin for cache volumes).
+fn volumes_config(volumes: &[(&str, &str, bool)]) -> String {
+    let mut t = String::from("[[origins]]\nname = \"o\"\nservers = [\"http://127.0.0.1:1\"]\n");
+    for (name, path, cache) in volumes {
+        t += &volume_toml(name, path, *cache);
+    }
+    for (name, _, cache) in volumes {
+        let origin = if *cache { "origin = \"o\"\n" } else { "" };
+        t += &format!("[[routes]]\nprefix = \"/{name}\"\nvolume = {name:?}\n{origin}");
+    }
+    t
+}
+
+/// A cache directory of its own: two cache volumes on one directory (however written), or a
+/// cache directory inside a static root (its entry files, stored headers included, would be
+/// served by the static route), or containing one, is an error naming both volumes.
+#[test]
+fn check_config_rejects_cache_directories_shared_or_nested() {
+    for (volumes, want) in [
+        (
+            [("c1", "/a", true), ("c2", "/a/", true)],
+            "volumes[1].path: /a/ of volume \"c2\" is the same directory as volumes[0].path /a of volume \"c1\"",
+        ),
+        (
+            [("c1", "/x//y/./z", true), ("c2", "/x/q/../y/z", true)],
+            "volumes[1].path: /x/q/../y/z of volume \"c2\" is the same directory as volumes[0].path",
+        ),
+        (
+            [("www", "/srv/www", false), ("c", "/srv/www/cache", true)],
+            "volumes[1].path: /srv/www/cache of volume \"c\" lies inside volumes[0].path /srv/www of volume \"www\"",
+        ),
+        (
+            [("c", "/srv/cache/", true), ("www", "/srv/cache/../cache/public", false)],
+            "volumes[1].path: /srv/cache/../cache/public of volume \"www\" lies inside volumes[0].path /srv/cache/ of volume \"c\"",
+        ),
+        (
+            [("c", "/srv/www/c", true), ("www", "/srv", false)],
+            "volumes[1].path: /srv of volume \"www\" contains volumes[0].path /srv/www/c of volume \"c\"",
+        ),
+    ] {
+        check_config_fails(&volumes_config(&volumes), &[want]);
+    }
+    // Static volumes may share or nest roots; siblings whose names share a prefix are apart.
+    check_config_ok(&volumes_config(&[
+        ("a", "/srv/www", false),
+        ("b", "/srv/www/", false),
+        ("c", "/srv/www/sub", false),
+        ("d", "/srv/wwwcache", true),
+        ("e", "/srv/ww", true),
+    ]));
+}
+
+/// `serve` compares the directories again with symlinks resolved: a cache directory reached
+/// through a link into the static root is refused at start-up, naming both volumes.
+#[test]
+fn serve_rejects_a_cache_directory_inside_a_static_root_through_a_symlink() {
+    let d = tempdir();
+    let www = d.path().join("www");
+    std::fs::create_dir_all(www.join("cache")).unwrap();
+    let link = d.path().join("cache-link");
+    std::os::unix::fs::symlink(www.join("cache"), &link).unwrap();
+    let toml = volumes_config(&[
+        ("www", www.to_str().unwrap(), false),
+        ("c", link.to_str().unwrap(), true),
+    ]);
+    let path = d.path().join("c.toml");
+    std::fs::write(&path, toml).unwrap();
+    // The paths as written are apart: check-config accepts them.
+    let (code, _, err) = run(&["check-config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&[
+        "serve",
+        "--config",
+        path.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for want in [
+        "volume directories overlap once symlinks are resolved",
+        "volumes[1].path",
+        "of volume \"c\" lies inside volumes[0].path",
+        "(resolved to ",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in\n{err}");
+    }
+}
+
+/// Route prefixes are checked as the router matches them: `/x` and `/x/` are one prefix (the
+/// second route never matched), `//y//` and `/a%20b` never matched (requests are matched by
+/// their decoded path with repeated `/` merged). Each is an error naming the route.
+#[test]
+fn check_config_rejects_route_prefixes_that_never_match() {
+    let routes = |prefixes: &[&str]| {
+        let mut t = String::from("[[volumes]]\nname = \"v\"\npath = \"/srv/v\"\n");
+        for p in prefixes {
+            t += &format!("[[routes]]\nprefix = {p:?}\nvolume = \"v\"\n");
+        }
+        t
+    };
+    check_config_fails(
+        &routes(&["/x", "/x/", "//y//", "/a%20b", "/q?a", "/x"]),
+        &[
+            "routes[1].prefix: \"/x/\" is the same prefix as routes[0].prefix \"/x\" (a trailing '/' is ignored)",
+            "routes[2].prefix: \"//y//\" has an empty segment ('//')",
+            "write \"/y/\"",
+            "routes[3].prefix: \"/a%20b\" contains '%': routes match the decoded request path",
+            "routes[4].prefix: \"/q?a\" must not contain '?'",
+            "routes[5].prefix: \"/x\" is the same prefix as routes[0].prefix \"/x\": each prefix",
+        ],
+    );
+    // Written decoded and without repeated slashes they are fine; "/" and "/x/" differ.
+    let v = check_config_ok(&routes(&["/", "/x/", "/y/", "/a b"]));
+    assert_eq!(v["routes"].as_array().map(Vec::len), Some(4));
+}
+
+/// A prefix with a space, written decoded, matches the percent-encoded request.
+#[test]
+fn a_decoded_prefix_matches_the_encoded_request() {
+    let d = tempdir();
+    std::fs::create_dir_all(d.path().join("a b")).unwrap();
+    std::fs::write(d.path().join("a b/f.txt"), b"spaced").unwrap();
+    let mut cfg = one_volume(1, volume("v", d.path()));
+    cfg.admin.listen = String::new();
+    cfg.routes = vec![route("/a b", "v")];
+    let s = Server::start(&cfg);
+    assert_eq!(s.get("/a%20b/f.txt").body, b"spaced");
+    assert_eq!(s.get("/a%20bx/f.txt").status, 404);
+}
+
+/// `--listen ADDR` keeps the configured port and `--port N` the configured address (the port
+/// used to fall back to 8080); malformed `--listen` values are refused instead of being read
+/// as something else (`[[::1]]` was [::1]).
+#[test]
+fn serve_listen_and_port_override_only_what_they_name() {
+    let d = tempdir();
+    let mut cfg = one_volume(1, volume("v", d.path()));
+    cfg.listeners[0].address = "127.0.0.2".into();
+    let port = free_port();
+    cfg.listeners[0].port = port;
+    cfg.admin.listen = String::new();
+    let path = d.path().join("c.toml");
+    std::fs::write(&path, cfg.to_toml().unwrap()).unwrap();
+    let serve = |args: &[&str]| {
+        let mut all = vec!["serve", "--config", path.to_str().unwrap()];
+        all.extend(args);
+        Server::spawn(&all, &[])
+    };
+    // Only the address: the configured port stays.
+    let s = serve(&["--listen", "127.0.0.3"]);
+    assert_eq!(s.addr, format!("127.0.0.3:{port}").parse().unwrap());
+    drop(s);
+    // Only the port: the configured address stays.
+    let s = serve(&["--port", "0"]);
+    assert_eq!(s.addr.ip().to_string(), "127.0.0.2");
+    assert_ne!(s.addr.port(), port);
+    drop(s);
+    // Both, in one flag or two.
+    let s = serve(&["--listen", "127.0.0.3:0"]);
+    assert_eq!(s.addr.ip().to_string(), "127.0.0.3");
+    drop(s);
+    let s = serve(&["--listen", "127.0.0.3", "--port", "0"]);
+    assert_eq!(s.addr.ip().to_string(), "127.0.0.3");
+    drop(s);
+
+    for bad in [
+        "[::1",
+        "[[::1]]",
+        "::1]",
+        "[::1]x",
+        "[127.0.0.1]:80",
+        "127.0.0.1:+80",
+        "127.0.0.1:080",
+        "127.0.0.1:",
+        "127.0.0.1:65536",
+        "localhost:80",
+    ] {
+        let (code, _, err) = run(&["serve", "--config", path.to_str().unwrap(), "--listen", bad]);
+        assert_eq!(code, 1, "{bad:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "--listen {bad:?} is not ADDR, ADDR:PORT or [V6]:PORT"
+            )),
+            "{bad:?}: {err}"
+        );
+    }
+    let (code, _, err) = run(&[
+        "serve",
+        "--config",
+        path.to_str().unwrap(),
+        "--listen",
+        "127.0.0.3:0",
+        "--port",
+        "0",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("already names a port"), "{err}");
+    // The help says what the flags keep.
+    let (_, help, _) = run(&["serve", "--help"]);
+    assert!(
+        help.contains("or else on the first configured listener's (0.0.0.0 by default)")
+            && help.contains("or else the first configured listener's (8080 by default)"),
+        "{help}"
+    );
+}

@@ -99,7 +99,7 @@ pub struct VolumeCacheSpec {
     pub max_size: Option<String>,
     /// Entries unused this long are dropped.
     #[serde(default = "default_inactive_secs")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 315360000))]
     pub inactive_secs: u64,
     /// Requests for an object before it is stored.
     #[serde(default = "default_min_uses")]
@@ -125,9 +125,11 @@ pub struct RouteCacheSpec {
     pub ignore_origin_headers: bool,
     /// Serve stale while one background request revalidates (origin default absent).
     #[serde(default = "default_swr_secs")]
+    #[schemars(range(max = 315360000))]
     pub stale_while_revalidate_secs: u64,
     /// Serve stale while the origin fails (origin default absent).
     #[serde(default = "default_sie_secs")]
+    #[schemars(range(max = 315360000))]
     pub stale_if_error_secs: u64,
 }
 
@@ -137,6 +139,7 @@ pub struct RouteCacheSpec {
 pub struct ValidRuleSpec {
     #[schemars(length(min = 1, max = 32), inner(range(min = 200, max = 499)))]
     pub status: Vec<u16>,
+    #[schemars(range(max = 315360000))]
     pub secs: u64,
 }
 

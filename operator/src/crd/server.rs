@@ -40,7 +40,8 @@ pub struct ServerSpec {
     /// Log format.
     #[serde(default)]
     pub log_format: LogFormatSpec,
-    /// Log filter such as `info`.
+    /// The server's `logging.level`: trace, debug, info, warn, error or off, optionally with
+    /// comma-separated TARGET=LEVEL directives (`info,content_server::cache=debug`).
     #[serde(default = "default_log_level")]
     pub log_level: String,
     /// Index files tried for directory requests.
@@ -75,11 +76,11 @@ pub struct LimitsSpec {
     pub max_connections: u32,
     /// Idle keep-alive timeout.
     #[serde(default = "default_keepalive_timeout_secs")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 86400))]
     pub keepalive_timeout_secs: u32,
     /// Time to receive a request head.
     #[serde(default = "default_header_read_timeout_secs")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 86400))]
     pub header_read_timeout_secs: u32,
     /// Largest request head in bytes.
     #[serde(default = "default_max_header_bytes")]
@@ -87,7 +88,7 @@ pub struct LimitsSpec {
     pub max_header_bytes: u32,
     /// Time a response may wait for the client to accept bytes.
     #[serde(default = "default_send_timeout_secs")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 86400))]
     pub send_timeout_secs: u32,
 }
 

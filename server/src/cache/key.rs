@@ -106,6 +106,16 @@ impl EntryId {
     }
 }
 
+/// Is `key` under the purge prefix `prefix`? Whole path segments, as routes match: the key is
+/// the prefix itself, or continues it with `/` or `?` (`/dir` takes `/dir`, `/dir/a` and
+/// `/dir?v=1`, not `/dirx`), or the prefix ends with `/` (`/dir/` takes what starts so).
+pub fn under_prefix(key: &[u8], prefix: &[u8]) -> bool {
+    key.starts_with(prefix)
+        && (prefix.ends_with(b"/")
+            || key.len() == prefix.len()
+            || matches!(key[prefix.len()], b'/' | b'?'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! `POST /cache/purge` on the admin port: delete one cached object (every slice of it) or every
-//! object whose key starts with a path prefix, on every cache volume.
+//! object whose key is under a path prefix (whole segments: `/dir` is not a prefix of
+//! `/dirx`), on every cache volume.
 //!
 //! Off unless `[admin] purge_token_file` names a file holding a bearer token (read once at
 //! start-up, so a Kubernetes Secret can be mounted there); a request without exactly
@@ -12,7 +13,7 @@
 //! committing is waited for), then the stored files are deleted.
 
 use super::fill::Fill;
-use super::key::CacheKey;
+use super::key::{under_prefix, CacheKey};
 use super::volume::CacheVolume;
 use crate::config::Config;
 use anyhow::Context;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 pub enum Target {
     /// One cache key: a request path, with `?query` if it had one.
     Key(String),
-    /// Every key starting with this path prefix.
+    /// Every key under this path prefix, by whole path segments ([`under_prefix`]).
     Prefix(String),
 }
 
@@ -32,7 +33,7 @@ impl Target {
     fn names(&self, fill: &Fill) -> bool {
         match self {
             Target::Key(k) => *fill.key == *k.as_bytes(),
-            Target::Prefix(p) => fill.key.starts_with(p.as_bytes()),
+            Target::Prefix(p) => under_prefix(&fill.key, p.as_bytes()),
         }
     }
 }
@@ -132,6 +133,28 @@ impl Purge {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefix_takes_whole_segments() {
+        for (key, prefix, under) in [
+            ("/dir", "/dir", true),
+            ("/dir/a.bin", "/dir", true),
+            ("/dir?v=1", "/dir", true),
+            ("/dirx", "/dir", false),
+            ("/dirx/a.bin", "/dir", false),
+            ("/dir/a.bin", "/dir/", true),
+            ("/dir", "/dir/", false),
+            ("/dir/", "/dir/", true),
+            ("/anything", "/", true),
+            ("/d", "/dir", false),
+        ] {
+            assert_eq!(
+                under_prefix(key.as_bytes(), prefix.as_bytes()),
+                under,
+                "{key} under {prefix}"
+            );
+        }
+    }
 
     #[test]
     fn only_the_exact_bearer_token_is_authorized() {

@@ -274,8 +274,8 @@ impl Store {
         Ok(())
     }
 
-    /// Every entry whose key starts with `prefix` (reads each header: purge by prefix is rare).
-    /// Unreadable entries are skipped.
+    /// Every entry whose key is under `prefix` by whole segments ([`super::key::under_prefix`];
+    /// reads each header: purge by prefix is rare). Unreadable entries are skipped.
     pub fn find_prefix(&self, prefix: &[u8]) -> io::Result<Vec<EntryId>> {
         let mut ids = Vec::new();
         for l1 in 0..16u8 {
@@ -287,7 +287,7 @@ impl Store {
                 let Ok(fd) = self.open_read(*id) else {
                     return false;
                 };
-                entry::read_meta(&fd).is_ok_and(|m| m.key.starts_with(prefix))
+                entry::read_meta(&fd).is_ok_and(|m| super::key::under_prefix(&m.key, prefix))
             })
             .collect())
     }

@@ -193,6 +193,13 @@ impl CachePolicy {
 pub const MIN_SLICE_SIZE: u64 = 4096;
 /// Largest allowed `slice_size`.
 pub const MAX_SLICE_SIZE: u64 = 1 << 30;
+/// Largest allowed `max_size`: 2^62 bytes (4 EiB), far beyond any disk, so sizes added to it
+/// stay within u64 and it fits the i64 of a metrics gauge.
+pub const MAX_CACHE_SIZE: u64 = 1 << 62;
+
+/// Largest cache lifetime in seconds (ten years, as `expires_secs`): `inactive_secs`,
+/// `valid[].secs`, `stale_while_revalidate_secs`, `stale_if_error_secs`.
+pub const MAX_LIFETIME_SECS: u64 = 10 * 365 * 86_400;
 
 /// Check `volumes[i].cache.…`.
 pub(super) fn check_volume_caches(e: &mut Errors, cfg: &Config) {
@@ -209,7 +216,12 @@ pub(super) fn check_volume_caches(e: &mut Errors, cfg: &Config) {
             );
         }
         if let Some(ByteSize(m)) = c.max_size {
-            if m < MIN_SLICE_SIZE.max(c.slice_size) {
+            if m > MAX_CACHE_SIZE {
+                e.push(
+                    format!("{f}.max_size"),
+                    format!("{m} bytes is more than {MAX_CACHE_SIZE} (4 EiB, \"4194304T\")"),
+                );
+            } else if m < MIN_SLICE_SIZE.max(c.slice_size) {
                 e.push(
                     format!("{f}.max_size"),
                     format!(
@@ -219,8 +231,14 @@ pub(super) fn check_volume_caches(e: &mut Errors, cfg: &Config) {
                 );
             }
         }
-        if c.inactive_secs == 0 {
-            e.push(format!("{f}.inactive_secs"), "must be at least 1");
+        if !(1..=MAX_LIFETIME_SECS).contains(&c.inactive_secs) {
+            e.push(
+                format!("{f}.inactive_secs"),
+                format!(
+                    "{} must be between 1 and {MAX_LIFETIME_SECS} (ten years)",
+                    c.inactive_secs
+                ),
+            );
         }
         if c.min_uses == 0 {
             e.push(format!("{f}.min_uses"), "must be at least 1");
@@ -286,8 +304,28 @@ pub(super) fn check_cache_route(
         }
     }
     if let Some(p) = &r.cache {
+        for (name, secs) in [
+            ("stale_while_revalidate_secs", p.stale_while_revalidate_secs),
+            ("stale_if_error_secs", p.stale_if_error_secs),
+        ] {
+            if secs > MAX_LIFETIME_SECS {
+                e.push(
+                    format!("{f}.cache.{name}"),
+                    format!("{secs} must be at most {MAX_LIFETIME_SECS} (ten years)"),
+                );
+            }
+        }
         let mut seen = HashSet::new();
         for (j, rule) in p.valid.iter().enumerate() {
+            if rule.secs > MAX_LIFETIME_SECS {
+                e.push(
+                    format!("{f}.cache.valid[{j}].secs"),
+                    format!(
+                        "{} must be at most {MAX_LIFETIME_SECS} (ten years)",
+                        rule.secs
+                    ),
+                );
+            }
             if rule.status.is_empty() {
                 e.push(
                     format!("{f}.cache.valid[{j}].status"),

@@ -180,7 +180,9 @@ pub struct Admin {
 pub struct Logging {
     /// `text` or `json`.
     pub format: LogFormat,
-    /// A tracing filter such as `info` or `content_server=debug`; RUST_LOG overrides it.
+    /// A level (`trace`, `debug`, `info`, `warn`, `error` or `off`), optionally followed by
+    /// comma-separated `TARGET=LEVEL` directives such as `info,content_server::cache=debug`;
+    /// RUST_LOG overrides it.
     pub level: String,
     /// One line per response (off by default, as it costs a write per request).
     pub access_log: bool,

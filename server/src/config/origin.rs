@@ -82,6 +82,8 @@ pub struct ServerUrl {
 }
 
 /// Parse `http://HOST[:PORT]` / `https://HOST[:PORT]` (an optional trailing `/`, nothing else).
+/// HOST is a DNS name, an IPv4 address or a bracketed IPv6 address (`[::1]`); PORT is 1-65535
+/// in plain digits (no sign, no leading zero).
 pub fn parse_server_url(s: &str) -> Result<ServerUrl, String> {
     let (https, rest) = if let Some(r) = s.strip_prefix("https://") {
         (true, r)
@@ -103,6 +105,9 @@ pub fn parse_server_url(s: &str) -> Result<ServerUrl, String> {
         let (h, after) = v6
             .split_once(']')
             .ok_or_else(|| format!("{s:?} has an unclosed IPv6 literal"))?;
+        if h.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("{s:?}: [{h}] is not an IPv6 address"));
+        }
         let port = match after {
             "" => None,
             p => Some(
@@ -112,14 +117,23 @@ pub fn parse_server_url(s: &str) -> Result<ServerUrl, String> {
         };
         (h.to_string(), port)
     } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), Some(p)),
-            None => (authority.to_string(), None),
+        let (h, p) = match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        };
+        if h.contains(':') || h.contains(['[', ']']) {
+            return Err(format!(
+                "{s:?}: an IPv6 address must be written in brackets, such as http://[::1]:8080"
+            ));
         }
+        if h.is_empty() {
+            return Err(format!("{s:?} has no host"));
+        }
+        if !valid_server_name(h) {
+            return Err(format!("{s:?}: {h:?} is not a DNS name or IP address"));
+        }
+        (h.to_string(), p)
     };
-    if host.is_empty() {
-        return Err(format!("{s:?} has no host"));
-    }
     let port = match port {
         None => {
             if https {
@@ -129,8 +143,12 @@ pub fn parse_server_url(s: &str) -> Result<ServerUrl, String> {
             }
         }
         Some(p) => match p.parse::<u16>() {
-            Ok(p) if p > 0 => p,
-            _ => return Err(format!("{s:?} has an invalid port {p:?}")),
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) && !p.starts_with('0') => n,
+            _ => {
+                return Err(format!(
+                    "{s:?} has an invalid port {p:?}: write 1-65535 in plain digits, without a sign or leading zeros"
+                ))
+            }
         },
     };
     Ok(ServerUrl {

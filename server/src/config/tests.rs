@@ -365,7 +365,7 @@ fn every_cache_violation_names_its_field() {
         ("origins[2].host", "not a valid Host header"),
         ("volumes[0].cache.slice_size", "must be 0 (whole objects) or between 4096"),
         ("volumes[0].cache.max_size", "less than one slice"),
-        ("volumes[0].cache.inactive_secs", "at least 1"),
+        ("volumes[0].cache.inactive_secs", "must be between 1 and 315360000"),
         ("volumes[0].cache.min_uses", "at least 1"),
         ("routes[0].origin", "routes[0].origin: no origin named \"x\""),
         ("routes[0].split[1].volume", "routes[0].split[1].volume: \"disk2\" has no [volumes.cache]; a cache route needs cache volumes"),
@@ -407,9 +407,31 @@ fn server_urls() {
         "http://a:0",
         "http://[::1",
         "origin:80",
+        "http://::1",
+        "http://fe80::1",
+        "http://fe80::1:8080",
+        "http://127.0.0.1:+21050",
+        "http://127.0.0.1:021050",
+        "http://127.0.0.1:08080",
+        "http://127.0.0.1:-1",
+        "http://127.0.0.1:65536",
+        "http://127.0.0.1:",
+        "http://[zzz]:80",
+        "http://[]:80",
+        "http://[::1]x",
+        "http://a]:80",
+        "http://exa*mple",
     ] {
         assert!(parse_server_url(bad).is_err(), "{bad}");
     }
+    let u = parse_server_url("http://[fe80::1]").unwrap();
+    assert_eq!((u.host.as_str(), u.port), ("fe80::1", 80));
+    let u = parse_server_url("http://127.0.0.1:65535").unwrap();
+    assert_eq!((u.port, u.authority.as_str()), (65535, "127.0.0.1:65535"));
+    let msg = parse_server_url("http://fe80::1").unwrap_err();
+    assert!(msg.contains("must be written in brackets"), "{msg}");
+    let msg = parse_server_url("http://127.0.0.1:+21050").unwrap_err();
+    assert!(msg.contains("plain digits"), "{msg}");
 }
 
 #[test]

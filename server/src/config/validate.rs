@@ -4,8 +4,15 @@
 
 use super::errors::{check_unique_name, ConfigError, Errors, FieldError};
 use super::{Config, Route};
-use std::collections::HashSet;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
+use std::path::{Component, Path, PathBuf};
+
+/// Largest connection-side duration: `limits.*_timeout_secs`, `limits.idle_park_ms`,
+/// `shutdown_timeout_secs` (one day). Cache lifetimes have their own bound
+/// ([`super::cache::MAX_LIFETIME_SECS`]); every other duration field has a smaller one.
+pub const MAX_TIMEOUT_SECS: u64 = 86_400;
 
 impl Config {
     /// Check every semantic rule; all violations are returned together.
@@ -69,14 +76,39 @@ impl Config {
         if lim.max_connections == 0 {
             e.push("limits.max_connections", "must be at least 1");
         }
-        if lim.keepalive_timeout_secs == 0 {
-            e.push("limits.keepalive_timeout_secs", "must be at least 1");
+        for (field, secs) in [
+            ("limits.keepalive_timeout_secs", lim.keepalive_timeout_secs),
+            (
+                "limits.header_read_timeout_secs",
+                lim.header_read_timeout_secs,
+            ),
+            ("limits.send_timeout_secs", lim.send_timeout_secs),
+        ] {
+            if !(1..=MAX_TIMEOUT_SECS).contains(&secs) {
+                e.push(
+                    field,
+                    format!("{secs} must be between 1 and {MAX_TIMEOUT_SECS} (one day)"),
+                );
+            }
         }
-        if lim.header_read_timeout_secs == 0 {
-            e.push("limits.header_read_timeout_secs", "must be at least 1");
+        if lim.idle_park_ms > MAX_TIMEOUT_SECS * 1000 {
+            e.push(
+                "limits.idle_park_ms",
+                format!(
+                    "{} must be at most {} (one day; 0 = never park)",
+                    lim.idle_park_ms,
+                    MAX_TIMEOUT_SECS * 1000
+                ),
+            );
         }
-        if lim.send_timeout_secs == 0 {
-            e.push("limits.send_timeout_secs", "must be at least 1");
+        if self.shutdown_timeout_secs > MAX_TIMEOUT_SECS {
+            e.push(
+                "shutdown_timeout_secs",
+                format!(
+                    "{} must be at most {MAX_TIMEOUT_SECS} (one day)",
+                    self.shutdown_timeout_secs
+                ),
+            );
         }
         if !(256..=1024 * 1024).contains(&lim.max_header_bytes) {
             e.push(
@@ -126,6 +158,9 @@ impl Config {
                 ),
             );
         }
+        if let Err(msg) = check_log_level(&self.logging.level) {
+            e.push("logging.level", msg);
+        }
         let origins = super::origin::check_origins(&mut e, self);
         super::cache::check_volume_caches(&mut e, self);
         if self.volumes.is_empty() {
@@ -148,26 +183,121 @@ impl Config {
                 e.push(format!("{f}.pool.max_queue"), "must be at most 16777216");
             }
         }
+        let lexical: Vec<Option<PathBuf>> = self
+            .volumes
+            .iter()
+            .map(|v| v.path.is_absolute().then(|| lexically_normal(&v.path)))
+            .collect();
+        e.0.extend(self.volume_dir_conflicts(&lexical, false));
         if self.routes.is_empty() && self.volumes.len() > 1 {
             e.push(
                 "routes",
                 "with more than one volume, routes must say which prefix each volume serves",
             );
         }
-        let mut prefixes = HashSet::new();
+        // Prefix as matched (a trailing `/` is ignored) -> the first route with it.
+        let mut prefixes: HashMap<&str, usize> = HashMap::new();
         for (i, r) in self.routes.iter().enumerate() {
             check_route(&mut e, i, r, &names);
             super::route_http::check(&mut e, &format!("routes[{i}].http"), &r.http);
             super::cache::check_cache_route(&mut e, i, r, self, &origins);
-            if !prefixes.insert(r.prefix.as_str()) {
+            match prefixes.entry(r.prefix.trim_end_matches('/')) {
+                Entry::Vacant(v) => {
+                    v.insert(i);
+                }
+                Entry::Occupied(o) => {
+                    let first = *o.get();
+                    let same = if self.routes[first].prefix == r.prefix {
+                        String::new()
+                    } else {
+                        " (a trailing '/' is ignored)".into()
+                    };
+                    e.push(
+                        format!("routes[{i}].prefix"),
+                        format!(
+                            "{:?} is the same prefix as routes[{first}].prefix {:?}{same}: each prefix may be routed once",
+                            r.prefix, self.routes[first].prefix
+                        ),
+                    );
+                }
+            }
+        }
+        e.0
+    }
+}
+
+impl Config {
+    /// Volumes whose directories collide, judged on `dirs` (one per volume, in order; `None` is
+    /// skipped): two directories that are the same or one inside the other, where either is a
+    /// cache volume. A cache directory inside a static root would have its raw entry files
+    /// (stored headers included) served by the static route; one shared by two cache volumes
+    /// would have each delete the other's entries. Static volumes may share or nest roots (they
+    /// only read). Validation passes the lexically normal paths; `serve` also passes the
+    /// canonical ones (`resolved`, symlinks followed), so the message shows both.
+    pub fn volume_dir_conflicts(
+        &self,
+        dirs: &[Option<PathBuf>],
+        resolved: bool,
+    ) -> Vec<FieldError> {
+        let mut e = Errors(Vec::new());
+        let shown = |i: usize, d: &Path| {
+            let raw = &self.volumes[i].path;
+            if resolved && d != raw.as_path() {
+                format!("{} (resolved to {})", raw.display(), d.display())
+            } else {
+                raw.display().to_string()
+            }
+        };
+        for (j, vj) in self.volumes.iter().enumerate() {
+            let Some(dj) = dirs.get(j).and_then(Option::as_ref) else {
+                continue;
+            };
+            for (i, vi) in self.volumes.iter().enumerate().take(j) {
+                let Some(di) = dirs.get(i).and_then(Option::as_ref) else {
+                    continue;
+                };
+                if vi.cache.is_none() && vj.cache.is_none() {
+                    continue;
+                }
+                let relation = if di == dj {
+                    "is the same directory as"
+                } else if dj.starts_with(di) {
+                    "lies inside"
+                } else if di.starts_with(dj) {
+                    "contains"
+                } else {
+                    continue;
+                };
                 e.push(
-                    format!("routes[{i}].prefix"),
-                    format!("{:?} is routed twice", r.prefix),
+                    format!("volumes[{j}].path"),
+                    format!(
+                        "{} of volume {:?} {relation} volumes[{i}].path {} of volume {:?}: a cache volume needs a directory of its own, neither inside nor containing another volume's",
+                        shown(j, dj),
+                        vj.name,
+                        shown(i, di),
+                        vi.name
+                    ),
                 );
             }
         }
         e.0
     }
+}
+
+/// `p` with `.` and `..` components, repeated and trailing slashes resolved as text (`..` at
+/// the root stays at the root), without looking at the filesystem.
+fn lexically_normal(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
@@ -182,6 +312,36 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
         e.push(
             format!("{f}.prefix"),
             format!("{:?} must not contain '.' or '..' segments", r.prefix),
+        );
+    }
+    // Requests are matched by their decoded path with repeated `/` merged: a prefix written
+    // otherwise would never match.
+    if r.prefix.contains("//") {
+        e.push(
+            format!("{f}.prefix"),
+            format!(
+                "{:?} has an empty segment ('//'): request paths are matched with repeated '/' merged, so it would never match; write {:?}",
+                r.prefix,
+                merged_slashes(&r.prefix)
+            ),
+        );
+    }
+    if r.prefix.contains('%') {
+        e.push(
+            format!("{f}.prefix"),
+            format!(
+                "{:?} contains '%': routes match the decoded request path, so write the path decoded (a space, not %20)",
+                r.prefix
+            ),
+        );
+    }
+    if r.prefix.contains(['?', '#']) {
+        e.push(
+            format!("{f}.prefix"),
+            format!(
+                "{:?} must not contain '?' or '#': routes match the path, without query or fragment",
+                r.prefix
+            ),
         );
     }
     match (&r.volume, r.split.is_empty()) {
@@ -236,10 +396,61 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
     }
 }
 
+/// `p` with every run of `/` made one.
+fn merged_slashes(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    for c in p.chars() {
+        if !(c == '/' && out.ends_with('/')) {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A Linux TCP congestion control name as `TCP_CONGESTION` takes it (TCP_CA_NAME_MAX is 16
 /// with the NUL; the kernel's own modules use lower case, digits and `_`).
 fn is_congestion_control_name(s: &str) -> bool {
     (1..=15).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// The level names `logging.level` takes (any case), as tracing's filter reads them.
+const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+
+/// `logging.level`: comma-separated directives, each a level or `TARGET=LEVEL`. A bare word
+/// that is not a level would be read by the filter as a target name, silencing every other
+/// line (`warning` logged nothing at all), so it is refused, as is a directive whose level is
+/// not one of [`LOG_LEVELS`].
+fn check_log_level(s: &str) -> Result<(), String> {
+    let accepted = || {
+        format!(
+            "use one of {} (any case), optionally with TARGET=LEVEL directives after commas, such as \"info,content_server::cache=debug\"",
+            LOG_LEVELS.join(", ")
+        )
+    };
+    let is_level = |l: &str| LOG_LEVELS.iter().any(|n| n.eq_ignore_ascii_case(l));
+    if s.chars().any(char::is_whitespace) {
+        return Err(format!("{s:?} must not contain spaces: {}", accepted()));
+    }
+    let directives: Vec<&str> = s.split(',').filter(|d| !d.is_empty()).collect();
+    if directives.is_empty() {
+        return Err(format!("{s:?} names no level: {}", accepted()));
+    }
+    for d in directives {
+        let level = match d.rsplit_once('=') {
+            Some((target, level)) if !target.is_empty() => level,
+            Some(_) => return Err(format!("{d:?} has no target before '=': {}", accepted())),
+            None => d,
+        };
+        if !is_level(level) {
+            return Err(format!(
+                "{level:?} in {s:?} is not a log level: {}",
+                accepted()
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(s)
+        .map(drop)
+        .map_err(|err| format!("{s:?} is not a tracing filter ({err}): {}", accepted()))
 }
