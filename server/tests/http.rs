@@ -273,6 +273,34 @@ fn conditional_requests() {
 }
 
 #[test]
+fn if_none_match_on_several_lines_is_one_list() {
+    // RFC 9110 §5.3: field lines of a list-valued field are one list; the matching tag on the
+    // first line counts as much as one on the last.
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let etag = s.get("/hello.txt").header("ETag").unwrap().to_string();
+    let mut c = s.connect();
+    c.send(
+        format!(
+            "GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\
+             If-None-Match: \"other\"\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let r = c.response(false).unwrap();
+    assert_eq!((r.status, r.header("ETag")), (304, Some(etag.as_str())));
+    // If-Match on two lines (already joined): the current tag on either line passes.
+    c.send(
+        format!(
+            "GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-Match: {etag}\r\n\
+             If-Match: \"other\"\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.response(false).unwrap().status, 200);
+}
+
+#[test]
 fn ranges() {
     let d = site();
     let s = Server::root(d.path(), &[]);

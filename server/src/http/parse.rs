@@ -245,7 +245,7 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             r.has_body = true;
         } else if name.eq_ignore_ascii_case("if-none-match") {
-            r.if_none_match = Some(value()?);
+            r.if_none_match = Some(join(r.if_none_match.take(), value()?));
         } else if name.eq_ignore_ascii_case("if-modified-since") {
             r.if_modified_since = Some(value()?);
         } else if name.eq_ignore_ascii_case("range") {
@@ -298,6 +298,9 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
 }
 
 /// A list-valued field received on several lines is one comma-separated list (RFC 9110 §5.3).
+/// The list-valued fields the request keeps: If-Match, If-None-Match, Accept, Accept-Encoding,
+/// Access-Control-Request-Headers. The others it keeps are single values (a date, a range set,
+/// an origin, a method, credentials): a repeated line of those is not a list, and the last wins.
 fn join(prev: Option<String>, v: String) -> String {
     match prev {
         Some(p) => format!("{p}, {v}"),
@@ -461,6 +464,24 @@ mod tests {
         assert!(parse(b"GET / HTTP/1.0\r\nExpect: teapot\r\n\r\n", 8192)
             .unwrap()
             .is_some());
+    }
+
+    #[test]
+    fn list_fields_on_several_lines_are_one_list() {
+        let r = parse(
+            b"GET /a HTTP/1.1\r\nHost: h\r\nIf-None-Match: \"a\"\r\nif-none-match: \"b\", \"c\"\r\n\
+              Accept: text/html\r\nAccept: application/json\r\n\
+              Access-Control-Request-Headers: range\r\nAccess-Control-Request-Headers: x-a\r\n\r\n",
+            8192,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.if_none_match.as_deref(), Some("\"a\", \"b\", \"c\""));
+        assert_eq!(r.accept.as_deref(), Some("text/html, application/json"));
+        assert_eq!(
+            r.access_control_request_headers.as_deref(),
+            Some("range, x-a")
+        );
     }
 
     #[test]
