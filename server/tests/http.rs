@@ -73,6 +73,27 @@ fn other_methods_get_405_with_allow() {
 }
 
 #[test]
+fn absolute_form_scheme_is_case_insensitive() {
+    // RFC 9112 §3.2.2 with RFC 3986 §3.1: `HTTP://` is the scheme `http`.
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    for target in [
+        "http://example/hello.txt",
+        "HTTP://example/hello.txt",
+        "Http://example/hello.txt",
+        "HTTPS://example/hello.txt?x=1",
+    ] {
+        let mut c = s.connect();
+        c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let r = c.response(false).unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, b"hello world\n".as_slice()), "{target}");
+    }
+    let mut c = s.connect();
+    c.send(b"GET FTP://example/hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().status, 400);
+}
+
+#[test]
 fn keep_alive_and_pipelining() {
     let d = site();
     let s = Server::root(d.path(), &[]);

@@ -308,26 +308,34 @@ fn join(prev: Option<String>, v: String) -> String {
     }
 }
 
-/// The path and query of an origin-form (`/a/b?q`) or absolute-form (`http://h/a/b?q`) target.
+/// The path and query of an origin-form (`/a/b?q`) or absolute-form (`http://h/a/b?q`) target
+/// (RFC 9112 §3.2). The scheme is matched case-insensitively (RFC 3986 §3.1: `HTTP://` is
+/// `http://`), and the authority ends at the first `/`, `?` or `#` (§3.2), so `http://h?q` is
+/// path `/` with query `q`.
 fn origin_path(target: &str) -> Result<(String, Option<String>), ParseError> {
     let rest = if target.starts_with('/') {
         target
-    } else if let Some(after) = target
-        .strip_prefix("http://")
-        .or_else(|| target.strip_prefix("https://"))
+    } else if let Some(after) = strip_scheme(target, "http://").or(strip_scheme(target, "https://"))
     {
-        match after.find('/') {
-            Some(i) => &after[i..],
-            None => "/",
-        }
+        &after[after.find(['/', '?', '#']).unwrap_or(after.len())..]
     } else {
         return Err(ParseError::Bad("request target must be a path"));
     };
     let rest = &rest[..rest.find('#').unwrap_or(rest.len())];
-    Ok(match rest.split_once('?') {
-        Some((p, q)) => (p.to_owned(), Some(q.to_owned())),
-        None => (rest.to_owned(), None),
-    })
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q.to_owned())),
+        None => (rest, None),
+    };
+    // An absolute URI without a path: the empty path of an http(s) URI is `/` (RFC 9110 §4.2.3).
+    let path = if path.is_empty() { "/" } else { path };
+    Ok((path.to_owned(), query))
+}
+
+/// `target` after its scheme prefix `scheme` (lower-case, with `://`), compared without case.
+fn strip_scheme<'a>(target: &'a str, scheme: &str) -> Option<&'a str> {
+    let head = target.get(..scheme.len())?;
+    head.eq_ignore_ascii_case(scheme)
+        .then(|| &target[scheme.len()..])
 }
 
 #[cfg(test)]
@@ -464,6 +472,28 @@ mod tests {
         assert!(parse(b"GET / HTTP/1.0\r\nExpect: teapot\r\n\r\n", 8192)
             .unwrap()
             .is_some());
+    }
+
+    #[test]
+    fn absolute_form_scheme_is_case_insensitive() {
+        for (target, path, query) in [
+            ("http://example/x", "/x", None),
+            ("HTTP://example/x", "/x", None),
+            ("Http://example/x?a=1", "/x", Some("a=1")),
+            ("hTtPs://example:443/a/b", "/a/b", None),
+            ("http://example", "/", None),
+            ("HTTP://example?q", "/", Some("q")),
+            ("http://example#frag", "/", None),
+            ("/plain?x#f", "/plain", Some("x")),
+        ] {
+            let req = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
+            let r = parse(req.as_bytes(), 8192).unwrap().unwrap();
+            assert_eq!((r.path.as_str(), r.query.as_deref()), (path, query), "{target}");
+        }
+        for target in ["ftp://example/x", "http:/x", "HTTP:example", "httpx://e/x", "x"] {
+            let req = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
+            assert_eq!(status(req.as_bytes()), 400, "{target}");
+        }
     }
 
     #[test]
