@@ -73,6 +73,28 @@ fn other_methods_get_405_with_allow() {
 }
 
 #[test]
+fn options_asterisk_is_answered_and_other_methods_with_asterisk_are_400() {
+    // RFC 9112 §3.2.4: `OPTIONS *` asks about the server; any other method with `*` is malformed.
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let mut c = s.connect();
+    c.send(b"OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("Allow"), Some("GET, HEAD, OPTIONS"));
+    assert_eq!(r.header("Content-Length"), Some("0"));
+    assert!(r.body.is_empty());
+    // The connection stays usable: the next response starts right after that head.
+    c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().body, b"hello world\n");
+    for m in ["GET", "HEAD", "POST"] {
+        let mut c = s.connect();
+        c.send(format!("{m} * HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        assert_eq!(c.response(m == "HEAD").unwrap().status, 400, "{m}");
+    }
+}
+
+#[test]
 fn absolute_form_scheme_is_case_insensitive() {
     // RFC 9112 §3.2.2 with RFC 3986 §3.1: `HTTP://` is the scheme `http`.
     let d = site();

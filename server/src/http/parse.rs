@@ -24,7 +24,8 @@ impl Method {
 #[derive(Debug, Clone)]
 pub struct Request {
     pub method: Method,
-    /// The request target's path (origin form; absolute form reduced to its path), query removed.
+    /// The request target's path (origin form; absolute form reduced to its path), query removed;
+    /// `*` for `OPTIONS *` (asterisk-form, [`Request::is_asterisk`]).
     pub path: String,
     /// The query (after `?`, before any `#`), as received.
     pub query: Option<String>,
@@ -51,6 +52,13 @@ pub struct Request {
     pub authorization: Option<String>,
     /// Bytes of the head in the buffer (the next request starts here).
     pub head_len: usize,
+}
+
+impl Request {
+    /// `OPTIONS *`: a question about the server, not about any resource (RFC 9110 §9.3.7).
+    pub fn is_asterisk(&self) -> bool {
+        self.path == "*"
+    }
 }
 
 /// A request that cannot be served; the connection closes after the error response.
@@ -183,6 +191,10 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     };
     let target = req.path.ok_or(ParseError::Bad("no request target"))?;
     let (path, query) = origin_path(target)?;
+    if path == "*" && method.as_str() != "OPTIONS" {
+        // RFC 9112 §3.2.4: the asterisk-form is only used for a server-wide OPTIONS.
+        return Err(ParseError::Bad("request target '*' of a method other than OPTIONS"));
+    }
     let mut r = Request {
         method,
         path,
@@ -311,8 +323,12 @@ fn join(prev: Option<String>, v: String) -> String {
 /// The path and query of an origin-form (`/a/b?q`) or absolute-form (`http://h/a/b?q`) target
 /// (RFC 9112 §3.2). The scheme is matched case-insensitively (RFC 3986 §3.1: `HTTP://` is
 /// `http://`), and the authority ends at the first `/`, `?` or `#` (§3.2), so `http://h?q` is
-/// path `/` with query `q`.
+/// path `/` with query `q`. The asterisk-form `*` (of `OPTIONS` only, checked by the caller) is
+/// kept as the path `*`.
 fn origin_path(target: &str) -> Result<(String, Option<String>), ParseError> {
+    if target == "*" {
+        return Ok(("*".to_owned(), None));
+    }
     let rest = if target.starts_with('/') {
         target
     } else if let Some(after) = strip_scheme(target, "http://").or(strip_scheme(target, "https://"))
@@ -489,10 +505,28 @@ mod tests {
             let req = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
             let r = parse(req.as_bytes(), 8192).unwrap().unwrap();
             assert_eq!((r.path.as_str(), r.query.as_deref()), (path, query), "{target}");
+            assert!(!r.is_asterisk());
         }
         for target in ["ftp://example/x", "http:/x", "HTTP:example", "httpx://e/x", "x"] {
             let req = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
             assert_eq!(status(req.as_bytes()), 400, "{target}");
+        }
+    }
+
+    #[test]
+    fn asterisk_form_is_for_options_only() {
+        let r = parse(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", 8192)
+            .unwrap()
+            .unwrap();
+        assert!(r.is_asterisk());
+        assert_eq!((r.path.as_str(), r.query), ("*", None));
+        for req in [
+            &b"GET * HTTP/1.1\r\nHost: h\r\n\r\n"[..],
+            b"HEAD * HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"options * HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"OPTIONS *x HTTP/1.1\r\nHost: h\r\n\r\n",
+        ] {
+            assert_eq!(status(req), 400, "{}", String::from_utf8_lossy(req));
         }
     }
 

@@ -1,5 +1,5 @@
 //! What to answer for a request, decided without sockets or files: the method (405 unless GET or
-//! HEAD; `OPTIONS` on a CORS route is 204), the preconditions (RFC 9110 §13.2.2: 412, 304,
+//! HEAD; `OPTIONS` on a CORS route is 204, `OPTIONS *` 200), the preconditions (RFC 9110 §13.2.2: 412, 304,
 //! If-Range), the Range (206 with one range or multipart/byteranges, 416), and every head: the
 //! configured headers of the route and media type, CORS, `Vary`, `Content-Encoding` of a
 //! precompressed sibling, the 301 of a directory without its slash and a directory listing.
@@ -21,7 +21,8 @@ use crate::config::{Config, Cors, Precompressed};
 
 /// The extra header of a 405.
 pub const ALLOW: (&str, &str) = ("Allow", "GET, HEAD");
-/// `Allow` on a route with CORS, where `OPTIONS` is answered.
+/// `Allow` on a route with CORS, where `OPTIONS` is answered, and of `OPTIONS *` (the server's
+/// methods: GET and HEAD everywhere, OPTIONS for `*` and on CORS routes).
 const ALLOW_CORS: &str = "GET, HEAD, OPTIONS";
 
 /// The HTTP options of one route, compiled at start.
@@ -139,7 +140,15 @@ impl Policy {
     }
 
     /// Method check. `route`: the request's route when it has one (only `OPTIONS` needs it).
+    /// `OPTIONS *` (asterisk-form, RFC 9112 §3.2.4) asks about the server itself: 200 with
+    /// `Allow` and no content (RFC 9110 §9.3.7), whatever the routes.
     pub fn start(&self, req: &Request, route: Option<usize>, keep_alive: bool) -> Start {
+        if req.is_asterisk() && req.method.as_str() == "OPTIONS" {
+            let head = Head::new(200)
+                .header("Allow", ALLOW_CORS)
+                .header("Content-Length", 0u64);
+            return Start::Done(Answer::small(200, head.finish(keep_alive)));
+        }
         let head_only = match &req.method {
             Method::Get => false,
             Method::Head => true,
@@ -575,6 +584,28 @@ mod tests {
             p.start(&req("GET", &[]), Some(0), true),
             Start::Serve { head_only: false }
         ));
+    }
+
+    #[test]
+    fn options_asterisk_is_about_the_server() {
+        let r = parse::parse(b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", 8192)
+            .unwrap()
+            .unwrap();
+        for p in [
+            policy(""),
+            policy(
+                "[[routes]]\nprefix = \"/\"\nvolume = \"a\"\n[routes.http.cors]\nallow_origins = [\"*\"]\n",
+            ),
+        ] {
+            let Start::Done(a) = p.start(&r, None, true) else {
+                panic!("answered")
+            };
+            assert_eq!((a.status, &a.body), (200, &Body::None));
+            let h = text(&a);
+            assert!(h.contains("\r\nAllow: GET, HEAD, OPTIONS\r\n"), "{h}");
+            assert!(h.contains("\r\nContent-Length: 0\r\n"), "{h}");
+            assert!(h.ends_with("\r\n\r\n"), "{h}");
+        }
     }
 
     #[test]
