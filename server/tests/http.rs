@@ -108,7 +108,11 @@ fn absolute_form_scheme_is_case_insensitive() {
         let mut c = s.connect();
         c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
         let r = c.response(false).unwrap();
-        assert_eq!((r.status, r.body.as_slice()), (200, b"hello world\n".as_slice()), "{target}");
+        assert_eq!(
+            (r.status, r.body.as_slice()),
+            (200, b"hello world\n".as_slice()),
+            "{target}"
+        );
     }
     let mut c = s.connect();
     c.send(b"GET FTP://example/hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");

@@ -193,7 +193,9 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     let (path, query) = origin_path(target)?;
     if path == "*" && method.as_str() != "OPTIONS" {
         // RFC 9112 §3.2.4: the asterisk-form is only used for a server-wide OPTIONS.
-        return Err(ParseError::Bad("request target '*' of a method other than OPTIONS"));
+        return Err(ParseError::Bad(
+            "request target '*' of a method other than OPTIONS",
+        ));
     }
     let mut r = Request {
         method,
@@ -504,10 +506,20 @@ mod tests {
         ] {
             let req = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
             let r = parse(req.as_bytes(), 8192).unwrap().unwrap();
-            assert_eq!((r.path.as_str(), r.query.as_deref()), (path, query), "{target}");
+            assert_eq!(
+                (r.path.as_str(), r.query.as_deref()),
+                (path, query),
+                "{target}"
+            );
             assert!(!r.is_asterisk());
         }
-        for target in ["ftp://example/x", "http:/x", "HTTP:example", "httpx://e/x", "x"] {
+        for target in [
+            "ftp://example/x",
+            "http:/x",
+            "HTTP:example",
+            "httpx://e/x",
+            "x",
+        ] {
             let req = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
             assert_eq!(status(req.as_bytes()), 400, "{target}");
         }
