@@ -385,6 +385,33 @@ fn ranges() {
 }
 
 #[test]
+fn suffix_range_of_an_empty_file_is_200_and_empty() {
+    // RFC 9110 §14.1.1: on a zero-length representation a suffix range with a non-zero length is
+    // satisfiable (nothing to send: 200 with the empty body, as nginx); any other range is not.
+    let d = site();
+    std::fs::write(d.path().join("empty.txt"), b"").unwrap();
+    let s = Server::root(d.path(), &[]);
+    let mut c = s.connect();
+    for (range, status) in [
+        ("bytes=-5", 200),
+        ("bytes=-1", 200),
+        ("bytes=0-,-5", 200),
+        ("bytes=0-", 416),
+        ("bytes=-0", 416),
+    ] {
+        let r = c.request("GET", "/empty.txt", &[("Range", range)]).unwrap();
+        assert_eq!(r.status, status, "{range}");
+        if status == 200 {
+            assert_eq!(r.header("Content-Length"), Some("0"), "{range}");
+            assert_eq!(r.header("Content-Range"), None, "{range}");
+            assert!(r.body.is_empty(), "{range}");
+        } else {
+            assert_eq!(r.header("Content-Range"), Some("bytes */0"), "{range}");
+        }
+    }
+}
+
+#[test]
 fn directories_index_or_404() {
     let d = site();
     let s = Server::root(d.path(), &[]);
