@@ -483,6 +483,25 @@ fn media_types_and_overrides() {
             "{path}"
         );
     }
+    // Types nginx's mime.types knows (and two it does not: eac3, weba), on files written now.
+    for (name, want) in [
+        ("old.mpg", "video/mpeg"),
+        ("old.MPEG", "video/mpeg"),
+        ("phone.3gp", "video/3gpp"),
+        ("phone.3gpp", "video/3gpp"),
+        ("flash.flv", "video/x-flv"),
+        ("win.wmv", "video/x-ms-wmv"),
+        ("page.xhtml", "application/xhtml+xml"),
+        ("dolby.eac3", "audio/eac3"),
+        ("opus.weba", "audio/webm"),
+    ] {
+        write(&s.root, &format!("types/{name}"), b"x");
+        assert_eq!(
+            s.get(&format!("/types/{name}"), &[]).header("Content-Type"),
+            Some(want),
+            "{name}"
+        );
+    }
 }
 
 #[test]
