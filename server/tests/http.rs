@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 fn site() -> tempfile::TempDir {
     let d = tempdir();
@@ -317,6 +317,68 @@ fn conditional_requests() {
         .status,
         200
     );
+}
+
+/// Set the mtime of `path` to `secs` seconds since the epoch.
+fn set_mtime(path: &std::path::Path, secs: u64) {
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(UNIX_EPOCH + Duration::from_secs(secs))
+        .unwrap();
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[test]
+fn a_future_mtime_is_sent_as_the_date() {
+    // RFC 9110 §8.8.2.1: Last-Modified is never later than Date; a file from the future is
+    // dated by the response, its date works as If-Modified-Since in the same second, and it is
+    // no strong validator for If-Range (§13.1.5). The ETag keeps revalidating.
+    let d = site();
+    let future = d.path().join("future.txt");
+    std::fs::write(&future, b"from the future").unwrap();
+    set_mtime(&future, unix_now() + 86_400);
+    let past = d.path().join("past.txt");
+    std::fs::write(&past, b"from the past").unwrap();
+    set_mtime(&past, unix_now() - 3600);
+    let s = Server::root(d.path(), &[]);
+    let mut c = s.connect();
+    let mut ask = |path: &str, headers: &[(&str, &str)]| c.request("GET", path, headers).unwrap();
+    let r = ask("/future.txt", &[]);
+    let (date, lm) = (
+        r.header("Date").unwrap(),
+        r.header("Last-Modified").unwrap(),
+    );
+    assert_eq!(lm, date);
+    let (lm, etag) = (lm.to_string(), r.header("ETag").unwrap().to_string());
+    // The date echoed: 304 while the second lasts (Last-Modified is still that Date), else 200
+    // with the new second's Date as Last-Modified.
+    let r = ask("/future.txt", &[("If-Modified-Since", &lm)]);
+    let date = r.header("Date").unwrap();
+    assert_eq!(r.header("Last-Modified"), Some(date));
+    assert_eq!(r.status, if date == lm { 304 } else { 200 }, "{date} {lm}");
+    assert_eq!(ask("/future.txt", &[("If-None-Match", &etag)]).status, 304);
+    let r = ask("/future.txt", &[("Range", "bytes=0-3"), ("If-Range", &lm)]);
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, b"from the future".as_slice())
+    );
+    let r = ask(
+        "/future.txt",
+        &[("Range", "bytes=0-3"), ("If-Range", &etag)],
+    );
+    assert_eq!((r.status, r.body.as_slice()), (206, b"from".as_slice()));
+    // A file of the past keeps its mtime, and If-Range with it applies the range.
+    let r = ask("/past.txt", &[]);
+    let lm = r.header("Last-Modified").unwrap().to_string();
+    assert_ne!(Some(lm.as_str()), r.header("Date"));
+    let r = ask("/past.txt", &[("Range", "bytes=0-3"), ("If-Range", &lm)]);
+    assert_eq!((r.status, r.body.as_slice()), (206, b"from".as_slice()));
+    assert_eq!(ask("/past.txt", &[("If-Modified-Since", &lm)]).status, 304);
 }
 
 #[test]
