@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 fn site() -> tempfile::TempDir {
     let d = tempdir();
@@ -70,6 +70,53 @@ fn other_methods_get_405_with_allow() {
         assert_eq!(r.status, 405, "{m}");
         assert_eq!(r.header("Allow"), Some("GET, HEAD"));
     }
+}
+
+#[test]
+fn options_asterisk_is_answered_and_other_methods_with_asterisk_are_400() {
+    // RFC 9112 §3.2.4: `OPTIONS *` asks about the server; any other method with `*` is malformed.
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let mut c = s.connect();
+    c.send(b"OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("Allow"), Some("GET, HEAD, OPTIONS"));
+    assert_eq!(r.header("Content-Length"), Some("0"));
+    assert!(r.body.is_empty());
+    // The connection stays usable: the next response starts right after that head.
+    c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().body, b"hello world\n");
+    for m in ["GET", "HEAD", "POST"] {
+        let mut c = s.connect();
+        c.send(format!("{m} * HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        assert_eq!(c.response(m == "HEAD").unwrap().status, 400, "{m}");
+    }
+}
+
+#[test]
+fn absolute_form_scheme_is_case_insensitive() {
+    // RFC 9112 §3.2.2 with RFC 3986 §3.1: `HTTP://` is the scheme `http`.
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    for target in [
+        "http://example/hello.txt",
+        "HTTP://example/hello.txt",
+        "Http://example/hello.txt",
+        "HTTPS://example/hello.txt?x=1",
+    ] {
+        let mut c = s.connect();
+        c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let r = c.response(false).unwrap();
+        assert_eq!(
+            (r.status, r.body.as_slice()),
+            (200, b"hello world\n".as_slice()),
+            "{target}"
+        );
+    }
+    let mut c = s.connect();
+    c.send(b"GET FTP://example/hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().status, 400);
 }
 
 #[test]
@@ -272,6 +319,96 @@ fn conditional_requests() {
     );
 }
 
+/// Set the mtime of `path` to `secs` seconds since the epoch.
+fn set_mtime(path: &std::path::Path, secs: u64) {
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(UNIX_EPOCH + Duration::from_secs(secs))
+        .unwrap();
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[test]
+fn a_future_mtime_is_sent_as_the_date() {
+    // RFC 9110 §8.8.2.1: Last-Modified is never later than Date; a file from the future is
+    // dated by the response, its date works as If-Modified-Since in the same second, and it is
+    // no strong validator for If-Range (§13.1.5). The ETag keeps revalidating.
+    let d = site();
+    let future = d.path().join("future.txt");
+    std::fs::write(&future, b"from the future").unwrap();
+    set_mtime(&future, unix_now() + 86_400);
+    let past = d.path().join("past.txt");
+    std::fs::write(&past, b"from the past").unwrap();
+    set_mtime(&past, unix_now() - 3600);
+    let s = Server::root(d.path(), &[]);
+    let mut c = s.connect();
+    let mut ask = |path: &str, headers: &[(&str, &str)]| c.request("GET", path, headers).unwrap();
+    let r = ask("/future.txt", &[]);
+    let (date, lm) = (
+        r.header("Date").unwrap(),
+        r.header("Last-Modified").unwrap(),
+    );
+    assert_eq!(lm, date);
+    let (lm, etag) = (lm.to_string(), r.header("ETag").unwrap().to_string());
+    // The date echoed: 304 while the second lasts (Last-Modified is still that Date), else 200
+    // with the new second's Date as Last-Modified.
+    let r = ask("/future.txt", &[("If-Modified-Since", &lm)]);
+    let date = r.header("Date").unwrap();
+    assert_eq!(r.header("Last-Modified"), Some(date));
+    assert_eq!(r.status, if date == lm { 304 } else { 200 }, "{date} {lm}");
+    assert_eq!(ask("/future.txt", &[("If-None-Match", &etag)]).status, 304);
+    let r = ask("/future.txt", &[("Range", "bytes=0-3"), ("If-Range", &lm)]);
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, b"from the future".as_slice())
+    );
+    let r = ask(
+        "/future.txt",
+        &[("Range", "bytes=0-3"), ("If-Range", &etag)],
+    );
+    assert_eq!((r.status, r.body.as_slice()), (206, b"from".as_slice()));
+    // A file of the past keeps its mtime, and If-Range with it applies the range.
+    let r = ask("/past.txt", &[]);
+    let lm = r.header("Last-Modified").unwrap().to_string();
+    assert_ne!(Some(lm.as_str()), r.header("Date"));
+    let r = ask("/past.txt", &[("Range", "bytes=0-3"), ("If-Range", &lm)]);
+    assert_eq!((r.status, r.body.as_slice()), (206, b"from".as_slice()));
+    assert_eq!(ask("/past.txt", &[("If-Modified-Since", &lm)]).status, 304);
+}
+
+#[test]
+fn if_none_match_on_several_lines_is_one_list() {
+    // RFC 9110 §5.3: field lines of a list-valued field are one list; the matching tag on the
+    // first line counts as much as one on the last.
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let etag = s.get("/hello.txt").header("ETag").unwrap().to_string();
+    let mut c = s.connect();
+    c.send(
+        format!(
+            "GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\
+             If-None-Match: \"other\"\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let r = c.response(false).unwrap();
+    assert_eq!((r.status, r.header("ETag")), (304, Some(etag.as_str())));
+    // If-Match on two lines (already joined): the current tag on either line passes.
+    c.send(
+        format!(
+            "GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-Match: {etag}\r\n\
+             If-Match: \"other\"\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.response(false).unwrap().status, 200);
+}
+
 #[test]
 fn ranges() {
     let d = site();
@@ -307,6 +444,33 @@ fn ranges() {
     let etag = s.get("/clip.MP4").header("ETag").unwrap().to_string();
     let r = ask(&format!("Range: bytes=0-1\r\nIf-Range: {etag}"));
     assert_eq!((r.status, r.body.as_slice()), (206, &data[..2]));
+}
+
+#[test]
+fn suffix_range_of_an_empty_file_is_200_and_empty() {
+    // RFC 9110 §14.1.1: on a zero-length representation a suffix range with a non-zero length is
+    // satisfiable (nothing to send: 200 with the empty body, as nginx); any other range is not.
+    let d = site();
+    std::fs::write(d.path().join("empty.txt"), b"").unwrap();
+    let s = Server::root(d.path(), &[]);
+    let mut c = s.connect();
+    for (range, status) in [
+        ("bytes=-5", 200),
+        ("bytes=-1", 200),
+        ("bytes=0-,-5", 200),
+        ("bytes=0-", 416),
+        ("bytes=-0", 416),
+    ] {
+        let r = c.request("GET", "/empty.txt", &[("Range", range)]).unwrap();
+        assert_eq!(r.status, status, "{range}");
+        if status == 200 {
+            assert_eq!(r.header("Content-Length"), Some("0"), "{range}");
+            assert_eq!(r.header("Content-Range"), None, "{range}");
+            assert!(r.body.is_empty(), "{range}");
+        } else {
+            assert_eq!(r.header("Content-Range"), Some("bytes */0"), "{range}");
+        }
+    }
 }
 
 #[test]

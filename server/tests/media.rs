@@ -469,6 +469,40 @@ fn directories_redirect_and_list() {
 }
 
 #[test]
+fn a_truncated_listing_shows_the_first_entries_in_its_order() {
+    // More entries than http.listing_max_entries (default 1000): the listing shows the first
+    // 1000 in its own order (directories first, then by name), not whichever readdir met first.
+    let s = site();
+    let many = s.root.join("many");
+    fs::create_dir_all(&many).unwrap();
+    for i in (0..1500).rev() {
+        fs::write(many.join(format!("f{i:04}")), b"x").unwrap();
+    }
+    fs::create_dir(many.join("zz-late-dir")).unwrap();
+    fs::create_dir(many.join("a-dir")).unwrap();
+    let r = s.get("/many/?format=json", &[]);
+    assert_eq!(r.status, 200);
+    let doc: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(doc["truncated"], true);
+    let names: Vec<&str> = doc["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    let mut want = vec!["a-dir".to_string(), "zz-late-dir".to_string()];
+    want.extend((0..998).map(|i| format!("f{i:04}")));
+    let differ = names.iter().zip(&want).position(|(a, b)| a != b);
+    if let Some(i) = differ {
+        panic!("entry {i} is {} where {} belongs", names[i], want[i]);
+    }
+    assert_eq!(names.len(), want.len());
+    let html = s.get("/many/", &[]).text();
+    assert!(html.contains("Listing truncated."), "{html}");
+    assert!(html.contains(">f0997<") && !html.contains(">f0998<"));
+}
+
+#[test]
 fn media_types_and_overrides() {
     let s = site();
     for (path, want) in [
@@ -481,6 +515,25 @@ fn media_types_and_overrides() {
             s.get(path, &[]).header("Content-Type"),
             Some(want),
             "{path}"
+        );
+    }
+    // Types nginx's mime.types knows (and two it does not: eac3, weba), on files written now.
+    for (name, want) in [
+        ("old.mpg", "video/mpeg"),
+        ("old.MPEG", "video/mpeg"),
+        ("phone.3gp", "video/3gpp"),
+        ("phone.3gpp", "video/3gpp"),
+        ("flash.flv", "video/x-flv"),
+        ("win.wmv", "video/x-ms-wmv"),
+        ("page.xhtml", "application/xhtml+xml"),
+        ("dolby.eac3", "audio/eac3"),
+        ("opus.weba", "audio/webm"),
+    ] {
+        write(&s.root, &format!("types/{name}"), b"x");
+        assert_eq!(
+            s.get(&format!("/types/{name}"), &[]).header("Content-Type"),
+            Some(want),
+            "{name}"
         );
     }
 }

@@ -1,5 +1,5 @@
 //! Path handling over real sockets: percent-decoding, `..` and its encoded forms, NUL bytes,
-//! symlinks leaving the volume, non-regular files (a FIFO must not hang anything), and routing
+//! symlinks leaving the volume (and those inside it that are refused too), non-regular files (a FIFO must not hang anything), and routing
 //! (longest prefix, strip_prefix, split by the documented MurmurHash2 of the decoded path).
 
 mod common;
@@ -88,6 +88,43 @@ fn traversal_is_contained_offload_always() {
 #[test]
 fn traversal_is_contained_offload_never() {
     check_traversal("never");
+}
+
+fn check_links_inside_the_volume(offload: &str) {
+    // The documented limit of RESOLVE_BENEATH: a link is followed only while every step of its
+    // resolution stays beneath the root. Relative links that stay inside work (also through
+    // `..` within the volume); an absolute link, or a relative one that climbs above the root,
+    // is 404 even when its target lies inside the volume.
+    let base = layout();
+    let vol = base.path().join("vol");
+    symlink(vol.join("hello.txt"), vol.join("absolute-inside.txt")).unwrap();
+    symlink("../vol/hello.txt", vol.join("out-and-back.txt")).unwrap();
+    symlink("sub", vol.join("subdir-link")).unwrap();
+    symlink("../sub/inner.txt", vol.join("sub/up-and-down.txt")).unwrap();
+    let s = Server::root(&vol, &["--offload", offload]);
+    for (target, want) in [
+        ("/alias.txt", (200, &b"hello"[..])),
+        ("/sub/up.txt", (200, b"hello")),
+        ("/sub/up-and-down.txt", (200, b"inner")),
+        ("/subdir-link/inner.txt", (200, b"inner")),
+        ("/subdir-link/up.txt", (200, b"hello")),
+    ] {
+        let (st, body) = raw_status(&s, target);
+        assert_eq!((st, body.as_slice()), want, "{target}");
+    }
+    for target in ["/absolute-inside.txt", "/out-and-back.txt"] {
+        assert_eq!(raw_status(&s, target).0, 404, "{target}");
+    }
+}
+
+#[test]
+fn links_inside_the_volume_offload_always() {
+    check_links_inside_the_volume("always");
+}
+
+#[test]
+fn links_inside_the_volume_offload_never() {
+    check_links_inside_the_volume("never");
 }
 
 fn mkfifo(p: &Path) {

@@ -1,6 +1,6 @@
-//! Validators and conditional requests (RFC 9110 §8.8, §13): the ETag we send and the
-//! evaluation of If-Match, If-Unmodified-Since, If-None-Match, If-Modified-Since and If-Range in
-//! the order of §13.2.2. Pure functions: the caller passes the current time.
+//! Validators and conditional requests (RFC 9110 §8.8, §13): the ETag and Last-Modified we send
+//! and the evaluation of If-Match, If-Unmodified-Since, If-None-Match, If-Modified-Since and
+//! If-Range in the order of §13.2.2. Pure functions: the caller passes the current time.
 
 use super::date;
 use super::response::push_hex;
@@ -36,6 +36,19 @@ pub fn entity_tag(v: FileVersion, with_inode: bool, coding: Option<&str>) -> Str
     t
 }
 
+/// The Last-Modified of a file modified at `mtime` in a response dated `now` (both seconds since
+/// the epoch): the mtime, or `now` when the mtime is later (RFC 9110 §8.8.2.1: an origin server
+/// MUST NOT send a Last-Modified later than its Date, and replaces a future one with the Date;
+/// a clock set wrong where the file was written, or an archive's times, give such mtimes). The
+/// value the preconditions compare with ([`Current::last_modified`]) must be this one, so that
+/// a date echoed from a response means what that response said. For a file from the future it
+/// is each response's own Date: an If-Modified-Since echoed from an earlier second is older
+/// than it (200, not 304: nothing shows the file unchanged since then; its ETag, made from the
+/// real mtime, still revalidates), and such a date never satisfies If-Range ([`evaluate`]).
+pub fn last_modified(mtime: i64, now: i64) -> i64 {
+    mtime.min(now)
+}
+
 /// The request's precondition header fields (trimmed values, as received).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Conditions<'a> {
@@ -51,7 +64,8 @@ pub struct Conditions<'a> {
 pub struct Current<'a> {
     /// Strong ETag, quoted.
     pub etag: &'a str,
-    /// Last-Modified, seconds since the epoch; None when it is not sent.
+    /// Last-Modified as sent, seconds since the epoch (for a file: [`last_modified`], never later
+    /// than `now`); None when it is not sent.
     pub last_modified: Option<i64>,
 }
 
@@ -128,18 +142,25 @@ pub fn evaluate(
     }
     // 5. If-Range decides whether a Range applies.
     Precondition::Proceed {
-        range: range_applies(c.if_range, cur),
+        range: range_applies(c.if_range, cur, now),
     }
 }
 
 /// True when a Range header may be honoured: no If-Range, or If-Range names the current strong
-/// ETag, or exactly the current Last-Modified date (§13.1.5).
-fn range_applies(if_range: Option<&str>, cur: &Current<'_>) -> bool {
+/// ETag, or exactly the current Last-Modified date when that date is strong (§13.1.5): at least
+/// one second before `now` (§8.8.2.2, the rule [`strong_validator`] applies to an origin's Date).
+/// A Last-Modified of the current second may still change within it, and one clamped to `now`
+/// ([`last_modified`]: the file's mtime is in the future) is no modification time at all; a
+/// range of either could splice two versions, so it gets the whole representation.
+fn range_applies(if_range: Option<&str>, cur: &Current<'_>, now: i64) -> bool {
     match if_range.map(str::trim) {
         None => true,
         Some(v) if v.starts_with('"') => v == cur.etag,
         Some(v) if v.starts_with("W/") => false,
-        Some(v) => cur.last_modified.is_some() && date::parse(v) == cur.last_modified,
+        Some(v) => match (cur.last_modified, date::parse(v)) {
+            (Some(lm), Some(d)) => d == lm && lm < now,
+            _ => false,
+        },
     }
 }
 
@@ -386,5 +407,61 @@ mod tests {
             NOW,
         );
         assert_eq!(none, Proceed { range: false });
+    }
+
+    #[test]
+    fn last_modified_is_never_later_than_the_date() {
+        assert_eq!(last_modified(LM, NOW), LM);
+        assert_eq!(last_modified(NOW, NOW), NOW);
+        assert_eq!(last_modified(NOW + 86_400, NOW), NOW);
+    }
+
+    /// The preconditions of a file with mtime `mtime`, evaluated at `now` against the
+    /// Last-Modified a response at `now` sends.
+    fn eval_file(c: Conditions<'_>, mtime: i64, now: i64) -> Precondition {
+        let t = tag();
+        let cur = Current {
+            etag: &t,
+            last_modified: Some(last_modified(mtime, now)),
+        };
+        evaluate(&c, &cur, true, now)
+    }
+
+    #[test]
+    fn a_future_mtime_is_dated_now_and_is_never_a_strong_if_range() {
+        let future = NOW + 3600;
+        let (sent, later) = (date::format(NOW), date::format(NOW + 1));
+        fn ims(d: &str) -> Conditions<'_> {
+            conditions(&[("If-Modified-Since", d)])
+        }
+        fn if_range(d: &str) -> Conditions<'_> {
+            conditions(&[("If-Range", d)])
+        }
+        // The date sent at NOW, echoed at NOW: 304; a second later the representation's
+        // Last-Modified is that second's Date, later than the echo: 200.
+        assert_eq!(eval_file(ims(&sent), future, NOW), NotModified);
+        assert_eq!(eval_file(ims(&sent), future, NOW + 1), GO);
+        assert_eq!(eval_file(ims(&later), future, NOW + 1), NotModified);
+        // The real (future) mtime echoed: later than the clock, ignored.
+        assert_eq!(eval_file(ims(&date::format(future)), future, NOW), GO);
+        // If-Unmodified-Since of the date sent, a second later: the file is not shown unchanged.
+        let ius = conditions(&[("If-Unmodified-Since", &sent)]);
+        assert_eq!(eval_file(ius, future, NOW), GO);
+        assert_eq!(eval_file(ius, future, NOW + 1), Failed);
+        // If-Range: a clamped date is no strong validator, nor is an mtime of this second; an
+        // mtime a second or more before the response is.
+        let ignored = Proceed { range: false };
+        assert_eq!(eval_file(if_range(&sent), future, NOW), ignored);
+        assert_eq!(
+            eval_file(if_range(&date::format(future)), future, NOW),
+            ignored
+        );
+        assert_eq!(eval_file(if_range(&sent), NOW, NOW), ignored);
+        assert_eq!(eval_file(if_range(&sent), NOW, NOW + 1), GO);
+        assert_eq!(eval_file(if_range(LM_DATE), LM, NOW), GO);
+        // The ETag (from the real mtime) still matches while the file is unchanged.
+        let t = tag();
+        let inm = conditions(&[("If-None-Match", &t)]);
+        assert_eq!(eval_file(inm, future, NOW + 1), NotModified);
     }
 }

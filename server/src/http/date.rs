@@ -156,6 +156,12 @@ pub fn push_now(out: &mut String) {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
+    push_date(out, now);
+}
+
+/// Append the `Date` header value of the second `now` (a clock reading the caller took and
+/// compares with, e.g. a Last-Modified clamped to it), cached per thread like [`push_now`].
+pub fn push_date(out: &mut String, now: i64) {
     CACHED.with_borrow_mut(|c| {
         if c.0 != now {
             c.0 = now;

@@ -1,7 +1,8 @@
 //! Rendering a directory listing (`routes[].http.listing`) as HTML or JSON: name, size, mtime;
 //! directories first, then files, by name; dotfiles hidden (as nginx `autoindex`); names
-//! HTML-escaped and links percent-encoded; at most the entries the caller read (it caps the
-//! scan at `http.listing_max_entries` and says whether it cut the rest). Pure.
+//! HTML-escaped and links percent-encoded; at most the entries the caller read (it keeps the
+//! first `http.listing_max_entries` in this same order, `fs::listdir`, and says whether it cut
+//! the rest). Pure.
 
 use super::{date, uri};
 use std::fmt::Write;

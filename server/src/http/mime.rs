@@ -119,11 +119,19 @@ impl MediaTypes {
 }
 
 /// Extension -> type. Text types carry `charset=utf-8`; segment and manifest types follow the
-/// HLS (RFC 8216), DASH (ISO/IEC 23009-1) and CMAF (ISO/IEC 23000-19) registrations.
+/// HLS (RFC 8216), DASH (ISO/IEC 23009-1) and CMAF (ISO/IEC 23000-19) registrations. Checked
+/// against nginx's `mime.types` for media and web types: every one of those it lists is here
+/// except the obsolete (`jng`, `mng`, `wbmp`, `ra`, `kar`, `mml`, `htc`), `shtml` (nothing here
+/// runs server-side includes) and `svgz` (gzip bytes, which a browser renders only with
+/// `Content-Encoding: gzip`). Where nginx keeps a legacy name the registered one is used: `js`
+/// `text/javascript` (RFC 9239), `xml` `application/xml` (RFC 7303), `m4a` `audio/mp4`, `m4v`
+/// `video/mp4`, `bmp` `image/bmp` (nginx: `application/javascript`, `text/xml`, `audio/x-m4a`,
+/// `video/x-m4v`, `image/x-ms-bmp`).
 const TABLE: &[(&str, &str)] = &[
     // web
     ("html", "text/html; charset=utf-8"),
     ("htm", "text/html; charset=utf-8"),
+    ("xhtml", "application/xhtml+xml"),
     ("css", "text/css; charset=utf-8"),
     ("js", "text/javascript; charset=utf-8"),
     ("mjs", "text/javascript; charset=utf-8"),
@@ -169,19 +177,35 @@ const TABLE: &[(&str, &str)] = &[
     ("mov", "video/quicktime"),
     ("avi", "video/x-msvideo"),
     ("ogv", "video/ogg"),
+    ("mpg", "video/mpeg"),
+    ("mpeg", "video/mpeg"),
+    ("3gp", "video/3gpp"),
+    ("3gpp", "video/3gpp"),
+    ("3g2", "video/3gpp2"),
+    ("flv", "video/x-flv"),
+    ("wmv", "video/x-ms-wmv"),
+    ("asf", "video/x-ms-asf"),
+    ("asx", "video/x-ms-asf"),
     ("mp3", "audio/mpeg"),
     ("m4a", "audio/mp4"),
     ("aac", "audio/aac"),
     ("ac3", "audio/ac3"),
     ("ec3", "audio/eac3"),
+    ("eac3", "audio/eac3"),
     ("ogg", "audio/ogg"),
     ("oga", "audio/ogg"),
     ("opus", "audio/opus"),
     ("flac", "audio/flac"),
     ("wav", "audio/wav"),
+    ("weba", "audio/webm"),
+    ("mka", "audio/x-matroska"),
+    ("wma", "audio/x-ms-wma"),
+    ("mid", "audio/midi"),
+    ("midi", "audio/midi"),
     // HLS, DASH, CMAF
     ("m3u8", "application/vnd.apple.mpegurl"),
     ("m3u", "audio/mpegurl"),
+    ("xspf", "application/xspf+xml"),
     ("ts", "video/mp2t"),
     ("m2ts", "video/mp2t"),
     ("mpd", "application/dash+xml"),
@@ -240,6 +264,22 @@ mod tests {
             ("p.jxl", "image/jxl"),
             ("f.woff2", "font/woff2"),
             ("m.wasm", "application/wasm"),
+            ("old.MPG", "video/mpeg"),
+            ("old.mpeg", "video/mpeg"),
+            ("phone.3gp", "video/3gpp"),
+            ("phone.3gpp", "video/3gpp"),
+            ("phone.3g2", "video/3gpp2"),
+            ("flash.flv", "video/x-flv"),
+            ("win.wmv", "video/x-ms-wmv"),
+            ("win.asf", "video/x-ms-asf"),
+            ("page.xhtml", "application/xhtml+xml"),
+            ("dolby.eac3", "audio/eac3"),
+            ("dolby.ec3", "audio/eac3"),
+            ("opus.weba", "audio/webm"),
+            ("track.mka", "audio/x-matroska"),
+            ("win.wma", "audio/x-ms-wma"),
+            ("tune.mid", "audio/midi"),
+            ("list.xspf", "application/xspf+xml"),
         ] {
             assert_eq!(content_type(name.as_bytes()), want, "{name}");
         }

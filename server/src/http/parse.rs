@@ -24,7 +24,8 @@ impl Method {
 #[derive(Debug, Clone)]
 pub struct Request {
     pub method: Method,
-    /// The request target's path (origin form; absolute form reduced to its path), query removed.
+    /// The request target's path (origin form; absolute form reduced to its path), query removed;
+    /// `*` for `OPTIONS *` (asterisk-form, [`Request::is_asterisk`]).
     pub path: String,
     /// The query (after `?`, before any `#`), as received.
     pub query: Option<String>,
@@ -51,6 +52,13 @@ pub struct Request {
     pub authorization: Option<String>,
     /// Bytes of the head in the buffer (the next request starts here).
     pub head_len: usize,
+}
+
+impl Request {
+    /// `OPTIONS *`: a question about the server, not about any resource (RFC 9110 §9.3.7).
+    pub fn is_asterisk(&self) -> bool {
+        self.path == "*"
+    }
 }
 
 /// A request that cannot be served; the connection closes after the error response.
@@ -183,6 +191,12 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     };
     let target = req.path.ok_or(ParseError::Bad("no request target"))?;
     let (path, query) = origin_path(target)?;
+    if path == "*" && method.as_str() != "OPTIONS" {
+        // RFC 9112 §3.2.4: the asterisk-form is only used for a server-wide OPTIONS.
+        return Err(ParseError::Bad(
+            "request target '*' of a method other than OPTIONS",
+        ));
+    }
     let mut r = Request {
         method,
         path,
@@ -245,7 +259,7 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             r.has_body = true;
         } else if name.eq_ignore_ascii_case("if-none-match") {
-            r.if_none_match = Some(value()?);
+            r.if_none_match = Some(join(r.if_none_match.take(), value()?));
         } else if name.eq_ignore_ascii_case("if-modified-since") {
             r.if_modified_since = Some(value()?);
         } else if name.eq_ignore_ascii_case("range") {
@@ -298,6 +312,9 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
 }
 
 /// A list-valued field received on several lines is one comma-separated list (RFC 9110 §5.3).
+/// The list-valued fields the request keeps: If-Match, If-None-Match, Accept, Accept-Encoding,
+/// Access-Control-Request-Headers. The others it keeps are single values (a date, a range set,
+/// an origin, a method, credentials): a repeated line of those is not a list, and the last wins.
 fn join(prev: Option<String>, v: String) -> String {
     match prev {
         Some(p) => format!("{p}, {v}"),
@@ -305,26 +322,38 @@ fn join(prev: Option<String>, v: String) -> String {
     }
 }
 
-/// The path and query of an origin-form (`/a/b?q`) or absolute-form (`http://h/a/b?q`) target.
+/// The path and query of an origin-form (`/a/b?q`) or absolute-form (`http://h/a/b?q`) target
+/// (RFC 9112 §3.2). The scheme is matched case-insensitively (RFC 3986 §3.1: `HTTP://` is
+/// `http://`), and the authority ends at the first `/`, `?` or `#` (§3.2), so `http://h?q` is
+/// path `/` with query `q`. The asterisk-form `*` (of `OPTIONS` only, checked by the caller) is
+/// kept as the path `*`.
 fn origin_path(target: &str) -> Result<(String, Option<String>), ParseError> {
+    if target == "*" {
+        return Ok(("*".to_owned(), None));
+    }
     let rest = if target.starts_with('/') {
         target
-    } else if let Some(after) = target
-        .strip_prefix("http://")
-        .or_else(|| target.strip_prefix("https://"))
+    } else if let Some(after) = strip_scheme(target, "http://").or(strip_scheme(target, "https://"))
     {
-        match after.find('/') {
-            Some(i) => &after[i..],
-            None => "/",
-        }
+        &after[after.find(['/', '?', '#']).unwrap_or(after.len())..]
     } else {
         return Err(ParseError::Bad("request target must be a path"));
     };
     let rest = &rest[..rest.find('#').unwrap_or(rest.len())];
-    Ok(match rest.split_once('?') {
-        Some((p, q)) => (p.to_owned(), Some(q.to_owned())),
-        None => (rest.to_owned(), None),
-    })
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q.to_owned())),
+        None => (rest, None),
+    };
+    // An absolute URI without a path: the empty path of an http(s) URI is `/` (RFC 9110 §4.2.3).
+    let path = if path.is_empty() { "/" } else { path };
+    Ok((path.to_owned(), query))
+}
+
+/// `target` after its scheme prefix `scheme` (lower-case, with `://`), compared without case.
+fn strip_scheme<'a>(target: &'a str, scheme: &str) -> Option<&'a str> {
+    let head = target.get(..scheme.len())?;
+    head.eq_ignore_ascii_case(scheme)
+        .then(|| &target[scheme.len()..])
 }
 
 #[cfg(test)]
@@ -461,6 +490,74 @@ mod tests {
         assert!(parse(b"GET / HTTP/1.0\r\nExpect: teapot\r\n\r\n", 8192)
             .unwrap()
             .is_some());
+    }
+
+    #[test]
+    fn absolute_form_scheme_is_case_insensitive() {
+        for (target, path, query) in [
+            ("http://example/x", "/x", None),
+            ("HTTP://example/x", "/x", None),
+            ("Http://example/x?a=1", "/x", Some("a=1")),
+            ("hTtPs://example:443/a/b", "/a/b", None),
+            ("http://example", "/", None),
+            ("HTTP://example?q", "/", Some("q")),
+            ("http://example#frag", "/", None),
+            ("/plain?x#f", "/plain", Some("x")),
+        ] {
+            let req = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
+            let r = parse(req.as_bytes(), 8192).unwrap().unwrap();
+            assert_eq!(
+                (r.path.as_str(), r.query.as_deref()),
+                (path, query),
+                "{target}"
+            );
+            assert!(!r.is_asterisk());
+        }
+        for target in [
+            "ftp://example/x",
+            "http:/x",
+            "HTTP:example",
+            "httpx://e/x",
+            "x",
+        ] {
+            let req = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
+            assert_eq!(status(req.as_bytes()), 400, "{target}");
+        }
+    }
+
+    #[test]
+    fn asterisk_form_is_for_options_only() {
+        let r = parse(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", 8192)
+            .unwrap()
+            .unwrap();
+        assert!(r.is_asterisk());
+        assert_eq!((r.path.as_str(), r.query), ("*", None));
+        for req in [
+            &b"GET * HTTP/1.1\r\nHost: h\r\n\r\n"[..],
+            b"HEAD * HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"options * HTTP/1.1\r\nHost: h\r\n\r\n",
+            b"OPTIONS *x HTTP/1.1\r\nHost: h\r\n\r\n",
+        ] {
+            assert_eq!(status(req), 400, "{}", String::from_utf8_lossy(req));
+        }
+    }
+
+    #[test]
+    fn list_fields_on_several_lines_are_one_list() {
+        let r = parse(
+            b"GET /a HTTP/1.1\r\nHost: h\r\nIf-None-Match: \"a\"\r\nif-none-match: \"b\", \"c\"\r\n\
+              Accept: text/html\r\nAccept: application/json\r\n\
+              Access-Control-Request-Headers: range\r\nAccess-Control-Request-Headers: x-a\r\n\r\n",
+            8192,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.if_none_match.as_deref(), Some("\"a\", \"b\", \"c\""));
+        assert_eq!(r.accept.as_deref(), Some("text/html, application/json"));
+        assert_eq!(
+            r.access_control_request_headers.as_deref(),
+            Some("range, x-a")
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! What to answer for a request, decided without sockets or files: the method (405 unless GET or
-//! HEAD; `OPTIONS` on a CORS route is 204), the preconditions (RFC 9110 §13.2.2: 412, 304,
+//! HEAD; `OPTIONS` on a CORS route is 204, `OPTIONS *` 200), the preconditions (RFC 9110 §13.2.2: 412, 304,
 //! If-Range), the Range (206 with one range or multipart/byteranges, 416), and every head: the
 //! configured headers of the route and media type, CORS, `Vary`, `Content-Encoding` of a
 //! precompressed sibling, the 301 of a directory without its slash and a directory listing.
@@ -21,7 +21,8 @@ use crate::config::{Config, Cors, Precompressed};
 
 /// The extra header of a 405.
 pub const ALLOW: (&str, &str) = ("Allow", "GET, HEAD");
-/// `Allow` on a route with CORS, where `OPTIONS` is answered.
+/// `Allow` on a route with CORS, where `OPTIONS` is answered, and of `OPTIONS *` (the server's
+/// methods: GET and HEAD everywhere, OPTIONS for `*` and on CORS routes).
 const ALLOW_CORS: &str = "GET, HEAD, OPTIONS";
 
 /// The HTTP options of one route, compiled at start.
@@ -139,7 +140,15 @@ impl Policy {
     }
 
     /// Method check. `route`: the request's route when it has one (only `OPTIONS` needs it).
+    /// `OPTIONS *` (asterisk-form, RFC 9112 §3.2.4) asks about the server itself: 200 with
+    /// `Allow` and no content (RFC 9110 §9.3.7), whatever the routes.
     pub fn start(&self, req: &Request, route: Option<usize>, keep_alive: bool) -> Start {
+        if req.is_asterisk() && req.method.as_str() == "OPTIONS" {
+            let head = Head::new(200)
+                .header("Allow", ALLOW_CORS)
+                .header("Content-Length", 0u64);
+            return Start::Done(Answer::small(200, head.finish(keep_alive)));
+        }
         let head_only = match &req.method {
             Method::Get => false,
             Method::Head => true,
@@ -302,7 +311,9 @@ impl Policy {
     ) -> Answer {
         let v = entity.version;
         let etag = conditional::entity_tag(v, self.etag_inode, entity.coding.map(|c| c.token()));
-        let last_modified = HttpDate(v.mtime);
+        // Never later than the Date (RFC 9110 §8.8.2.1); the heads below are dated `now` too.
+        let lm = conditional::last_modified(v.mtime, now);
+        let last_modified = HttpDate(lm);
         let content_type = self.media.for_name(entity.name);
         let conds = Conditions {
             if_match: req.if_match.as_deref(),
@@ -313,7 +324,7 @@ impl Policy {
         };
         let current = Current {
             etag: &etag,
-            last_modified: Some(v.mtime),
+            last_modified: Some(lm),
         };
         let decorate = |head: Head, configured: bool| {
             self.decorate(
@@ -330,7 +341,7 @@ impl Policy {
         let range_ok = match conditional::evaluate(&conds, &current, true, now) {
             Precondition::Failed => {
                 let body = "412 Precondition Failed\n";
-                let head = Head::new(412)
+                let head = Head::dated(412, now)
                     .header("Content-Type", "text/plain; charset=utf-8")
                     .header("Content-Length", body.len());
                 let mut out = decorate(head, false).finish(keep_alive);
@@ -340,7 +351,7 @@ impl Policy {
                 return Answer::small(412, out);
             }
             Precondition::NotModified => {
-                let head = Head::new(304)
+                let head = Head::dated(304, now)
                     .header("ETag", &etag)
                     .header("Last-Modified", last_modified);
                 return Answer::small(304, decorate(head, true).finish(keep_alive));
@@ -360,7 +371,7 @@ impl Policy {
         let (status, length, ctype, body) = match ranges {
             Ranges::Unsatisfiable => {
                 let body = "416 Range Not Satisfiable\n";
-                let head = Head::new(416)
+                let head = Head::dated(416, now)
                     .header("Content-Type", "text/plain; charset=utf-8")
                     .header("Content-Length", body.len())
                     .header("Content-Range", format_args!("bytes */{}", v.size));
@@ -398,7 +409,7 @@ impl Policy {
                 )
             }
         };
-        let mut head = Head::new(status)
+        let mut head = Head::dated(status, now)
             .header("Content-Type", ctype.as_deref().unwrap_or(content_type))
             .header("Content-Length", length);
         if let Some(c) = entity.coding {
@@ -578,6 +589,28 @@ mod tests {
     }
 
     #[test]
+    fn options_asterisk_is_about_the_server() {
+        let r = parse::parse(b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n", 8192)
+            .unwrap()
+            .unwrap();
+        for p in [
+            policy(""),
+            policy(
+                "[[routes]]\nprefix = \"/\"\nvolume = \"a\"\n[routes.http.cors]\nallow_origins = [\"*\"]\n",
+            ),
+        ] {
+            let Start::Done(a) = p.start(&r, None, true) else {
+                panic!("answered")
+            };
+            assert_eq!((a.status, &a.body), (200, &Body::None));
+            let h = text(&a);
+            assert!(h.contains("\r\nAllow: GET, HEAD, OPTIONS\r\n"), "{h}");
+            assert!(h.contains("\r\nContent-Length: 0\r\n"), "{h}");
+            assert!(h.ends_with("\r\n\r\n"), "{h}");
+        }
+    }
+
+    #[test]
     fn preconditions_and_their_heads() {
         let p = policy("[http.media_headers.m4s]\ncache_control = \"max-age=60\"\n");
         let a = answer(&p, &req("GET", &["If-Match: \"x\""]), 10);
@@ -588,6 +621,66 @@ mod tests {
         let h = text(&a);
         assert!(h.contains("Cache-Control: max-age=60\r\n"), "{h}");
         assert!(!h.contains("Content-Length"), "{h}");
+    }
+
+    #[test]
+    fn last_modified_is_never_later_than_the_date() {
+        let p = policy("");
+        let header = |a: &Answer, name: &str| {
+            let h = text(a);
+            let start = h.find(&format!("\r\n{name}: ")).expect(name) + name.len() + 4;
+            h[start..start + h[start..].find("\r\n").unwrap()].to_string()
+        };
+        let future = Entity {
+            version: FileVersion {
+                mtime: NOW + 86_400,
+                ..entity(10).version
+            },
+            ..entity(10)
+        };
+        let now = crate::http::date::format(NOW);
+        for r in [
+            req("GET", &[]),
+            req("GET", &["Range: bytes=0-1"]),
+            req("HEAD", &[]),
+        ] {
+            let a = p.plan(&r, Some(0), r.method == Method::Head, &future, true, NOW);
+            assert_eq!(header(&a, "Date"), now);
+            assert_eq!(header(&a, "Last-Modified"), now);
+        }
+        // The date sent, echoed in the same second: 304 with the same dates; the ETag still
+        // names the real mtime (2ebc98a1 + 1 day), so it revalidates in any second.
+        let ims = format!("If-Modified-Since: {now}");
+        let a = p.plan(&req("GET", &[&ims]), Some(0), false, &future, true, NOW);
+        assert_eq!(a.status, 304);
+        assert_eq!(header(&a, "Last-Modified"), now);
+        let tag = header(&a, "ETag");
+        let a = p.plan(&req("GET", &[&ims]), Some(0), false, &future, true, NOW + 1);
+        assert_eq!(a.status, 200);
+        let inm = format!("If-None-Match: {tag}");
+        let a = p.plan(&req("GET", &[&inm]), Some(0), false, &future, true, NOW + 1);
+        assert_eq!(a.status, 304);
+        // If-Range with the date sent: not a strong validator, the whole file.
+        let a = p.plan(
+            &req("GET", &["Range: bytes=0-1", &format!("If-Range: {now}")]),
+            Some(0),
+            false,
+            &future,
+            true,
+            NOW,
+        );
+        assert_eq!(a.status, 200);
+        // A past mtime is sent as it is, and If-Range with it applies the range.
+        let a = answer(&p, &req("GET", &[]), 10);
+        assert_eq!(
+            header(&a, "Last-Modified"),
+            crate::http::date::format(MTIME)
+        );
+        let ir = format!("If-Range: {}", crate::http::date::format(MTIME));
+        assert_eq!(
+            answer(&p, &req("GET", &["Range: bytes=0-1", &ir]), 10).status,
+            206
+        );
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! The `Range` request header (RFC 9110 §14): which bytes of a representation of a given size
 //! to send. One satisfiable range -> 206 with it; several -> 206 multipart/byteranges (framing
-//! in [`super::multipart`]); none satisfiable -> 416. A server may ignore Range, and this one
-//! does (200 with everything) for malformed or non-`bytes` ranges, for more ranges than
-//! `max_ranges` (nginx `max_ranges`; 0 disables ranges), and for overlapping sets (whose total can
-//! exceed the file: a known amplification attack, RFC 9110 §17.15).
+//! in [`super::multipart`]); none satisfiable -> 416. A suffix range (`-n`, n > 0) of an empty
+//! representation is satisfiable (RFC 9110 §14.1.1) but selects no byte, and no `Content-Range`
+//! can name zero bytes: it gets 200 with the empty representation (as nginx answers). A server
+//! may ignore Range, and this one does (200 with everything) for malformed or non-`bytes` ranges,
+//! for more ranges than `max_ranges` (nginx `max_ranges`; 0 disables ranges), and for
+//! overlapping sets (whose total can exceed the file: a known amplification attack, RFC 9110
+//! §17.15).
 
 /// Bytes `start..=end` of the representation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +109,11 @@ pub fn plan(header: Option<&str>, size: u64, max_ranges: usize) -> Ranges {
     }
     let mut ranges: Vec<ByteRange> = specs.iter().filter_map(|s| resolve(s, size)).collect();
     match ranges.len() {
+        // RFC 9110 §14.1.1: "If the selected representation has zero length, the only
+        // satisfiable form of range-spec is a suffix-range with a non-zero suffix-length."
+        0 if size == 0 && specs.iter().any(|s| matches!(s, Spec::Suffix(n) if *n > 0)) => {
+            return Ranges::Full
+        }
         0 => return Ranges::Unsatisfiable,
         1 => return Ranges::One(ranges[0]),
         _ => {}
@@ -144,6 +152,18 @@ mod tests {
         assert_eq!(p("BYTES=1-2", 100), one(1, 2));
         assert_eq!(p("bytes=100-", 100), Ranges::Unsatisfiable);
         assert_eq!(p("bytes=-0", 100), Ranges::Unsatisfiable);
+        assert_eq!(p("bytes=0-", 0), Ranges::Unsatisfiable);
+        assert_eq!(p("bytes=0-0", 0), Ranges::Unsatisfiable);
+        assert_eq!(p("bytes=-0", 0), Ranges::Unsatisfiable);
+    }
+
+    #[test]
+    fn a_suffix_of_an_empty_representation_is_satisfiable() {
+        // RFC 9110 §14.1.1: satisfiable, but there is no byte to send: the whole (empty) file.
+        assert_eq!(p("bytes=-5", 0), Ranges::Full);
+        assert_eq!(p("bytes=-1", 0), Ranges::Full);
+        assert_eq!(p("bytes=0-,-5", 0), Ranges::Full);
+        assert_eq!(p("bytes=-5,-3", 0), Ranges::Full);
         assert_eq!(p("bytes=0-", 0), Ranges::Unsatisfiable);
         assert_eq!(
             p("bytes=99999999999999999999999-", 100),

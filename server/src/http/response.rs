@@ -127,15 +127,26 @@ pub struct Head {
 }
 
 impl Head {
-    /// Status line plus `Server` and `Date`.
+    /// Status line plus `Server` and `Date` (now).
     pub fn new(status: u16) -> Head {
+        Head::start(status, super::date::push_now)
+    }
+
+    /// Status line plus `Server` and `Date` of the second `now` (seconds since the epoch): for
+    /// a head whose other dates were computed from that same clock reading (a Last-Modified
+    /// clamped to it, `Expires` = now + N), so they cannot disagree with `Date`.
+    pub fn dated(status: u16, now: i64) -> Head {
+        Head::start(status, |buf| super::date::push_date(buf, now))
+    }
+
+    fn start(status: u16, date: impl FnOnce(&mut String)) -> Head {
         let mut buf = String::with_capacity(320);
         buf.push_str("HTTP/1.1 ");
         push_u64(&mut buf, u64::from(status));
         buf.push(' ');
         buf.push_str(reason(status));
         buf.push_str("\r\nServer: content-server\r\nDate: ");
-        super::date::push_now(&mut buf);
+        date(&mut buf);
         buf.push_str("\r\n");
         Head { buf }
     }
