@@ -84,10 +84,18 @@ pub fn open_beneath(
     resolve: ResolveFlags,
 ) -> Result<OwnedFd, Errno> {
     let path = OsStr::from_bytes(if rel.is_empty() { b"." } else { rel });
-    BENEATH_NOATIME.open(OPEN_FLAGS, |flags| loop {
-        match rustix::fs::openat2(root, path, flags, Mode::empty(), resolve) {
-            Err(Errno::INTR) => continue,
-            r => return r,
+    // Without RESOLVE_CACHED, EAGAIN means a rename somewhere on the system raced a `..` step
+    // of a scoped lookup (the kernel cannot prove it stayed beneath): worth a few more tries.
+    BENEATH_NOATIME.open(OPEN_FLAGS, |flags| {
+        let mut raced = 0;
+        loop {
+            match rustix::fs::openat2(root, path, flags, Mode::empty(), resolve) {
+                Err(Errno::INTR) => continue,
+                Err(Errno::AGAIN) if !resolve.contains(ResolveFlags::CACHED) && raced < 32 => {
+                    raced += 1;
+                }
+                r => return r,
+            }
         }
     })
 }
@@ -273,6 +281,42 @@ mod tests {
             10
         );
         assert_eq!(crate::fs::test_support::atime(&path), before);
+    }
+
+    #[test]
+    fn a_rename_elsewhere_never_fails_a_lookup_through_dotdot() {
+        // A `..` step of a RESOLVE_BENEATH lookup fails with EAGAIN when any rename on the
+        // system runs meanwhile; the blocking open tries again instead of failing the request.
+        let dir = disk_tempdir();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("a.txt"), b"a").unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let renamer = {
+            let (stop, d) = (stop.clone(), dir.path().to_path_buf());
+            std::thread::spawn(move || {
+                std::fs::write(d.join("x"), b"x").unwrap();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::fs::rename(d.join("x"), d.join("y")).unwrap();
+                    std::fs::rename(d.join("y"), d.join("x")).unwrap();
+                }
+            })
+        };
+        let root = root_fd(dir.path());
+        let mut failed = Vec::new();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while std::time::Instant::now() < until {
+            if let Err(e) = open_beneath(root.as_fd(), b"sub/../a.txt", BENEATH) {
+                failed.push(e);
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        renamer.join().unwrap();
+        assert!(
+            failed.is_empty(),
+            "{} failed: {:?}",
+            failed.len(),
+            failed.first()
+        );
     }
 
     #[test]
