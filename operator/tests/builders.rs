@@ -5,7 +5,8 @@ mod support;
 
 use content_operator::builders::configmap::{config_hash, configmap, render, server_config};
 use content_operator::builders::workload::{
-    deployment, pod_template, statefulset, termination_grace_secs, WorkloadKind,
+    claim_template_signature, deployment, pod_template, statefulset, termination_grace_secs,
+    WorkloadKind,
 };
 use content_operator::builders::{
     self, expose, hpa, networkpolicy, pdb, service, servicemonitor, CONFIG_HASH_ANNOTATION,
@@ -794,4 +795,25 @@ fn contentserver_names_must_leave_room_for_child_names() {
         !validate_name("media.v2").is_empty(),
         "no dots in Service names"
     );
+}
+
+/// A claim size as the API server stores it (canonical: `4096Gi` comes back as `4Ti`) is the
+/// same claim template: no replacement of the StatefulSet (it was replaced on every other
+/// reconcile, forever); another size is a change.
+#[test]
+fn a_claim_size_in_canonical_form_is_no_change() {
+    let signature = |size: &str| {
+        let mut cs = example("media-node.yaml");
+        for v in &mut cs.spec.volumes {
+            if let Some(t) = v.source.claim_template.as_mut() {
+                t.size = size.to_string();
+            }
+        }
+        let sts = statefulset(&cs, "h").spec.expect("spec");
+        claim_template_signature(&sts.volume_claim_templates.expect("templates"))
+    };
+    assert_eq!(signature("4096Gi"), signature("4Ti"));
+    assert_eq!(signature("1024Mi"), signature("1Gi"));
+    assert_eq!(signature("1.5T"), signature("1500G"));
+    assert_ne!(signature("4Ti"), signature("8Ti"));
 }

@@ -383,7 +383,9 @@ pub fn statefulset(cs: &ContentServer, config_hash: &str) -> StatefulSet {
     }
 }
 
-/// A comparable summary of claim templates: what the API server forbids changing.
+/// A comparable summary of claim templates: what the API server forbids changing. Sizes are
+/// compared in bytes: the API server stores a quantity in its canonical form (`1024Mi` comes
+/// back as `1Gi`), which must not read as a change.
 pub fn claim_template_signature(templates: &[PersistentVolumeClaim]) -> Vec<String> {
     let mut sig: Vec<String> = templates
         .iter()
@@ -392,7 +394,13 @@ pub fn claim_template_signature(templates: &[PersistentVolumeClaim]) -> Vec<Stri
             let size = spec
                 .resources
                 .and_then(|r| r.requests)
-                .and_then(|r| r.get("storage").map(|q| q.0.clone()))
+                .and_then(|r| {
+                    r.get("storage")
+                        .map(|q| match crate::crd::quantity_bytes(&q.0) {
+                            Some(bytes) => bytes.to_string(),
+                            None => q.0.clone(),
+                        })
+                })
                 .unwrap_or_default();
             format!(
                 "{}|{}|{}|{}",
