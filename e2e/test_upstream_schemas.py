@@ -4,7 +4,9 @@
   against the in-memory API of e2e/lib/fake_kube.py with the optional CRDs installed, so every
   optional kind is rendered), whatever kinds they are;
 - every manifest of the Helm chart, with default values and with every toggle on, and its CRDs;
-- the other documents of examples/ (an HPA, ...).
+- the other documents of examples/ (an HPA, ...);
+- the ContentServer fields copied into an upstream object (a ServiceMonitor's interval, an
+  HTTPRoute's parentRefs) take exactly the values the upstream schema takes.
 
 Built-in kinds: `kubernetes-validate`, strict, for the Kubernetes version of the operator's
 k8s-openapi feature. Gateway API and Prometheus Operator kinds: their released CRDs in the shared
@@ -252,3 +254,43 @@ def test_a_broken_httproute_is_rejected(children: dict, path: str, value, words:
 def test_a_kind_without_schema_is_an_error_not_a_pass() -> None:
     with pytest.raises(U.NoSchema):
         U.errors({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})
+
+
+def _storage_schema(crd: dict) -> dict:
+    (v,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    return v["schema"]["openAPIV3Schema"]
+
+
+# Fields of a ContentServer copied as they are into an upstream object: (path in our spec,
+# (group, kind), path in that kind's schema). Each must be as strict as the field it lands in,
+# else the CRD takes a value that the apply of the child is refused with, forever.
+PASSED_THROUGH = [
+    (["metrics", "serviceMonitor", "interval"], ("monitoring.coreos.com", "ServiceMonitor"),
+     ["spec", "endpoints", "items", "interval"]),
+    (["expose", "httpRoute", "parentRefs", "items", "namespace"],
+     ("gateway.networking.k8s.io", "HTTPRoute"), ["spec", "parentRefs", "items", "namespace"]),
+    (["expose", "httpRoute", "parentRefs", "items", "sectionName"],
+     ("gateway.networking.k8s.io", "HTTPRoute"), ["spec", "parentRefs", "items", "sectionName"]),
+]
+
+
+def _field(schema: dict, path: list[str]) -> dict:
+    for p in path:
+        schema = schema["items"] if p == "items" else schema["properties"][p]
+    return schema
+
+
+@pytest.mark.parametrize("ours,kind,theirs", PASSED_THROUGH, ids=lambda x: ".".join(x) if isinstance(x, list) else None)
+def test_fields_passed_to_upstream_objects_are_as_strict_as_theirs(ours, kind, theirs) -> None:
+    crd = yaml.safe_load((ROOT / "crds" / "contentservers.contentserver.dev.yaml").read_text())
+    mine = _field(_storage_schema(crd)["properties"]["spec"], ours)
+    upstream = _field(_storage_schema(U.upstream_crds()[kind]), theirs)
+    assert "pattern" in mine, f"spec.{'.'.join(ours)} has no pattern; upstream: {upstream.get('pattern')}"
+    samples = ["30s", "1m", "1min", "1h30m", "0", "5ms", "abc", "infra", "Infra_GW", "a-b", "-a",
+               "https", "HTTPS_Listener", "a.b", "a..b", "x" * 64]
+    for s in samples:
+        ok_mine = re.search(U.translate_pattern(mine["pattern"]), s) is not None \
+            and len(s) <= mine.get("maxLength", 10**9)
+        ok_theirs = re.search(upstream["pattern"], s) is not None \
+            and len(s) <= upstream.get("maxLength", 10**9)
+        assert ok_mine == ok_theirs, (s, mine["pattern"], upstream["pattern"])

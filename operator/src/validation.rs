@@ -142,6 +142,13 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
             "must differ from spec.server.port".into(),
         );
     }
+    if spec.service.port == spec.metrics.port {
+        // The Service has a port for each: Kubernetes refuses two with the same number.
+        push(
+            "spec.service.port".into(),
+            "must differ from spec.metrics.port (the Service exposes both)".into(),
+        );
+    }
     match &spec.pdb.max_unavailable {
         IntOrString::Int(n) if *n < 0 => push(
             "spec.pdb.maxUnavailable".into(),
@@ -277,6 +284,12 @@ pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
     for (i, v) in spec.volumes.iter().enumerate() {
         let Some(c) = &v.cache else { continue };
         let f = format!("spec.volumes[{i}].cache");
+        if v.source.image.is_some() {
+            push(
+                f.clone(),
+                "a cache volume is written by the server: an image volume is read-only".into(),
+            );
+        }
         if quantity_bytes(&c.slice_size).is_none() {
             push(
                 format!("{f}.sliceSize"),

@@ -817,3 +817,27 @@ fn a_claim_size_in_canonical_form_is_no_change() {
     assert_eq!(signature("1.5T"), signature("1500G"));
     assert_ne!(signature("4Ti"), signature("8Ti"));
 }
+
+/// What the CRD's CEL refuses is also reported on its spec field when the spec reaches the
+/// operator (a cluster without CEL): a cache on an image volume (read-only: the pods would
+/// crash-loop on it) and a Service port equal to the metrics port (Kubernetes refuses the
+/// Service, and every later apply with it).
+#[test]
+fn image_cache_volumes_and_a_service_port_on_the_metrics_port_are_reported() {
+    let mut cs = example("edge-cache.yaml");
+    cs.spec.volumes[0].source = serde_json::from_value(serde_json::json!({
+        "image": {"reference": "registry.example/cache-seed:1"}
+    }))
+    .expect("source");
+    let errs = validate(&cs.spec);
+    assert!(
+        errs.iter()
+            .any(|e| e.field == "spec.volumes[0].cache" && e.message.contains("read-only")),
+        "{errs:?}"
+    );
+    let mut cs = example("minimal.yaml");
+    cs.spec.service.port = cs.spec.metrics.port;
+    let errs = validate(&cs.spec);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, "spec.service.port");
+}

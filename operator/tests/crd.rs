@@ -379,6 +379,20 @@ fn cel_requires_routes_for_several_volumes_and_distinct_ports() {
     let mut obj = defaulted("minimal.yaml");
     obj["spec"]["metrics"]["port"] = json!(8080);
     assert_rejected(&obj, "metrics.port must differ from server.port");
+    // The Service exposes the service port and the metrics port: Kubernetes refuses a Service
+    // with the same port twice.
+    let mut obj = defaulted("minimal.yaml");
+    obj["spec"]["service"]["port"] = obj["spec"]["metrics"]["port"].clone();
+    assert_rejected(&obj, "service.port must differ from metrics.port");
+}
+
+#[test]
+fn cel_rejects_a_cache_on_an_image_volume() {
+    let mut obj = defaulted("edge-cache.yaml");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    let source = &mut obj["spec"]["volumes"][0]["source"];
+    *source = json!({"image": {"reference": "registry.example/cache-seed:1"}});
+    assert_rejected(&obj, "an image volume is read-only");
 }
 
 #[test]

@@ -56,11 +56,18 @@ pub struct GatewayParentRef {
     /// Name of the Gateway.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
-    /// Namespace of the Gateway (default: the ContentServer's).
-    #[schemars(length(min = 1, max = 63))]
+    /// Namespace of the Gateway (default: the ContentServer's). A DNS label, as the Gateway
+    /// API's own schema requires.
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub namespace: Option<String>,
-    /// A listener of the Gateway, by name.
-    #[schemars(length(min = 1, max = 253))]
+    /// A listener of the Gateway, by name (a DNS subdomain, as the Gateway API requires).
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub section_name: Option<String>,
     /// A listener of the Gateway, by port.
     #[schemars(range(min = 1, max = 65535))]

@@ -96,6 +96,12 @@ pub const MAX_VOLUME_NAME: usize = 59;
         "reason": "FieldValueForbidden"
     },
     {
+        "rule": "!has(self.metrics) || !has(self.metrics.port) || !has(self.service) || !has(self.service.port) || self.metrics.port != self.service.port",
+        "message": "service.port must differ from metrics.port: the Service exposes both",
+        "fieldPath": ".service.port",
+        "reason": "FieldValueDuplicate"
+    },
+    {
         "rule": "!has(self.metrics) || !has(self.metrics.port) || !has(self.server) || !has(self.server.port) || self.metrics.port != self.server.port",
         "message": "metrics.port must differ from server.port",
         "fieldPath": ".metrics.port"

@@ -70,7 +70,11 @@ pub struct ServiceMonitorSpec {
     /// Labels on the ServiceMonitor (to match the Prometheus selector).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
-    /// Scrape interval such as `30s`.
+    /// Scrape interval such as `30s` (a Prometheus duration: the Prometheus Operator's own
+    /// pattern, so a value it would refuse is refused here, not when the ServiceMonitor is applied).
+    #[schemars(regex(
+        pattern = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+    ))]
     pub interval: Option<String>,
 }
 

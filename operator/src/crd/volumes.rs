@@ -9,6 +9,12 @@ use serde::{Deserialize, Serialize};
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.cache) || !has(self.source.image)",
+    "message": "a cache volume is written by the server: an image volume is read-only",
+    "fieldPath": ".cache",
+    "reason": "FieldValueForbidden"
+}]))]
 pub struct VolumeSpec {
     /// Unique name: the server's volume and pool name (metrics label `volume`).
     #[schemars(
