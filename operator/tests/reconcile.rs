@@ -825,3 +825,50 @@ async fn cache_bigger_than_its_claim_is_invalid_spec_naming_the_field() {
         rec.message
     );
 }
+
+/// Neither replacement takes the service down, and the status says so: while the StatefulSet is
+/// replaced its orphaned pods keep serving (as last seen), and while the StatefulSet of a
+/// Deployment -> StatefulSet switch is not ready the Deployment's ready pods serve. Available
+/// stays True, the ready count is the serving pods', and no NoReadyReplicas Warning is emitted
+/// (it said 0/3 ready during a no-outage replacement).
+#[tokio::test]
+async fn replacements_keep_the_serving_pods_in_the_status() {
+    let (fake, ctx, name) = reconciled("media-node.yaml").await;
+    fake.set_rolled_out(&statefulsets(), &name, 3);
+    let cs = run(&fake, &ctx, &name).await;
+    assert_eq!(condition(&cs, "Available").status, "True");
+    let events = fake.events().len();
+    let cs = edit_and_run(&fake, &ctx, &name, |cs| {
+        cs["spec"]["volumes"][0]["source"]["claimTemplate"]["size"] = json!("8Ti")
+    })
+    .await;
+    assert!(fake.get(&statefulsets(), &name).is_none(), "being replaced");
+    let st = cs.status.clone().expect("status");
+    assert_eq!(st.ready_replicas, 3);
+    assert_eq!(condition(&cs, "Available").status, "True");
+    assert_eq!(condition(&cs, "Progressing").status, "True");
+    assert!(
+        !fake.events()[events..]
+            .iter()
+            .any(|(_, reason, _)| reason == "NoReadyReplicas"),
+        "{:?}",
+        &fake.events()[events..]
+    );
+
+    let (fake, ctx, name) = reconciled("minimal.yaml").await;
+    fake.set_rolled_out(&deployments(), &name, 1);
+    let cs = run(&fake, &ctx, &name).await;
+    assert_eq!(condition(&cs, "Available").status, "True");
+    let events = fake.events().len();
+    let cs = edit_and_run(&fake, &ctx, &name, |cs| {
+        cs["spec"]["volumes"][0]["source"] =
+            json!({"claimTemplate": {"size": "10Gi", "accessModes": ["ReadWriteOnce"]}})
+    })
+    .await;
+    assert!(fake.get(&deployments(), &name).is_some());
+    assert_eq!(cs.status.clone().expect("status").ready_replicas, 1);
+    assert_eq!(condition(&cs, "Available").status, "True");
+    assert!(!fake.events()[events..]
+        .iter()
+        .any(|(_, reason, _)| reason == "NoReadyReplicas"));
+}

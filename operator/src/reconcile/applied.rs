@@ -16,6 +16,8 @@ pub struct Applied {
     pub notes: Vec<String>,
     /// Children not applied because their kind's CRD is not installed, as `Kind (crd name)`.
     pub missing_crds: Vec<String>,
+    /// Ready pods of the workload of the other kind, still serving until the new one is ready.
+    pub serving_elsewhere: i32,
 }
 
 impl Applied {

@@ -43,6 +43,7 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
         state: None,
         notes: Vec::new(),
         missing_crds: Vec::new(),
+        serving_elsewhere: 0,
     };
     match applied.kind {
         WorkloadKind::StatefulSet => {

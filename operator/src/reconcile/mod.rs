@@ -142,10 +142,18 @@ async fn reconcile_steps(
 async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Action, Error> {
     let cs = scope.cs;
     let replacing = applied.replacing();
+    // While the StatefulSet is replaced its orphaned pods keep serving, as last seen; while the
+    // workload of the other kind still runs, its ready pods serve.
     let w = applied.state.unwrap_or(WorkloadState {
         desired: cs.spec.replicas,
+        replicas: scope.previous.replicas,
+        ready: scope.previous.ready_replicas,
         ..WorkloadState::default()
     });
+    let w = WorkloadState {
+        ready: w.ready + applied.serving_elsewhere,
+        ..w
+    };
     let note = (!applied.notes.is_empty()).then(|| applied.notes.join("; "));
     let mut conditions = status::workload_conditions(
         &scope.previous.conditions,

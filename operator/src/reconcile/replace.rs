@@ -71,13 +71,29 @@ pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Resu
     match applied.kind {
         WorkloadKind::StatefulSet => {
             let deps: Api<Deployment> = scope.api();
-            remove_when_ready(&deps, scope, ready, ["Deployment", "StatefulSet"], applied).await?;
+            let serving = |d: &Deployment| d.status.as_ref().and_then(|s| s.ready_replicas);
+            remove_when_ready(
+                &deps,
+                scope,
+                ready,
+                ["Deployment", "StatefulSet"],
+                serving,
+                applied,
+            )
+            .await?;
         }
         WorkloadKind::Deployment => {
             let stss: Api<StatefulSet> = scope.api();
-            let sts_remains =
-                remove_when_ready(&stss, scope, ready, ["StatefulSet", "Deployment"], applied)
-                    .await?;
+            let serving = |s: &StatefulSet| s.status.as_ref().and_then(|s| s.ready_replicas);
+            let sts_remains = remove_when_ready(
+                &stss,
+                scope,
+                ready,
+                ["StatefulSet", "Deployment"],
+                serving,
+                applied,
+            )
+            .await?;
             if !sts_remains {
                 let svcs: Api<Service> = scope.api();
                 delete_if_exists(
@@ -92,12 +108,14 @@ pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Resu
     Ok(())
 }
 
-/// Delete our workload of kind `[old, new]`'s `old` when `ready`; true when it still exists.
+/// Delete our workload of kind `[old, new]`'s `old` when `ready`; true when it still exists
+/// (its ready pods, by `serving`, then count as serving in the status).
 async fn remove_when_ready<K>(
     api: &Api<K>,
     scope: &Scope<'_>,
     ready: bool,
     [old, new]: [&str; 2],
+    serving: impl Fn(&K) -> Option<i32>,
     applied: &mut Applied,
 ) -> Result<bool, Error>
 where
@@ -111,6 +129,7 @@ where
         applied.notes.push(format!(
             "the previous {old} keeps serving until the {new} is ready"
         ));
+        applied.serving_elsewhere = serving(&existing).unwrap_or(0);
         return Ok(true);
     }
     delete_if_exists(api, &existing.name_any(), &DeleteParams::background()).await?;
