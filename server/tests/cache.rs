@@ -471,6 +471,35 @@ fn refused_origin_is_a_clean_502() {
     let n = node(d.path(), &[common::origin::refused_url()], "", "");
     let r = get(&n, "/x", "");
     assert_eq!(r.status, 502);
+    // Counted by its X-Cache, like every answer of a cache route.
+    assert_eq!(xcache(&r), "MISS");
+    let miss = [("status", "miss")];
+    assert_eq!(
+        volume_metric(&n, "contentserver_cache_requests_total", &miss),
+        1.0
+    );
+}
+
+/// A stored 204 is served without Content-Length (RFC 9110 §8.6), stored or not.
+#[test]
+fn a_stored_no_content_answer_has_no_length() {
+    let (o, n) = origin_and_node(SLICED);
+    o.put(
+        "/204",
+        Object::new(Vec::new())
+            .status(204)
+            .cache_control("max-age=3600"),
+    );
+    for want in ["MISS", "HIT"] {
+        let r = get(&n, "/204", "");
+        assert_eq!((r.status, xcache(&r)), (204, want));
+        assert!(
+            r.header("Content-Length").is_none(),
+            "{want}: {:?}",
+            r.headers
+        );
+        wait_committed(&n);
+    }
 }
 
 #[test]

@@ -177,3 +177,19 @@ fn serve_origin_with_cache_dirs_starts() {
     let r = s.get("/other");
     assert!((400..600).contains(&r.status), "{}", r.status);
 }
+
+/// `strip_prefix` on a cache route was accepted and ignored (the origin got the whole path):
+/// now an error naming it.
+#[test]
+fn check_config_refuses_strip_prefix_on_a_cache_route() {
+    let bad = CACHE_CONFIG.replacen(
+        "origin = \"origin\"",
+        "origin = \"origin\"\nstrip_prefix = true",
+        1,
+    );
+    assert_ne!(bad, CACHE_CONFIG);
+    check_config_fails(
+        &bad,
+        &["routes[0].strip_prefix: a cache route asks the origin"],
+    );
+}

@@ -140,7 +140,10 @@ pub async fn respond(
             cv.count(CacheStatus::Bypass);
             cx.fetch_through().await
         }
-        First::Error(status, total) => cx.error(status, total, CacheStatus::Miss).await,
+        First::Error(status, total) => {
+            cv.count(CacheStatus::Miss);
+            cx.error(status, total, CacheStatus::Miss).await
+        }
         First::PastEnd(s0) => cx.serve(Source::Stored(s0), 0, CacheStatus::Hit).await,
     }
 }
@@ -573,7 +576,11 @@ impl Ctx<'_> {
         if let Some(t) = &multipart_type {
             head = head.header("Content-Type", t);
         }
-        head = validators(head).header("Content-Length", len);
+        head = validators(head);
+        if code != 204 {
+            // A 204 has no body and no Content-Length (RFC 9110 §8.6).
+            head = head.header("Content-Length", len);
+        }
         if !whole_answer {
             let accept = if max_ranges == 0 { "none" } else { "bytes" };
             head = head.header("Accept-Ranges", accept);

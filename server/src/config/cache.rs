@@ -277,6 +277,12 @@ pub(super) fn check_cache_route(
             if !origins.contains(o.as_str()) {
                 e.push(format!("{f}.origin"), format!("no origin named {o:?}"));
             }
+            if r.strip_prefix {
+                e.push(
+                    format!("{f}.strip_prefix"),
+                    "a cache route asks the origin for the request's whole path (and keys it so): strip_prefix is for static routes",
+                );
+            }
             for (field, v) in targets {
                 if is_cache(v) == Some(false) {
                     e.push(

@@ -246,11 +246,8 @@ pub fn evaluate(
         };
         Some((exp - date.unwrap_or(now)).max(0) as u64)
     };
-    let lifetime = d
-        .s_maxage
-        .or(d.max_age)
-        .or_else(expires)
-        .or_else(|| policy.valid_for(status));
+    let from_origin = d.s_maxage.or(d.max_age).or_else(expires);
+    let lifetime = from_origin.or_else(|| policy.valid_for(status));
     let Some(lifetime) = lifetime else {
         return No(NotStorable::NoLifetime(status));
     };
@@ -266,11 +263,20 @@ pub fn evaluate(
         });
     let no_cache = d.no_cache || pragma_no_cache;
     let must_revalidate = d.must_revalidate || no_cache;
+    // An origin that gives no lifetime at all (`max-age=0`, an Expires not after its Date) asks
+    // for every use to be revalidated: the route's default stale-while-revalidate, meant for
+    // lifetimes that ran out, does not apply (its own `stale-while-revalidate` does).
+    let stale_at_once = from_origin == Some(0);
     let (swr, sie) = if must_revalidate {
         (0, 0)
     } else {
+        let default_swr = if stale_at_once {
+            0
+        } else {
+            policy.stale_while_revalidate_secs
+        };
         (
-            d.swr.unwrap_or(policy.stale_while_revalidate_secs),
+            d.swr.unwrap_or(default_swr),
             d.sie.unwrap_or(policy.stale_if_error_secs),
         )
     };
@@ -385,6 +391,46 @@ mod tests {
             storable(eval(200, &[("expires", past.as_str())])).fresh_for,
             0
         );
+    }
+
+    #[test]
+    fn no_lifetime_from_the_origin_is_revalidated_not_served_stale() {
+        let policy = CachePolicy::default();
+        assert!(policy.stale_while_revalidate_secs > 0);
+        for headers in [
+            vec![("cache-control", "max-age=0")],
+            vec![("cache-control", "s-maxage=0, max-age=600")],
+            vec![("expires", "0")],
+            vec![
+                ("date", "Tue, 14 Nov 2023 22:13:20 GMT"),
+                ("expires", "Tue, 14 Nov 2023 22:13:20 GMT"),
+            ],
+        ] {
+            let f = storable(evaluate(200, &h(&headers), &policy, false, NOW));
+            assert_eq!(
+                (f.fresh_for, f.stale_while_revalidate),
+                (0, 0),
+                "{headers:?}"
+            );
+            assert_eq!(f.stale_if_error, policy.stale_if_error_secs, "{headers:?}");
+        }
+        // Its own stale-while-revalidate still counts; a lifetime that runs out gets the default.
+        let f = storable(evaluate(
+            200,
+            &h(&[("cache-control", "max-age=0, stale-while-revalidate=30")]),
+            &policy,
+            false,
+            NOW,
+        ));
+        assert_eq!(f.stale_while_revalidate, 30);
+        let f = storable(evaluate(
+            200,
+            &h(&[("cache-control", "max-age=1")]),
+            &policy,
+            false,
+            NOW,
+        ));
+        assert_eq!(f.stale_while_revalidate, policy.stale_while_revalidate_secs);
     }
 
     #[test]
