@@ -205,6 +205,15 @@ def _cel_variants() -> dict[str, tuple[dict, str]]:
     d["spec"]["metrics"]["port"] = d["spec"]["server"]["port"]
     out["metrics-port-clash"] = (d, "metrics.port must differ from server.port")
 
+    d = _example("minimal.yaml")
+    d["spec"]["service"] = {"port": 9190}
+    d["spec"]["metrics"] = {"port": 9190}
+    out["service-port-clash"] = (d, "service.port must differ from metrics.port")
+
+    d = _example("edge-cache.yaml")
+    d["spec"]["volumes"][0]["source"] = {"image": {"reference": "registry.example/seed:1"}}
+    out["image-cache-volume"] = (d, "an image volume is read-only")
+
     d = _example("media-node.yaml")
     d["spec"]["routes"][0]["split"][0]["percent"] = 70.0
     out["split-over-100"] = (d, "split percentages must add up to at most 100")
@@ -244,7 +253,8 @@ def _cel_variants() -> dict[str, tuple[dict, str]]:
 
 
 CEL_CASES = ["duplicate-volume-names", "route-to-unknown-volume", "two-volumes-no-routes",
-             "hostpath-not-allowed", "two-sources", "metrics-port-clash", "split-over-100",
+             "hostpath-not-allowed", "two-sources", "metrics-port-clash", "service-port-clash",
+             "image-cache-volume", "split-over-100",
              "rest-not-last", "volume-and-split", "autoscaling-min-above-max", "network-peer-empty",
              "cache-route-without-origin", "cache-route-on-plain-volume",
              "cache-volume-on-static-route", "origin-ca-two-sources"]
