@@ -790,6 +790,9 @@ fn debian_nginx_as_the_origin() {
     let r = get(&n, "/big.bin", "");
     assert_eq!((r.status, xcache(&r)), (200, "MISS"));
     assert!(r.body == big);
+    common::wait_until(Duration::from_secs(5), || {
+        ng.requests("/big.bin").len() >= 4
+    });
     let lines = ng.requests("/big.bin");
     assert_eq!(lines.len(), 4, "{lines:?}");
     assert!(
@@ -815,6 +818,11 @@ fn debian_nginx_as_the_origin() {
     .unwrap();
     assert_eq!(r.status, 206);
     assert!(r.body == big[start..start + 100]);
+    // nginx logs a request once it has sent it all, which may be after our client got its
+    // bytes: wait for the line.
+    common::wait_until(Duration::from_secs(5), || {
+        !ng.requests("/seek.bin").is_empty()
+    });
     let lines = ng.requests("/seek.bin");
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
