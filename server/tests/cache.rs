@@ -387,9 +387,10 @@ fn private_and_varying_answers_are_passed_through_not_stored() {
     assert_eq!(get(&n, "/cookie", "").header("Set-Cookie"), Some("id=1"));
     assert_eq!(xcache(&get(&n, "/gzip", "")), "MISS");
     assert_eq!(xcache(&get(&n, "/gzip", "")), "HIT");
-    // The fill commits right after its last byte: wait for the rename.
+    // The fill commits right after its last byte (and may create its temporary file after
+    // the client has it all): wait until no fill runs.
     let cache = d.path().join("cache");
-    common::wait_until(Duration::from_secs(5), || cache_files(&cache).0 == 0);
+    wait_committed(&n);
     assert_eq!(
         cache_files(&cache),
         (0, 1),
