@@ -29,22 +29,8 @@ use tokio::io::unix::AsyncFd;
 /// TCP_CONGESTION of `l.congestion_control` when set (not best effort: a listener asked for an
 /// algorithm the kernel lacks or refuses is an error that says which are there).
 pub fn bind(addr: SocketAddr, l: &Listener) -> std::io::Result<TcpListener> {
-    let family = if addr.is_ipv4() {
-        AddressFamily::INET
-    } else {
-        AddressFamily::INET6
-    };
-    let fd = rustix::net::socket_with(
-        family,
-        SocketType::STREAM,
-        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
-        None,
-    )?;
-    rustix::net::sockopt::set_socket_reuseaddr(&fd, true)?;
+    let fd = tcp_socket(addr, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)?;
     rustix::net::sockopt::set_socket_reuseport(&fd, true)?;
-    if addr.is_ipv6() {
-        rustix::net::sockopt::set_ipv6_v6only(&fd, true)?;
-    }
     rustix::net::bind(&fd, &addr)?;
     if let Some(cc) = &l.congestion_control {
         set_congestion_control(&fd, cc)?;
@@ -114,21 +100,27 @@ fn set_congestion_control(fd: &OwnedFd, name: &str) -> std::io::Result<()> {
     Err(std::io::Error::new(e.kind(), why))
 }
 
-/// Fail when a socket already listens on `addr`. The workers' SO_REUSEPORT sockets would
-/// otherwise join it without a word (another copy of this server, any SO_REUSEPORT program of
-/// the same user) and the kernel would split the connections between the two.
-fn ensure_free(addr: SocketAddr) -> std::io::Result<()> {
+/// A TCP socket for `addr`'s family with SO_REUSEADDR (connections of an earlier run in
+/// TIME_WAIT do not block the bind) and, for IPv6, IPV6_V6ONLY.
+fn tcp_socket(addr: SocketAddr, flags: SocketFlags) -> std::io::Result<OwnedFd> {
     let family = if addr.is_ipv4() {
         AddressFamily::INET
     } else {
         AddressFamily::INET6
     };
-    let fd = rustix::net::socket_with(family, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
-    // SO_REUSEADDR: connections of an earlier run in TIME_WAIT do not count as a listener.
+    let fd = rustix::net::socket_with(family, SocketType::STREAM, flags, None)?;
     rustix::net::sockopt::set_socket_reuseaddr(&fd, true)?;
     if addr.is_ipv6() {
         rustix::net::sockopt::set_ipv6_v6only(&fd, true)?;
     }
+    Ok(fd)
+}
+
+/// Fail when a socket already listens on `addr`. The workers' SO_REUSEPORT sockets would
+/// otherwise join it without a word (another copy of this server, any SO_REUSEPORT program of
+/// the same user) and the kernel would split the connections between the two.
+fn ensure_free(addr: SocketAddr) -> std::io::Result<()> {
+    let fd = tcp_socket(addr, SocketFlags::CLOEXEC)?;
     match rustix::net::bind(&fd, &addr) {
         Err(Errno::ADDRINUSE) => Err(std::io::Error::new(
             std::io::ErrorKind::AddrInUse,

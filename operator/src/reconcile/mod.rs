@@ -144,16 +144,13 @@ async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Act
     let replacing = applied.replacing();
     // While the StatefulSet is replaced its orphaned pods keep serving, as last seen; while the
     // workload of the other kind still runs, its ready pods serve.
-    let w = applied.state.unwrap_or(WorkloadState {
+    let mut w = applied.state.unwrap_or(WorkloadState {
         desired: cs.spec.replicas,
         replicas: scope.previous.replicas,
         ready: scope.previous.ready_replicas,
         ..WorkloadState::default()
     });
-    let w = WorkloadState {
-        ready: w.ready + applied.serving_elsewhere,
-        ..w
-    };
+    w.ready += applied.serving_elsewhere;
     let note = (!applied.notes.is_empty()).then(|| applied.notes.join("; "));
     let mut conditions = status::workload_conditions(
         &scope.previous.conditions,

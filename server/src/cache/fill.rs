@@ -291,7 +291,7 @@ impl Fill {
         let now = unix_now_ms();
         if resp.status == 304 {
             if let Some(old) = &job.revalidate {
-                return self.refreshed(cv, &job, old, &resp, now).await;
+                return self.refreshed(cv, origin, &job, old, &resp, now).await;
             }
         }
         if resp.status == 416 {
@@ -359,17 +359,7 @@ impl Fill {
             stale_if_error_until_ms: later(fresh_until_ms, fresh.stale_if_error),
             etag: header(&resp, "etag"),
             last_modified: header(&resp, "last-modified"),
-            headers: stored_headers(&resp.headers)
-                .into_iter()
-                .map(|(n, v)| {
-                    let v = if n.eq_ignore_ascii_case("location") {
-                        origin.client_location(&v).to_string()
-                    } else {
-                        v
-                    };
-                    (n, v)
-                })
-                .collect(),
+            headers: stored_headers(&resp.headers, origin),
         };
         self.body(cv, origin, &job, meta, resp, strong).await;
     }
@@ -385,13 +375,10 @@ impl Fill {
                 Some((len, len))
             }
             206 if s > 0 => {
-                // Exactly the slice asked for: an origin that answers another range (shorter,
-                // longer) would leave a hole or an overlap in the object.
+                // The origin client refused a 206 for another span than the slice asked for.
                 let cr = origin::content_range(&resp.headers)?;
                 let total = cr.total?;
-                let start = slice as u64 * s;
-                let end = start.checked_add(s)?.min(total).checked_sub(1)?;
-                (cr.start == start && cr.end == end).then_some((cr.len(), total))
+                (cr.start == slice as u64 * s && cr.end < total).then_some((cr.len(), total))
             }
             200 => {
                 let len = resp.expected?;
@@ -411,6 +398,7 @@ impl Fill {
     async fn refreshed(
         &self,
         cv: &Arc<CacheVolume<Fill>>,
+        origin: &Origin,
         job: &FillJob,
         old: &Arc<Stored>,
         resp: &OriginResponse,
@@ -452,7 +440,7 @@ impl Fill {
                 meta.stale_if_error_until_ms = now;
             }
         }
-        meta.headers = stored_headers(&merged);
+        meta.headers = stored_headers(&merged, origin);
         if !self.may_store() {
             // Purged meanwhile: answer the waiters from the old body, store nothing.
             let s = Arc::new(Stored {
@@ -764,18 +752,21 @@ fn header(resp: &OriginResponse, name: &str) -> Option<String> {
 }
 
 /// The response headers kept with an entry and sent with it.
-pub fn stored_headers(h: &http::HeaderMap) -> Vec<(String, String)> {
-    end_to_end(h)
+pub fn stored_headers(h: &http::HeaderMap, origin: &Origin) -> Vec<(String, String)> {
+    forwarded(h, origin)
         .filter(|(n, _)| !NOT_STORED.contains(&n.as_str()))
-        .filter_map(|(n, v)| Some((canonical(n.as_str()), v.to_str().ok()?.to_string())))
+        .map(|(n, v)| (canonical(n.as_str()), v.to_string()))
         .collect()
 }
 
-/// The origin's end-to-end header fields: neither hop-by-hop nor named by its `Connection`
-/// field (RFC 9110 §7.6.1: a proxy removes those before forwarding).
-pub fn end_to_end(
-    h: &http::HeaderMap,
-) -> impl Iterator<Item = (&http::HeaderName, &http::HeaderValue)> {
+/// The origin's header fields as clients get them: end-to-end ones only (neither hop-by-hop
+/// nor named by its `Connection` field, RFC 9110 §7.6.1: a proxy removes those before
+/// forwarding), text values only, a `Location` on the origin itself made a path on this node
+/// ([`Origin::client_location`]).
+pub fn forwarded<'h>(
+    h: &'h http::HeaderMap,
+    origin: &'h Origin,
+) -> impl Iterator<Item = (&'h http::HeaderName, &'h str)> {
     let named: Vec<String> = h
         .get_all(http::header::CONNECTION)
         .iter()
@@ -784,9 +775,19 @@ pub fn end_to_end(
         .map(|t| t.trim().to_ascii_lowercase())
         .filter(|t| !t.is_empty())
         .collect();
-    h.iter().filter(move |(n, _)| {
-        !HOP_BY_HOP.contains(&n.as_str()) && !named.iter().any(|t| t == n.as_str())
-    })
+    h.iter()
+        .filter(move |(n, _)| {
+            !HOP_BY_HOP.contains(&n.as_str()) && !named.iter().any(|t| t == n.as_str())
+        })
+        .filter_map(|(n, v)| Some((n, v.to_str().ok()?)))
+        .map(|(n, v)| {
+            let v = if n == http::header::LOCATION {
+                origin.client_location(v)
+            } else {
+                v
+            };
+            (n, v)
+        })
 }
 
 /// `content-type` -> `Content-Type`.

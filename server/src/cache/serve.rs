@@ -974,15 +974,8 @@ impl Ctx<'_> {
         let chunked = with_body && resp.expected.is_none() && self.req.minor >= 1;
         let keep_alive = self.keep_alive && (resp.expected.is_some() || chunked);
         let mut head = Head::new(resp.status);
-        for (n, v) in super::fill::end_to_end(&resp.headers) {
-            if let Ok(v) = v.to_str() {
-                let v = if n == http::header::LOCATION {
-                    self.route.origin.client_location(v)
-                } else {
-                    v
-                };
-                head = head.header(n.as_str(), v);
-            }
+        for (n, v) in super::fill::forwarded(&resp.headers, &self.route.origin) {
+            head = head.header(n.as_str(), v);
         }
         // A HEAD answer's length is the one its GET would have (the origin's Content-Length);
         // a body's, what will be sent.

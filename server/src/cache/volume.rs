@@ -234,12 +234,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 // Cut at another `slice_size` (the volume's was changed since): its slice
                 // numbers and lengths mean other bytes now. Never served; fetched anew.
                 tracing::info!(volume = %self.name, entry = %id.rel_path(), stored = meta.slice_size, now = self.slice_size, "dropping a cache entry of another slice size");
-                let bytes = self.index.remove(id).unwrap_or(0);
-                self.delete(vec![Victim {
-                    id,
-                    bytes,
-                    reason: Reason::Invalid,
-                }]);
+                self.delete_invalid(id);
                 Ok(Found::Absent)
             }
             Ok((fd, meta)) => {
@@ -316,13 +311,18 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 None => {}
             }
         }
-        let bytes = self.index.remove(s.id).unwrap_or(0);
+        self.delete_invalid(s.id);
+        self.update_gauges();
+    }
+
+    /// Take entry `id` out of the index and delete its file on the pool (counted as invalid).
+    fn delete_invalid(&self, id: EntryId) {
+        let bytes = self.index.remove(id).unwrap_or(0);
         self.delete(vec![Victim {
-            id: s.id,
+            id,
             bytes,
             reason: Reason::Invalid,
         }]);
-        self.update_gauges();
     }
 
     /// Forget the open entry `id` (replaced, evicted, purged).
