@@ -42,6 +42,7 @@ BREAKS = {
     "origin-missing-servers": lambda d: d["spec"]["origin"].pop("servers"),
     "origin-connect-timeout-zero": lambda d: d["spec"]["origin"].update(connectTimeoutMs=0),
     "origin-max-connections-too-many": lambda d: d["spec"]["origin"].update(maxConnections=100000),
+    "origin-pass-buffer-too-large": lambda d: d["spec"]["origin"].update(passBufferBytes=67108865),
     "origin-host-empty": lambda d: d["spec"]["origin"].update(host=""),
     "route-cache-status-out-of-range": lambda d: route_cache(d)["valid"][0].update(status=[600]),
     "route-cache-negative-stale": lambda d: route_cache(d).update(staleIfErrorSecs=-1),

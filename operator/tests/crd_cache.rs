@@ -31,7 +31,10 @@ fn edge_cache_example_renders_into_the_server_config() {
         o.ca_file.as_deref(),
         Some(std::path::Path::new(&format!("{ORIGIN_CA_DIR}/ca.pem")))
     );
-    assert_eq!((o.connect_timeout_ms, o.max_connections), (2000, 512));
+    assert_eq!(
+        (o.connect_timeout_ms, o.max_connections, o.pass_buffer_bytes),
+        (2000, 512, 2 << 20)
+    );
     for v in &cfg.volumes {
         let c = v.cache.as_ref().expect("cache volume");
         assert_eq!(c.max_size, Some(ByteSize(900 << 30)), "{}", v.name);

@@ -1171,6 +1171,45 @@ fn a_passed_through_answer_keeps_the_clients_preconditions() {
 }
 
 #[test]
+fn a_slow_reader_of_a_passed_through_answer_does_not_keep_the_origin_connection() {
+    let o = FaultOrigin::start();
+    // Far more than the sockets between the node and a client that reads nothing can take.
+    let private = pattern(24 << 20, 8);
+    o.put(
+        "/private.bin",
+        Object::new(private.clone()).header("Set-Cookie", "id=1"),
+    );
+    o.put("/public.bin", Object::new(pattern(5000, 9)));
+    for vol in ["slice_size = 0", SLICED] {
+        let d = common::tempdir();
+        // One origin connection, and read-ahead past the private answer's size.
+        let n = node(
+            d.path(),
+            &[o.url()],
+            "max_connections = 1\npass_buffer_bytes = 33554432",
+            vol,
+        );
+        let mut slow = n.srv.connect();
+        slow.send_get("/private.bin");
+        // The node reads the private answer ahead of its client, in memory, and the only
+        // origin connection is free for the next miss at once.
+        std::thread::sleep(Duration::from_millis(300));
+        let t = Instant::now();
+        let r = get(&n, "/public.bin", "");
+        assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{vol}");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{vol}: the next miss waited {:?} for the slow reader's origin connection",
+            t.elapsed()
+        );
+        // The slow client still gets every byte.
+        let r = slow.response(false).expect("the passed-through answer");
+        assert_eq!((r.status, xcache(&r)), (200, "BYPASS"), "{vol}");
+        assert!(r.body == private, "{vol}: the passed-through body differs");
+    }
+}
+
+#[test]
 fn an_answer_not_storable_is_passed_through_at_once_until_purged() {
     let (o, n) = origin_and_purge_node(SLICED);
     let body = pattern(3 * SLICE, 6);

@@ -465,6 +465,71 @@ async fn max_connections_is_honoured() {
     assert!(m.origin_connections.with_label_values(&["up"]).get() <= 2);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_ahead_frees_the_connection_of_a_slow_reader() {
+    // Far more than the socket buffers of both ends can take while nobody reads.
+    let body = pattern(24 << 20, 9);
+    let o = FaultOrigin::start();
+    o.put("/big", Object::new(body.clone()));
+    o.put("/small", Object::new(pattern(1000, 3)));
+    let mut cfg = plain(&[o.url()]);
+    cfg.max_connections = 1;
+    let (up, _m) = client(cfg);
+    let small = || up.fetch(OriginRequest::get("/small"));
+
+    // Unread, the body keeps the only connection: the next request waits for it.
+    let mut slow = up.fetch(OriginRequest::get("/big")).await.expect("fetch");
+    let waited = tokio::time::timeout(Duration::from_millis(500), small()).await;
+    assert!(waited.is_err(), "the unread body left its connection");
+    // Asked to read ahead past its size, the body is taken at the origin's pace and the
+    // connection freed (and reused) while the reader still reads nothing.
+    slow.read_ahead(32 << 20);
+    let mut next = tokio::time::timeout(Duration::from_secs(10), small())
+        .await
+        .expect("the connection was not freed by the read-ahead")
+        .expect("fetch");
+    assert_eq!(next.bytes().await.expect("body").len(), 1000);
+    assert_eq!(o.connections(), 1, "the freed connection was reused");
+    // The held bytes arrive whole and in order.
+    assert!(
+        slow.bytes().await.expect("body") == body,
+        "held body differs"
+    );
+
+    // A read-ahead shorter than the body: what fits is held, the rest waits for the reader.
+    let mut slow = up.fetch(OriginRequest::get("/big")).await.expect("fetch");
+    slow.read_ahead(1 << 20);
+    let waited = tokio::time::timeout(Duration::from_millis(500), small()).await;
+    assert!(
+        waited.is_err(),
+        "a body longer than the read-ahead left its connection"
+    );
+    assert!(slow.bytes().await.expect("body") == body, "body differs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_after_held_bytes_comes_after_them() {
+    let body = pattern(300_000, 4);
+    let o = FaultOrigin::start();
+    o.put("/cut", Object::new(body.clone()));
+    o.fault("/cut", Fault::TruncateAfter(200_000));
+    let (up, _m) = client(plain(&[o.url()]));
+    let mut r = up.fetch(OriginRequest::get("/cut")).await.expect("fetch");
+    r.read_ahead(1 << 20);
+    // Let the body task read all it can (and meet the truncation) before anything is taken.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut got = Vec::new();
+    let err = loop {
+        match r.chunk().await {
+            Ok(Some(c)) => got.extend_from_slice(&c),
+            Ok(None) => panic!("a truncated body ended cleanly after {} bytes", got.len()),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(truncated(&err), (300_000, 200_000));
+    assert!(got == body[..200_000], "the bytes before the cut differ");
+}
+
 #[tokio::test]
 async fn keep_alive_connections_are_reused() {
     let (o, up, m) = serving("/k", &pattern(200_000, 7));

@@ -34,6 +34,7 @@ pub fn apply(spec: &ContentServerSpec, cfg: &mut Config) {
         origin.connect_timeout_ms = o.connect_timeout_ms;
         origin.read_timeout_ms = o.read_timeout_ms;
         origin.max_connections = o.max_connections as usize;
+        origin.pass_buffer_bytes = o.pass_buffer_bytes;
         cfg.origins = vec![origin];
     }
     for (v, out) in spec.volumes.iter().zip(cfg.volumes.iter_mut()) {

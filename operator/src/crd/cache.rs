@@ -55,6 +55,11 @@ pub struct OriginSpec {
     #[serde(default = "default_max_connections")]
     #[schemars(range(min = 1, max = 65536))]
     pub max_connections: u32,
+    /// Bytes of a passed-through (not storable) answer read ahead of a slow client, in memory,
+    /// so that an answer this size or smaller frees its origin connection at the origin's pace.
+    #[serde(default = "default_pass_buffer_bytes")]
+    #[schemars(range(max = 67108864))]
+    pub pass_buffer_bytes: u64,
 }
 
 /// Exactly one of the fields.
@@ -151,6 +156,9 @@ fn default_connect_timeout_ms() -> u64 {
 }
 fn default_read_timeout_ms() -> u64 {
     server_origin().read_timeout_ms
+}
+fn default_pass_buffer_bytes() -> u64 {
+    server_origin().pass_buffer_bytes
 }
 fn default_max_connections() -> u32 {
     u32::try_from(server_origin().max_connections).unwrap_or(u32::MAX)

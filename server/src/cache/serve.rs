@@ -78,7 +78,7 @@ impl Source {
 enum First {
     Serve(Source, CacheStatus),
     /// Stream this origin answer through unchanged (not storable).
-    PassThrough(OriginResponse),
+    PassThrough(Box<OriginResponse>),
     /// Ask the origin directly and pass the answer through (a private answer, a collision).
     FetchThrough,
     /// Answer this status (origin down without a usable stale entry: 502/504; 416).
@@ -134,7 +134,7 @@ pub async fn respond(
         First::Serve(src, status) => cx.serve(src, first_slice, status).await,
         First::PassThrough(resp) => {
             cv.count(CacheStatus::Bypass);
-            cx.pass_through(resp).await
+            cx.pass_through(*resp).await
         }
         First::FetchThrough => {
             cv.count(CacheStatus::Bypass);
@@ -221,7 +221,7 @@ impl Ctx<'_> {
     /// 206 does not (the client asked for something else): the object is then asked for itself.
     fn handoff(&self, fill: &Fill) -> First {
         match fill.take_response() {
-            Some(r) if r.status != 206 => First::PassThrough(r),
+            Some(r) if r.status != 206 => First::PassThrough(Box::new(r)),
             _ => First::FetchThrough,
         }
     }
@@ -960,6 +960,8 @@ impl Ctx<'_> {
     /// A 200 the client's preconditions say it has (or must not get) is answered 304 (or 412)
     /// instead: a fill asked for it without them.
     async fn pass_through(&self, mut resp: OriginResponse) -> Served {
+        // Read ahead of a slow client: a body that fits frees its origin connection at once.
+        resp.read_ahead(self.route.origin.pass_buffer());
         if resp.status == 200 {
             match self.preconditions_on(&resp.headers) {
                 Precondition::NotModified => return self.not_modified_through(&resp.headers).await,

@@ -39,6 +39,12 @@ pub struct Origin {
     /// Concurrent origin connections over all workers; more requests wait for a free one.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// Body bytes of a passed-through answer (not storable) read from the origin ahead of a
+    /// slow client and held in memory, so that an answer this size or smaller frees its origin
+    /// connection at the origin's pace (nginx `proxy_buffers`); a longer one is read at the
+    /// client's pace past this. At most 64 MiB; 0 = read only as fast as the client takes it.
+    #[serde(default = "default_pass_buffer_bytes")]
+    pub pass_buffer_bytes: u64,
 }
 
 fn default_connect_timeout_ms() -> u64 {
@@ -50,6 +56,11 @@ fn default_read_timeout_ms() -> u64 {
 fn default_max_connections() -> usize {
     256
 }
+fn default_pass_buffer_bytes() -> u64 {
+    1 << 20
+}
+/// Largest `pass_buffer_bytes`.
+pub const PASS_BUFFER_MAX: u64 = 64 << 20;
 
 /// Name of the origin `serve --origin URL` creates.
 pub const DEFAULT_ORIGIN: &str = "origin";
@@ -66,6 +77,7 @@ impl Origin {
             connect_timeout_ms: default_connect_timeout_ms(),
             read_timeout_ms: default_read_timeout_ms(),
             max_connections: default_max_connections(),
+            pass_buffer_bytes: default_pass_buffer_bytes(),
         }
     }
 }
@@ -234,6 +246,12 @@ pub(super) fn check_origins<'a>(e: &mut Errors, cfg: &'a Config) -> HashSet<&'a 
             e.push(
                 format!("{f}.max_connections"),
                 "must be between 1 and 65536",
+            );
+        }
+        if o.pass_buffer_bytes > PASS_BUFFER_MAX {
+            e.push(
+                format!("{f}.pass_buffer_bytes"),
+                format!("must be at most {PASS_BUFFER_MAX} (64 MiB)"),
             );
         }
     }

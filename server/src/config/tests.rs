@@ -358,6 +358,7 @@ fn every_cache_violation_names_its_field() {
         ("origins[0].connect_timeout_ms", "between 1 and"),
         ("origins[0].read_timeout_ms", "between 1 and"),
         ("origins[0].max_connections", "between 1 and 65536"),
+        ("origins[0].pass_buffer_bytes", "at most 67108864 (64 MiB)"),
         ("origins[1].name", "origin \"origin\" is defined twice"),
         ("origins[1].servers", "at least one server"),
         ("origins[2].sni", "only applies to https://"),

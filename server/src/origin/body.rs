@@ -2,8 +2,13 @@
 //!
 //! A task on the origin runtime reads the hyper body with `read_timeout_ms` per chunk, counts
 //! bytes against the announced length, and sends chunks over a bounded channel (two chunks of
-//! read-ahead: a slow reader slows the origin down, it does not buffer the object). At the end
-//! of a complete body the connection goes back to the idle pool; on any failure it is closed.
+//! read-ahead: a slow reader slows the origin down, it does not buffer the object). A reader
+//! that will be slow (a client's pass-through) can ask for more with
+//! [`OriginResponse::read_ahead`]: up to that many bytes are then held in the task, so a body
+//! that fits is read at the origin's pace and its connection freed however slowly it is
+//! consumed. At the end of a complete body the connection goes back to the idle pool (before
+//! the held bytes are handed over); on any failure it is closed, and the failure is reported
+//! after the bytes read before it.
 //! A body of unknown length can be read ahead into memory up to a cap, so that a small one gets a
 //! known length. It must not decide what the bytes are for (stored or passed through is the caller's choice).
 
@@ -15,7 +20,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::collections::VecDeque;
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 enum Piece {
     Data(Bytes),
@@ -46,6 +51,8 @@ pub struct OriginResponse {
     state: State,
     /// Chunks read ahead by [`OriginResponse::read_unknown_length`], returned first.
     ahead: VecDeque<Bytes>,
+    /// How many bytes the body task may hold ahead of this reader ([`Self::read_ahead`]).
+    hold: watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Piece {
@@ -58,6 +65,13 @@ impl std::fmt::Debug for Piece {
 }
 
 impl OriginResponse {
+    /// Let the body task read up to `bytes` ahead of this reader and hold them, so that a
+    /// slow reader does not keep the origin connection (and its `max_connections` permit)
+    /// while a body that fits is still arriving. Holds at most one chunk past `bytes`.
+    pub fn read_ahead(&self, bytes: u64) {
+        self.hold.send_replace(bytes);
+    }
+
     /// The next body chunk; `Ok(None)` once the whole announced body has arrived. A body that
     /// ends short is [`OriginError::Truncated`], one that runs long [`OriginError::TooLong`], a
     /// pause over `read_timeout_ms` [`OriginError::Timeout`]; after an error the body is over.
@@ -161,9 +175,10 @@ pub(crate) fn start(
     expected: Option<u64>,
 ) -> OriginResponse {
     let (tx, rx) = mpsc::channel(2);
+    let (hold, hold_rx) = watch::channel(0);
     let server = inner.servers[lease.conn.server].url.clone();
     let origin = inner.name.clone();
-    tokio::spawn(pump(inner, lease, status, body, expected, tx));
+    tokio::spawn(pump(inner, lease, status, body, expected, tx, hold_rx));
     OriginResponse {
         status,
         headers,
@@ -174,7 +189,25 @@ pub(crate) fn start(
         received: 0,
         state: State::Open,
         ahead: VecDeque::new(),
+        hold,
     }
+}
+
+/// One turn of the body task: what it waited for.
+enum Step<'a> {
+    /// Room in the channel for the oldest held chunk.
+    Give(Result<mpsc::Permit<'a, Result<Piece, OriginError>>, mpsc::error::SendError<()>>),
+    /// The reader went away.
+    Gone,
+    /// The reader allowed more read-ahead.
+    More,
+    /// A frame of the body (or the read timeout).
+    Frame(
+        Result<
+            Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>,
+            tokio::time::error::Elapsed,
+        >,
+    ),
 }
 
 async fn pump(
@@ -184,22 +217,47 @@ async fn pump(
     mut body: Incoming,
     expected: Option<u64>,
     tx: mpsc::Sender<Result<Piece, OriginError>>,
+    mut hold: watch::Receiver<u64>,
 ) {
     let server = inner.servers[lease.conn.server].url.clone();
     let mut got = 0u64;
+    // Chunks read and not yet handed over, oldest first.
+    let mut held: VecDeque<Bytes> = VecDeque::new();
+    let mut held_bytes = 0u64;
     let fail = |e: OriginError| {
         inner.metrics.count(None);
         tracing::warn!(origin = %inner.name, error = %e, "origin body failed");
         Err(e)
     };
     let outcome: Result<(), OriginError> = loop {
-        let frame = tokio::select! {
-            f = tokio::time::timeout(inner.read_timeout, body.frame()) => f,
+        // Read while nothing is held (two chunks in the channel set the pace), or while the
+        // reader's read-ahead allows more.
+        let read = held.is_empty() || held_bytes < *hold.borrow();
+        let step = tokio::select! {
+            biased;
+            p = tx.reserve(), if !held.is_empty() => Step::Give(p),
+            _ = tx.closed(), if held.is_empty() => Step::Gone,
+            r = hold.changed(), if !read => match r {
+                Ok(()) => Step::More,
+                Err(_) => Step::Gone,
+            },
+            f = tokio::time::timeout(inner.read_timeout, body.frame()), if read => Step::Frame(f),
+        };
+        let frame = match step {
+            Step::Give(Ok(permit)) => {
+                if let Some(b) = held.pop_front() {
+                    held_bytes -= b.len() as u64;
+                    permit.send(Ok(Piece::Data(b)));
+                }
+                continue;
+            }
             // The reader went away: stop at once, closing the connection.
-            _ = tx.closed() => {
+            Step::Give(Err(_)) | Step::Gone => {
                 inner.metrics.count(Some(status));
                 return;
             }
+            Step::More => continue,
+            Step::Frame(f) => f,
         };
         match frame {
             Err(_) => {
@@ -257,23 +315,29 @@ async fn pump(
                         });
                     }
                 }
-                if tx.send(Ok(Piece::Data(data))).await.is_err() {
-                    inner.metrics.count(Some(status));
-                    return;
-                }
+                held_bytes += data.len() as u64;
+                held.push_back(data);
             }
         }
     };
-    match outcome {
+    // The connection is settled first (kept for reuse, or closed), then what was held goes
+    // out, then the end or the failure.
+    let last = match outcome {
         Ok(()) => {
             inner.metrics.count(Some(status));
             drop(body);
             lease.finish(&inner.idle);
-            let _ = tx.send(Ok(Piece::End)).await;
+            Ok(Piece::End)
         }
         Err(e) => {
             drop(lease);
-            let _ = tx.send(Err(e)).await;
+            Err(e)
+        }
+    };
+    for b in held {
+        if tx.send(Ok(Piece::Data(b))).await.is_err() {
+            return;
         }
     }
+    let _ = tx.send(last).await;
 }

@@ -171,6 +171,8 @@ pub(crate) struct Inner {
     pub(crate) tls: Option<tokio_rustls::TlsConnector>,
     pub(crate) connect_timeout: Duration,
     pub(crate) read_timeout: Duration,
+    /// `pass_buffer_bytes`.
+    pub(crate) pass_buffer: u64,
     pub(crate) permits: Arc<Semaphore>,
     pub(crate) idle: pool::IdlePool,
     pub(crate) metrics: OriginMetrics,
@@ -270,12 +272,18 @@ impl Origin {
                 tls,
                 connect_timeout: Duration::from_millis(o.connect_timeout_ms),
                 read_timeout: Duration::from_millis(o.read_timeout_ms),
+                pass_buffer: o.pass_buffer_bytes,
                 permits: Arc::new(Semaphore::new(o.max_connections)),
                 idle: pool::IdlePool::new(o.max_connections),
                 metrics: om,
                 rt,
             }),
         })
+    }
+
+    /// How far a passed-through body is read ahead of its client (`pass_buffer_bytes`).
+    pub fn pass_buffer(&self) -> u64 {
+        self.inner.pass_buffer
     }
 
     /// The origin's name (its metrics label).
