@@ -1129,6 +1129,71 @@ fn not_found_and_redirects_are_stored_by_their_valid_rule() {
 }
 
 #[test]
+fn utf8_header_values_reach_clients_byte_for_byte() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(1000, 2);
+    let disposition = "attachment; filename=\"été — 映画.mp4\"";
+    o.put(
+        "/u.bin",
+        Object::new(body.clone()).header("Content-Disposition", disposition),
+    );
+    o.put(
+        "/uc.bin",
+        Object::new(body.clone())
+            .header("Content-Disposition", disposition)
+            .header("Set-Cookie", "id=1"),
+    );
+    for (path, want) in [("/u.bin", "MISS"), ("/u.bin", "HIT"), ("/uc.bin", "BYPASS")] {
+        if want == "HIT" {
+            wait_committed(&n);
+        }
+        let r = get(&n, path, "");
+        assert_eq!((r.status, xcache(&r)), (200, want), "{path}");
+        assert_eq!(
+            r.header("Content-Disposition"),
+            Some(disposition),
+            "{path} {want}"
+        );
+    }
+}
+
+#[test]
+fn an_answer_stale_on_arrival_is_not_served_stale_past_its_window() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    // 140 s stale when it arrives: the route's 60 s of stale-while-revalidate are over.
+    o.put(
+        "/old.txt",
+        Object::new(pattern(100, 3))
+            .cache_control("max-age=60")
+            .header("Age", "200"),
+    );
+    assert_eq!(xcache(&get(&n, "/old.txt", "")), "MISS");
+    wait_committed(&n);
+    for _ in 0..2 {
+        let r = get(&n, "/old.txt", "");
+        assert_eq!(r.status, 200);
+        assert_ne!(
+            xcache(&r),
+            "UPDATING",
+            "served stale 140 s past its lifetime"
+        );
+        assert_ne!(xcache(&r), "HIT");
+    }
+    // Each use asked the origin before answering.
+    assert_eq!(o.requests("/old.txt"), 3);
+    // 10 s stale on arrival: 50 s of the window are left, so it is served while it refreshes.
+    o.put(
+        "/recent.txt",
+        Object::new(pattern(100, 4))
+            .cache_control("max-age=60")
+            .header("Age", "70"),
+    );
+    assert_eq!(xcache(&get(&n, "/recent.txt", "")), "MISS");
+    wait_committed(&n);
+    assert_eq!(xcache(&get(&n, "/recent.txt", "")), "UPDATING");
+}
+
+#[test]
 fn a_passed_through_answer_keeps_the_clients_preconditions() {
     let o = FaultOrigin::start();
     let body = pattern(100_000, 5);

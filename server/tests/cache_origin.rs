@@ -484,6 +484,11 @@ fn stale_if_error_covers_every_origin_fault() {
         Fault::CloseBeforeHead,
         Fault::Status(500),
         Fault::Status(503),
+        // A switch of protocols nobody asked for is no answer either.
+        Fault::Raw(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n"
+                .to_vec(),
+        ),
     ] {
         std::thread::sleep(Duration::from_millis(2100));
         o.fault_times("/s.bin", fault.clone(), 1);

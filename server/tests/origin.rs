@@ -295,6 +295,46 @@ async fn read_timeout_between_body_chunks() {
 }
 
 #[tokio::test]
+async fn heads_that_are_not_an_answer_or_whose_framing_is_unusable_are_errors() {
+    let (o, up, _m) = serving("/h", &pattern(10, 1));
+    for (raw, why) in [
+        // A switch of protocols nobody asked for (RFC 9110 §15.2.2).
+        (
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+            "101 is not a final answer",
+        ),
+        // A transfer coding hyper does not decode: its bytes are not the content.
+        (
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "transfer coding \"gzip\" is not supported",
+        ),
+        // Both framings (RFC 9112 §6.3).
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\na\r\nhellohello\r\n0\r\n\r\n",
+            "both Transfer-Encoding and Content-Length",
+        ),
+    ] {
+        o.fault_times("/h", Fault::Raw(raw.as_bytes().to_vec()), 1);
+        let e = up
+            .fetch(OriginRequest::get("/h"))
+            .await
+            .expect_err(why);
+        assert!(e.to_string().contains(why), "{why}: {e}");
+    }
+    // Chunked alone (any case) is fine.
+    o.fault_times(
+        "/h",
+        Fault::Raw(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+                .to_vec(),
+        ),
+        1,
+    );
+    let mut r = up.fetch(OriginRequest::get("/h")).await.expect("chunked");
+    assert_eq!(r.bytes().await.expect("body"), b"hello");
+}
+
+#[tokio::test]
 async fn truncated_reset_and_wrong_length_bodies_are_errors() {
     let body = pattern(64_000, 5);
     let (o, up, m) = serving("/t", &body);

@@ -47,7 +47,8 @@ pub struct OriginSpec {
     #[serde(default = "default_connect_timeout_ms")]
     #[schemars(range(min = 1, max = 600000))]
     pub connect_timeout_ms: u64,
-    /// Time allowed between bytes of the origin's answer.
+    /// Time allowed for the origin's whole response head once the request is sent, then
+    /// between body chunks.
     #[serde(default = "default_read_timeout_ms")]
     #[schemars(range(min = 1, max = 3600000))]
     pub read_timeout_ms: u64,

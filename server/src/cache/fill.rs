@@ -761,7 +761,9 @@ pub fn stored_headers(h: &http::HeaderMap, origin: &Origin) -> Vec<(String, Stri
 
 /// The origin's header fields as clients get them: end-to-end ones only (neither hop-by-hop
 /// nor named by its `Connection` field, RFC 9110 §7.6.1: a proxy removes those before
-/// forwarding), text values only, a `Location` on the origin itself made a path on this node
+/// forwarding), values that are UTF-8 (any visible ASCII, and raw UTF-8 such as a download's
+/// file name in `Content-Disposition`, byte for byte; other bytes cannot be carried and drop
+/// the field), a `Location` on the origin itself made a path on this node
 /// ([`Origin::client_location`]).
 pub fn forwarded<'h>(
     h: &'h http::HeaderMap,
@@ -779,7 +781,7 @@ pub fn forwarded<'h>(
         .filter(move |(n, _)| {
             !HOP_BY_HOP.contains(&n.as_str()) && !named.iter().any(|t| t == n.as_str())
         })
-        .filter_map(|(n, v)| Some((n, v.to_str().ok()?)))
+        .filter_map(|(n, v)| Some((n, std::str::from_utf8(v.as_bytes()).ok()?)))
         .map(|(n, v)| {
             let v = if n == http::header::LOCATION {
                 origin.client_location(v)

@@ -33,7 +33,8 @@ pub struct Origin {
     /// Time allowed for TCP connect plus the TLS handshake, per server.
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
-    /// Time allowed between bytes of the origin's answer (its head, then each body chunk).
+    /// Time allowed for the origin's whole response head once the request is sent, then
+    /// between body chunks.
     #[serde(default = "default_read_timeout_ms")]
     pub read_timeout_ms: u64,
     /// Concurrent origin connections over all workers; more requests wait for a free one.

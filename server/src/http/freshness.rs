@@ -280,6 +280,10 @@ pub fn evaluate(
             d.sie.unwrap_or(policy.stale_if_error_secs),
         )
     };
+    // An answer older than its lifetime went stale before it arrived: its stale windows
+    // started then (RFC 5861 §3: the seconds after it becomes stale), not at its arrival.
+    let overdue = age.saturating_sub(lifetime);
+    let (swr, sie) = (swr.saturating_sub(overdue), sie.saturating_sub(overdue));
     Freshness::Storable(Storable {
         fresh_for: if no_cache {
             0
@@ -458,6 +462,35 @@ mod tests {
         assert_eq!((s.fresh_for, s.age), (50, 50));
         // Defaults are aged too (an upstream cache answered).
         assert_eq!(storable(eval(200, &[("age", "600")])).fresh_for, 3000);
+    }
+
+    #[test]
+    fn an_answer_stale_on_arrival_has_the_rest_of_its_stale_windows() {
+        // 140 s stale on arrival: 60 s of stale-while-revalidate are over, 160 s of
+        // stale-if-error are left of 300.
+        let s = storable(eval(
+            200,
+            &[
+                (
+                    "cache-control",
+                    "max-age=60, stale-while-revalidate=60, stale-if-error=300",
+                ),
+                ("age", "200"),
+            ],
+        ));
+        assert_eq!(
+            (s.fresh_for, s.stale_while_revalidate, s.stale_if_error),
+            (0, 0, 160)
+        );
+        // 10 s stale: 50 s of its window left.
+        let s = storable(eval(
+            200,
+            &[
+                ("cache-control", "max-age=60, stale-while-revalidate=60"),
+                ("age", "70"),
+            ],
+        ));
+        assert_eq!((s.fresh_for, s.stale_while_revalidate), (0, 50));
     }
 
     #[test]

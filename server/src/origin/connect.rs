@@ -37,7 +37,11 @@ pub(crate) async fn connect(inner: &Inner) -> Result<Conn, OriginError> {
             Ok(Err(e)) => e,
             Err(_) => inner.timeout(server, "connect", inner.connect_timeout),
         };
-        tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed, trying the next");
+        if i + 1 < inner.servers.len() {
+            tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed, trying the next");
+        } else {
+            tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed, and it was the last");
+        }
         last = Some(e);
     }
     Err(last.unwrap_or_else(|| OriginError::Setup {

@@ -159,11 +159,15 @@ fn build(
     b.body(Empty::new()).map_err(|e| bad(e.to_string()))
 }
 
-/// How many body bytes the head promises: 0 for HEAD/1xx/204/304, the Content-Range span of a
+/// How many body bytes the head promises: 0 for HEAD/204/304, the Content-Range span of a
 /// 206 (which Content-Length must agree with), else Content-Length; None = until close or the
 /// chunked terminator. A 206 to our own `Range: bytes=a-b` must start at `a` and end at `b`,
 /// or earlier only where the object ends: another span would leave a hole or an overlap in
-/// the slices assembled from it.
+/// the slices assembled from it. Not an answer at all: a 1xx as the final status (a 101
+/// switches protocols we never asked to upgrade, RFC 9110 §15.2.2). A body framed by a
+/// transfer coding other than `chunked` (which hyper does not decode: its bytes are not the
+/// content), or by both Transfer-Encoding and Content-Length (RFC 9112 §6.3: a sign of
+/// response splitting, handled as an error), is refused too.
 fn announced_length(
     inner: &Inner,
     conn: &Conn,
@@ -171,14 +175,40 @@ fn announced_length(
     status: u16,
     headers: &http::HeaderMap,
 ) -> Result<Option<u64>, OriginError> {
-    if req.method == Method::Head || status < 200 || status == 204 || status == 304 {
-        return Ok(Some(0));
-    }
     let protocol = |message: String| OriginError::Protocol {
         origin: inner.name.clone(),
         server: inner.servers[conn.server].url.clone(),
         message,
     };
+    if status < 200 {
+        return Err(protocol(format!(
+            "{status} is not a final answer (no upgrade was asked for)"
+        )));
+    }
+    if req.method == Method::Head || status == 204 || status == 304 {
+        return Ok(Some(0));
+    }
+    let codings: Vec<String> = headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .map(|t| t.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .filter(|t| !t.is_empty())
+        .collect();
+    if let Some(other) = codings.iter().find(|t| *t != "chunked") {
+        return Err(protocol(format!(
+            "transfer coding {other:?} is not supported (only chunked)"
+        )));
+    }
+    if !codings.is_empty() && headers.contains_key(http::header::CONTENT_LENGTH) {
+        return Err(protocol(
+            "both Transfer-Encoding and Content-Length (RFC 9112 §6.3)".to_string(),
+        ));
+    }
     let length = content_length(headers);
     if status == 206 {
         let range = content_range(headers).ok_or_else(|| {

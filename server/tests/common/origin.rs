@@ -7,7 +7,7 @@
 //! Authorization, connection number) and counts connections. Timing
 //! knobs: a delay before each head, a delay per chunk, a rate limit. Faults per path: hang (no
 //! answer), close before the head, stall / reset / clean close mid-body, a wrong
-//! Content-Length, a 5xx. `refused_url()` gives a port nobody listens on.
+//! Content-Length, a 5xx, raw bytes. `refused_url()` gives a port nobody listens on.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -102,6 +102,8 @@ pub enum Fault {
     /// Answer 200 with the whole body chunked (no Content-Length, Range ignored); with
     /// `Some(n)`, close after `n` body bytes without the last chunk (a body that broke off).
     Chunked(Option<usize>),
+    /// Write exactly these bytes as the answer, then close (a malformed or unusual head).
+    Raw(Vec<u8>),
 }
 
 /// One request as the origin saw it.
@@ -532,6 +534,10 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
     }
     if !timing.head_delay.is_zero() {
         std::thread::sleep(timing.head_delay);
+    }
+    if let Some(Fault::Raw(bytes)) = &fault {
+        let _ = stream.write_all(bytes);
+        return false;
     }
     if let Some(Fault::Status(s)) = fault {
         let body = format!("origin fault {s}\n");
