@@ -657,6 +657,47 @@ fn request_with_body_is_answered_then_closed() {
 }
 
 #[test]
+fn framing_that_other_parsers_read_differently_is_refused_and_closed() {
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    // Each followed by a pipelined GET that must never be answered.
+    for head in [
+        "Content-Length: +0\r\n",
+        "Transfer-Encoding: gzip\r\n",
+        "Transfer-Encoding: chunked, gzip\r\n",
+    ] {
+        let mut c = s.connect();
+        c.send(
+            format!("GET /hello.txt HTTP/1.1\r\nHost: t\r\n{head}\r\nGET /blob HTTP/1.1\r\nHost: t\r\n\r\n")
+                .as_bytes(),
+        );
+        let r = c.response(false).unwrap();
+        assert_eq!(r.status, 400, "{head:?}");
+        assert!(c.closed_within(Duration::from_secs(3)), "{head:?}");
+        assert!(c.pending().is_empty(), "{head:?}: a second answer");
+    }
+    // HTTP/1.0: close wins over a keep-alive after it.
+    let mut c = s.connect();
+    c.send(b"GET /hello.txt HTTP/1.0\r\nConnection: close\r\nConnection: keep-alive\r\n\r\nGET /blob HTTP/1.0\r\n\r\n");
+    let r = c.response(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert_ne!(r.header("Connection"), Some("keep-alive"));
+    assert!(c.closed_within(Duration::from_secs(3)));
+    assert!(c.pending().is_empty(), "a second answer after close");
+    // An absolute-form target with userinfo, and obs-text in an If-None-Match (allowed).
+    let mut c = s.connect();
+    c.send(b"GET http://u@h/hello.txt HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(c.response(false).unwrap().status, 400);
+    let mut c = s.connect();
+    c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\nIf-None-Match: \"caf\xe9\"\r\n\r\n");
+    let r = c.response(false).unwrap();
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, b"hello world\n".as_slice())
+    );
+}
+
+#[test]
 fn garbage_input_never_panics() {
     let d = site();
     let s = Server::root(d.path(), &[]);

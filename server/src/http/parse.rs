@@ -220,32 +220,38 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     };
     let mut host = 0;
     let mut expect_unsupported = false;
+    let mut transfer_encoding: Option<String> = None;
     let mut content_length: Option<u64> = None;
+    let mut close = false;
     for h in req.headers.iter() {
-        // Borrowed for the fields only looked at; owned for the ones the request keeps.
-        let text = || {
-            std::str::from_utf8(h.value)
-                .map(str::trim)
-                .map_err(|_| ParseError::Bad("non-ASCII header value"))
-        };
-        let value = || text().map(str::to_owned);
+        // Borrowed for the fields only looked at; owned for the ones the request keeps. A
+        // value's obs-text bytes (RFC 9110 §5.5) become U+FFFD: such a value matches none of
+        // ours (an ETag, a coding, a media type) and is invalid where syntax is checked (Host).
+        let text = || String::from_utf8_lossy(h.value);
+        let value = || text().trim().to_owned();
         let name = h.name;
         if name.eq_ignore_ascii_case("host") {
             host += 1;
-            if !super::host::valid(text()?) {
+            if !super::host::valid(text().trim()) {
                 return Err(ParseError::Bad("Host is not a valid authority"));
             }
         } else if name.eq_ignore_ascii_case("connection") {
-            let v = text()?;
-            for tok in v.split(',').map(str::trim) {
+            // `close` wins wherever it appears (RFC 9112 §9.6); keep-alive opts an HTTP/1.0
+            // connection in.
+            for tok in text().split(',').map(str::trim) {
                 if tok.eq_ignore_ascii_case("close") {
-                    r.keep_alive = false;
+                    close = true;
                 } else if tok.eq_ignore_ascii_case("keep-alive") && minor == 0 {
                     r.keep_alive = true;
                 }
             }
         } else if name.eq_ignore_ascii_case("content-length") {
-            let v = text()?;
+            // 1*DIGIT (RFC 9110 §8.6): no sign, no space inside.
+            let v = text();
+            let v = v.trim();
+            if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(ParseError::Bad("bad Content-Length"));
+            }
             let n: u64 = v
                 .parse()
                 .map_err(|_| ParseError::Bad("bad Content-Length"))?;
@@ -258,35 +264,39 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
             }
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             r.has_body = true;
+            transfer_encoding = Some(join(transfer_encoding.take(), value()));
         } else if name.eq_ignore_ascii_case("if-none-match") {
-            r.if_none_match = Some(join(r.if_none_match.take(), value()?));
+            r.if_none_match = Some(join(r.if_none_match.take(), value()));
         } else if name.eq_ignore_ascii_case("if-modified-since") {
-            r.if_modified_since = Some(value()?);
+            r.if_modified_since = Some(value());
         } else if name.eq_ignore_ascii_case("range") {
-            r.range = Some(value()?);
+            r.range = Some(value());
         } else if name.eq_ignore_ascii_case("if-range") {
-            r.if_range = Some(value()?);
+            r.if_range = Some(value());
         } else if name.eq_ignore_ascii_case("if-match") {
-            r.if_match = Some(join(r.if_match.take(), value()?));
+            r.if_match = Some(join(r.if_match.take(), value()));
         } else if name.eq_ignore_ascii_case("if-unmodified-since") {
-            r.if_unmodified_since = Some(value()?);
+            r.if_unmodified_since = Some(value());
         } else if name.eq_ignore_ascii_case("origin") {
-            r.origin = Some(value()?);
+            r.origin = Some(value());
         } else if name.eq_ignore_ascii_case("access-control-request-method") {
-            r.access_control_request_method = Some(value()?);
+            r.access_control_request_method = Some(value());
         } else if name.eq_ignore_ascii_case("access-control-request-headers") {
             r.access_control_request_headers =
-                Some(join(r.access_control_request_headers.take(), value()?));
+                Some(join(r.access_control_request_headers.take(), value()));
         } else if name.eq_ignore_ascii_case("accept") {
-            r.accept = Some(join(r.accept.take(), value()?));
+            r.accept = Some(join(r.accept.take(), value()));
         } else if name.eq_ignore_ascii_case("accept-encoding") {
-            r.accept_encoding = Some(join(r.accept_encoding.take(), value()?));
+            r.accept_encoding = Some(join(r.accept_encoding.take(), value()));
         } else if name.eq_ignore_ascii_case("authorization") {
-            r.authorization = Some(value()?);
+            // Forwarded to an origin as received: bytes that are not UTF-8 cannot be.
+            let v = std::str::from_utf8(h.value)
+                .map_err(|_| ParseError::Bad("Authorization is not UTF-8"))?;
+            r.authorization = Some(v.trim().to_owned());
         } else if name.eq_ignore_ascii_case("expect") {
             // RFC 9110 §10.1.1: only 100-continue is defined. The final answer is sent without
             // reading a body, which that section allows; HTTP/1.0 requests ignore Expect.
-            let v = text()?;
+            let v = text();
             if minor == 1
                 && !v
                     .split(',')
@@ -302,10 +312,18 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     if host > 1 {
         return Err(ParseError::Bad("more than one Host header"));
     }
+    // A body whose length cannot be known (RFC 9112 §6.3: chunked must be the last coding) is
+    // a 400 and the connection's end.
+    if let Some(te) = transfer_encoding {
+        let last = te.rsplit(',').next().map(str::trim).unwrap_or("");
+        if !last.eq_ignore_ascii_case("chunked") {
+            return Err(ParseError::Bad("Transfer-Encoding does not end in chunked"));
+        }
+    }
     if expect_unsupported {
         return Err(ParseError::Expectation);
     }
-    if r.has_body {
+    if r.has_body || close {
         r.keep_alive = false;
     }
     Ok(Some(r))
@@ -335,7 +353,13 @@ fn origin_path(target: &str) -> Result<(String, Option<String>), ParseError> {
         target
     } else if let Some(after) = strip_scheme(target, "http://").or(strip_scheme(target, "https://"))
     {
-        &after[after.find(['/', '?', '#']).unwrap_or(after.len())..]
+        let end = after.find(['/', '?', '#']).unwrap_or(after.len());
+        // Checked like a Host header, and an http(s) URI must name a host (RFC 9110 §4.2.1).
+        let authority = &after[..end];
+        if authority.is_empty() || authority.starts_with(':') || !super::host::valid(authority) {
+            return Err(ParseError::Bad("the request target's authority is invalid"));
+        }
+        &after[end..]
     } else {
         return Err(ParseError::Bad("request target must be a path"));
     };
@@ -519,10 +543,63 @@ mod tests {
             "HTTP:example",
             "httpx://e/x",
             "x",
+            // The authority is checked like a Host header, and must name a host.
+            "http:///x",
+            "http://u@h/x",
+            "http://h@evil.example/x",
+            "http://h:abc/x",
+            "http://[::1/x",
+            "http://:80/x",
         ] {
             let req = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
             assert_eq!(status(req.as_bytes()), 400, "{target}");
         }
+    }
+
+    #[test]
+    fn framing_fields_follow_rfc_9112() {
+        // Transfer-Encoding whose last coding is not chunked: the body's length is unknown.
+        for te in ["gzip", "identity", "chunked, gzip", ""] {
+            let req = format!("GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: {te}\r\n\r\n");
+            assert_eq!(status(req.as_bytes()), 400, "{te:?}");
+        }
+        let req = b"GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: Chunked\r\n\r\n";
+        let r = parse(req, 8192).unwrap().unwrap();
+        assert!(r.has_body && !r.keep_alive);
+        // Content-Length is 1*DIGIT.
+        for cl in ["+0", "+5", "-1", " 1 2", "0x10", ""] {
+            let req = format!("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: {cl}\r\n\r\n");
+            assert_eq!(status(req.as_bytes()), 400, "{cl:?}");
+        }
+        // `close` wins over a later keep-alive, on one line or two.
+        for conn in [
+            "Connection: close, keep-alive\r\n",
+            "Connection: close\r\nConnection: keep-alive\r\n",
+            "Connection: keep-alive, close\r\n",
+        ] {
+            let req = format!("GET / HTTP/1.0\r\n{conn}\r\n");
+            let r = parse(req.as_bytes(), 8192).unwrap().unwrap();
+            assert!(!r.keep_alive, "{conn:?}");
+        }
+    }
+
+    #[test]
+    fn obs_text_in_a_field_value_is_no_error() {
+        // RFC 9110 §5.5: bytes 0x80-0xFF are allowed in values; they match nothing of ours.
+        let r = parse(
+            b"GET / HTTP/1.1\r\nHost: h\r\nIf-None-Match: \"caf\xe9\"\r\nAccept: text/\xff\r\n\r\n",
+            8192,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.if_none_match.as_deref(), Some("\"caf\u{fffd}\""));
+        assert!(r.keep_alive);
+        // Where the value is checked (Host) or forwarded as is (Authorization): 400.
+        assert_eq!(status(b"GET / HTTP/1.1\r\nHost: h\xe9\r\n\r\n"), 400);
+        assert_eq!(
+            status(b"GET / HTTP/1.1\r\nHost: h\r\nAuthorization: Basic \xe9\r\n\r\n"),
+            400
+        );
     }
 
     #[test]
