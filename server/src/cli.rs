@@ -57,7 +57,7 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
     /// Listen on this port (0 = kernel-chosen): replaces the listeners with one socket on
     /// --listen's address, or else on the first configured listener's (0.0.0.0 by default).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_port)]
     pub port: Option<u16>,
     /// Listen on ADDR, ADDR:PORT or [V6]:PORT: replaces the listeners with one socket; with a
     /// bare ADDR its port is --port's, or else the first configured listener's (8080 by default).
@@ -130,6 +130,13 @@ fn parse_listen(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
     let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
     let ip: Ipv4Addr = host.parse().map_err(|_| bad())?;
     Ok((IpAddr::V4(ip), Some(plain_port(port).ok_or_else(bad)?)))
+}
+
+/// `--port`: [`plain_port`], with the reason when it is not one.
+fn parse_port(p: &str) -> Result<u16, String> {
+    plain_port(p).ok_or_else(|| {
+        format!("{p:?} is not a port: 0-65535 in plain digits (no sign, no leading zero)")
+    })
 }
 
 /// A port written as plain decimal digits without leading zeros (`0` itself allowed).

@@ -116,6 +116,22 @@ fn serve_rejects_bad_input_cleanly() {
         "127.0.0.1:0",
     ]);
     assert!(err.contains("volumes[0].pool.threads"), "{err}");
+    // --port is a port in plain digits, like the port of --listen and of origin URLs.
+    for port in ["+80", "080", "70000", "8o", ""] {
+        let (code, _, err) = run(&[
+            "serve",
+            "--root",
+            "/tmp",
+            "--listen",
+            "127.0.0.1",
+            "--port",
+            port,
+            "--admin-listen",
+            "",
+        ]);
+        assert_ne!(code, 0, "--port {port:?}");
+        assert!(err.contains("is not a port"), "--port {port:?}: {err}");
+    }
 }
 
 /// `serve --root DIR --admin-listen "" ARGS...` (space-separated) for a DIR with one file
