@@ -36,6 +36,7 @@ BREAKS = {
     "cache-max-size-a-number": lambda d: vol(d)["cache"].update(maxSize=900),
     "cache-slice-size-not-a-quantity": lambda d: vol(d)["cache"].update(sliceSize="1 MiB"),
     "cache-min-uses-zero": lambda d: vol(d)["cache"].update(minUses=0),
+    "cache-min-uses-too-many": lambda d: vol(d)["cache"].update(minUses=16),
     "cache-inactive-zero": lambda d: vol(d)["cache"].update(inactiveSecs=0),
     "origin-unknown-field": lambda d: d["spec"]["origin"].update(timeoutMs=100),
     "origin-no-servers": lambda d: d["spec"]["origin"].update(servers=[]),

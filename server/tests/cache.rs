@@ -663,6 +663,70 @@ fn inactive_entries_are_dropped() {
     );
 }
 
+/// Resident memory of process `pid`, in bytes.
+#[cfg(feature = "failpoints")]
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmRSS");
+    kb * 1024
+}
+
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_fill_that_cannot_store_a_large_object_holds_only_what_its_reader_needs() {
+    use std::io::Write;
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    let n = Node::start_with_env(
+        &config(&[o.url()], &cache, "", "slice_size = 0"),
+        &[("FAILPOINTS", "cache_write=return(enospc)")],
+    );
+    // Far over what a fill keeps in memory for its readers (16 MiB).
+    let body = pattern(64 << 20, 13);
+    o.put("/huge.bin", Object::new(body.clone()));
+    let before = rss(n.srv.pid());
+    let mut s = std::net::TcpStream::connect(n.srv.addr).expect("connect");
+    s.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .expect("request");
+    // A slow client (about 12 MB/s) while the node reads the origin.
+    let mut got = Vec::new();
+    let mut peak = before;
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        let k = s.read(&mut buf).expect("read");
+        if k == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..k]);
+        peak = peak.max(rss(n.srv.pid()));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let head_end = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    let head = String::from_utf8_lossy(&got[..head_end]);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        got[head_end..] == body[..],
+        "the body differs ({} bytes)",
+        got.len() - head_end
+    );
+    let grew = peak.saturating_sub(before);
+    assert!(
+        grew < 32 << 20,
+        "the node grew by {} MiB for a body it could not store",
+        grew >> 20
+    );
+    assert_eq!(cache_files(&cache), (0, 0));
+}
+
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_full_disk_keeps_requests_succeeding_without_storing() {
@@ -1126,6 +1190,30 @@ fn not_found_and_redirects_are_stored_by_their_valid_rule() {
     let r = get(&n, "/soon.bin", "Range: bytes=150000-\r\n");
     assert_eq!(r.status, 206);
     assert!(r.body == body[150_000..]);
+}
+
+#[test]
+fn an_object_larger_than_max_size_is_served_but_never_stored() {
+    let (o, n) = origin_and_node("slice_size = 0\nmax_size = \"1M\"");
+    let small = pattern(100_000, 1);
+    o.put("/small.bin", Object::new(small.clone()));
+    assert_eq!(xcache(&get(&n, "/small.bin", "")), "MISS");
+    wait_committed(&n);
+    let big = pattern(3 << 20, 2);
+    o.put("/big.bin", Object::new(big.clone()));
+    for _ in 0..2 {
+        let r = get(&n, "/big.bin", "");
+        assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+        assert!(r.body == big, "the large object's bytes differ");
+        settle(&n);
+    }
+    assert_eq!(o.requests("/big.bin"), 2, "stored after all");
+    // Nothing was evicted for it, and the cache stays under its size on disk too.
+    assert_eq!(xcache(&get(&n, "/small.bin", "")), "HIT");
+    let size = volume_metric(&n, "contentserver_cache_size_bytes", &[]);
+    assert!(size <= (1 << 20) as f64, "cache size {size} over max_size");
+    let on_disk: u64 = walk(&n.cache).iter().map(|(_, len)| len).sum();
+    assert!(on_disk <= 1 << 20, "{on_disk} bytes of files over max_size");
 }
 
 #[test]

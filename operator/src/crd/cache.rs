@@ -107,9 +107,9 @@ pub struct VolumeCacheSpec {
     #[serde(default = "default_inactive_secs")]
     #[schemars(range(min = 1, max = 315360000))]
     pub inactive_secs: u64,
-    /// Requests for an object before it is stored.
+    /// Requests for an object before it is stored (1 to 15).
     #[serde(default = "default_min_uses")]
-    #[schemars(range(min = 1, max = 1000))]
+    #[schemars(range(min = 1, max = 15))]
     pub min_uses: u32,
     /// Bytes per stored slice (a quantity such as `1Mi`); `0` = whole objects.
     #[serde(default = "default_slice_size")]

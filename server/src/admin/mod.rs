@@ -231,8 +231,18 @@ async fn purge(
         )
             .into_response();
     };
-    let n = p.purge(&target).await;
-    Json(serde_json::json!({ "purged_files": n })).into_response()
+    // Incomplete (a volume's pool full, its files not removable): 500 with what failed, so
+    // the caller knows the old content may still be served and can retry.
+    let (n, failed) = p.purge(&target).await;
+    if failed.is_empty() {
+        Json(serde_json::json!({ "purged_files": n })).into_response()
+    } else {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Json(serde_json::json!({ "purged_files": n, "errors": failed })),
+        )
+            .into_response()
+    }
 }
 
 async fn healthz(State(s): State<AdminState>) -> Response {

@@ -9,7 +9,9 @@
 //! and the head is published before the temporary file is created, so no waiter ever waits
 //! for the pool. Body bytes are written by the volume's pool;
 //! when they cannot be stored (not admitted, full disk, pool full, write error) the rest of the
-//! slice is kept in memory for the waiters and nothing is stored. Origin faults (refused,
+//! slice is kept in memory for the waiters and nothing is stored; a slice over [`MEMORY_MAX`]
+//! is then taken out of reach of new requests and read from the origin only `WINDOW_MAX`
+//! ahead of its slowest reader ([`FillReader`]), letting go of what every reader has passed. Origin faults (refused,
 //! timeout, reset, truncated, wrong length) end the fill without storing anything: the
 //! temporary file is removed and the next request retries. A body that breaks off after its
 //! head is first resumed (up to [`RESUMES_MAX`] times) with a Range request for the rest,
@@ -137,13 +139,34 @@ pub enum Progress {
 }
 
 /// Body bytes received but not (yet, or ever) in the file: `chunks` cover
-/// `from..from + len`. While the file is being written, `from` is what the pool has written;
-/// once storing failed (or never started) it stays where the file ends.
+/// `from + skip..from + skip + len`. While the file is being written, `from` is what the pool
+/// has written (and `skip` is 0); once storing failed (or never started) `from` stays where the
+/// file ends, and `skip` counts the bytes every reader has passed that were let go.
 #[derive(Default)]
 struct Tail {
     from: u64,
+    skip: u64,
     len: u64,
     chunks: std::collections::VecDeque<Bytes>,
+}
+
+impl Tail {
+    /// Drop the first `n` bytes of memory (the caller moves `from` or `skip` past them).
+    fn pop_front(&mut self, mut n: u64) {
+        self.len -= n;
+        while n > 0 {
+            let Some(c) = self.chunks.front_mut() else {
+                break;
+            };
+            if (c.len() as u64) <= n {
+                n -= c.len() as u64;
+                self.chunks.pop_front();
+            } else {
+                let _ = c.split_to(n as usize);
+                n = 0;
+            }
+        }
+    }
 }
 
 /// Where a reader finds body byte `offset` of a fill.
@@ -174,6 +197,40 @@ pub struct Fill {
     handoff: Mutex<Option<OriginResponse>>,
     /// RUNNING, STORING or PURGED: a purge and the commit decide once which came first.
     commit: AtomicU8,
+    /// Where each reader is (slots of [`FillReader`]s; None = free), and a wake-up when one
+    /// moves on: a fill that cannot store keeps in memory only what a reader still needs.
+    readers: Mutex<Vec<Option<u64>>>,
+    moved: tokio::sync::Notify,
+}
+
+/// One request reading a fill, and where it is: the fill may let go of the bytes every
+/// reader has passed. Dropped when the request is done with it.
+pub struct FillReader {
+    fill: Arc<Fill>,
+    slot: usize,
+}
+
+impl FillReader {
+    pub fn fill(&self) -> &Arc<Fill> {
+        &self.fill
+    }
+
+    /// The reader has taken everything before body byte `pos`.
+    pub fn at(&self, pos: u64) {
+        if let Some(s) = self.fill.reader_slots().get_mut(self.slot) {
+            *s = Some(pos);
+        }
+        self.fill.moved.notify_one();
+    }
+}
+
+impl Drop for FillReader {
+    fn drop(&mut self) {
+        if let Some(s) = self.fill.reader_slots().get_mut(self.slot) {
+            *s = None;
+        }
+        self.fill.moved.notify_one();
+    }
 }
 
 impl Fill {
@@ -185,7 +242,47 @@ impl Fill {
             tail: Mutex::new(Tail::default()),
             handoff: Mutex::new(None),
             commit: AtomicU8::new(RUNNING),
+            readers: Mutex::new(Vec::new()),
+            moved: tokio::sync::Notify::new(),
         })
+    }
+
+    fn reader_slots(&self) -> std::sync::MutexGuard<'_, Vec<Option<u64>>> {
+        self.readers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Register a reader starting at body byte `pos`.
+    pub fn reader(self: &Arc<Self>, pos: u64) -> FillReader {
+        let mut slots = self.reader_slots();
+        let slot = match slots.iter().position(Option::is_none) {
+            Some(i) => {
+                slots[i] = Some(pos);
+                i
+            }
+            None => {
+                slots.push(Some(pos));
+                slots.len() - 1
+            }
+        };
+        drop(slots);
+        self.moved.notify_one();
+        FillReader {
+            fill: self.clone(),
+            slot,
+        }
+    }
+
+    /// The position of the reader furthest behind (None: no reader).
+    fn slowest_reader(&self) -> Option<u64> {
+        self.reader_slots().iter().flatten().copied().min()
+    }
+
+    /// Let go of the chunks before body byte `upto` (kept only for readers; nothing to store).
+    fn let_go(&self, upto: u64) {
+        let mut t = self.tail();
+        let n = upto.saturating_sub(t.from + t.skip).min(t.len);
+        t.skip += n;
+        t.pop_front(n);
     }
 
     /// The object this fill is for was purged. Returns once the fill will store nothing it
@@ -240,7 +337,11 @@ impl Fill {
         if offset < t.from {
             return ReadAt::File(t.from);
         }
-        let mut at = t.from;
+        if offset < t.from + t.skip {
+            // Let go (every reader had passed it): an empty answer ends the reader.
+            return ReadAt::Memory(Bytes::new());
+        }
+        let mut at = t.from + t.skip;
         for c in &t.chunks {
             let end = at + c.len() as u64;
             if offset < end {
@@ -534,6 +635,7 @@ impl Fill {
         let mut eof = false;
         let mut resumes = 0;
         let mut writing: Option<tokio::sync::oneshot::Receiver<WriteDone>> = None;
+        let mut unreachable = false;
         loop {
             if writing.is_none() {
                 if let Some(t) = temp.take() {
@@ -570,9 +672,44 @@ impl Fill {
             }
             let unwritten = received - self.tail().from;
             let storing = temp.is_some() || writing.is_some() || creating.is_some();
-            let can_read = !eof && (!storing || unwritten < WINDOW_MAX);
+            // Storing failed on a body too large to keep for the waiters (a full disk): no new
+            // request joins it any more, its memory holds only what its readers still need,
+            // and reading the origin waits for the slowest of them; with none left it ends.
+            let paced = !storing && body_len > MEMORY_MAX;
+            if paced {
+                if !unreachable {
+                    unreachable = true;
+                    cv.unregister_fill(id, self);
+                    tracing::warn!(volume = %cv.name, entry = %id.rel_path(), "fill not stored and too large to hold: paced by its readers");
+                }
+                match self.slowest_reader() {
+                    Some(pos) => self.let_go(pos),
+                    // A request waiting for it that has not registered yet (it subscribed):
+                    // everything is kept for it.
+                    None if self.tx.receiver_count() > 0 => {}
+                    None if !eof => {
+                        drop(resp);
+                        return self.publish(Progress::Failed(Arc::new(FillError::Origin(
+                            OriginError::Shutdown {
+                                origin: origin.name().to_string(),
+                            },
+                        ))));
+                    }
+                    None => {}
+                }
+            }
+            let held = self.tail().len;
+            let can_read = !eof
+                && if paced {
+                    held < WINDOW_MAX
+                } else {
+                    !storing || unwritten < WINDOW_MAX
+                };
             let mut broke = None;
             tokio::select! {
+                _ = self.moved.notified(), if paced && !can_read && !eof => {}
+                // A request that subscribed may leave without registering: look again.
+                _ = tokio::time::sleep(std::time::Duration::from_secs(1)), if paced && !can_read && !eof => {}
                 created = async { creating.as_mut().expect("guarded").await }, if creating.is_some() => {
                     creating = None;
                     match created {
@@ -678,20 +815,10 @@ impl Fill {
     }
 
     /// `n` more bytes are in the file: readers take them from there, memory lets them go.
-    fn written(&self, mut n: u64) {
+    fn written(&self, n: u64) {
         let mut t = self.tail();
         t.from += n;
-        t.len -= n;
-        while n > 0 {
-            let Some(c) = t.chunks.front_mut() else { break };
-            if (c.len() as u64) <= n {
-                n -= c.len() as u64;
-                t.chunks.pop_front();
-            } else {
-                let _ = c.split_to(n as usize);
-                n = 0;
-            }
-        }
+        t.pop_front(n);
     }
 
     fn store_failed(&self, cv: &CacheVolume<Fill>, e: &std::io::Error) {

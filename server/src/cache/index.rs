@@ -152,11 +152,14 @@ impl Index {
         }
     }
 
-    /// Should a new entry of `bytes` for `id`'s object be stored? Its object must have been
-    /// asked for `min_uses` times, and when storing it would evict, at least as often as the
-    /// entry that would go (TinyLFU).
+    /// Should a new entry of `bytes` for `id`'s object be stored? It must fit the cache on its
+    /// own, its object must have been asked for `min_uses` times, and when storing it would
+    /// evict, at least as often as the entry that would go (TinyLFU).
     pub fn admit(&self, id: EntryId, bytes: u64) -> bool {
         let mut st = self.lock();
+        if units(bytes) as u64 > st.max_units {
+            return false;
+        }
         let freq = st.sketch.frequency(sketch_hash(&id));
         if freq < self.min_uses {
             return false;
@@ -172,8 +175,8 @@ impl Index {
                 // Ties admit (recency decides among equally popular objects, as LRU would).
                 vh == sketch_hash(&id) || freq >= st.sketch.frequency(vh)
             }
-            // Nothing to evict: larger than the whole cache.
-            None => units(bytes) as u64 <= st.max_units,
+            // Nothing to evict (it fits, checked above).
+            None => true,
         }
     }
 
@@ -231,7 +234,9 @@ impl Index {
                 .get_index(pos)
                 .map(|(k, v)| (*k, *v))
                 .expect("in range");
-            if now.saturating_sub(s.last_use) >= self.inactive_secs {
+            // Whole seconds: more than `inactive` apart, so an entry is kept at least its
+            // `inactive` (a use at 10.9 s and a sweep at 11.4 s are 1 apart, 0.5 s really).
+            if now.saturating_sub(s.last_use) > self.inactive_secs {
                 // The last entry moves into `pos`: look at it next (cursor stays).
                 st.map.swap_remove_index(pos);
                 st.units -= s.units as u64;
@@ -433,6 +438,11 @@ mod tests {
             assert_eq!(ix.lookup(id(i), 50), Presence::Yes);
         }
         assert!(ix.expire_inactive(59, 1000).is_empty());
+        // Exactly `inactive` whole seconds later may be less than that really: kept.
+        for i in 10..50 {
+            assert_eq!(ix.lookup(id(i), 0), Presence::Yes);
+        }
+        assert!(ix.expire_inactive(60, 1000).is_empty());
         // A sweep in small steps covers everything.
         let mut gone = Vec::new();
         for _ in 0..20 {

@@ -84,49 +84,55 @@ impl Purge {
         a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
     }
 
-    /// Delete what `target` names; returns the number of files deleted.
-    pub async fn purge(&self, target: &Target) -> usize {
+    /// Delete what `target` names. Returns the number of files deleted, and what could not be
+    /// done (one line per failure, naming the volume): a purge with failures has not kept
+    /// its guarantee, and its caller must say so.
+    pub async fn purge(&self, target: &Target) -> (usize, Vec<String>) {
         let mut n = 0;
+        let mut failed = Vec::new();
         for cv in &self.caches {
             for fill in cv.take_fills(|f| target.names(f)) {
                 fill.purge().await;
             }
-            let removed = match target {
-                Target::Key(k) => cv
-                    .remove_object(CacheKey::new(k.clone().into_bytes()).hash())
-                    .await
-                    .unwrap_or(0),
+            let hashes = match target {
+                Target::Key(k) => vec![CacheKey::new(k.clone().into_bytes()).hash()],
                 Target::Prefix(p) => {
                     cv.passes.clear();
                     let store = cv.store.clone();
                     let prefix = p.clone().into_bytes();
-                    let found = cv.blocking(move || store.find_prefix(&prefix)).await;
-                    let ids = match found {
+                    let ids = match cv.blocking(move || store.find_prefix(&prefix)).await {
                         Ok(Ok(ids)) => ids,
                         Ok(Err(e)) => {
-                            tracing::warn!(volume = %cv.name, error = %e, "purge: cannot walk the cache");
+                            failed.push(format!("volume {}: cannot walk the cache: {e}", cv.name));
                             Vec::new()
                         }
                         Err(e) => {
-                            tracing::warn!(volume = %cv.name, error = %e, "purge: pool busy");
+                            failed.push(format!("volume {}: pool: {e}", cv.name));
                             Vec::new()
                         }
                     };
                     let mut hashes: Vec<u128> = ids.iter().map(|i| i.hash()).collect();
                     hashes.sort_unstable();
                     hashes.dedup();
-                    let mut removed = 0;
-                    for h in hashes {
-                        removed += cv.remove_object(h).await.unwrap_or(0);
-                    }
-                    removed
+                    hashes
                 }
             };
+            let mut removed = 0;
+            for h in hashes {
+                match cv.remove_object(h).await {
+                    Ok(k) => removed += k,
+                    Err(e) => failed.push(format!("volume {}: {e}", cv.name)),
+                }
+            }
             cv.m.purges.inc_by(removed as u64);
             n += removed;
         }
-        tracing::info!(?target, files = n, "cache purge");
-        n
+        if failed.is_empty() {
+            tracing::info!(?target, files = n, "cache purge");
+        } else {
+            tracing::error!(?target, files = n, failed = ?failed, "cache purge incomplete");
+        }
+        (n, failed)
     }
 }
 

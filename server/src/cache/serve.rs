@@ -17,7 +17,7 @@
 //! be shared, and never joins nor shares a fill: its fills forward the credentials, run for it
 //! alone, and store only what the origin allows to share. It must not read from the socket.
 
-use super::fill::{unix_now_ms, Fill, FillError, FillJob, Progress};
+use super::fill::{unix_now_ms, Fill, FillError, FillJob, FillReader, Progress};
 use super::key::CacheKey;
 use super::volume::{CacheStatus, CacheVolume, FillFor, Found, Stored};
 use crate::config::CachePolicy;
@@ -62,7 +62,8 @@ struct Ctx<'a> {
 /// Where the bytes of one slice come from.
 enum Source {
     Stored(Arc<Stored>),
-    Fill(Arc<Fill>, Arc<super::fill::FillHead>),
+    /// A fill under way, this request registered as its reader from the start.
+    Fill(FillReader, Arc<super::fill::FillHead>),
 }
 
 impl Source {
@@ -160,7 +161,7 @@ async fn filled(found: FillFor<Fill>) -> Option<Source> {
         let p = rx.borrow_and_update().clone();
         match p {
             Progress::Waiting => {}
-            Progress::Body { head, .. } => return Some(Source::Fill(fill, head)),
+            Progress::Body { head, .. } => return Some(Source::Fill(fill.reader(0), head)),
             Progress::Refreshed(s) => return Some(Source::Stored(s)),
             _ => return None,
         }
@@ -374,7 +375,7 @@ impl Ctx<'_> {
                 } else {
                     CacheStatus::Miss
                 };
-                First::Serve(Source::Fill(fill, head), status)
+                First::Serve(Source::Fill(fill.reader(0), head), status)
             }
             Progress::Refreshed(s) => First::Serve(Source::Stored(s), CacheStatus::Revalidated),
             Progress::Bypass { status } if status >= 500 => match stale_ok(&stale) {
@@ -785,11 +786,14 @@ impl Ctx<'_> {
                         self.cv.m.served_cache.inc_by(n);
                         Err((n, "stored slice unreadable"))
                     }
-                    Err(_) => Err((0, "send failed")),
+                    Err(e) => {
+                        self.cv.m.served_cache.inc_by(e.sent());
+                        Err((e.sent(), "send failed"))
+                    }
                 }
             }
-            Source::Fill(fill, head) => {
-                let r = self.send_filling(fill, head, a, b).await;
+            Source::Fill(reader, head) => {
+                let r = self.send_filling(reader, head, a, b).await;
                 let n = match &r {
                     Ok(n) | Err((n, _)) => *n,
                 };
@@ -802,11 +806,12 @@ impl Ctx<'_> {
     /// Send slice-local bytes `a..b` of a fill as they land (read-while-write).
     async fn send_filling(
         &self,
-        fill: &Arc<Fill>,
+        reader: &FillReader,
         head: &Arc<super::fill::FillHead>,
         a: u64,
         b: u64,
     ) -> Result<u64, (u64, &'static str)> {
+        let fill = reader.fill();
         let mut rx = fill.subscribe();
         let mut pos = a;
         while pos < b {
@@ -825,6 +830,7 @@ impl Ctx<'_> {
                             return Err((pos - a, "client write failed"));
                         }
                         pos += bytes.len() as u64;
+                        reader.at(pos);
                     }
                     super::fill::ReadAt::File(written) => {
                         let lim = written.min(upto);
@@ -842,7 +848,10 @@ impl Ctx<'_> {
                             )
                             .await
                         {
-                            Ok(n) => pos += n,
+                            Ok(n) => {
+                                pos += n;
+                                reader.at(pos);
+                            }
                             Err(_) => return Err((pos - a, "send failed")),
                         }
                     }

@@ -15,6 +15,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -48,7 +49,20 @@ impl Store {
     /// file an earlier process left (a fill it did not finish). Returns the store and how many
     /// temporary files were removed.
     pub fn open(path: &Path) -> io::Result<(Store, usize)> {
-        std::fs::create_dir_all(path.join(TMP_DIR))?;
+        std::fs::create_dir_all(path)?;
+        // `.tmp` must be a directory of this cache: a symlink there would have start-up empty
+        // (and fills write into) whatever it points at. Anything else in its place goes.
+        let tmp = path.join(TMP_DIR);
+        match std::fs::symlink_metadata(&tmp) {
+            Ok(m) if m.is_dir() => {}
+            Ok(m) => {
+                tracing::warn!(path = %tmp.display(), kind = ?m.file_type(), "cache: replacing what is not a directory at .tmp");
+                std::fs::remove_file(&tmp)?;
+                std::fs::create_dir(&tmp)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::create_dir(&tmp)?,
+            Err(e) => return Err(e),
+        }
         let root = rustix::fs::open(
             path,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -77,7 +91,7 @@ impl Store {
         let dir = rustix::fs::openat(
             &self.root,
             TMP_DIR,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .map_err(io_err)?;
@@ -86,10 +100,53 @@ impl Store {
             match rustix::fs::unlinkat(&dir, name.as_slice(), AtFlags::empty()) {
                 Ok(()) => n += 1,
                 Err(Errno::NOENT) => {}
+                // A directory (one moved aside by `clear_dir`, or put there by hand): removed
+                // with what is in it (symlinks inside are removed, never followed).
+                Err(Errno::ISDIR) => {
+                    let p = self
+                        .path
+                        .join(TMP_DIR)
+                        .join(std::ffi::OsStr::from_bytes(&name));
+                    std::fs::remove_dir_all(&p)?;
+                    n += 1;
+                }
                 Err(e) => return Err(io_err(e)),
             }
         }
         Ok(n)
+    }
+
+    /// Make the `L1/L2` directories of `dir`, replacing a file or symlink in their place.
+    fn make_levels(&self, dir: &str) -> io::Result<()> {
+        for d in [&dir[..1], dir] {
+            match rustix::fs::mkdirat(&self.root, d, Mode::from_raw_mode(0o755)) {
+                Ok(()) => {}
+                Err(Errno::EXIST) => {
+                    let st = rustix::fs::statat(&self.root, d, AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(io_err)?;
+                    if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                        != rustix::fs::FileType::Directory
+                    {
+                        tracing::warn!(path = %self.path.join(d).display(), "cache: replacing what is not a directory in the levels");
+                        rustix::fs::unlinkat(&self.root, d, AtFlags::empty()).map_err(io_err)?;
+                        rustix::fs::mkdirat(&self.root, d, Mode::from_raw_mode(0o755))
+                            .map_err(io_err)?;
+                    }
+                }
+                Err(e) => return Err(io_err(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Take the directory at `rel` (where an entry file belongs) out of the way: moved into
+    /// `.tmp/` and removed there, so the entry can be stored (the node made no such directory).
+    fn clear_dir(&self, rel: &str) -> io::Result<()> {
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let aside = format!("{TMP_DIR}/in-the-way.{}.{n}", std::process::id());
+        rustix::fs::renameat(&self.root, rel, &self.root, aside.as_str()).map_err(io_err)?;
+        tracing::warn!(path = %self.path.join(rel).display(), "cache: removed a directory where an entry belongs");
+        std::fs::remove_dir_all(self.path.join(&aside))
     }
 
     /// Open the entry `id` and check it belongs to `key` (collision) and is whole (length and
@@ -202,11 +259,13 @@ impl Store {
         Ok((fd, n))
     }
 
-    /// Delete entry `id`'s file; false when it was not there.
+    /// Delete entry `id`'s file (or a directory in its place); false when it was not there.
     pub fn remove(&self, id: EntryId) -> io::Result<bool> {
-        match rustix::fs::unlinkat(&self.root, id.rel_path(), AtFlags::empty()) {
+        let rel = id.rel_path();
+        match rustix::fs::unlinkat(&self.root, rel.as_str(), AtFlags::empty()) {
             Ok(()) => Ok(true),
             Err(Errno::NOENT) => Ok(false),
+            Err(Errno::ISDIR) => self.clear_dir(&rel).map(|()| true),
             Err(e) => Err(io_err(e)),
         }
     }
@@ -229,6 +288,8 @@ impl Store {
         Ok(out)
     }
 
+    /// A level directory, or None when there is none: nothing, or something else by that
+    /// name (a stray file holds no entries; the walks and purges skip it).
     fn open_dir(&self, rel: &str) -> io::Result<Option<OwnedFd>> {
         match rustix::fs::openat(
             &self.root,
@@ -237,7 +298,7 @@ impl Store {
             Mode::empty(),
         ) {
             Ok(d) => Ok(Some(d)),
-            Err(Errno::NOENT) => Ok(None),
+            Err(Errno::NOENT | Errno::NOTDIR) => Ok(None),
             Err(e) => Err(io_err(e)),
         }
     }
@@ -406,23 +467,23 @@ impl TempEntry {
         }
         let root = self.store.root();
         let target = self.id.rel_path();
-        let r = match rustix::fs::renameat(root, self.tmp.as_str(), root, target.as_str()) {
-            Err(Errno::NOENT) => {
-                // First entry in this L1/L2 directory.
-                let dir = self.id.dir();
-                for d in [&dir[..1], &dir[..]] {
-                    match rustix::fs::mkdirat(root, d, Mode::from_raw_mode(0o755)) {
-                        Ok(()) | Err(Errno::EXIST) => {}
-                        Err(e) => {
-                            self.abort();
-                            return Err(io_err(e));
-                        }
-                    }
-                }
-                rustix::fs::renameat(root, self.tmp.as_str(), root, target.as_str())
+        let rename = || rustix::fs::renameat(root, self.tmp.as_str(), root, target.as_str());
+        let mut r = rename();
+        // What the first attempt met, made right once each: the L1/L2 directories missing
+        // (their first entry) or something else in their place, a directory where the entry
+        // belongs. None of these was made by the node; none is followed if a symlink.
+        for _ in 0..2 {
+            let fixed = match r {
+                Err(Errno::NOENT | Errno::NOTDIR) => self.store.make_levels(&self.id.dir()),
+                Err(Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST) => self.store.clear_dir(&target),
+                _ => break,
+            };
+            if let Err(e) = fixed {
+                self.abort();
+                return Err(e);
             }
-            other => other,
-        };
+            r = rename();
+        }
         match r {
             Ok(()) => Ok(self.body_offset + self.written),
             Err(e) => {
@@ -666,5 +727,91 @@ mod tests {
         let mut want = vec![v1, v2];
         want.sort();
         assert_eq!(found, want);
+    }
+
+    #[test]
+    fn strays_in_the_levels_are_skipped_by_walks_and_purges() {
+        let (d, s) = store();
+        let a = put(&s, b"/dir/a", 0, b"aaaa");
+        let b = put(&s, b"/dir/b", 0, b"bb");
+        // A stray file where level-2 directories live, and one where a level-1 one would be.
+        let l1 = &a.dir()[..1];
+        std::fs::write(s.path().join(l1).join("zz-stray"), b"x").unwrap();
+        let free_l1 = (0..16u8)
+            .map(|i| format!("{i:x}"))
+            .find(|l| !s.path().join(l).exists())
+            .expect("a level-1 name not in use");
+        std::fs::write(s.path().join(&free_l1), b"x").unwrap();
+        drop(s);
+        let (s, _) = Store::open(&d.path().join("cache")).unwrap();
+        let mut found = Vec::new();
+        for l1 in 0..16 {
+            s.walk_level(l1, &mut |id, _| found.push(id)).unwrap();
+        }
+        found.sort();
+        let mut want = vec![a, b];
+        want.sort();
+        assert_eq!(found, want);
+        let mut purged = s.find_prefix(b"/dir/").unwrap();
+        purged.sort();
+        assert_eq!(purged, want);
+    }
+
+    #[test]
+    fn things_in_the_way_of_an_entry_are_replaced() {
+        let (d, s) = store();
+        // A directory where the entry file belongs, with something in it.
+        let id = CacheKey::new(b"/x".to_vec()).slice(0);
+        let p = s.path().join(id.rel_path());
+        std::fs::create_dir_all(p.join("sub")).unwrap();
+        std::fs::write(p.join("sub/f"), b"f").unwrap();
+        assert_eq!(put(&s, b"/x", 0, b"xx"), id);
+        assert!(s.open_entry(id, b"/x").is_ok());
+        // And one found by a removal (a purge, an eviction).
+        std::fs::remove_file(&p).unwrap();
+        std::fs::create_dir(&p).unwrap();
+        assert!(s.remove(id).unwrap());
+        assert!(!p.exists());
+        // A file where a level directory belongs.
+        let id = CacheKey::new(b"/y".to_vec()).slice(0);
+        let l1 = s.path().join(&id.dir()[..1]);
+        if l1.exists() {
+            std::fs::remove_dir_all(&l1).unwrap();
+        }
+        std::fs::write(&l1, b"not a dir").unwrap();
+        assert_eq!(put(&s, b"/y", 0, b"yy"), id);
+        assert!(s.open_entry(id, b"/y").is_ok());
+        // A directory left in .tmp does not stop the next start.
+        std::fs::create_dir_all(s.path().join(TMP_DIR).join("d/e")).unwrap();
+        drop(s);
+        let (s, removed) = Store::open(&d.path().join("cache")).unwrap();
+        assert_eq!(removed, 1);
+        assert_eq!(
+            std::fs::read_dir(s.path().join(TMP_DIR)).unwrap().count(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_tmp_symlink_is_replaced_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("precious"), b"keep me").unwrap();
+        let cache = d.path().join("cache");
+        std::fs::create_dir(&cache).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, cache.join(TMP_DIR)).unwrap();
+        let (s, removed) = Store::open(&cache).unwrap();
+        assert_eq!(removed, 0);
+        assert_eq!(
+            std::fs::read(elsewhere.join("precious")).unwrap(),
+            b"keep me"
+        );
+        let tmp = std::fs::symlink_metadata(cache.join(TMP_DIR)).unwrap();
+        assert!(tmp.is_dir(), ".tmp is a directory of the cache now");
+        // Fills write inside the cache.
+        let s = Arc::new(s);
+        put(&s, b"/z", 0, b"z");
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 1);
     }
 }

@@ -97,6 +97,15 @@ pub enum FillFor<F> {
 }
 
 /// One cache volume; `F` is the fill registered per entry (`super::fill::Fill`).
+/// Why an object's files could not all be removed (the purge reports it).
+#[derive(Debug, thiserror::Error)]
+pub enum RemoveError {
+    #[error("pool: {0}")]
+    Pool(#[from] PoolError),
+    #[error("cannot remove its files: {0}")]
+    Io(std::io::Error),
+}
+
 pub struct CacheVolume<F> {
     pub name: String,
     pub store: Arc<Store>,
@@ -419,6 +428,14 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         lock(&self.fills).get(&id).cloned()
     }
 
+    /// New requests no longer join `fill` (it still runs for the requests it has).
+    pub fn unregister_fill(&self, id: EntryId, fill: &Arc<F>) {
+        let mut fills = lock(&self.fills);
+        if fills.get(&id).is_some_and(|f| Arc::ptr_eq(f, fill)) {
+            fills.remove(&id);
+        }
+    }
+
     /// A fill ended: new requests no longer join it.
     pub fn fill_done(&self, id: EntryId, fill: &Arc<F>) {
         let mut fills = lock(&self.fills);
@@ -441,14 +458,17 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
 
     /// Remove every stored slice of the object `hash` (a purge, or a new version at the origin).
     /// Runs the directory listing and unlinks on the pool; returns how many files went.
-    pub async fn remove_object(&self, hash: u128) -> Result<usize, PoolError> {
+    pub async fn remove_object(&self, hash: u128) -> Result<usize, RemoveError> {
         self.passes.forget(hash);
         let store = self.store.clone();
         let removed = self.blocking(move || store.remove_object(hash)).await?;
-        let removed = removed.unwrap_or_else(|e| {
-            tracing::warn!(volume = %self.name, error = %e, "cannot remove cache entries");
-            Vec::new()
-        });
+        let removed = match removed {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(volume = %self.name, error = %e, "cannot remove cache entries");
+                return Err(RemoveError::Io(e));
+            }
+        };
         for id in &removed {
             self.index.remove(*id);
             self.forget(*id);

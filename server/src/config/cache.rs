@@ -21,7 +21,8 @@ pub struct VolumeCache {
     pub max_size: Option<ByteSize>,
     /// Entries not used for this long are dropped (nginx `inactive=10m`).
     pub inactive_secs: u64,
-    /// Requests for an object before it is stored (admission; nginx `proxy_cache_min_uses`).
+    /// Requests for an object before it is stored (admission; nginx `proxy_cache_min_uses`),
+    /// 1 to 15.
     pub min_uses: u32,
     /// Bytes per stored slice (the origin gets `Range: bytes=a-b` requests of this size);
     /// 0 = whole objects.
@@ -191,6 +192,8 @@ impl CachePolicy {
 
 /// Smallest allowed `slice_size` (other than 0) and `max_size`.
 pub const MIN_SLICE_SIZE: u64 = 4096;
+/// Largest `min_uses` (the admission sketch's counters stop at 15).
+pub const MIN_USES_MAX: u32 = 15;
 /// Largest allowed `slice_size`.
 pub const MAX_SLICE_SIZE: u64 = 1 << 30;
 /// Largest allowed `max_size`: 2^62 bytes (4 EiB), far beyond any disk, so sizes added to it
@@ -240,8 +243,12 @@ pub(super) fn check_volume_caches(e: &mut Errors, cfg: &Config) {
                 ),
             );
         }
-        if c.min_uses == 0 {
-            e.push(format!("{f}.min_uses"), "must be at least 1");
+        if c.min_uses == 0 || c.min_uses > MIN_USES_MAX {
+            // The frequency sketch counts to 15 (4-bit counters).
+            e.push(
+                format!("{f}.min_uses"),
+                format!("must be between 1 and {MIN_USES_MAX} (requests counted per object)"),
+            );
         }
     }
 }

@@ -367,7 +367,7 @@ fn every_cache_violation_names_its_field() {
         ("volumes[0].cache.slice_size", "must be 0 (whole objects) or between 4096"),
         ("volumes[0].cache.max_size", "less than one slice"),
         ("volumes[0].cache.inactive_secs", "must be between 1 and 315360000"),
-        ("volumes[0].cache.min_uses", "at least 1"),
+        ("volumes[0].cache.min_uses", "between 1 and 15"),
         ("routes[0].origin", "routes[0].origin: no origin named \"x\""),
         ("routes[0].split[1].volume", "routes[0].split[1].volume: \"disk2\" has no [volumes.cache]; a cache route needs cache volumes"),
         ("routes[0].cache.valid[0].status", "99 is not an HTTP status"),
@@ -473,4 +473,18 @@ fn for_cache_builds_the_contract_config() {
         ]
     );
     assert_eq!(parse(&c.to_toml().unwrap()), c);
+}
+
+#[test]
+fn min_uses_over_what_the_sketch_counts_is_refused() {
+    for (n, ok) in [(15, true), (16, false), (1000, false)] {
+        let c = parse(&format!(
+            "[[volumes]]\nname = \"a\"\npath = \"/a\"\n[volumes.cache]\nmin_uses = {n}\n"
+        ));
+        let errors = c.field_errors();
+        let refused = errors
+            .iter()
+            .any(|e| e.field == "volumes[0].cache.min_uses");
+        assert_eq!(refused, !ok, "min_uses = {n}: {errors:?}");
+    }
 }
