@@ -79,9 +79,11 @@ def test_lint_cluster_wide_with_optional_parts() -> None:
         {"watchNamespaces": ["Not_A_Namespace"]},
         {"prometheusAdapter": {"rules": {"enable": True}}},
         {"prometheusAdapter": {"rules": {"enabled": True, "namespace": "Monitoring"}}},
+        {"image": {"tag": "sha256:" + "a" * 64}},  # a digest is not a tag
+        {"image": {"digest": "sha256:short"}},
     ],
     ids=["top-level-typo", "nested-typo", "dashboards-typo", "wrong-type", "bad-enum", "bad-ns",
-         "adapter-typo", "adapter-bad-ns"],
+         "adapter-typo", "adapter-bad-ns", "digest-as-tag", "bad-digest"],
 )
 def test_lint_rejects_values_the_schema_forbids(broken: dict) -> None:
     res = helm_native.lint_with_values(CHART, broken)
@@ -233,6 +235,18 @@ def test_default_install_creates_only_the_core_objects(default_manifests: list[d
     for m in default_manifests:
         if m["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert m["metadata"].get("namespace", NS) == NS
+
+
+def test_image_by_tag_appversion_or_digest(default_manifests: list[dict]) -> None:
+    def image(manifests: list[dict]) -> str:
+        return one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+
+    repo = load(CHART / "values.yaml")["image"]["repository"]
+    app = load(CHART / "Chart.yaml")["appVersion"]
+    assert image(default_manifests) == f"{repo}:{app}"
+    assert image(render({"image": {"tag": "v9.1"}})) == f"{repo}:v9.1"
+    digest = "sha256:" + "0123456789abcdef" * 4
+    assert image(render({"image": {"tag": "v9.1", "digest": digest}})) == f"{repo}@{digest}"
 
 
 def test_operator_pod_is_locked_down(default_manifests: list[dict]) -> None:

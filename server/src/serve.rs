@@ -266,18 +266,19 @@ async fn send(
         keep_alive,
     };
     let timeout = Duration::from_secs(shared.config.limits.send_timeout_secs);
-    let result: Result<u64, BodyError> = match &body {
+    // Body bytes sent, or those sent before the error and the error.
+    let result: Result<u64, (u64, BodyError)> = match &body {
         Body::None => Ok(0),
-        Body::Range { start, len } => {
-            vol.send_body(sock, fd, start + body_early, len - body_early, timeout)
-                .await
-        }
+        Body::Range { start, len } => vol
+            .send_body(sock, fd, start + body_early, len - body_early, timeout)
+            .await
+            .map_err(|e| (e.sent(), e)),
         Body::Multipart(m) => {
             let mut sent = 0u64;
             let mut r = Ok(());
             for p in m.parts() {
-                if let Err(e) = sock.write_all(&p.head, true).await {
-                    r = Err(BodyError::Client(e));
+                if let Err(source) = sock.write_all(&p.head, true).await {
+                    r = Err(BodyError::Client { source, sent: 0 });
                     break;
                 }
                 sent += p.head.len() as u64;
@@ -287,6 +288,7 @@ async fn send(
                 {
                     Ok(n) => sent += n,
                     Err(e) => {
+                        sent += e.sent();
                         r = Err(e);
                         break;
                     }
@@ -295,17 +297,19 @@ async fn send(
             match r {
                 Ok(()) => match sock.write_all(m.trailer(), false).await {
                     Ok(()) => Ok(sent + m.trailer().len() as u64),
-                    Err(e) => Err(BodyError::Client(e)),
+                    Err(source) => Err((sent, BodyError::Client { source, sent: 0 })),
                 },
-                Err(e) => Err(e),
+                Err(e) => Err((sent, e)),
             }
         }
     };
     match result {
         Ok(n) => served.bytes += n,
-        Err(e) => {
+        Err((sent, e)) => {
+            // What reached the client counts (the access log and response bytes).
+            served.bytes += sent;
             match &e {
-                BodyError::Client(_) | BodyError::Timeout(_) => {
+                BodyError::Client { .. } | BodyError::Timeout { .. } => {
                     tracing::debug!(volume = %vol.name(), path = %req.path, error = %e, "response aborted")
                 }
                 _ => tracing::error!(

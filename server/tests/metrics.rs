@@ -363,3 +363,44 @@ fn refused_connections_are_counted_and_active_follows_open_connections() {
         .get("contentserver_connections_active", &[])
         == 0.0));
 }
+
+#[test]
+fn an_aborted_download_counts_the_bytes_that_went_out() {
+    use std::io::{Read, Write};
+    let d = tempdir();
+    let size = 32usize << 20;
+    std::fs::write(d.path().join("big.bin"), bytes(size, 3)).unwrap();
+    let server = Server::start(&one_volume(2, volume("root", d.path())));
+    let mut s = std::net::TcpStream::connect(server.addr).unwrap();
+    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    // Take 2 MiB, then leave (a player seeking elsewhere).
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 64 << 10];
+    while got < 2 << 20 {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the server closed early");
+        got += n;
+    }
+    drop(s);
+    let counted = || {
+        let m = server.metrics();
+        (
+            m.try_get(
+                "contentserver_http_requests_total",
+                &[("method", "GET"), ("code", "200")],
+            )
+            .unwrap_or(0.0),
+            m.get("contentserver_http_response_bytes_total", &[]),
+        )
+    };
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || counted().0 == 1.0),
+        "the aborted response was never counted"
+    );
+    let bytes = counted().1;
+    assert!(
+        bytes >= got as f64 && bytes < size as f64,
+        "counted {bytes} bytes; the client read {got} of {size}"
+    );
+}

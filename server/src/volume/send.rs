@@ -11,17 +11,34 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Why a body was not sent completely.
+/// Why a body was not sent completely. Each says how many of its bytes were sent before
+/// (`sent`), for the response's byte count.
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
     #[error("file ended at byte {at}, {missing} bytes before the announced length (file shrank?)")]
-    Truncated { at: u64, missing: u64 },
+    Truncated { at: u64, missing: u64, sent: u64 },
     #[error("reading the file failed at byte {at}: {source}")]
-    File { at: u64, source: io::Error },
-    #[error("client write failed: {0}")]
-    Client(io::Error),
-    #[error("client accepted no data for {0:?}")]
-    Timeout(Duration),
+    File {
+        at: u64,
+        source: io::Error,
+        sent: u64,
+    },
+    #[error("client write failed: {source}")]
+    Client { source: io::Error, sent: u64 },
+    #[error("client accepted no data for {after:?}")]
+    Timeout { after: Duration, sent: u64 },
+}
+
+impl BodyError {
+    /// Body bytes that went out before it.
+    pub fn sent(&self) -> u64 {
+        match self {
+            BodyError::Truncated { sent, .. }
+            | BodyError::File { sent, .. }
+            | BodyError::Client { sent, .. }
+            | BodyError::Timeout { sent, .. } => *sent,
+        }
+    }
 }
 
 impl Volume {
@@ -45,8 +62,11 @@ impl Volume {
             let mut guard = if sock.is_registered() {
                 let g = tokio::time::timeout(send_timeout, sock.writable())
                     .await
-                    .map_err(|_| BodyError::Timeout(send_timeout))?
-                    .map_err(BodyError::Client)?;
+                    .map_err(|_| BodyError::Timeout {
+                        after: send_timeout,
+                        sent,
+                    })?
+                    .map_err(|source| BodyError::Client { source, sent })?;
                 Some(g)
             } else {
                 None
@@ -56,18 +76,22 @@ impl Volume {
                     return Err(BodyError::Truncated {
                         at: start + sent,
                         missing: len - sent,
+                        sent,
                     })
                 }
                 Ok(n) => sent += n as u64,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => match guard.as_mut() {
                     Some(g) => g.clear_ready(),
-                    None => sock.register().map_err(BodyError::Client)?,
+                    None => sock
+                        .register()
+                        .map_err(|source| BodyError::Client { source, sent })?,
                 },
-                Err(e) if is_client_error(&e) => return Err(BodyError::Client(e)),
+                Err(e) if is_client_error(&e) => return Err(BodyError::Client { source: e, sent }),
                 Err(e) => {
                     return Err(BodyError::File {
                         at: start + sent,
                         source: e,
+                        sent,
                     })
                 }
             }
