@@ -72,8 +72,18 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
         shared.caches.get(resolved.volume),
     ) {
         let timeout = Duration::from_secs(shared.config.limits.send_timeout_secs);
-        return crate::cache::serve::respond(vol, cv, cache_route, sock, req, keep_alive, timeout)
-            .await;
+        return crate::cache::serve::respond(
+            policy,
+            route,
+            vol,
+            cv,
+            cache_route,
+            sock,
+            req,
+            keep_alive,
+            timeout,
+        )
+        .await;
     }
     let slash = req.path.ends_with('/');
     let rel = resolved.rel;

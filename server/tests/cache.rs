@@ -1217,6 +1217,130 @@ fn an_object_larger_than_max_size_is_served_but_never_stored() {
 }
 
 #[test]
+fn a_cache_route_sends_its_cors_and_configured_headers_like_a_static_one() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    cfg.routes = vec![toml::from_str(
+        "prefix = \"/\"\nvolume = \"c1\"\norigin = \"origin\"\n\
+         [http.headers]\nadd = { \"X-Edge\" = \"1\" }\n\
+         [http.media_headers.m3u8]\ncache_control = \"public, max-age=2\"\n\
+         [http.cors]\nallow_origins = [\"https://player.example\"]\n",
+    )
+    .expect("route TOML")];
+    let n = Node::start(&cfg);
+    let body = pattern(5000, 3);
+    // The origin's own CORS and Cache-Control are replaced by the route's.
+    o.put(
+        "/p.m3u8",
+        Object::new(body.clone())
+            .cache_control("max-age=600")
+            .header("Access-Control-Allow-Origin", "*")
+            .header("Vary", "Accept-Encoding"),
+    );
+    o.put(
+        "/private.m3u8",
+        Object::new(body.clone()).header("Set-Cookie", "id=1"),
+    );
+    let origin = "Origin: https://player.example\r\n";
+    let check = |r: &common::Response, what: &str| {
+        assert_eq!(
+            r.header("Access-Control-Allow-Origin"),
+            Some("https://player.example"),
+            "{what}"
+        );
+        assert!(
+            r.header("Access-Control-Expose-Headers")
+                .is_some_and(|v| v.contains("Content-Range")),
+            "{what}"
+        );
+        let allow = r
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("access-control-allow-origin"))
+            .count();
+        assert_eq!(allow, 1, "{what}: the origin's own CORS field went through");
+        let vary: Vec<&str> = r
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("vary"))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert!(
+            vary.iter().any(|v| v.contains("Origin")),
+            "{what}: {vary:?}"
+        );
+    };
+    for want in ["MISS", "HIT"] {
+        if want == "HIT" {
+            wait_committed(&n);
+        }
+        let r = get(&n, "/p.m3u8", origin);
+        assert_eq!((r.status, xcache(&r)), (200, want));
+        assert!(r.body == body);
+        check(&r, want);
+        assert_eq!(r.header("X-Edge"), Some("1"), "{want}");
+        assert_eq!(
+            r.header("Cache-Control"),
+            Some("public, max-age=2"),
+            "{want}"
+        );
+        assert!(r
+            .header("Vary")
+            .is_some_and(|v| v.contains("Accept-Encoding")));
+    }
+    let r = get(&n, "/p.m3u8", &format!("{origin}Range: bytes=0-9\r\n"));
+    assert_eq!(r.status, 206);
+    check(&r, "206");
+    // A 304 repeats what the 200 says (RFC 9110 §15.4.5).
+    let r = get(&n, "/p.m3u8", &format!("{origin}If-None-Match: \"v1\"\r\n"));
+    assert_eq!(r.status, 304);
+    check(&r, "304");
+    assert_eq!(r.header("Cache-Control"), Some("public, max-age=2"), "304");
+    assert!(
+        r.header("Vary")
+            .is_some_and(|v| v.contains("Accept-Encoding")),
+        "304"
+    );
+    // Passed through, and an error: the route's CORS too, so a player can read them.
+    let r = get(&n, "/private.m3u8", origin);
+    assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
+    check(&r, "BYPASS");
+    o.fault("/down.m3u8", Fault::Status(500));
+    let r = get(&n, "/down.m3u8", origin);
+    assert_eq!(r.status, 500);
+    check(&r, "500");
+    // The client's Origin reached the origin (an origin answering per Origin can).
+    assert!(
+        o.seen()
+            .iter()
+            .any(|s| s.path == "/private.m3u8"
+                && s.header("origin") == Some("https://player.example")),
+        "Origin not forwarded"
+    );
+}
+
+#[test]
+fn a_cached_304_repeats_cache_control_expires_and_vary() {
+    let (o, n) = origin_and_node(SLICED);
+    o.put(
+        "/v.vtt",
+        Object::new(pattern(100, 1))
+            .cache_control("public, max-age=60")
+            .header("Expires", "Thu, 01 Jan 2099 00:00:00 GMT")
+            .header("Vary", "Accept-Encoding"),
+    );
+    assert_eq!(xcache(&get(&n, "/v.vtt", "")), "MISS");
+    wait_committed(&n);
+    let r = get(&n, "/v.vtt", "If-None-Match: \"v1\"\r\n");
+    assert_eq!((r.status, xcache(&r)), (304, "HIT"));
+    assert_eq!(r.header("Cache-Control"), Some("public, max-age=60"));
+    assert_eq!(r.header("Expires"), Some("Thu, 01 Jan 2099 00:00:00 GMT"));
+    assert_eq!(r.header("Vary"), Some("Accept-Encoding"));
+    assert_eq!(r.header("ETag"), Some("\"v1\""));
+}
+
+#[test]
 fn utf8_header_values_reach_clients_byte_for_byte() {
     let (o, n) = origin_and_node(SLICED);
     let body = pattern(1000, 2);

@@ -96,6 +96,8 @@ pub struct FillJob {
     /// The client's `Authorization`, forwarded: the answer is stored only if it may be shared
     /// (such a fill is never joined by other requests).
     pub authorization: Option<String>,
+    /// The `Origin` of the request that started it, forwarded (see [`OriginRequest::origin`]).
+    pub client_origin: Option<String>,
 }
 
 /// The head of a body being filled.
@@ -381,6 +383,7 @@ impl Fill {
             req.if_modified_since = old.meta.last_modified.clone();
         }
         req.authorization = job.authorization.clone();
+        req.origin = job.client_origin.clone();
         let authorized = job.authorization.is_some();
         let mut resp = match origin.fetch(req).await {
             Ok(r) => r,
@@ -854,6 +857,7 @@ async fn resume(
     let mut req = OriginRequest::get(job.target.clone());
     req.range = Some((start, end));
     req.authorization = job.authorization.clone();
+    req.origin = job.client_origin.clone();
     let resp = origin.fetch(req).await.ok()?;
     let cr = origin::content_range(&resp.headers)?;
     let same = resp.status == 206

@@ -25,15 +25,18 @@ use crate::http::conditional::{self, Conditions, Current, Precondition};
 use crate::http::freshness;
 use crate::http::multipart::{self, Multipart};
 use crate::http::parse::{Method, Request};
-use crate::http::plan::Body;
+use crate::http::plan::{Body, Policy};
 use crate::http::range::{self, Ranges};
+use crate::http::response::Head;
 use crate::http::response::Served;
-use crate::http::response::{self, Head};
 use crate::origin::{Origin, OriginError, OriginRequest, OriginResponse};
 use crate::socket::Socket;
 use crate::volume::{BodyError, Volume};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Fields a 304 repeats besides the validators (RFC 9110 §15.4.5).
+const NOT_MODIFIED_FIELDS: &[&str] = &["cache-control", "content-location", "expires", "vary"];
 
 /// A cache route at run time: its origin and freshness policy.
 pub struct CacheRoute {
@@ -44,6 +47,10 @@ pub struct CacheRoute {
 }
 
 struct Ctx<'a> {
+    /// The response policy, for the route's configured and CORS headers.
+    http: &'a Policy,
+    /// The route's index (`Config::routes`).
+    route_ix: usize,
     vol: &'a Volume,
     cv: &'a Arc<CacheVolume<Fill>>,
     route: &'a CacheRoute,
@@ -92,6 +99,8 @@ enum First {
 /// Answer `req` (routed to cache volume `cv` of `vol` by `route`).
 #[allow(clippy::too_many_arguments)]
 pub async fn respond(
+    http: &Policy,
+    route_ix: usize,
     vol: &Volume,
     cv: &Arc<CacheVolume<Fill>>,
     route: &CacheRoute,
@@ -107,6 +116,8 @@ pub async fn respond(
     }
     let key = CacheKey::new(target.clone().into_bytes());
     let cx = Ctx {
+        http,
+        route_ix,
         vol,
         cv,
         route,
@@ -202,6 +213,7 @@ impl Ctx<'_> {
             policy: self.route.policy.clone(),
             revalidate,
             authorization: self.auth.map(str::to_string),
+            client_origin: self.req.origin.clone(),
         }
     }
 
@@ -520,7 +532,23 @@ impl Ctx<'_> {
         let range_ok = match precondition {
             Precondition::Failed => return self.error(412, None, status).await,
             Precondition::NotModified => {
-                let out = validators(Head::new(304))
+                // The fields a 304 repeats (RFC 9110 §15.4.5), as the 200 would carry them.
+                let ctype = meta
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+                    .map(|(_, v)| v.as_str());
+                let fields = meta
+                    .headers
+                    .iter()
+                    .filter(|(n, _)| {
+                        NOT_MODIFIED_FIELDS
+                            .iter()
+                            .any(|f| n.eq_ignore_ascii_case(f))
+                    })
+                    .map(|(n, v)| (n.as_str(), v.as_str()));
+                let head = self.with_fields(Head::new(304), fields, ctype, now);
+                let out = validators(head)
                     .header("Age", age.max(0) as u64)
                     .header("X-Cache", status.header())
                     .finish(self.keep_alive);
@@ -569,11 +597,17 @@ impl Ctx<'_> {
             Body::Range { len, .. } => (*len, None),
             Body::None => (0, None),
         };
-        for (n, v) in &meta.headers {
-            if multipart_type.is_none() || !is_type(n) {
-                head = head.header(n, v);
-            }
-        }
+        let ctype = meta
+            .headers
+            .iter()
+            .find(|(n, _)| is_type(n))
+            .map(|(_, v)| v.as_str());
+        let fields = meta
+            .headers
+            .iter()
+            .filter(|(n, _)| multipart_type.is_none() || !is_type(n))
+            .map(|(n, v)| (n.as_str(), v.as_str()));
+        head = self.with_fields(head, fields, ctype, now);
         if let Some(t) = &multipart_type {
             head = head.header("Content-Type", t);
         }
@@ -631,6 +665,41 @@ impl Ctx<'_> {
             }
         }
         served
+    }
+
+    /// `head` with the object's `fields` (stored, or from the origin) and the route's
+    /// decoration (configured headers and CORS, `plan::Decoration`): a field the route sets
+    /// replaces the object's, and one `Vary` lists both's.
+    fn with_fields<'f>(
+        &self,
+        mut head: Head,
+        fields: impl Iterator<Item = (&'f str, &'f str)>,
+        content_type: Option<&str>,
+        now: i64,
+    ) -> Head {
+        let d = self.http.object_decoration(
+            self.route_ix,
+            self.req,
+            self.req.path.as_bytes(),
+            content_type,
+            now,
+        );
+        let mut vary: Vec<&str> = Vec::new();
+        for (n, v) in fields {
+            if n.eq_ignore_ascii_case("vary") {
+                vary.push(v);
+            } else if !d.replaces(n) {
+                head = head.header(n, v);
+            }
+        }
+        for (n, v) in &d.lines {
+            head = head.header(n, v);
+        }
+        vary.extend(d.vary.iter().copied());
+        if !vary.is_empty() {
+            head = head.header("Vary", vary.join(", "));
+        }
+        head
     }
 
     /// The volume's admission before the head (a body that may need the pool).
@@ -881,7 +950,13 @@ impl Ctx<'_> {
         if status == 503 {
             extra.push(("Retry-After", "1"));
         }
-        let out = response::error(status, self.head_only, self.keep_alive, &extra);
+        let out = self.http.error(
+            Some(self.route_ix),
+            self.req,
+            status,
+            self.keep_alive,
+            &extra,
+        );
         let ok = self.sock.write_all(&out, false).await.is_ok();
         Served {
             status,
@@ -916,19 +991,15 @@ impl Ctx<'_> {
     /// A 304 for a passed-through answer, with the header fields a 304 carries (RFC 9110
     /// §15.4.5; our own Date).
     async fn not_modified_through(&self, h: &http::HeaderMap) -> Served {
-        let mut head = Head::new(304);
-        for n in [
-            "cache-control",
-            "content-location",
-            "etag",
-            "expires",
-            "last-modified",
-            "vary",
-        ] {
-            for v in h.get_all(n).iter().filter_map(|v| v.to_str().ok()) {
-                head = head.header(n, v);
-            }
-        }
+        let fields = ["etag", "last-modified"]
+            .iter()
+            .chain(NOT_MODIFIED_FIELDS)
+            .flat_map(|n| h.get_all(*n).iter().map(move |v| (*n, v)))
+            .filter_map(|(n, v)| Some((n, std::str::from_utf8(v.as_bytes()).ok()?)));
+        let ctype = h
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        let head = self.with_fields(Head::new(304), fields, ctype, unix_now_ms() / 1000);
         let out = head.header("X-Cache", "BYPASS").finish(self.keep_alive);
         let ok = self.sock.write_all(&out, false).await.is_ok();
         Served {
@@ -948,6 +1019,7 @@ impl Ctx<'_> {
             r.method = crate::origin::Method::Head;
         }
         r.authorization = self.auth.map(str::to_string);
+        r.origin = self.req.origin.clone();
         r.if_none_match = self.req.if_none_match.clone();
         r.if_modified_since = self.req.if_modified_since.clone();
         r.if_match = self.req.if_match.clone();
@@ -984,10 +1056,14 @@ impl Ctx<'_> {
         let with_body = !self.head_only && resp.status != 304 && resp.status != 204;
         let chunked = with_body && resp.expected.is_none() && self.req.minor >= 1;
         let keep_alive = self.keep_alive && (resp.expected.is_some() || chunked);
-        let mut head = Head::new(resp.status);
-        for (n, v) in super::fill::forwarded(&resp.headers, &self.route.origin) {
-            head = head.header(n.as_str(), v);
-        }
+        let ctype = resp
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        let fields =
+            super::fill::forwarded(&resp.headers, &self.route.origin).map(|(n, v)| (n.as_str(), v));
+        let mut head =
+            self.with_fields(Head::new(resp.status), fields, ctype, unix_now_ms() / 1000);
         // A HEAD answer's length is the one its GET would have (the origin's Content-Length);
         // a body's, what will be sent.
         let length = if self.head_only {

@@ -290,6 +290,19 @@ pub(super) fn check_cache_route(
                     "a cache route asks the origin for the request's whole path (and keys it so): strip_prefix is for static routes",
                 );
             }
+            // Files of a directory: a cache route serves objects of its origin.
+            if !r.http.precompressed.is_empty() {
+                e.push(
+                    format!("{f}.http.precompressed"),
+                    "a cache route serves the origin's objects, which have no precompressed siblings here: precompressed is for static routes",
+                );
+            }
+            if r.http.listing {
+                e.push(
+                    format!("{f}.http.listing"),
+                    "a cache route cannot list the origin's directories: listing is for static routes",
+                );
+            }
             for (field, v) in targets {
                 if is_cache(v) == Some(false) {
                     e.push(

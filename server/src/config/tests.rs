@@ -376,6 +376,8 @@ fn every_cache_violation_names_its_field() {
         ("routes[0].cache.valid[3].status", "502 is never stored: a 5xx passes through"),
         ("routes[0].cache.valid[3].status", "304 is never stored"),
         ("routes[1].volume", "\"disk1\" is a cache volume"),
+        ("routes[0].http.precompressed", "precompressed is for static routes"),
+        ("routes[0].http.listing", "listing is for static routes"),
         ("routes[2].cache", "needs `origin`"),
     ] {
         let got = msg(field);

@@ -272,6 +272,10 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
         } else if name.eq_ignore_ascii_case("range") {
             r.range = Some(value());
         } else if name.eq_ignore_ascii_case("if-range") {
+            // One validator (RFC 9110 §13.1.5): two could splice ranges of two versions.
+            if r.if_range.is_some() {
+                return Err(ParseError::Bad("more than one If-Range"));
+            }
             r.if_range = Some(value());
         } else if name.eq_ignore_ascii_case("if-match") {
             r.if_match = Some(join(r.if_match.take(), value()));
@@ -581,6 +585,12 @@ mod tests {
             let r = parse(req.as_bytes(), 8192).unwrap().unwrap();
             assert!(!r.keep_alive, "{conn:?}");
         }
+    }
+
+    #[test]
+    fn two_if_range_fields_are_refused() {
+        let req = b"GET / HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1\r\nIf-Range: \"a\"\r\nIf-Range: \"b\"\r\n\r\n";
+        assert_eq!(status(req), 400);
     }
 
     #[test]

@@ -46,6 +46,29 @@ pub struct Policy {
     pub listing_max_entries: usize,
 }
 
+/// What a route adds to an answer it did not make from a file (a cache route's stored or
+/// passed-through object): its configured headers (route, media type) and its CORS headers.
+/// They replace the object's own fields of the same names (and, on a route with CORS, every
+/// `Access-Control-*` field of the object's); `vary` joins the object's `Vary`.
+#[derive(Debug, Default)]
+pub struct Decoration {
+    pub lines: Vec<(String, String)>,
+    pub vary: Vec<&'static str>,
+    /// The route has CORS configured: its policy, not the object's, answers browsers.
+    pub cors: bool,
+}
+
+impl Decoration {
+    /// Is the object's field `name` replaced (left out) by this decoration?
+    pub fn replaces(&self, name: &str) -> bool {
+        self.lines.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
+            || (self.cors
+                && name
+                    .get(..15)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("access-control-")))
+    }
+}
+
 /// The file (or cached object) a response is about, as far as HTTP cares.
 #[derive(Debug, Clone, Copy)]
 pub struct Entity<'a> {
@@ -191,6 +214,33 @@ impl Policy {
             None => CorsHeaders::default(),
         };
         (ch, r.is_some_and(|r| !r.precompressed.is_empty()))
+    }
+
+    /// The [`Decoration`] of an object answered on `route` (a cache route), named `name` (the
+    /// request path: its extension picks media-type headers) with `content_type`.
+    pub fn object_decoration(
+        &self,
+        route: usize,
+        req: &Request,
+        name: &[u8],
+        content_type: Option<&str>,
+        now: i64,
+    ) -> Decoration {
+        let mut lines = Vec::new();
+        if self.headers.applies(Some(route)) {
+            let ext = super::mime::extension(name);
+            let eff = self
+                .headers
+                .for_response(Some(route), ext.as_deref(), content_type);
+            lines.extend(eff.lines(now).into_iter().map(|(n, v)| (n.to_string(), v)));
+        }
+        let (ch, _) = self.decoration(Some(route), req);
+        lines.extend(ch.headers.into_iter().map(|(n, v)| (n.to_string(), v)));
+        Decoration {
+            lines,
+            vary: ch.vary,
+            cors: self.route(Some(route)).is_some_and(|r| r.cors.is_some()),
+        }
     }
 
     /// A small error response (404, 403, 500, 503...) after routing: with the route's CORS

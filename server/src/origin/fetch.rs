@@ -150,6 +150,11 @@ fn build(
             b = b.header(name, v);
         }
     }
+    if let Some(v) = &req.origin {
+        let v = HeaderValue::from_str(v)
+            .map_err(|_| bad(format!("Origin: {v:?} is not a header value")))?;
+        b = b.header(http::header::ORIGIN, v);
+    }
     if let Some(v) = &req.authorization {
         let mut v = HeaderValue::from_str(v)
             .map_err(|_| bad("Authorization is not a header value".to_string()))?;

@@ -72,6 +72,9 @@ pub struct OriginRequest {
     /// A client's own single `Range` value and its `If-Range`, forwarded as received by a
     /// pass-through (never with `range`).
     pub client_range: Option<(String, Option<String>)>,
+    /// The client's `Origin` (CORS), forwarded as received: an origin answering per Origin
+    /// says `Vary: Origin`, which keeps its answer out of the cache.
+    pub origin: Option<String>,
 }
 
 impl OriginRequest {
@@ -87,6 +90,7 @@ impl OriginRequest {
             if_unmodified_since: None,
             authorization: None,
             client_range: None,
+            origin: None,
         }
     }
 }
