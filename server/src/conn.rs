@@ -189,7 +189,12 @@ async fn answer(
             let out = response::error(status, false, false, &[]);
             let _ = sock.write_all(&out, false).await;
             let len = out.len() as u64;
-            record(shared, "other", status, len, Instant::now(), sock, "-");
+            let asked = Asked {
+                method: "other",
+                path: "-",
+                query: None,
+            };
+            record(shared, &asked, status, len, Instant::now(), sock);
             if linger {
                 sock.lingering_close().await;
             }
@@ -200,15 +205,12 @@ async fn answer(
     shared.metrics.http_requests_in_flight.inc();
     let served = serve::respond(shared, sock, &req).await;
     shared.metrics.http_requests_in_flight.dec();
-    record(
-        shared,
-        crate::metrics::method_label(req.method.as_str()),
-        served.status,
-        served.bytes,
-        started,
-        sock,
-        &req.path,
-    );
+    let asked = Asked {
+        method: crate::metrics::method_label(req.method.as_str()),
+        path: &req.path,
+        query: req.query.as_deref(),
+    };
+    record(shared, &asked, served.status, served.bytes, started, sock);
     if !served.keep_alive {
         // The client may still be sending (a body, more pipelined requests).
         if served.bytes > 0 && (req.has_body || !pending.is_empty()) {
@@ -232,15 +234,26 @@ impl std::fmt::Display for Peer<'_> {
     }
 }
 
+/// What the access line says of the request (its method as the metrics label it).
+struct Asked<'a> {
+    method: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+}
+
 fn record(
     shared: &Shared,
-    method: &str,
+    asked: &Asked<'_>,
     status: u16,
     bytes: u64,
     started: Instant,
     sock: &Socket,
-    path: &str,
 ) {
+    let Asked {
+        method,
+        path,
+        query,
+    } = *asked;
     let m = &shared.metrics;
     m.count_response(method, status);
     let secs = started.elapsed().as_secs_f64();
@@ -249,7 +262,11 @@ fn record(
     if shared.config.logging.access_log {
         tracing::info!(
             target: "access",
-            peer = %Peer(sock), method, path, status, bytes, duration_ms = secs * 1000.0,
+            peer = %Peer(sock), method, path, status, bytes,
+            // Microseconds, so the number prints as such (not 0.022192999999999997).
+            duration_ms = (secs * 1e6).round() / 1000.0,
+            // Last: the fields before it keep their places for parsers of the text lines.
+            query = query.unwrap_or(""),
             "request"
         );
     }

@@ -23,9 +23,28 @@ static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();
 /// the guard until exit: dropping it writes out the lines still waiting.
 #[must_use = "dropping the guard at once stops the log writer"]
 pub fn init(cfg: &Logging) -> Option<WorkerGuard> {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&cfg.level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    // The access log is its own switch: a quieter level ("warn") does not turn it off, unless
+    // the filter names the `access` target itself.
+    let with_access = |spec: &str| {
+        if cfg.access_log && !spec.contains("access") {
+            format!("{spec},access=info")
+        } else {
+            spec.to_string()
+        }
+    };
+    let from_config =
+        || EnvFilter::try_new(with_access(&cfg.level)).unwrap_or_else(|_| EnvFilter::new("info"));
+    let mut bad_env = None;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(v) if !v.trim().is_empty() => match EnvFilter::try_new(with_access(&v)) {
+            Ok(f) => f,
+            Err(e) => {
+                bad_env = Some((v, e.to_string()));
+                from_config()
+            }
+        },
+        _ => from_config(),
+    };
     let (writer, guard) = NonBlockingBuilder::default()
         .lossy(true)
         .buffered_lines_limit(BUFFERED_LINES)
@@ -44,6 +63,9 @@ pub fn init(cfg: &Logging) -> Option<WorkerGuard> {
         return None;
     }
     let _ = DROPPED.set(dropped);
+    if let Some((v, e)) = bad_env {
+        tracing::warn!(rust_log = %v, error = %e, "RUST_LOG is not a valid filter; using logging.level");
+    }
     Some(guard)
 }
 

@@ -28,8 +28,9 @@ pub struct Server {
     pub admin: Option<crate::admin::AdminServer>,
 }
 
-/// Raise the soft RLIMIT_NOFILE to the hard limit and log both.
-pub fn raise_nofile_limit() {
+/// Raise the soft RLIMIT_NOFILE to the hard limit and log both; returns the soft limit now
+/// (None: unlimited).
+pub fn raise_nofile_limit() -> Option<u64> {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let old = getrlimit(Resource::Nofile);
     let new = Rlimit {
@@ -44,20 +45,44 @@ pub fn raise_nofile_limit() {
             hard = %fmt(old.maximum),
             "RLIMIT_NOFILE raised to the hard limit"
         ),
-        Err(e) => tracing::warn!(
-            soft = %fmt(old.current),
-            hard = %fmt(old.maximum),
-            error = %e,
-            "cannot raise RLIMIT_NOFILE"
-        ),
+        Err(e) => {
+            tracing::warn!(
+                soft = %fmt(old.current),
+                hard = %fmt(old.maximum),
+                error = %e,
+                "cannot raise RLIMIT_NOFILE"
+            );
+            return old.current;
+        }
     }
+    old.maximum
+}
+
+/// Client connections that fit the descriptor limit `limit`: a quarter of it is the open-file
+/// cache's (`volume/hot.rs`), and up to another quarter (at most 1024) is kept for what the
+/// connections send, cache fills, origin connections, the admin listener and logs. Over it,
+/// accept() would fail and the admin port with it (health checks, metrics); nginx warns of the
+/// same ("worker_connections exceed open file resource limit").
+pub fn connections_within(limit: u64) -> u64 {
+    limit - limit / 4 - (limit / 4).min(1024)
 }
 
 /// Build everything and start the workers (returns once they run).
 pub fn start(mut config: Config) -> anyhow::Result<Server> {
     config.normalize();
     config.validate()?;
-    raise_nofile_limit();
+    if let Some(limit) = raise_nofile_limit() {
+        let fit = connections_within(limit).max(1);
+        if config.limits.max_connections as u64 > fit {
+            tracing::warn!(
+                max_connections = config.limits.max_connections,
+                rlimit_nofile = limit,
+                lowered_to = fit,
+                "limits.max_connections exceeds what the file descriptor limit leaves for connections; lowered"
+            );
+            config.limits.max_connections = fit as usize;
+        }
+    }
     let workers = config.effective_workers();
     let names: Vec<&str> = config.volumes.iter().map(|v| v.name.as_str()).collect();
     let metrics = Metrics::new(&names, workers);
@@ -183,11 +208,27 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         // Install the handlers before anything starts, so an early signal drains too.
         let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
         let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+        // Signals whose default action would kill the server at once, without a drain (a
+        // reloader sidecar's HUP, an nginx habit): logged and ignored.
+        let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
+        let mut usr1 = signal(SignalKind::user_defined1()).context("install SIGUSR1 handler")?;
+        let mut usr2 = signal(SignalKind::user_defined2()).context("install SIGUSR2 handler")?;
         let server = start(config)?;
         tracing::info!(workers = server.workers.len(), "content-server ready");
-        let sig = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
+        let ignored = |sig: &str| {
+            tracing::warn!(
+                signal = sig,
+                "signal ignored: the configuration is read at start only (restart the process to apply a change); SIGTERM or SIGINT drains and stops"
+            )
+        };
+        let sig = loop {
+            tokio::select! {
+                _ = term.recv() => break "SIGTERM",
+                _ = int.recv() => break "SIGINT",
+                _ = hup.recv() => ignored("SIGHUP"),
+                _ = usr1.recv() => ignored("SIGUSR1"),
+                _ = usr2.recv() => ignored("SIGUSR2"),
+            }
         };
         drain(&server, sig).await;
         Ok(())

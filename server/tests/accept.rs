@@ -298,3 +298,48 @@ fn a_port_another_server_listens_on_is_refused() {
     }
     drop(d);
 }
+
+#[test]
+fn max_connections_is_lowered_to_fit_the_descriptor_limit_and_the_admin_port_keeps_answering() {
+    let d = tempdir();
+    std::fs::write(d.path().join("hello.txt"), b"hello world\n").unwrap();
+    let cfg = one_volume(1, volume("site", d.path()));
+    let path = d.path().join("c.toml");
+    std::fs::write(&path, cfg.to_toml().expect("render the config")).unwrap();
+    // 256 descriptors (lowering one's own limit needs no privilege): 128 for connections.
+    let wrapper = ["sh", "-c", r#"ulimit -n 256 && exec "$@""#, "sh"];
+    let s = Server::try_spawn_wrapped(
+        &wrapper,
+        &["serve", "--config", path.to_str().unwrap()],
+        &[],
+    )
+    .expect("start under ulimit -n 256");
+    assert!(
+        s.wait_log("lowered_to=128", Duration::from_secs(2)),
+        "{}",
+        s.logs()
+    );
+    // More connections than that, each holding a started request (so each is accepted).
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+        let _ = c.write_all(b"GET /hello.txt HTTP/1.1\r\n");
+        held.push(c);
+    }
+    // Those over the limit are refused at once (not left hanging in the backlog), and the
+    // admin port, with its health check and metrics, still answers.
+    let refused = || {
+        s.metrics()
+            .get("contentserver_connections_refused_total", &[])
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while refused() < 60.0 {
+        assert!(Instant::now() < deadline, "refused {}", refused());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let h = request(s.admin(), "GET", "/healthz", &[]);
+    assert_eq!(h.status, 200);
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.get("/hello.txt").status, 200);
+}

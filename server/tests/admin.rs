@@ -45,7 +45,19 @@ fn config_endpoint_is_the_effective_configuration() {
         .is_some_and(|t| t.starts_with("application/json")));
     let served: Config = serde_json::from_slice(&r.body).expect("/config is a Config as JSON");
     let config_path = server.config_path.as_ref().expect("started from a file");
-    let expected = Config::load(config_path).expect("the test's config is valid");
+    let mut expected = Config::load(config_path).expect("the test's config is valid");
+    // Effective: max_connections lowered to what the descriptor limit leaves (the server
+    // raises its soft limit to the hard one, which it inherits from this process).
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we pass; nothing else is touched.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    if lim.rlim_max != libc::RLIM_INFINITY {
+        let fit = content_server::runtime::connections_within(lim.rlim_max).max(1) as usize;
+        expected.limits.max_connections = expected.limits.max_connections.min(fit);
+    }
     assert_eq!(served, expected);
     // Spot-check the JSON shape operators script against.
     let v: serde_json::Value = serde_json::from_slice(&r.body).expect("json");

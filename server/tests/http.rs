@@ -586,6 +586,36 @@ fn access_log_and_json_logs() {
 }
 
 #[test]
+fn the_access_log_survives_a_quiet_level_and_carries_the_query() {
+    let d = site();
+    let s = serve_with(d.path(), "site", 1, |c| {
+        c.logging.format = LogFormat::Json;
+        // Quiet but for the start-up lines the test harness waits for.
+        c.logging.level = "error,content_server::runtime=info,content_server::accept=info".into();
+        c.logging.access_log = true;
+    });
+    assert_eq!(s.get("/hello.txt?v=2").status, 200);
+    assert!(
+        s.wait_log("\"query\":\"v=2\"", Duration::from_secs(2)),
+        "{}",
+        s.logs()
+    );
+    let line = s
+        .logs()
+        .lines()
+        .find(|l| l.contains("\"query\":\"v=2\""))
+        .expect("the access line")
+        .to_string();
+    let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    assert_eq!(v["path"], "/hello.txt");
+    // Whole microseconds: at most three decimals.
+    let ms = v["duration_ms"].to_string();
+    assert!(ms.split('.').nth(1).is_none_or(|f| f.len() <= 3), "{ms}");
+    // The quiet level holds for the rest: no info lines.
+    assert!(!s.logs().contains("content_server::volume"), "{}", s.logs());
+}
+
+#[test]
 fn file_shrinking_mid_response_closes_the_connection() {
     let d = tempdir();
     let len = 32 * 1024 * 1024;

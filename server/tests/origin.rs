@@ -514,6 +514,7 @@ async fn read_ahead_frees_the_connection_of_a_slow_reader() {
     o.put("/small", Object::new(pattern(1000, 3)));
     let mut cfg = plain(&[o.url()]);
     cfg.max_connections = 1;
+    cfg.pass_buffer_bytes = 32 << 20;
     let (up, _m) = client(cfg);
     let small = || up.fetch(OriginRequest::get("/small"));
 

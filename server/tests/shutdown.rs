@@ -125,3 +125,22 @@ fn idle_server_exits_at_once() {
     assert_eq!(st.code(), Some(0));
     assert!(took < Duration::from_millis(1000));
 }
+
+#[test]
+fn sighup_and_sigusr_are_ignored_and_logged() {
+    let (_d, mut s, data) = server(0, 30);
+    for sig in [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
+        s.signal(sig);
+    }
+    assert!(
+        s.wait_log("signal=\"SIGUSR2\"", Duration::from_secs(3))
+            || s.wait_log("signal=SIGUSR2", Duration::from_secs(1)),
+        "{}",
+        s.logs()
+    );
+    assert!(s.logs().contains("SIGHUP") && s.logs().contains("SIGUSR1"));
+    // Still serving, then SIGTERM still drains and exits 0.
+    assert!(s.get("/slow/big.bin").body == data);
+    let (st, _) = terminate(&mut s, Duration::from_secs(10));
+    assert!(st.success(), "{st:?}");
+}

@@ -61,7 +61,7 @@ impl ServingState for crate::lifecycle::Lifecycle {
 pub enum AdminError {
     #[error("admin.listen {0:?} is not an ADDR:PORT socket address")]
     Address(String),
-    #[error("cannot bind the admin listener on {addr}: {source}")]
+    #[error("cannot bind the admin listener on {addr} (admin.listen)")]
     Bind {
         addr: SocketAddr,
         source: std::io::Error,
@@ -303,7 +303,9 @@ async fn check_volume_root(path: PathBuf, held: Option<(u64, u64)>) -> Result<()
         if held.is_some_and(|h| h != (meta.dev(), meta.ino())) {
             return Err("replaced since start: the server still uses the removed directory (restart it to use the new one)".into());
         }
-        std::fs::read_dir(&path).map_err(|e| e.to_string())?;
+        // What serving needs: search permission (reading the directory is only for listings).
+        rustix::fs::access(&path, rustix::fs::Access::EXEC_OK)
+            .map_err(|e| format!("cannot search it: {}", std::io::Error::from(e)))?;
         Ok(())
     });
     match tokio::time::timeout(VOLUME_CHECK_TIMEOUT, check).await {

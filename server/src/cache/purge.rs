@@ -121,7 +121,10 @@ impl Purge {
             for h in hashes {
                 match cv.remove_object(h).await {
                     Ok(k) => removed += k,
-                    Err(e) => failed.push(format!("volume {}: {e}", cv.name)),
+                    Err(e) => {
+                        removed += e.removed();
+                        failed.push(format!("volume {}: {e}", cv.name));
+                    }
                 }
             }
             cv.m.purges.inc_by(removed as u64);

@@ -28,6 +28,13 @@ const READ_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::NOFOLLOW)
     .union(OFlags::NOCTTY);
 
+/// What [`Store::remove_object`] did.
+#[derive(Debug, Default)]
+pub struct Removed {
+    pub removed: Vec<EntryId>,
+    pub failed: Vec<(EntryId, io::Error)>,
+}
+
 /// One cache directory.
 pub struct Store {
     path: PathBuf,
@@ -76,7 +83,31 @@ impl Store {
             noatime: NoAtime::new(),
         };
         let removed = store.clean_temp()?;
+        store.probe_write()?;
         Ok((store, removed))
+    }
+
+    /// Can this process store entries here? A file made and removed in `.tmp` (a directory
+    /// left by another user, read-only, would otherwise make a node that caches nothing).
+    fn probe_write(&self) -> io::Result<()> {
+        let name = format!("{TMP_DIR}/write-probe.{}", std::process::id());
+        let at = |e: Errno, what: &str| {
+            let e = io_err(e);
+            io::Error::new(
+                e.kind(),
+                format!("cannot {what} {}: {e}", self.path.join(&name).display()),
+            )
+        };
+        let fd = rustix::fs::openat(
+            &self.root,
+            name.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(|e| at(e, "create"))?;
+        drop(fd);
+        rustix::fs::unlinkat(&self.root, name.as_str(), AtFlags::empty())
+            .map_err(|e| at(e, "remove"))
     }
 
     pub fn path(&self) -> &Path {
@@ -102,15 +133,20 @@ impl Store {
                 Err(Errno::NOENT) => {}
                 // A directory (one moved aside by `clear_dir`, or put there by hand): removed
                 // with what is in it (symlinks inside are removed, never followed).
-                Err(Errno::ISDIR) => {
+                Err(e) => {
                     let p = self
                         .path
                         .join(TMP_DIR)
                         .join(std::ffi::OsStr::from_bytes(&name));
-                    std::fs::remove_dir_all(&p)?;
+                    let r = match e {
+                        Errno::ISDIR => std::fs::remove_dir_all(&p),
+                        e => Err(io_err(e)),
+                    };
+                    r.map_err(|e| {
+                        io::Error::new(e.kind(), format!("cannot remove {}: {e}", p.display()))
+                    })?;
                     n += 1;
                 }
-                Err(e) => return Err(io_err(e)),
             }
         }
         Ok(n)
@@ -270,19 +306,23 @@ impl Store {
         }
     }
 
-    /// Delete every stored slice of the object `hash` (found by listing its `L1/L2` directory).
-    pub fn remove_object(&self, hash: u128) -> io::Result<Vec<EntryId>> {
+    /// Delete every stored slice of the object `hash` (found by listing its `L1/L2` directory):
+    /// the slices deleted, and those that could not be (each with its error; the others are
+    /// still deleted).
+    pub fn remove_object(&self, hash: u128) -> io::Result<Removed> {
         let probe = EntryId::new(hash, 0);
-        let dir = match self.open_dir(&probe.dir())? {
-            Some(d) => d,
-            None => return Ok(Vec::new()),
+        let mut out = Removed::default();
+        let Some(dir) = self.open_dir(&probe.dir())? else {
+            return Ok(out);
         };
-        let mut out = Vec::new();
         for name in list(&dir)? {
-            if let Some(id) = EntryId::parse_file_name(&name) {
-                if id.hash() == hash && self.remove(id)? {
-                    out.push(id);
-                }
+            let Some(id) = EntryId::parse_file_name(&name).filter(|id| id.hash() == hash) else {
+                continue;
+            };
+            match self.remove(id) {
+                Ok(true) => out.removed.push(id),
+                Ok(false) => {}
+                Err(e) => out.failed.push((id, e)),
             }
         }
         Ok(out)
@@ -716,7 +756,7 @@ mod tests {
         put(&s, b"/v/big", 0, b"0");
         put(&s, b"/v/big", 5, b"5");
         let other = put(&s, b"/w/x", 0, b"x");
-        let mut gone = s.remove_object(k.hash()).unwrap();
+        let mut gone = s.remove_object(k.hash()).unwrap().removed;
         gone.sort();
         assert_eq!(gone, vec![k.slice(0), k.slice(5)]);
         assert!(s.open_entry(other, b"/w/x").is_ok());

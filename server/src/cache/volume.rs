@@ -102,8 +102,24 @@ pub enum FillFor<F> {
 pub enum RemoveError {
     #[error("pool: {0}")]
     Pool(#[from] PoolError),
-    #[error("cannot remove its files: {0}")]
+    #[error("cannot list its files: {0}")]
     Io(std::io::Error),
+    #[error("{failed} of its files could not be removed ({removed} were), first {first}")]
+    Files {
+        removed: usize,
+        failed: usize,
+        first: String,
+    },
+}
+
+impl RemoveError {
+    /// Files removed before or beside the failure.
+    pub fn removed(&self) -> usize {
+        match self {
+            RemoveError::Files { removed, .. } => *removed,
+            _ => 0,
+        }
+    }
 }
 
 pub struct CacheVolume<F> {
@@ -461,25 +477,41 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     pub async fn remove_object(&self, hash: u128) -> Result<usize, RemoveError> {
         self.passes.forget(hash);
         let store = self.store.clone();
-        let removed = self.blocking(move || store.remove_object(hash)).await?;
-        let removed = match removed {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(volume = %self.name, error = %e, "cannot remove cache entries");
-                return Err(RemoveError::Io(e));
-            }
-        };
-        for id in &removed {
-            self.index.remove(*id);
-            self.forget(*id);
-        }
-        // Entries in the index whose files were already gone.
+        let listed = self.blocking(move || store.remove_object(hash)).await?;
+        // Whatever happened to the files, no slice of the object is served from here on:
+        // the index and the open entries forget every one of them.
         for id in self.index.slices_of(hash) {
             self.index.remove(id);
             self.forget(id);
         }
+        let result = match listed {
+            Ok(r) => {
+                for id in r.removed.iter().chain(r.failed.iter().map(|(id, _)| id)) {
+                    self.index.remove(*id);
+                    self.forget(*id);
+                }
+                match r.failed.first() {
+                    None => Ok(r.removed.len()),
+                    Some((id, e)) => {
+                        tracing::warn!(volume = %self.name, entry = %id.rel_path(), error = %e, "cannot remove a cache entry");
+                        Err(RemoveError::Files {
+                            removed: r.removed.len(),
+                            failed: r.failed.len(),
+                            first: format!(
+                                "{}: {e}",
+                                self.store.path().join(id.rel_path()).display()
+                            ),
+                        })
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(volume = %self.name, error = %e, "cannot remove cache entries");
+                Err(RemoveError::Io(e))
+            }
+        };
         self.update_gauges();
-        Ok(removed.len())
+        result
     }
 
     pub fn update_gauges(&self) {

@@ -43,7 +43,8 @@ pub struct Origin {
     /// Body bytes of a passed-through answer (not storable) read from the origin ahead of a
     /// slow client and held in memory, so that an answer this size or smaller frees its origin
     /// connection at the origin's pace (nginx `proxy_buffers`); a longer one is read at the
-    /// client's pace past this. At most 64 MiB; 0 = read only as fast as the client takes it.
+    /// client's pace past this. All answers of the origin together hold at most
+    /// `max_connections` x this. At most 64 MiB; 0 = read only as fast as the client takes it.
     #[serde(default = "default_pass_buffer_bytes")]
     pub pass_buffer_bytes: u64,
 }

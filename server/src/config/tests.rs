@@ -490,3 +490,21 @@ fn min_uses_over_what_the_sketch_counts_is_refused() {
         assert_eq!(refused, !ok, "min_uses = {n}: {errors:?}");
     }
 }
+
+#[test]
+fn an_admin_port_that_is_a_listeners_is_refused() {
+    let base = "[[listeners]]\naddress = \"0.0.0.0\"\nport = 8080\n[[volumes]]\nname = \"a\"\npath = \"/a\"\n";
+    for (admin, refused) in [
+        ("127.0.0.1:8080", true),
+        ("0.0.0.0:8080", true),
+        ("127.0.0.1:9190", false),
+        ("127.0.0.1:0", false),
+    ] {
+        let c = parse(&format!("{base}[admin]\nlisten = \"{admin}\"\n"));
+        let errors = c.field_errors();
+        let hit = errors
+            .iter()
+            .any(|e| e.field == "admin.listen" && e.to_string().contains("listeners[0]"));
+        assert_eq!(hit, refused, "{admin}: {errors:?}");
+    }
+}

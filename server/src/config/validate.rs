@@ -147,16 +147,34 @@ impl Config {
         }
         super::media::check(&mut e, "http.media_types", &self.http.media_types);
         super::headers::check_media_headers(&mut e, "http.media_headers", &self.http.media_headers);
-        if !self.admin.listen.is_empty()
-            && self.admin.listen.parse::<std::net::SocketAddr>().is_err()
-        {
-            e.push(
+        match self.admin.listen.parse::<std::net::SocketAddr>() {
+            _ if self.admin.listen.is_empty() => {}
+            Err(_) => e.push(
                 "admin.listen",
                 format!(
                     "{:?} is not ADDR:PORT (empty disables the admin listener)",
                     self.admin.listen
                 ),
-            );
+            ),
+            // The same port on an address a listener also takes (0.0.0.0 takes every one).
+            Ok(a) if a.port() != 0 => {
+                let overlaps = |l: &super::Listener| {
+                    l.port == a.port()
+                        && l.address.parse::<IpAddr>().is_ok_and(|ip| {
+                            ip == a.ip() || ip.is_unspecified() || a.ip().is_unspecified()
+                        })
+                };
+                if let Some(i) = self.listeners.iter().position(overlaps) {
+                    e.push(
+                        "admin.listen",
+                        format!(
+                            "{} is also listeners[{i}]'s port: give the admin listener a port of its own",
+                            self.admin.listen
+                        ),
+                    );
+                }
+            }
+            Ok(_) => {}
         }
         if let Err(msg) = check_log_level(&self.logging.level) {
             e.push("logging.level", msg);

@@ -318,10 +318,19 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     }
     // A body whose length cannot be known (RFC 9112 §6.3: chunked must be the last coding) is
     // a 400 and the connection's end.
+    // Chunked once, and last (empty list elements do not count, RFC 9110 §5.6.1).
     if let Some(te) = transfer_encoding {
-        let last = te.rsplit(',').next().map(str::trim).unwrap_or("");
-        if !last.eq_ignore_ascii_case("chunked") {
-            return Err(ParseError::Bad("Transfer-Encoding does not end in chunked"));
+        let codings: Vec<&str> = te
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .collect();
+        let chunked = |t: &str| t.eq_ignore_ascii_case("chunked");
+        let times = codings.iter().filter(|t| chunked(t)).count();
+        if !codings.last().is_some_and(|t| chunked(t)) || times > 1 {
+            return Err(ParseError::Bad(
+                "Transfer-Encoding must end in chunked, applied once",
+            ));
         }
     }
     if expect_unsupported {
@@ -563,13 +572,23 @@ mod tests {
     #[test]
     fn framing_fields_follow_rfc_9112() {
         // Transfer-Encoding whose last coding is not chunked: the body's length is unknown.
-        for te in ["gzip", "identity", "chunked, gzip", ""] {
+        for te in [
+            "gzip",
+            "identity",
+            "chunked, gzip",
+            "",
+            "chunked, chunked",
+            ",",
+        ] {
             let req = format!("GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: {te}\r\n\r\n");
             assert_eq!(status(req.as_bytes()), 400, "{te:?}");
         }
         let req = b"GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: Chunked\r\n\r\n";
         let r = parse(req, 8192).unwrap().unwrap();
         assert!(r.has_body && !r.keep_alive);
+        // Empty list elements are nothing.
+        let req = b"GET / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked ,\r\n\r\n";
+        assert!(parse(req, 8192).unwrap().unwrap().has_body);
         // Content-Length is 1*DIGIT.
         for cl in ["+0", "+5", "-1", " 1 2", "0x10", ""] {
             let req = format!("GET / HTTP/1.1\r\nHost: h\r\nContent-Length: {cl}\r\n\r\n");

@@ -19,6 +19,7 @@ use http::HeaderMap;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
@@ -193,6 +194,30 @@ pub(crate) fn start(
     }
 }
 
+/// A body task's share of the origin's held bytes, given back as chunks go and when it ends.
+struct Held<'a> {
+    total: &'a AtomicU64,
+    mine: u64,
+}
+
+impl Held<'_> {
+    fn add(&mut self, n: u64) {
+        self.mine += n;
+        self.total.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn sub(&mut self, n: u64) {
+        self.mine -= n;
+        self.total.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.total.fetch_sub(self.mine, Ordering::Relaxed);
+    }
+}
+
 /// One turn of the body task: what it waited for.
 enum Step<'a> {
     /// Room in the channel for the oldest held chunk.
@@ -221,9 +246,12 @@ async fn pump(
 ) {
     let server = inner.servers[lease.conn.server].url.clone();
     let mut got = 0u64;
-    // Chunks read and not yet handed over, oldest first.
+    // Chunks read and not yet handed over, oldest first, counted in the origin's total.
     let mut held: VecDeque<Bytes> = VecDeque::new();
-    let mut held_bytes = 0u64;
+    let mut held_bytes = Held {
+        total: &inner.held,
+        mine: 0,
+    };
     let fail = |e: OriginError| {
         inner.metrics.count(None);
         tracing::warn!(origin = %inner.name, error = %e, "origin body failed");
@@ -231,8 +259,10 @@ async fn pump(
     };
     let outcome: Result<(), OriginError> = loop {
         // Read while nothing is held (two chunks in the channel set the pace), or while the
-        // reader's read-ahead allows more.
-        let read = held.is_empty() || held_bytes < *hold.borrow();
+        // reader's read-ahead and the origin's total allow more.
+        let read = held.is_empty()
+            || (held_bytes.mine < *hold.borrow()
+                && inner.held.load(Ordering::Relaxed) < inner.held_max);
         let step = tokio::select! {
             biased;
             p = tx.reserve(), if !held.is_empty() => Step::Give(p),
@@ -246,7 +276,7 @@ async fn pump(
         let frame = match step {
             Step::Give(Ok(permit)) => {
                 if let Some(b) = held.pop_front() {
-                    held_bytes -= b.len() as u64;
+                    held_bytes.sub(b.len() as u64);
                     permit.send(Ok(Piece::Data(b)));
                 }
                 continue;
@@ -315,7 +345,7 @@ async fn pump(
                         });
                     }
                 }
-                held_bytes += data.len() as u64;
+                held_bytes.add(data.len() as u64);
                 held.push_back(data);
             }
         }
@@ -335,6 +365,7 @@ async fn pump(
         }
     };
     for b in held {
+        held_bytes.sub(b.len() as u64);
         if tx.send(Ok(Piece::Data(b))).await.is_err() {
             return;
         }

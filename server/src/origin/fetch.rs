@@ -209,6 +209,9 @@ fn announced_length(
             "transfer coding {other:?} is not supported (only chunked)"
         )));
     }
+    if codings.len() > 1 {
+        return Err(protocol("chunked applied more than once".to_string()));
+    }
     if !codings.is_empty() && headers.contains_key(http::header::CONTENT_LENGTH) {
         return Err(protocol(
             "both Transfer-Encoding and Content-Length (RFC 9112 §6.3)".to_string(),

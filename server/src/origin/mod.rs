@@ -177,6 +177,11 @@ pub(crate) struct Inner {
     pub(crate) read_timeout: Duration,
     /// `pass_buffer_bytes`.
     pub(crate) pass_buffer: u64,
+    /// Body bytes the body tasks of this origin hold now, and the most they may hold for
+    /// read-ahead together (`max_connections` x `pass_buffer_bytes`): past it, bodies are read
+    /// at their readers' pace.
+    pub(crate) held: std::sync::atomic::AtomicU64,
+    pub(crate) held_max: u64,
     pub(crate) permits: Arc<Semaphore>,
     pub(crate) idle: pool::IdlePool,
     pub(crate) metrics: OriginMetrics,
@@ -277,6 +282,8 @@ impl Origin {
                 connect_timeout: Duration::from_millis(o.connect_timeout_ms),
                 read_timeout: Duration::from_millis(o.read_timeout_ms),
                 pass_buffer: o.pass_buffer_bytes,
+                held: std::sync::atomic::AtomicU64::new(0),
+                held_max: o.pass_buffer_bytes.saturating_mul(o.max_connections as u64),
                 permits: Arc::new(Semaphore::new(o.max_connections)),
                 idle: pool::IdlePool::new(o.max_connections),
                 metrics: om,

@@ -99,6 +99,14 @@ impl Volume {
                 v.path.display()
             )
         })?;
+        // Every file is opened beneath it: without search permission nothing could be served.
+        rustix::fs::access(&v.path, rustix::fs::Access::EXEC_OK).with_context(|| {
+            format!(
+                "volume {:?}: cannot search directory {} (this process needs execute permission on it)",
+                v.name,
+                v.path.display()
+            )
+        })?;
         let pool = Pool::start(&v.name, v.pool.threads, v.pool.max_queue, metrics)
             .with_context(|| format!("volume {:?}: cannot start thread pool", v.name))?;
         if v.offload == Offload::Auto {
