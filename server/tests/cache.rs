@@ -1781,3 +1781,34 @@ fn an_empty_object_is_asked_for_once_per_request() {
         assert_eq!(asked, if i == 0 { 2 } else { 1 }, "request {i}");
     }
 }
+
+/// A cache directory the node cannot write in stops it at start, naming what it tried (it
+/// would otherwise run "ready" and store nothing): here a read-only filesystem, mounted in a
+/// mount namespace of the server's own (a user namespace too when not root).
+#[test]
+fn a_cache_directory_the_node_cannot_write_in_stops_it_at_start() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let cfg = config(&[o.url()], &cache, "", SLICED);
+    let path = d.path().join("config.toml");
+    std::fs::write(&path, cfg.to_toml().expect("render the config")).unwrap();
+    let script = r#"mount -t tmpfs tmpfs "$1" && mkdir "$1/.tmp" && mount -o remount,ro "$1" && shift && exec "$@""#;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut wrapper = vec!["unshare"];
+    if !root {
+        wrapper.extend(["--user", "--map-root-user"]);
+    }
+    wrapper.extend(["--mount", "sh", "-c", script, "sh", cache.to_str().unwrap()]);
+    let args = ["serve", "--config", path.to_str().unwrap()];
+    match Server::try_spawn_wrapped(&wrapper, &args, &[]) {
+        Ok(_) => panic!("the node started on a read-only cache directory"),
+        Err(log) => assert!(
+            log.contains("write-probe") && log.contains("Read-only file system"),
+            "expected the write probe to name the path (this test needs root or unprivileged \
+             user namespaces for its read-only mount):\n{log}"
+        ),
+    }
+}
