@@ -501,6 +501,12 @@ impl Ctx<'_> {
             }
             Source::Fill(_, h) => h.meta.initial_age as i64,
         };
+        let is_type = |n: &str| n.eq_ignore_ascii_case("content-type");
+        let ctype = meta
+            .headers
+            .iter()
+            .find(|(n, _)| is_type(n))
+            .map(|(_, v)| v.as_str());
         let validators = |mut h: Head| {
             if let Some(e) = &meta.etag {
                 h = h.header("ETag", e);
@@ -533,11 +539,6 @@ impl Ctx<'_> {
             Precondition::Failed => return self.error(412, None, status).await,
             Precondition::NotModified => {
                 // The fields a 304 repeats (RFC 9110 §15.4.5), as the 200 would carry them.
-                let ctype = meta
-                    .headers
-                    .iter()
-                    .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
-                    .map(|(_, v)| v.as_str());
                 let fields = meta
                     .headers
                     .iter()
@@ -567,7 +568,6 @@ impl Ctx<'_> {
         } else {
             Ranges::Full
         };
-        let is_type = |n: &str| n.eq_ignore_ascii_case("content-type");
         let (code, body) = match ranges {
             Ranges::Full => (
                 meta.status,
@@ -584,9 +584,8 @@ impl Ctx<'_> {
                 },
             ),
             Ranges::Many(rs) => {
-                let ctype = meta.headers.iter().find(|(n, _)| is_type(n));
-                let ctype = ctype.map_or("application/octet-stream", |(_, v)| v.as_str());
-                let m = Multipart::new(&rs, total, ctype, multipart::new_boundary());
+                let part_type = ctype.unwrap_or("application/octet-stream");
+                let m = Multipart::new(&rs, total, part_type, multipart::new_boundary());
                 (206, Body::Multipart(m))
             }
             Ranges::Unsatisfiable => return self.error(416, Some(total), status).await,
@@ -597,11 +596,6 @@ impl Ctx<'_> {
             Body::Range { len, .. } => (*len, None),
             Body::None => (0, None),
         };
-        let ctype = meta
-            .headers
-            .iter()
-            .find(|(n, _)| is_type(n))
-            .map(|(_, v)| v.as_str());
         let fields = meta
             .headers
             .iter()

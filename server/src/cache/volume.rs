@@ -96,7 +96,6 @@ pub enum FillFor<F> {
     Stored(Arc<Stored>),
 }
 
-/// One cache volume; `F` is the fill registered per entry (`super::fill::Fill`).
 /// Why an object's files could not all be removed (the purge reports it).
 #[derive(Debug, thiserror::Error)]
 pub enum RemoveError {
@@ -122,6 +121,7 @@ impl RemoveError {
     }
 }
 
+/// One cache volume; `F` is the fill registered per entry (`super::fill::Fill`).
 pub struct CacheVolume<F> {
     pub name: String,
     pub store: Arc<Store>,
@@ -454,10 +454,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
 
     /// A fill ended: new requests no longer join it.
     pub fn fill_done(&self, id: EntryId, fill: &Arc<F>) {
-        let mut fills = lock(&self.fills);
-        if fills.get(&id).is_some_and(|f| Arc::ptr_eq(f, fill)) {
-            fills.remove(&id);
-        }
+        self.unregister_fill(id, fill);
         let mut running = lock(&self.running);
         running.retain(|f| !Arc::ptr_eq(f, fill));
         self.m.fills.set(running.len() as i64);
