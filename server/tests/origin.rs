@@ -303,6 +303,11 @@ async fn heads_that_are_not_an_answer_or_whose_framing_is_unusable_are_errors() 
             "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
             "101 is not a final answer",
         ),
+        // A status with no class (RFC 9110 §15): a client could not interpret it.
+        (
+            "HTTP/1.1 999 Whatever\r\nContent-Length: 5\r\n\r\nhello",
+            "999 is not an HTTP status",
+        ),
         // A transfer coding hyper does not decode: its bytes are not the content.
         (
             "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",

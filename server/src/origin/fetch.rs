@@ -169,7 +169,8 @@ fn build(
 /// chunked terminator. A 206 to our own `Range: bytes=a-b` must start at `a` and end at `b`,
 /// or earlier only where the object ends: another span would leave a hole or an overlap in
 /// the slices assembled from it. Not an answer at all: a 1xx as the final status (a 101
-/// switches protocols we never asked to upgrade, RFC 9110 §15.2.2). A body framed by a
+/// switches protocols we never asked to upgrade, RFC 9110 §15.2.2), or a status past 599 (no
+/// class to treat it as, §15: a client would get a code it cannot interpret). A body framed by a
 /// transfer coding other than `chunked` (which hyper does not decode: its bytes are not the
 /// content), or by both Transfer-Encoding and Content-Length (RFC 9112 §6.3: a sign of
 /// response splitting, handled as an error), is refused too.
@@ -188,6 +189,11 @@ fn announced_length(
     if status < 200 {
         return Err(protocol(format!(
             "{status} is not a final answer (no upgrade was asked for)"
+        )));
+    }
+    if status > 599 {
+        return Err(protocol(format!(
+            "{status} is not an HTTP status (RFC 9110 §15: 100-599)"
         )));
     }
     if req.method == Method::Head || status == 204 || status == 304 {
