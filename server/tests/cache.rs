@@ -543,6 +543,45 @@ fn purge_needs_the_bearer_token() {
     );
 }
 
+/// A purge whose files cannot be deleted says so (500, naming the file and the error), and
+/// the object it named is not served from the disk afterwards: the next request goes to the
+/// origin.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_purge_that_cannot_delete_says_so_and_serves_the_object_no_more() {
+    let o = FaultOrigin::start();
+    let dir = common::tempdir();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0ken\n").expect("write the purge token");
+    let mut cfg = config(&[o.url()], &dir.path().join("cache"), "", SLICED);
+    cfg.admin.purge_token_file = token.display().to_string();
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_remove=return(eacces)")]);
+    o.put("/p/a.bin", Object::new(pattern(100_000, 11)));
+    assert_eq!(xcache(&get(&n, "/p/a.bin", "")), "MISS");
+    settle(&n);
+    assert_eq!(xcache(&get(&n, "/p/a.bin", "")), "HIT");
+    let before = o.requests("/p/a.bin");
+
+    let r = admin(&n, "POST", "/cache/purge?key=/p/a.bin", PURGE_AUTH);
+    let body = String::from_utf8_lossy(&r.body).to_string();
+    assert_eq!(r.status, 500, "{body}");
+    assert!(body.contains("\"purged_files\":0"), "{body}");
+    assert!(body.contains("Permission denied"), "{body}");
+    let cache = dir.path().join("cache");
+    assert_eq!(
+        cache_files(&cache).1,
+        2,
+        "the failpoint left both slices in place"
+    );
+    // The operator asked for it gone: it is fetched again, not served from what is left.
+    let fresh = pattern(100_000, 12);
+    o.put("/p/a.bin", Object::new(fresh.clone()));
+    let r = get(&n, "/p/a.bin", "");
+    assert_eq!(xcache(&r), "MISS");
+    assert_eq!(r.body, fresh, "the purged version was served");
+    assert!(o.requests("/p/a.bin") > before);
+}
+
 /// A prefix purge takes whole path segments, as routes match: `prefix=/dir` purges `/dir`,
 /// `/dir/…` and `/dir?…`, never `/dirx…` (it used to, by plain string prefix).
 #[test]

@@ -89,6 +89,19 @@ pub fn start(
     Ok((caches, routes))
 }
 
+/// Failpoint `cache_remove`: `return(eacces)` fails every deletion of an entry's file with
+/// EACCES, leaving it in place (as an immutable file or a directory the server may not write
+/// would).
+pub(crate) fn failpoint_remove() -> std::io::Result<()> {
+    fail::fail_point!("cache_remove", |arg: Option<String>| {
+        match arg.as_deref() {
+            Some("eacces") | None => Err(std::io::Error::from_raw_os_error(libc::EACCES)),
+            Some(_) => Ok(()),
+        }
+    });
+    Ok(())
+}
+
 /// Failpoint `cache_write`: `return(enospc)` fails every cache file write (temporary file
 /// creation and body writes) with ENOSPC, as a full disk would.
 pub(crate) fn failpoint_write() -> std::io::Result<()> {

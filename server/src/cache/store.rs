@@ -297,6 +297,7 @@ impl Store {
 
     /// Delete entry `id`'s file (or a directory in its place); false when it was not there.
     pub fn remove(&self, id: EntryId) -> io::Result<bool> {
+        super::failpoint_remove()?;
         let rel = id.rel_path();
         match rustix::fs::unlinkat(&self.root, rel.as_str(), AtFlags::empty()) {
             Ok(()) => Ok(true),
