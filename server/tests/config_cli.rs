@@ -587,3 +587,46 @@ fn serve_listen_and_port_override_only_what_they_name() {
         "{help}"
     );
 }
+
+/// A volume root this process cannot search (no execute permission on it) stops the server
+/// at start, naming it, where it would otherwise run "ready" and fail every request. Root
+/// searches any directory, so as root the server runs as nobody (`setpriv`, util-linux).
+#[test]
+fn serve_refuses_a_root_it_cannot_search() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempdir();
+    let www = d.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    std::fs::write(www.join("f.txt"), b"f").unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Readable (a listing would work) but not searchable: no file beneath it can be opened.
+    std::fs::set_permissions(&www, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let wrapper: &[&str] = if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(&www, Some(65534), Some(65534)).unwrap();
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]
+    } else {
+        &[]
+    };
+    let args = [
+        "serve",
+        "--root",
+        www.to_str().unwrap(),
+        "--admin-listen",
+        "",
+    ];
+    match Server::try_spawn_wrapped(wrapper, &args, &[]) {
+        Ok(_) => panic!("the server started on a root it cannot search"),
+        Err(log) => assert!(
+            log.contains("cannot search directory")
+                && log.contains(www.to_str().unwrap())
+                && log.contains("Permission denied"),
+            "{log}"
+        ),
+    }
+}
