@@ -294,6 +294,65 @@ fn old_later_slices_behind_a_new_first_slice_are_refetched_not_cut() {
     assert!(r.body == v2);
 }
 
+/// A 304's fields replace the stored ones of their names with every line they have (RFC 9111
+/// §4.3.4), and `s-maxage` / `must-revalidate` then forbid serving the entry stale.
+#[test]
+fn a_304_replaces_stored_fields_with_all_their_lines() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    o.put(
+        "/m.txt",
+        Object::new(pattern(1000, 3))
+            .cache_control("max-age=1, stale-while-revalidate=0")
+            .header("X-Multi", "old"),
+    );
+    assert_eq!(xcache(&get(&n, "/m.txt", "")), "MISS");
+    std::thread::sleep(Duration::from_millis(1100));
+    o.fault_times(
+        "/m.txt",
+        Fault::Raw(
+            b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: max-age=2\r\n\
+              Cache-Control: must-revalidate\r\nX-Multi: one\r\nX-Multi: two\r\n\r\n"
+                .to_vec(),
+        ),
+        1,
+    );
+    let r = get(&n, "/m.txt", "");
+    assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"));
+    assert!(r.body == pattern(1000, 3));
+    let r = get(&n, "/m.txt", "");
+    assert_eq!(xcache(&r), "HIT");
+    let all = |name: &str| -> Vec<String> {
+        r.headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    assert_eq!(all("Cache-Control"), ["max-age=2", "must-revalidate"]);
+    assert_eq!(all("X-Multi"), ["one", "two"]);
+    // Past those 2 s, the origin failing: must-revalidate forbids the stale copy (504).
+    std::thread::sleep(Duration::from_millis(2100));
+    o.fault("/m.txt", Fault::Status(503));
+    let r = get(&n, "/m.txt", "");
+    assert_eq!(r.status, 503, "{:?}", r.headers);
+    o.fault("/m.txt", Fault::CloseBeforeHead);
+    let r = get(&n, "/m.txt", "");
+    assert_eq!(r.status, 504, "{:?}", r.headers);
+
+    // s-maxage is proxy-revalidate for a shared cache (RFC 9111 §5.2.2.10): once stale, it is
+    // not served while the origin is down, whatever the route's stale windows.
+    o.clear_fault("/m.txt");
+    o.put(
+        "/s.txt",
+        Object::new(pattern(1000, 4)).cache_control("s-maxage=1, stale-if-error=600"),
+    );
+    assert_eq!(xcache(&get(&n, "/s.txt", "")), "MISS");
+    std::thread::sleep(Duration::from_millis(1100));
+    o.fault("/s.txt", Fault::CloseBeforeHead);
+    let r = get(&n, "/s.txt", "");
+    assert_eq!(r.status, 504, "{:?}", r.headers);
+}
+
 #[test]
 fn stale_entries_are_revalidated_refreshed_in_the_background_or_served_on_error() {
     let (o, n) = origin_and_node("slice_size = 0");

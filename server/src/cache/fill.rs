@@ -508,7 +508,9 @@ impl Fill {
         resp: &OriginResponse,
         now: i64,
     ) {
-        // The 304's headers update the stored ones (RFC 9111 §4.3.4).
+        // The 304's fields replace the stored ones of the same name, every line of each
+        // (RFC 9111 §4.3.4): a field on two lines (`Cache-Control: max-age=2` and
+        // `Cache-Control: must-revalidate`) keeps both.
         let mut merged = http::HeaderMap::new();
         for (n, v) in &old.meta.headers {
             if let (Ok(n), Ok(v)) = (
@@ -518,8 +520,11 @@ impl Fill {
                 merged.append(n, v);
             }
         }
+        for n in resp.headers.keys() {
+            merged.remove(n);
+        }
         for (n, v) in &resp.headers {
-            merged.insert(n.clone(), v.clone());
+            merged.append(n.clone(), v.clone());
         }
         let mut meta = (*old.meta).clone();
         meta.stored_at_ms = now;

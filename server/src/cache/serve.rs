@@ -412,6 +412,9 @@ impl Ctx<'_> {
                     First::Serve(Source::Stored(s), CacheStatus::Stale)
                 }
                 (FillError::Origin(OriginError::Timeout { .. }), None) => First::Error(504, None),
+                // A stored copy that may not be served stale (must-revalidate, s-maxage, its
+                // windows past) could not be revalidated: 504 (RFC 9111 §5.2.2.2).
+                (FillError::Origin(_), None) if stale.is_some() => First::Error(504, None),
                 (FillError::Origin(_), None) => First::Error(502, None),
                 // An empty object has no byte range at all: ask for it whole, and so its next
                 // requests for a while (not two origin requests each).

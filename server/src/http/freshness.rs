@@ -62,8 +62,9 @@ pub struct Storable {
     /// Seconds after it goes stale during which it is served when the origin fails (down,
     /// timeout, 5xx).
     pub stale_if_error: u64,
-    /// `must-revalidate` / `proxy-revalidate`: once stale, never served without a successful
-    /// revalidation (both stale windows are 0).
+    /// `must-revalidate` / `proxy-revalidate` (or `s-maxage`, which implies it for a shared
+    /// cache): once stale, never served without a successful revalidation (both stale windows
+    /// are 0).
     pub must_revalidate: bool,
     /// `no-cache` (or `Pragma: no-cache` without Cache-Control): every use is revalidated first
     /// (`fresh_for` is 0).
@@ -120,7 +121,11 @@ fn parse_directives<'a>(values: impl IntoIterator<Item = &'a str>) -> Directives
                 "public" => d.public = true,
                 "must-revalidate" | "proxy-revalidate" => d.must_revalidate = true,
                 "max-age" => d.max_age = Some(d.max_age.map_or(secs(), |m| m.min(secs()))),
-                "s-maxage" => d.s_maxage = Some(d.s_maxage.map_or(secs(), |m| m.min(secs()))),
+                // It also means proxy-revalidate for a shared cache (RFC 9111 §5.2.2.10).
+                "s-maxage" => {
+                    d.s_maxage = Some(d.s_maxage.map_or(secs(), |m| m.min(secs())));
+                    d.must_revalidate = true;
+                }
                 "stale-while-revalidate" => d.swr = Some(secs()),
                 "stale-if-error" => d.sie = Some(secs()),
                 _ => {}
@@ -593,6 +598,20 @@ mod tests {
         let s = storable(eval(
             200,
             &[("cache-control", "max-age=600, must-revalidate")],
+        ));
+        assert!(s.must_revalidate && !s.no_cache);
+        assert_eq!(
+            (s.fresh_for, s.stale_while_revalidate, s.stale_if_error),
+            (600, 0, 0)
+        );
+        // s-maxage is proxy-revalidate for a shared cache (RFC 9111 §5.2.2.10), whatever
+        // stale windows the origin or the route would give.
+        let s = storable(eval(
+            200,
+            &[(
+                "cache-control",
+                "s-maxage=600, stale-while-revalidate=60, stale-if-error=60",
+            )],
         ));
         assert!(s.must_revalidate && !s.no_cache);
         assert_eq!(
