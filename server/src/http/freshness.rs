@@ -408,7 +408,6 @@ mod tests {
         assert!(policy.stale_while_revalidate_secs > 0);
         for headers in [
             vec![("cache-control", "max-age=0")],
-            vec![("cache-control", "s-maxage=0, max-age=600")],
             vec![("expires", "0")],
             vec![
                 ("date", "Tue, 14 Nov 2023 22:13:20 GMT"),
