@@ -353,6 +353,66 @@ fn a_304_replaces_stored_fields_with_all_their_lines() {
     assert_eq!(r.status, 504, "{:?}", r.headers);
 }
 
+/// A background refresh (stale-while-revalidate) whose answer may no longer be stored
+/// withdraws the stored copy: the next requests get the origin's current answer, passed
+/// through, not the old body for the rest of the window.
+#[test]
+fn a_background_refresh_that_is_no_longer_storable_withdraws_the_stored_copy() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    let v1 = pattern(1000, 1);
+    o.put(
+        "/w.txt",
+        Object::version(v1.clone(), 1).cache_control("max-age=1, stale-while-revalidate=30"),
+    );
+    assert_eq!(xcache(&get(&n, "/w.txt", "")), "MISS");
+    let v2 = pattern(1000, 2);
+    o.put(
+        "/w.txt",
+        Object::version(v2.clone(), 2).cache_control("no-store"),
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let r = get(&n, "/w.txt", "");
+    assert_eq!((xcache(&r), r.body == v1), ("UPDATING", true));
+    settle(&n);
+    let before = o.requests("/w.txt");
+    for _ in 0..3 {
+        let r = get(&n, "/w.txt", "");
+        assert_eq!(xcache(&r), "BYPASS");
+        assert!(r.body == v2, "the withdrawn version was served");
+    }
+    assert_eq!(o.requests("/w.txt") - before, 3, "one origin request each");
+}
+
+/// A seek into a stale sliced object refreshes only the slice it reads, in the background; when
+/// that finds a new version, the old one's other slices go too, so the next full read is one
+/// whole version (not the old slices cut where the new one begins).
+#[test]
+fn a_background_refresh_that_finds_a_new_version_drops_the_old_slices() {
+    let (o, n) = origin_and_node(SLICED);
+    let len = 3 * SLICE + SLICE / 2;
+    let v1 = pattern(len, 1);
+    let cc = "max-age=1, stale-while-revalidate=60";
+    o.put("/v.bin", Object::version(v1.clone(), 1).cache_control(cc));
+    assert!(get(&n, "/v.bin", "").body == v1);
+    wait_committed(&n);
+    let v2 = pattern(len, 2);
+    o.put("/v.bin", Object::version(v2.clone(), 2).cache_control(cc));
+    std::thread::sleep(Duration::from_millis(1100));
+    let at = 2 * SLICE + 5;
+    let r = get(&n, "/v.bin", &format!("Range: bytes={at}-{}\r\n", at + 9));
+    assert_eq!((r.status, xcache(&r)), (206, "UPDATING"));
+    assert!(r.body == v1[at..at + 10]);
+    wait_committed(&n);
+    let r = common::cache::try_get(&n, "/v.bin", "").expect("a whole answer");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), len, "cut short");
+    assert!(r.body == v2, "not the new version whole");
+    wait_committed(&n);
+    let r = get(&n, "/v.bin", "");
+    assert_eq!(xcache(&r), "HIT");
+    assert!(r.body == v2);
+}
+
 #[test]
 fn stale_entries_are_revalidated_refreshed_in_the_background_or_served_on_error() {
     let (o, n) = origin_and_node("slice_size = 0");

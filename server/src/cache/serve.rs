@@ -304,7 +304,9 @@ impl Ctx<'_> {
         if now_ms < m.stale_while_revalidate_until_ms {
             // Serve stale; one background refresh (unless one runs already).
             if self.cv.fill_running(id).is_none() {
-                self.fill(slice, Some(s.clone()), false);
+                if let FillFor::Fill(fill, false) = self.fill(slice, Some(s.clone()), false) {
+                    self.follow_refresh(fill, s.clone());
+                }
             }
             return First::Serve(Source::Stored(s), CacheStatus::Updating);
         }
@@ -456,26 +458,46 @@ impl Ctx<'_> {
     /// (one this response was reading, say) would commit its slice after the removal and be
     /// served with the new version's slices: wait for those fills to end first.
     async fn drop_version(&self, old: &super::entry::EntryMeta) {
-        let slices = match self.cv.slice_size {
-            0 => 1,
-            s => old.total_size.div_ceil(s).min(u32::MAX as u64) as u32,
-        };
-        for k in 0..slices {
-            let Some(fill) = self.cv.fill_running(self.key.slice(k)) else {
-                continue;
-            };
-            let mut rx = fill.subscribe();
-            loop {
-                let old_running = match &*rx.borrow_and_update() {
-                    Progress::Body { head, done, .. } => !done && head.meta.same_version(old),
-                    _ => false,
-                };
-                if !old_running || rx.changed().await.is_err() {
-                    break;
+        drop_version(self.cv, &self.key, old).await
+    }
+
+    /// A background refresh (stale-while-revalidate) has no request waiting on its answer, so
+    /// this task does what [`Self::after_fill`] would: an answer that may no longer be stored
+    /// (no-store, private, Set-Cookie...) withdraws the stored object and passes its next
+    /// requests through (not the stale copy for the whole window, nor one origin request each);
+    /// a new version drops the old one's other slices (a later full read would otherwise meet
+    /// this slice of the new version after old ones, and be cut).
+    fn follow_refresh(&self, fill: Arc<Fill>, stale: Arc<Stored>) {
+        let cv = self.cv.clone();
+        let key = self.key.clone();
+        let shared = self.auth.is_none();
+        let mut rx = fill.subscribe();
+        drop(fill);
+        tokio::spawn(async move {
+            let p = loop {
+                let p = rx.borrow_and_update().clone();
+                if !matches!(p, Progress::Waiting) {
+                    break p;
                 }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            };
+            match p {
+                Progress::Bypass { status } if status < 500 && shared => {
+                    tracing::debug!(volume = %cv.name, status, "background refresh: no longer storable; the stored object is dropped");
+                    let _ = cv.remove_object(stale.id.hash()).await;
+                    if stale.id.slice == 0 {
+                        cv.passes.mark(stale.id.hash(), unix_now_ms());
+                    }
+                }
+                Progress::Body { head, .. } if !stale.meta.same_version(&head.meta) => {
+                    drop(rx);
+                    drop_version(&cv, &key, &stale.meta).await;
+                }
+                _ => {}
             }
-        }
-        let _ = self.cv.remove_object(self.key.hash()).await;
+        });
     }
 
     /// Start filling `slice` if it is neither stored nor being filled (prefetch; not for a
@@ -1127,4 +1149,29 @@ impl Ctx<'_> {
             }
         }
     }
+}
+
+/// Remove every stored slice of `key` once the fills still streaming version `old` have ended
+/// (their readers finish the version they started).
+async fn drop_version(cv: &Arc<CacheVolume<Fill>>, key: &CacheKey, old: &super::entry::EntryMeta) {
+    let slices = match cv.slice_size {
+        0 => 1,
+        s => old.total_size.div_ceil(s).min(u32::MAX as u64) as u32,
+    };
+    for k in 0..slices {
+        let Some(fill) = cv.fill_running(key.slice(k)) else {
+            continue;
+        };
+        let mut rx = fill.subscribe();
+        loop {
+            let old_running = match &*rx.borrow_and_update() {
+                Progress::Body { head, done, .. } => !done && head.meta.same_version(old),
+                _ => false,
+            };
+            if !old_running || rx.changed().await.is_err() {
+                break;
+            }
+        }
+    }
+    let _ = cv.remove_object(key.hash()).await;
 }
