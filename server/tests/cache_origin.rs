@@ -11,7 +11,7 @@
 mod common;
 
 use common::cache::{
-    cache_files, get, metrics, node, origin_and_node, series, try_get, volume_metric,
+    cache_files, get, metrics, node, origin_and_node, series, settle, try_get, volume_metric,
     wait_committed, xcache, SLICE, SLICED,
 };
 use common::origin::{pattern, refused_url, Fault, FaultOrigin, Object, TestCa, Timing};
@@ -62,10 +62,18 @@ fn faults_then_retry(slice_size: usize) {
     for (i, fault) in faults.iter().cloned().enumerate() {
         let p = format!("/f{i}.bin");
         o.put(&p, Object::new(body.clone()));
-        o.fault_times(&p, fault.clone(), 1);
+        // A reused connection closed without an answer is retried once on a new one: the
+        // fault meets the retry too.
+        let times = if fault == Fault::CloseBeforeHead {
+            2
+        } else {
+            1
+        };
+        o.fault_times(&p, fault.clone(), times);
         let what = format!("slice_size {slice_size}, {fault:?}");
         let t = Instant::now();
         let r = try_get(&n, &p, "");
+        o.clear_fault(&p);
         if fault == Fault::Hang {
             // read_timeout_ms = 1000: a gateway timeout, not a hung client.
             let r = r.as_ref().expect("an answer");
@@ -466,6 +474,71 @@ fn a_fault_in_a_later_slice_cuts_the_response_and_is_refetched() {
         let r = get(&n, &p, "");
         assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{what}");
         assert!(r.body == body);
+    }
+}
+
+/// An object that became shorter at the origin: the response of the old version is cut where
+/// its next slice no longer exists (416), the old slices are dropped, and the next request gets
+/// the new version whole (not the old version cut at the same place until it expires).
+#[test]
+fn an_object_that_shrank_at_the_origin_is_fetched_whole_next() {
+    let (o, n) = origin_and_node(SLICED);
+    let p = "/shrinks.bin";
+    let v1 = pattern(2 * SLICE + SLICE / 2, 1);
+    o.put(p, Object::version(v1.clone(), 1));
+    let r = get(&n, p, &format!("Range: bytes=0-{}\r\n", 2 * SLICE - 1));
+    assert_eq!(r.status, 206);
+    wait_committed(&n);
+    let v2 = pattern(2 * SLICE - 100, 2);
+    o.put(p, Object::version(v2.clone(), 2));
+    // Slices 0 and 1 of version 1 are stored: its response is cut where slice 2 is missing.
+    match try_get(&n, p, "") {
+        Ok(r) => assert!(r.body == v2 || r.status >= 500, "{}", r.status),
+        Err(e) => assert!(e.to_string().contains("body ended after"), "{e}"),
+    }
+    wait_committed(&n);
+    let r = get(&n, p, "");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body == v2,
+        "not the new version whole: {} bytes",
+        r.body.len()
+    );
+    wait_committed(&n);
+    let r = get(&n, p, "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == v2);
+}
+
+/// An origin whose answer for a later slice contradicts the first (here the whole body for a
+/// range that does not start at 0): that response is cut, and the object is passed through
+/// whole from then on, as for an origin without a strong validator, not cut every time.
+#[test]
+fn an_origin_whose_slices_disagree_is_passed_through() {
+    let (o, n) = origin_and_node(SLICED);
+    let p = "/disagrees.bin";
+    let body = pattern(2 * SLICE + 1000, 3);
+    o.put(p, Object::version(body.clone(), 1));
+    assert_eq!(get(&n, p, "Range: bytes=0-99\r\n").status, 206);
+    wait_committed(&n);
+    let mut whole = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nETag: \"v1\"\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    whole.extend_from_slice(&body);
+    o.fault(p, Fault::Raw(whole));
+    match try_get(&n, p, "") {
+        Ok(r) => assert!(r.body == body, "a complete wrong body"),
+        Err(e) => assert!(e.to_string().contains("body ended after"), "{e}"),
+    }
+    settle(&n);
+    for _ in 0..2 {
+        let before = o.requests(p);
+        let r = get(&n, p, "");
+        assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
+        assert!(r.body == body);
+        assert_eq!(o.requests(p) - before, 1, "one origin request");
     }
 }
 
@@ -1454,4 +1527,56 @@ fn a_short_answer_of_unknown_length_is_stored() {
         assert!(complete && got == big);
     }
     assert_eq!(cache_files(&n.cache).1, 0);
+}
+
+/// An origin request that fails after it went out (no head within the read timeout, a head
+/// that is not an answer) is logged at WARN with its reason, not only counted.
+#[test]
+fn origin_failures_after_sending_are_logged_with_their_reason() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    o.put("/w.bin", Object::new(pattern(1000, 1)));
+    o.fault_times(
+        "/w.bin",
+        Fault::Raw(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello".to_vec(),
+        ),
+        1,
+    );
+    assert_eq!(get(&n, "/w.bin", "").status, 502);
+    assert!(
+        n.srv
+            .wait_log("origin request failed", Duration::from_secs(5)),
+        "{}",
+        n.srv.logs()
+    );
+    let logs = n.srv.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("origin request failed"))
+        .unwrap_or_default();
+    assert!(line.contains("WARN") && line.contains(&o.url()), "{line}");
+    // The next request is answered.
+    assert_eq!(get(&n, "/w.bin", "").status, 200);
+}
+
+/// Idle origin connections are closed once they expire (30 s), also when no request comes to
+/// take them.
+#[test]
+fn idle_origin_connections_are_closed_when_they_expire() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    o.put("/i.bin", Object::new(pattern(1000, 1)));
+    assert_eq!(get(&n, "/i.bin", "").status, 200);
+    let open = || {
+        series(
+            &metrics(&n),
+            "contentserver_origin_connections{origin=\"origin\"}",
+        )
+    };
+    assert_eq!(open(), 1.0);
+    let t = Instant::now();
+    while open() > 0.0 && t.elapsed() < Duration::from_secs(45) {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(open(), 0.0, "still open after {:?}", t.elapsed());
+    assert!(t.elapsed() >= Duration::from_secs(29), "{:?}", t.elapsed());
 }

@@ -645,3 +645,63 @@ fn usable_from_any_runtime() {
         assert_eq!(t.join().unwrap(), 30_000);
     }
 }
+
+/// A reused keep-alive connection that the origin closes without answering (its keep-alive
+/// timeout racing the request) is retried once on a new connection: GET and HEAD are
+/// idempotent. A new connection that does the same is an error (no second retry).
+#[tokio::test]
+async fn a_reused_connection_closed_without_an_answer_is_retried_once() {
+    let body = pattern(10_000, 3);
+    let (o, up, m) = serving("/k", &body);
+    let mut r = up.fetch(OriginRequest::get("/k")).await.expect("first");
+    assert_eq!(r.bytes().await.expect("body"), body);
+    assert_eq!(up.idle_connections(), 1);
+
+    o.fault_times("/k", Fault::CloseBeforeHead, 1);
+    let mut r = up
+        .fetch(OriginRequest::get("/k"))
+        .await
+        .expect("retried on a new connection");
+    assert_eq!(r.bytes().await.expect("body"), body);
+    let seen = o.seen();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[1].conn, seen[0].conn, "the idle connection was reused");
+    assert_ne!(
+        seen[2].conn, seen[1].conn,
+        "the retry took a new connection"
+    );
+    assert_eq!(count(&m, "error"), 0);
+
+    o.fault_times("/k", Fault::CloseBeforeHead, 2);
+    let e = up
+        .fetch(OriginRequest::get("/k"))
+        .await
+        .expect_err("the new connection closed too");
+    assert!(e.to_string().contains("no response"), "{e}");
+    assert_eq!(o.seen().len(), 5, "one retry, not more");
+    assert_eq!(count(&m, "error"), 1);
+}
+
+/// A target the request line cannot carry as it is (`` ` ``, `<`, `"`...) is sent with those
+/// bytes percent-encoded; other targets (`%2F`, `{`, `|`...) go out as received.
+#[tokio::test]
+async fn targets_are_sent_with_unsendable_bytes_percent_encoded() {
+    let o = FaultOrigin::start();
+    let (up, m) = client(plain(&[o.url()]));
+    for (asked, sent) in [
+        ("/a`b<c>\"d\"", "/a%60b%3Cc%3E%22d%22"),
+        ("/x%2Fy?q={1}|^", "/x%2Fy?q={1}|^"),
+        ("/plain%20name?x=1", "/plain%20name?x=1"),
+    ] {
+        let mut r = up
+            .fetch(OriginRequest::get(asked))
+            .await
+            .unwrap_or_else(|e| panic!("{asked}: {e}"));
+        r.bytes().await.expect("body");
+        assert_eq!(
+            o.seen().last().map(|s| s.path.clone()).as_deref(),
+            Some(sent)
+        );
+    }
+    assert_eq!(count(&m, "error"), 0);
+}

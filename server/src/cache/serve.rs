@@ -162,22 +162,41 @@ pub async fn respond(
 
 /// The source a fill gives once its head is there, or the entry stored instead (None: the fill
 /// failed or was passed through).
-async fn filled(found: FillFor<Fill>) -> Option<Source> {
+async fn filled(found: FillFor<Fill>) -> Result<Source, Unavailable> {
     let fill = match found {
         FillFor::Fill(fill, _) => fill,
-        FillFor::Stored(s) => return Some(Source::Stored(s)),
+        FillFor::Stored(s) => return Ok(Source::Stored(s)),
     };
     let mut rx = fill.subscribe();
     loop {
         let p = rx.borrow_and_update().clone();
         match p {
             Progress::Waiting => {}
-            Progress::Body { head, .. } => return Some(Source::Fill(fill.reader(0), head)),
-            Progress::Refreshed(s) => return Some(Source::Stored(s)),
-            _ => return None,
+            Progress::Body { head, .. } => return Ok(Source::Fill(fill.reader(0), head)),
+            Progress::Refreshed(s) => return Ok(Source::Stored(s)),
+            Progress::Bypass { status } if status < 500 => return Err(Unavailable::NotASlice),
+            Progress::Failed(e) if matches!(*e, FillError::NotSatisfiable { .. }) => {
+                return Err(Unavailable::PastTheEnd)
+            }
+            _ => return Err(Unavailable::Origin),
         }
-        rx.changed().await.ok()?;
+        if rx.changed().await.is_err() {
+            return Err(Unavailable::Origin);
+        }
     }
+}
+
+/// Why a later slice of a response could not be had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unavailable {
+    /// The origin failed (down, timeout, 5xx, a broken answer): the next request retries.
+    Origin,
+    /// The origin says the slice is past the object's end: the object is shorter than the
+    /// version being sent, so it changed.
+    PastTheEnd,
+    /// The origin's answer cannot be this slice of the object (no strong validator on it, a
+    /// whole body for a range, another total size): it contradicts the first slice.
+    NotASlice,
 }
 
 /// True for a `Range` value of one byte range (`bytes=X-Y`, `bytes=X-`, `bytes=-N`): what an
@@ -413,6 +432,8 @@ impl Ctx<'_> {
                 (FillError::Origin(_), Some(s)) => {
                     First::Serve(Source::Stored(s), CacheStatus::Stale)
                 }
+                // Never sent: what the client asked for cannot be written to the origin.
+                (FillError::Origin(OriginError::Request { .. }), _) => First::Error(400, None),
                 (FillError::Origin(OriginError::Timeout { .. }), None) => First::Error(504, None),
                 // A stored copy that may not be served stale (must-revalidate, s-maxage, its
                 // windows past) could not be revalidated: 504 (RFC 9111 §5.2.2.2).
@@ -432,13 +453,12 @@ impl Ctx<'_> {
     }
 
     /// The source of a later slice of the same response.
-    async fn source(&self, slice: u32) -> Option<Source> {
+    async fn source(&self, slice: u32) -> Result<Source, Unavailable> {
         let id = self.key.slice(slice);
-        match self.cv.find(id, &self.key_bytes).await.ok()? {
-            Found::Stored(s) if self.usable(&s) => return Some(Source::Stored(s)),
-            Found::Stored(_) => {}
-            Found::Collision => return None,
-            Found::Absent => {}
+        match self.cv.find(id, &self.key_bytes).await {
+            Ok(Found::Stored(s)) if self.usable(&s) => return Ok(Source::Stored(s)),
+            Ok(Found::Stored(_) | Found::Absent) => {}
+            Ok(Found::Collision) | Err(_) => return Err(Unavailable::Origin),
         }
         filled(self.fill(slice, None, false)).await
     }
@@ -447,11 +467,40 @@ impl Ctx<'_> {
     /// whether it is current (a conditional fill). When the object changed there since it was
     /// stored, the origin's slice (the response's version, unless the object changed again)
     /// replaces it and the response goes on; a slice being filled is returned as it is.
-    async fn refetch(&self, slice: u32, src: Source) -> Option<Source> {
+    async fn refetch(&self, slice: u32, src: Source) -> Result<Source, Unavailable> {
         let Source::Stored(old) = src else {
-            return Some(src);
+            return Ok(src);
         };
         filled(self.fill(slice, Some(old), false)).await
+    }
+
+    /// A later slice of version `meta` could not be had. When the origin's answer says the
+    /// object is not that version any more (shorter: the slice is past its end) or contradicts
+    /// its first slice (an origin whose slices disagree), the stored slices are dropped, and
+    /// for the latter its next requests are passed through whole (as for an origin without a
+    /// strong validator): otherwise every request would be cut at the same place.
+    async fn unavailable(
+        &self,
+        meta: &super::entry::EntryMeta,
+        slice: u32,
+        why: Unavailable,
+    ) -> &'static str {
+        match why {
+            Unavailable::Origin => "slice unavailable (origin failed)",
+            Unavailable::PastTheEnd => {
+                tracing::warn!(volume = %self.cv.name, key = %self.target, slice, "object changed at the origin (now shorter); its stored slices are dropped");
+                self.drop_version(meta).await;
+                "object changed at the origin mid-response"
+            }
+            Unavailable::NotASlice => {
+                tracing::warn!(volume = %self.cv.name, key = %self.target, slice, "the origin's answer for a later slice contradicts the first; the object is passed through from now on");
+                self.drop_version(meta).await;
+                if self.auth.is_none() {
+                    self.cv.passes.mark(self.key.hash(), unix_now_ms());
+                }
+                "origin's slices disagree"
+            }
+        }
     }
 
     /// Drop the stored slices of version `old` of this object. A fill of `old` still under way
@@ -794,16 +843,16 @@ impl Ctx<'_> {
             let src = match found {
                 Some(src) => src,
                 None => match self.source(k).await {
-                    Some(src) => src,
-                    None => return Err((sent, "slice unavailable (origin failed)")),
+                    Ok(src) => src,
+                    Err(why) => return Err((sent, self.unavailable(meta, k, why).await)),
                 },
             };
             let src = if src.meta().same_version(meta) {
                 src
             } else {
                 match self.refetch(k, src).await {
-                    Some(src) => src,
-                    None => return Err((sent, "slice unavailable (origin failed)")),
+                    Ok(src) => src,
+                    Err(why) => return Err((sent, self.unavailable(meta, k, why).await)),
                 }
             };
             if !src.meta().same_version(meta) {
@@ -1052,6 +1101,7 @@ impl Ctx<'_> {
         match self.route.origin.fetch(r).await {
             Ok(resp) => self.pass_through(resp).await,
             Err(OriginError::Timeout { .. }) => self.error(504, None, CacheStatus::Bypass).await,
+            Err(OriginError::Request { .. }) => self.error(400, None, CacheStatus::Bypass).await,
             Err(_) => self.error(502, None, CacheStatus::Bypass).await,
         }
     }

@@ -317,7 +317,7 @@ async fn pump(
                         server: server.clone(),
                         expected: n,
                         got,
-                        cause: Some(e.to_string()),
+                        cause: Some(super::fetch::error_chain(&e)),
                     },
                     _ => OriginError::Body {
                         origin: inner.name.clone(),

@@ -59,7 +59,10 @@ pub enum OriginError {
         expected: u64,
     },
     /// Reading a body of unknown length failed (reset, malformed chunked encoding).
-    #[error("origin {origin:?}: {server}: reading the body failed after {got} bytes: {source}")]
+    #[error(
+        "origin {origin:?}: {server}: reading the body failed after {got} bytes: {}",
+        super::fetch::error_chain(source)
+    )]
     Body {
         origin: String,
         server: String,

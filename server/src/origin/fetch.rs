@@ -1,8 +1,9 @@
 //! One origin request, on the origin runtime: take a permit, reuse an idle connection or open
 //! one, send the request, wait for the head within `read_timeout_ms`, check what the head
-//! announces about the body, and start the body task. A request that went out is never sent
-//! again (only one whose reused idle connection closed before it was sent takes another); it
-//! must not know about caching.
+//! announces about the body, and start the body task. A request that went out is sent again
+//! only when it went on a reused idle connection that closed without answering (the origin's
+//! keep-alive timeout; once, on a new connection: GET and HEAD are idempotent); it must not
+//! know about caching.
 
 use super::body::{self, OriginResponse};
 use super::connect::{self, Conn};
@@ -27,8 +28,19 @@ pub(crate) async fn fetch(
     req: OriginRequest,
 ) -> Result<OriginResponse, OriginError> {
     let result = fetch_head(&inner, &req).await;
-    if result.is_err() {
-        inner.metrics.count(None);
+    match &result {
+        // Never sent (a target or field this client cannot write): not the origin's failure.
+        Err(e @ OriginError::Request { .. }) => {
+            tracing::warn!(origin = %inner.name, error = %e, "origin request not sent")
+        }
+        Err(e) => {
+            inner.metrics.count(None);
+            // Connect and TLS failures are logged per server by `connect`.
+            if !e.is_connect() {
+                tracing::warn!(origin = %inner.name, error = %e, "origin request failed");
+            }
+        }
+        Ok(_) => {}
     }
     result
 }
@@ -46,10 +58,14 @@ async fn fetch_head(
             .map_err(|_| OriginError::Shutdown {
                 origin: inner.name.clone(),
             })?;
+    // One more try when a reused idle connection closes without answering: the origin closed
+    // it (its keep-alive timeout) as the request went out. GET and HEAD are idempotent (RFC
+    // 9110 §9.2.2), so, as nginx does, the request goes again on a new connection; once.
+    let mut race_retried = false;
     loop {
         let (mut conn, reused) = match inner.idle.take(inner.connect_timeout).await {
-            Some(c) => (c, true),
-            None => (connect::connect(inner).await?, false),
+            Some(c) if !race_retried => (c, true),
+            Some(_) | None => (connect::connect(inner).await?, false),
         };
         let server = &inner.servers[conn.server];
         let request = build(inner, req, conn.server)?;
@@ -64,11 +80,16 @@ async fn fetch_head(
                 tracing::debug!(origin = %inner.name, server = %server.url, error = %e.error(), "idle origin connection was closed; reconnecting");
                 continue;
             }
+            Ok(Err(e)) if reused && !race_retried && closed_unanswered(e.error()) => {
+                tracing::debug!(origin = %inner.name, server = %server.url, error = %e.error(), "reused origin connection closed without an answer; sending again on a new one");
+                race_retried = true;
+                continue;
+            }
             Ok(Err(e)) => {
                 return Err(OriginError::Protocol {
                     origin: inner.name.clone(),
                     server: server.url.clone(),
-                    message: format!("no response: {}", e.into_error()),
+                    message: format!("no response: {}", error_chain(&e.into_error())),
                 })
             }
             Ok(Ok(resp)) => resp,
@@ -89,6 +110,61 @@ async fn fetch_head(
     }
 }
 
+/// Whether a request failed because its connection closed (or was reset) before any byte of
+/// an answer: what a keep-alive connection the origin just timed out does.
+fn closed_unanswered(e: &hyper::Error) -> bool {
+    if e.is_incomplete_message() {
+        return true;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            );
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// An error with its causes (`a: b: c`): hyper's own message says only where it failed
+/// ("error reading a body from connection"), its source what happened.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let m = s.to_string();
+        if !out.ends_with(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// `target` with every byte a request line may not carry as it is (controls aside, which the
+/// request parser refuses: `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}` and non-ASCII)
+/// percent-encoded, as browsers send them; what an origin decodes is the same. Used only for a
+/// target the HTTP client refuses as it came (it takes `{`, `|` and raw UTF-8, say).
+fn encode_target(target: &str) -> std::borrow::Cow<'_, str> {
+    let keep = |b: u8| b.is_ascii_graphic() && !b"\"<>\\^`{|}".contains(&b);
+    if target.bytes().all(keep) {
+        return std::borrow::Cow::Borrowed(target);
+    }
+    let mut out = String::with_capacity(target.len() + 16);
+    for b in target.bytes() {
+        if keep(b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The request for `server`: origin-form target, Host, Range and the conditionals.
 fn build(
     inner: &Inner,
@@ -105,10 +181,12 @@ fn build(
             req.path_and_query
         )));
     }
-    let uri: http::Uri = req
-        .path_and_query
-        .parse()
-        .map_err(|e| bad(format!("{:?}: {e}", req.path_and_query)))?;
+    let uri: http::Uri = match req.path_and_query.parse() {
+        Ok(uri) => uri,
+        Err(_) => encode_target(&req.path_and_query)
+            .parse()
+            .map_err(|e| bad(format!("{:?}: {e}", req.path_and_query)))?,
+    };
     let method = match req.method {
         Method::Get => http::Method::GET,
         Method::Head => http::Method::HEAD,

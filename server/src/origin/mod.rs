@@ -274,22 +274,32 @@ impl Origin {
                 .with_label_values(&label),
             connections: metrics.origin_connections.with_label_values(&label),
         };
-        Ok(Origin {
-            inner: Arc::new(Inner {
-                name: o.name.clone(),
-                servers,
-                tls,
-                connect_timeout: Duration::from_millis(o.connect_timeout_ms),
-                read_timeout: Duration::from_millis(o.read_timeout_ms),
-                pass_buffer: o.pass_buffer_bytes,
-                held: std::sync::atomic::AtomicU64::new(0),
-                held_max: o.pass_buffer_bytes.saturating_mul(o.max_connections as u64),
-                permits: Arc::new(Semaphore::new(o.max_connections)),
-                idle: pool::IdlePool::new(o.max_connections),
-                metrics: om,
-                rt,
-            }),
-        })
+        let inner = Arc::new(Inner {
+            name: o.name.clone(),
+            servers,
+            tls,
+            connect_timeout: Duration::from_millis(o.connect_timeout_ms),
+            read_timeout: Duration::from_millis(o.read_timeout_ms),
+            pass_buffer: o.pass_buffer_bytes,
+            held: std::sync::atomic::AtomicU64::new(0),
+            held_max: o.pass_buffer_bytes.saturating_mul(o.max_connections as u64),
+            permits: Arc::new(Semaphore::new(o.max_connections)),
+            idle: pool::IdlePool::new(o.max_connections),
+            metrics: om,
+            rt,
+        });
+        // Idle connections are closed once expired even when no request comes to take them.
+        let weak = Arc::downgrade(&inner);
+        inner.rt.spawn(async move {
+            let mut tick = tokio::time::interval(pool::REAP_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                inner.idle.reap();
+            }
+        });
+        Ok(Origin { inner })
     }
 
     /// How far a passed-through body is read ahead of its client (`pass_buffer_bytes`).

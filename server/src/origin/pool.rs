@@ -12,6 +12,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::OwnedSemaphorePermit;
 
+/// How often the idle connections of an origin are looked over ([`IdlePool::reap`]).
+pub(crate) const REAP_EVERY: Duration = Duration::from_secs(5);
+
 /// Most idle connections kept per origin.
 pub(crate) const MAX_IDLE: usize = 32;
 
@@ -64,6 +67,14 @@ impl IdlePool {
                 since: Instant::now(),
             });
         }
+    }
+
+    /// Close the idle connections that expired or that the origin closed (run every
+    /// [`REAP_EVERY`], so an origin nobody asks has none left open after [`IDLE_TIMEOUT`]
+    /// and a little).
+    pub(crate) fn reap(&self) {
+        let mut g = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        g.retain(|i| i.since.elapsed() < IDLE_TIMEOUT && !i.conn.sender.is_closed());
     }
 
     /// Idle connections now (tests and debugging).
