@@ -353,6 +353,78 @@ fn a_304_replaces_stored_fields_with_all_their_lines() {
     assert_eq!(r.status, 504, "{:?}", r.headers);
 }
 
+/// A 304 whose strong ETag is not the stored one's is about another response: it refreshes
+/// nothing (RFC 9111 §4.3.4); the object is fetched unconditionally instead.
+#[test]
+fn a_304_naming_another_version_refreshes_nothing() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    o.put(
+        "/e.txt",
+        Object::version(pattern(1000, 1), 1).cache_control("max-age=1, stale-while-revalidate=0"),
+    );
+    assert_eq!(xcache(&get(&n, "/e.txt", "")), "MISS");
+    let v2 = pattern(1000, 2);
+    o.put(
+        "/e.txt",
+        Object::version(v2.clone(), 2).cache_control("max-age=100"),
+    );
+    o.fault_times(
+        "/e.txt",
+        Fault::Raw(
+            b"HTTP/1.1 304 Not Modified\r\nETag: \"e9\"\r\nCache-Control: max-age=100\r\n\r\n"
+                .to_vec(),
+        ),
+        1,
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let r = get(&n, "/e.txt", "");
+    assert_eq!(r.status, 200);
+    assert!(r.body == v2, "the stored version was served as refreshed");
+    assert_eq!(r.header("ETag"), Some("\"v2\""));
+    let last = o.seen().last().cloned().expect("a request");
+    assert_eq!(last.header("If-None-Match"), None, "asked unconditionally");
+    wait_committed(&n);
+    let r = get(&n, "/e.txt", "");
+    assert_eq!(xcache(&r), "HIT");
+    assert!(r.body == v2);
+}
+
+/// `Cache-Control: only-if-cached` (RFC 9111 §5.2.1.7): answered from what is stored, or 504;
+/// the origin is never asked, not for a later slice either.
+#[test]
+fn only_if_cached_never_asks_the_origin() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(2 * SLICE + 100, 4);
+    o.put("/o.bin", Object::new(body.clone()));
+    let only = "Cache-Control: max-age=0, only-if-cached\r\n";
+    let r = get(&n, "/o.bin", only);
+    assert_eq!(r.status, 504);
+    assert_eq!(o.requests("/o.bin"), 0);
+    assert_eq!(get(&n, "/o.bin", "Range: bytes=0-99\r\n").status, 206);
+    wait_committed(&n);
+    let asked = o.requests("/o.bin");
+    let r = get(&n, "/o.bin", &format!("Range: bytes=10-19\r\n{only}"));
+    assert_eq!((r.status, xcache(&r)), (206, "HIT"));
+    assert!(r.body == body[10..20]);
+    // Slices 1 and 2 are not stored: the whole object would need the origin.
+    assert_eq!(get(&n, "/o.bin", only).status, 504);
+    assert_eq!(o.requests("/o.bin"), asked, "the origin was asked");
+    assert!(get(&n, "/o.bin", "").body == body);
+    wait_committed(&n);
+    let r = get(&n, "/o.bin", only);
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == body);
+    // Errors decided from the stored entry carry its Age too.
+    for (extra, code) in [
+        (format!("Range: bytes={}-\r\n", body.len() + 10), 416),
+        ("If-Match: \"zz\"\r\n".to_string(), 412),
+    ] {
+        let r = get(&n, "/o.bin", &extra);
+        assert_eq!((r.status, xcache(&r)), (code, "HIT"));
+        assert!(r.header("Age").is_some(), "{code} without Age");
+    }
+}
+
 /// A background refresh (stale-while-revalidate) whose answer may no longer be stored
 /// withdraws the stored copy: the next requests get the origin's current answer, passed
 /// through, not the old body for the rest of the window.

@@ -385,7 +385,7 @@ impl Fill {
         req.authorization = job.authorization.clone();
         req.origin = job.client_origin.clone();
         let authorized = job.authorization.is_some();
-        let mut resp = match origin.fetch(req).await {
+        let mut resp = match origin.fetch(req.clone()).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::debug!(volume = %cv.name, target = %job.target, error = %e, "fill: origin failed");
@@ -395,7 +395,20 @@ impl Fill {
         let now = unix_now_ms();
         if resp.status == 304 {
             if let Some(old) = &job.revalidate {
-                return self.refreshed(cv, origin, &job, old, &resp, now).await;
+                if !names_another_version(&resp.headers, old.meta.etag.as_deref()) {
+                    return self.refreshed(cv, origin, &job, old, &resp, now).await;
+                }
+                // A 304 whose strong validator is not the stored one's refreshes nothing (RFC
+                // 9111 §4.3.4): ask for the object itself.
+                tracing::warn!(volume = %cv.name, target = %job.target, "origin's 304 names another version than the stored one; fetching it unconditionally");
+                req.if_none_match = None;
+                req.if_modified_since = None;
+                resp = match origin.fetch(req).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        return self.publish(Progress::Failed(Arc::new(FillError::Origin(e))))
+                    }
+                };
             }
         }
         if resp.status == 416 {
@@ -926,6 +939,23 @@ pub fn forwarded<'h>(
             };
             (n, v)
         })
+}
+
+/// Whether a 304's strong ETag differs from the stored response's: then it is not about the
+/// stored response and must not update it (RFC 9111 §4.3.4). A 304 without an ETag, or with a
+/// weak one, is taken for the stored response.
+fn names_another_version(h: &http::HeaderMap, stored: Option<&str>) -> bool {
+    let Some(new) = h.get(http::header::ETAG).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let new = new.trim();
+    if new.starts_with("W/") {
+        return false;
+    }
+    match stored.map(str::trim) {
+        Some(old) if !old.starts_with("W/") => old != new,
+        _ => false,
+    }
 }
 
 /// `content-type` -> `Content-Type`.

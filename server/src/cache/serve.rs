@@ -305,6 +305,22 @@ impl Ctx<'_> {
             Found::Stored(s) => Some(s).filter(|s| self.usable(s)),
         };
         let now_ms = unix_now_ms();
+        if self.req.only_if_cached {
+            // Only what is stored, and only as the origin allowed it to be used (RFC 9111
+            // §5.2.1.7); otherwise 504, the origin not asked.
+            return match stored {
+                Some(s) if now_ms < s.meta.fresh_until_ms => {
+                    First::Serve(Source::Stored(s), CacheStatus::Hit)
+                }
+                Some(s) if now_ms < s.meta.stale_while_revalidate_until_ms => {
+                    First::Serve(Source::Stored(s), CacheStatus::Stale)
+                }
+                _ => match self.past_end(slice, now_ms).await {
+                    Some(s0) => First::PastEnd(s0),
+                    None => First::Error(504, None),
+                },
+            };
+        }
         let Some(s) = stored else {
             if let Some(s0) = self.past_end(slice, now_ms).await {
                 return First::PastEnd(s0);
@@ -474,6 +490,34 @@ impl Ctx<'_> {
         filled(self.fill(slice, Some(old), false)).await
     }
 
+    /// Whether every slice `body` reads is stored (for `only-if-cached`: nothing may be asked
+    /// of the origin).
+    fn all_stored(&self, body: &Body, whole_answer: bool) -> bool {
+        let s = self.cv.slice_size;
+        if s == 0 || whole_answer {
+            return true;
+        }
+        let spans: Vec<(u64, u64)> = match body {
+            Body::None => return true,
+            Body::Range { start, len } => vec![(*start, *len)],
+            Body::Multipart(m) => m
+                .parts()
+                .iter()
+                .map(|p| (p.range.start, p.range.len()))
+                .collect(),
+        };
+        let now = self.cv.index.now();
+        spans
+            .iter()
+            .filter(|(_, len)| *len > 0)
+            .all(|&(start, len)| {
+                ((start / s)..=((start + len - 1) / s)).all(|k| {
+                    self.cv.index.lookup(self.key.slice(k as u32), now)
+                        != super::index::Presence::No
+                })
+            })
+    }
+
     /// A later slice of version `meta` could not be had. When the origin's answer says the
     /// object is not that version any more (shorter: the slice is past its end) or contradicts
     /// its first slice (an origin whose slices disagree), the stored slices are dropped, and
@@ -610,7 +654,11 @@ impl Ctx<'_> {
             conditional::evaluate(&conds, &current, true, now)
         };
         let range_ok = match precondition {
-            Precondition::Failed => return self.error(412, None, status).await,
+            Precondition::Failed => {
+                return self
+                    .error_aged(412, None, status, Some(age.max(0) as u64))
+                    .await
+            }
             Precondition::NotModified => {
                 // The fields a 304 repeats (RFC 9110 §15.4.5), as the 200 would carry them.
                 let fields = meta
@@ -662,8 +710,16 @@ impl Ctx<'_> {
                 let m = Multipart::new(&rs, total, part_type, multipart::new_boundary());
                 (206, Body::Multipart(m))
             }
-            Ranges::Unsatisfiable => return self.error(416, Some(total), status).await,
+            Ranges::Unsatisfiable => {
+                return self
+                    .error_aged(416, Some(total), status, Some(age.max(0) as u64))
+                    .await
+            }
         };
+        if self.req.only_if_cached && !self.head_only && !self.all_stored(&body, whole_answer) {
+            // Part of the body would have to come from the origin.
+            return self.error(504, None, status).await;
+        }
         let mut head = Head::new(code);
         let (len, multipart_type) = match &body {
             Body::Multipart(m) => (m.content_length(), Some(m.content_type())),
@@ -1007,8 +1063,25 @@ impl Ctx<'_> {
 
     /// An error answer without a body of the object's; `cache` is its X-Cache.
     async fn error(&self, status: u16, total: Option<u64>, cache: CacheStatus) -> Served {
+        self.error_aged(status, total, cache, None).await
+    }
+
+    /// [`Self::error`] decided from a stored entry of age `age` (a 412 or 416 from the
+    /// cache), which it carries as `Age` like every answer from the cache.
+    async fn error_aged(
+        &self,
+        status: u16,
+        total: Option<u64>,
+        cache: CacheStatus,
+        age: Option<u64>,
+    ) -> Served {
         let cr;
+        let age_value;
         let mut extra: Vec<(&str, &str)> = vec![("X-Cache", cache.header())];
+        if let Some(a) = age {
+            age_value = a.to_string();
+            extra.push(("Age", &age_value));
+        }
         if status == 416 {
             cr = format!("bytes */{}", total.unwrap_or(0));
             if total.is_some() {

@@ -50,6 +50,10 @@ pub struct Request {
     /// `Authorization` (a cache route must not share answers to it; RFC 9111 §3.5), forwarded
     /// to the origin as received.
     pub authorization: Option<String>,
+    /// `Cache-Control: only-if-cached` (RFC 9111 §5.2.1.7): a cache route answers from what
+    /// it has stored, or 504, never asking the origin. The request's other cache directives
+    /// are not honoured (as nginx: a client's no-cache does not reach past the cache).
+    pub only_if_cached: bool,
     /// Bytes of the head in the buffer (the next request starts here).
     pub head_len: usize,
 }
@@ -216,6 +220,7 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
         accept: None,
         accept_encoding: None,
         authorization: None,
+        only_if_cached: false,
         head_len,
     };
     let mut host = 0;
@@ -292,6 +297,13 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
             r.accept = Some(join(r.accept.take(), value()));
         } else if name.eq_ignore_ascii_case("accept-encoding") {
             r.accept_encoding = Some(join(r.accept_encoding.take(), value()));
+        } else if name.eq_ignore_ascii_case("cache-control") {
+            let v = text();
+            if v.split(',')
+                .any(|d| d.trim().eq_ignore_ascii_case("only-if-cached"))
+            {
+                r.only_if_cached = true;
+            }
         } else if name.eq_ignore_ascii_case("authorization") {
             // Forwarded to an origin as received: bytes that are not UTF-8 cannot be.
             let v = std::str::from_utf8(h.value)
