@@ -18,7 +18,7 @@
 //! alone, and store only what the origin allows to share. It must not read from the socket.
 
 use super::fill::{unix_now_ms, Fill, FillError, FillJob, FillReader, Progress};
-use super::key::CacheKey;
+use super::key::{CacheKey, EntryId};
 use super::volume::{CacheStatus, CacheVolume, FillFor, Found, Stored};
 use crate::config::CachePolicy;
 use crate::http::conditional::{self, Conditions, Current, Precondition};
@@ -1296,5 +1296,7 @@ async fn drop_version(cv: &Arc<CacheVolume<Fill>>, key: &CacheKey, old: &super::
             }
         }
     }
-    let _ = cv.remove_object(key.hash()).await;
+    // Slice by slice: one of the new version committed since (by the fill that found it) stays.
+    let ids: Vec<EntryId> = (0..slices).map(|k| key.slice(k)).collect();
+    cv.remove_slices(&ids, |s| !s.meta.same_version(old));
 }

@@ -350,6 +350,28 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         }]);
     }
 
+    /// Delete the stored slices `ids` of one object, except those `keep` says to keep (found
+    /// open: a newer version committed meanwhile) and those a fill is writing (it commits
+    /// after this): out of the index and the open table, files deleted on the pool (counted
+    /// as invalid).
+    pub fn remove_slices(&self, ids: &[EntryId], keep: impl Fn(&Stored) -> bool) {
+        let mut victims = Vec::new();
+        for &id in ids {
+            if self.fill_running(id).is_some() || lock(&self.open).get(&id).is_some_and(|s| keep(s))
+            {
+                continue;
+            }
+            let bytes = self.index.remove(id).unwrap_or(0);
+            victims.push(Victim {
+                id,
+                bytes,
+                reason: Reason::Invalid,
+            });
+        }
+        self.delete(victims);
+        self.update_gauges();
+    }
+
     /// Forget the open entry `id` (replaced, evicted, purged).
     pub fn forget(&self, id: EntryId) {
         lock(&self.open).swap_remove(&id);

@@ -317,7 +317,7 @@ async fn pump(
                         server: server.clone(),
                         expected: n,
                         got,
-                        cause: Some(super::fetch::error_chain(&e)),
+                        cause: Some(super::error::error_chain(&e)),
                     },
                     _ => OriginError::Body {
                         origin: inner.name.clone(),

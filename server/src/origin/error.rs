@@ -61,7 +61,7 @@ pub enum OriginError {
     /// Reading a body of unknown length failed (reset, malformed chunked encoding).
     #[error(
         "origin {origin:?}: {server}: reading the body failed after {got} bytes: {}",
-        super::fetch::error_chain(source)
+        error_chain(source)
     )]
     Body {
         origin: String,
@@ -95,4 +95,20 @@ impl OriginError {
                 }
         )
     }
+}
+
+/// An error with its causes (`a: b: c`): hyper's own message says only where it failed
+/// ("error reading a body from connection"), its source what happened.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let m = s.to_string();
+        if !out.ends_with(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        source = s.source();
+    }
+    out
 }

@@ -89,7 +89,10 @@ async fn fetch_head(
                 return Err(OriginError::Protocol {
                     origin: inner.name.clone(),
                     server: server.url.clone(),
-                    message: format!("no response: {}", error_chain(&e.into_error())),
+                    message: format!(
+                        "no response: {}",
+                        super::error::error_chain(&e.into_error())
+                    ),
                 })
             }
             Ok(Ok(resp)) => resp,
@@ -127,22 +130,6 @@ fn closed_unanswered(e: &hyper::Error) -> bool {
         source = s.source();
     }
     false
-}
-
-/// An error with its causes (`a: b: c`): hyper's own message says only where it failed
-/// ("error reading a body from connection"), its source what happened.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let m = s.to_string();
-        if !out.ends_with(&m) {
-            out.push_str(": ");
-            out.push_str(&m);
-        }
-        source = s.source();
-    }
-    out
 }
 
 /// `target` with every byte a request line may not carry as it is (controls aside, which the
