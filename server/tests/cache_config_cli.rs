@@ -193,3 +193,59 @@ fn check_config_refuses_strip_prefix_on_a_cache_route() {
         &["routes[0].strip_prefix: a cache route asks the origin"],
     );
 }
+
+/// `admin.purge_token_file` is a path the server can use for a purge endpoint that exists:
+/// blank (it used to be "off" at serve while check-config kept it), relative (like
+/// `ca_file`), with a NUL byte, with no cache volume or with the admin listener off is an
+/// error naming the field.
+#[test]
+fn check_config_refuses_purge_token_files_that_do_nothing() {
+    let with = |admin: &str| format!("{CACHE_CONFIG}\n[admin]\n{admin}\n");
+    for (admin, want) in [
+        (
+            "purge_token_file = \"   \"",
+            "admin.purge_token_file: \"   \" is blank: leave it out",
+        ),
+        (
+            "purge_token_file = \"secrets/token\"",
+            "admin.purge_token_file: \"secrets/token\" must be an absolute path",
+        ),
+        (
+            "purge_token_file = \"/run/tok\\u0000en\"",
+            "admin.purge_token_file: \"/run/tok\\0en\" contains a NUL byte",
+        ),
+        (
+            "purge_token_file = \"/run/token\"\nlisten = \"\"",
+            "admin.purge_token_file: POST /cache/purge is served on the admin listener, which admin.listen = \"\" turns off",
+        ),
+    ] {
+        check_config_fails(&with(admin), &[want]);
+    }
+    let v = check_config_ok(&with("purge_token_file = \"/run/token\""));
+    assert_eq!(v["admin"]["purge_token_file"].as_str(), Some("/run/token"));
+    // A static server has nothing to purge.
+    check_config_fails(
+        "[admin]\npurge_token_file = \"/run/token\"\n[[volumes]]\nname = \"v\"\npath = \"/srv/v\"\n",
+        &["admin.purge_token_file: POST /cache/purge deletes cached objects, and no volume has [volumes.cache]"],
+    );
+}
+
+/// One cache volume and no routes, with no origin or two: the error is about the missing
+/// route (it used to name `routes[0].volume`, a field not in the file).
+#[test]
+fn a_lone_cache_volume_without_one_origin_asks_for_a_route() {
+    let vol = "[[volumes]]\nname = \"a\"\npath = \"/mnt/a\"\n[volumes.cache]\n";
+    let origin =
+        |n: &str| format!("[[origins]]\nname = \"{n}\"\nservers = [\"http://127.0.0.1:8081\"]\n");
+    for (origins, count) in [(String::new(), 0), (origin("o1") + &origin("o2"), 2)] {
+        let err = check_config_fails(
+            &format!("{origins}{vol}"),
+            &[&format!(
+                "routes: no [[routes]], and the implicit \"/\" route to cache volume \"a\" has no origin (it takes the origin only when exactly one [[origins]] is defined; there are {count}): add a [[routes]]"
+            )],
+        );
+        assert!(!err.contains("routes[0]"), "{err}");
+    }
+    let v = check_config_ok(&format!("{}{vol}", origin("o1")));
+    assert_eq!(v["routes"][0]["origin"].as_str(), Some("o1"));
+}

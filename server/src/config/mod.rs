@@ -170,7 +170,9 @@ pub struct OpenFileCache {
 pub struct Admin {
     /// `ADDR:PORT` of the admin listener; an empty string disables it.
     pub listen: String,
-    /// Path of a file holding the bearer token of `POST /cache/purge`; empty = purge disabled.
+    /// Absolute path of a file holding the bearer token of `POST /cache/purge` (one line),
+    /// read again by every purge; empty = purge disabled. Needs the admin listener and a cache
+    /// volume.
     pub purge_token_file: String,
 }
 
@@ -494,13 +496,21 @@ impl Config {
     /// Fill what defaults depend on other fields: the implicit `/` route of a single volume
     /// (a cache route when that volume is a cache volume and exactly one origin exists), and
     /// the default cache policy of every cache route.
+    ///
+    /// A single cache volume with no routes and not exactly one origin gets no implicit route:
+    /// it would have no origin, and validation says so of the missing route (not of a route
+    /// that is not in the file).
     pub fn normalize(&mut self) {
-        if self.routes.is_empty() && self.volumes.len() == 1 {
-            let mut r = Route::to_volume("/", self.volumes[0].name.clone());
-            if self.volumes[0].cache.is_some() && self.origins.len() == 1 {
-                r.origin = Some(self.origins[0].name.clone());
+        if let ([v], true) = (self.volumes.as_slice(), self.routes.is_empty()) {
+            let mut r = Route::to_volume("/", v.name.clone());
+            match (&v.cache, self.origins.as_slice()) {
+                (None, _) => self.routes.push(r),
+                (Some(_), [o]) => {
+                    r.origin = Some(o.name.clone());
+                    self.routes.push(r);
+                }
+                (Some(_), _) => {}
             }
-            self.routes.push(r);
         }
         for r in &mut self.routes {
             if r.origin.is_some() && r.cache.is_none() {
