@@ -249,3 +249,51 @@ fn a_lone_cache_volume_without_one_origin_asks_for_a_route() {
     let v = check_config_ok(&format!("{}{vol}", origin("o1")));
     assert_eq!(v["routes"][0]["origin"].as_str(), Some("o1"));
 }
+
+/// Sizes: `max_size`, `slice_size` and the byte limits take the same forms (integer bytes, or
+/// a number with K/M/G/T, KB, Ki or KiB, all binary; `"10Gi"` was refused while `"10 GiB"`
+/// passed, and `slice_size = "1M"` was refused), and check-config prints them as integers
+/// that read back the same.
+#[test]
+fn every_byte_size_takes_the_same_forms() {
+    let toml = |max: &str, slice: &str, chunk: &str| {
+        format!(
+            "[limits]\nsendfile_max_chunk = {chunk}\nmax_header_bytes = \"16Ki\"\n[[listeners]]\naddress = \"127.0.0.1\"\nnotsent_lowat_bytes = \"1MiB\"\n[[origins]]\nname = \"o\"\nservers = [\"http://127.0.0.1:8081\"]\n[[volumes]]\nname = \"c\"\npath = \"/mnt/c\"\n[volumes.cache]\nmax_size = {max}\nslice_size = {slice}\n"
+        )
+    };
+    for (max, slice, chunk) in [
+        ("\"10Gi\"", "\"512K\"", "\"1M\""),
+        ("\"10 GiB\"", "\"512 KiB\"", "\"1 mb\""),
+        ("\"10GB\"", "524288", "1048576"),
+        ("10737418240", "\"512k\"", "\"1Mi\""),
+    ] {
+        let v = check_config_ok(&toml(max, slice, chunk));
+        let c = &v["volumes"][0]["cache"];
+        assert_eq!(c["max_size"].as_integer(), Some(10 << 30), "{max}");
+        assert_eq!(c["slice_size"].as_integer(), Some(512 << 10), "{slice}");
+        let l = &v["limits"];
+        assert_eq!(
+            l["sendfile_max_chunk"].as_integer(),
+            Some(1 << 20),
+            "{chunk}"
+        );
+        assert_eq!(l["max_header_bytes"].as_integer(), Some(16 << 10));
+        assert_eq!(
+            v["listeners"][0]["notsent_lowat_bytes"].as_integer(),
+            Some(1 << 20)
+        );
+    }
+    check_config_fails(
+        &toml("\"10Gx\"", "0", "1048576"),
+        &["unknown size unit \"GX\" (use B, K, M, G or T, also as KB, Ki or KiB: all binary)"],
+    );
+    check_config_fails(
+        &toml("\"10G\"", "\"1.5M\"", "1048576"),
+        &["slice_size = \"1.5M\"", "\"1.5M\": unknown size unit"],
+    );
+    // Sizes that do not fit the field are refused, not wrapped.
+    check_config_fails(
+        &toml("\"10G\"", "0", "1048576").replace("\"1MiB\"", "\"4G\""),
+        &["notsent_lowat_bytes", "4294967296 bytes is too large"],
+    );
+}

@@ -86,7 +86,10 @@ pub struct Listener {
     /// unsent queue the kernel transmits it later, from the context that processes the client's
     /// acknowledgements: on a host where clients run, their CPU) and a slow reader holds at most
     /// this much unsent in kernel memory. Bytes in flight are not limited. 0 = the kernel's
-    /// default (net.ipv4.tcp_notsent_lowat, unlimited unless set). Default 2 MiB.
+    /// default (net.ipv4.tcp_notsent_lowat, unlimited unless set). Default 2 MiB. A size
+    /// ([`ByteSize`]): an integer or a string such as "2M".
+    #[serde(deserialize_with = "cache::size")]
+    #[schemars(with = "ByteSize")]
     pub notsent_lowat_bytes: u32,
     /// TCP congestion control of every connection (TCP_CONGESTION, set on the listener and
     /// inherited by each accepted socket), such as `cubic` or `bbr`; absent = the host's
@@ -113,9 +116,15 @@ pub struct Limits {
     /// descriptor in one epoll set per worker, a few dozen bytes, woken by the next bytes.
     /// Its timeouts stay the same. 0 = never park.
     pub idle_park_ms: u64,
-    /// Largest request head (request line + headers) in bytes; larger gets 414 or 431.
+    /// Largest request head (request line + headers) in bytes; larger gets 414 or 431. A size
+    /// ([`ByteSize`]): an integer or a string such as "8K".
+    #[serde(deserialize_with = "cache::size")]
+    #[schemars(with = "ByteSize")]
     pub max_header_bytes: usize,
     /// Largest single sendfile/read chunk in bytes (nginx `sendfile_max_chunk`, default 2 MiB).
+    /// A size ([`ByteSize`]): an integer or a string such as "2M".
+    #[serde(deserialize_with = "cache::size")]
+    #[schemars(with = "ByteSize")]
     pub sendfile_max_chunk: usize,
     /// Time a response may wait for the client to accept more bytes before the connection is closed.
     pub send_timeout_secs: u64,
