@@ -132,12 +132,24 @@ fn serve_origin_flag_mistakes_are_clear_errors() {
     let (code, _, err) = run(&["serve", "--cache-dir", "/tmp"]);
     assert_eq!(code, 1);
     assert!(err.contains("--cache-dir needs --origin URL"), "{err}");
-    let (code, _, err) = run(&["serve", "--root", "/tmp", "--cache-dir", "/tmp"]);
-    assert_ne!(code, 0);
-    assert!(
-        err.contains("--root") && err.contains("--cache-dir"),
-        "{err}"
-    );
+    // Exit 1 like the two above (it was clap's exit 2), with --origin too.
+    for extra in [
+        &["--cache-dir", "/tmp"][..],
+        &["--origin", "http://127.0.0.1:1"],
+        &["--origin", "http://127.0.0.1:1", "--cache-dir", "/tmp"],
+    ] {
+        let mut args = vec!["serve", "--root", "/tmp"];
+        args.extend_from_slice(extra);
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(
+            err.contains("--root serves a directory as is; it cannot be combined with --origin or --cache-dir"),
+            "{args:?}: {err}"
+        );
+    }
+    // --config with any of them is a command-line syntax error (clap: exit 2).
+    let (code, _, err) = run(&["serve", "--config", "/tmp/x.toml", "--cache-dir", "/tmp"]);
+    assert_eq!(code, 2, "{err}");
     let (code, _, err) = run(&["serve", "--origin", "ftp://x", "--cache-dir", "/tmp"]);
     assert_eq!(code, 1);
     assert!(err.contains("origins[0].servers[0]"), "{err}");

@@ -187,11 +187,54 @@ fn serve_limit_overrides_take_effect() {
     assert!(err.contains("limits.sendfile_max_chunk"), "{err}");
 }
 
-/// `--access-log` sets logging.access_log: one line per response with its path, status, bytes
-/// and duration; without it, no access line.
+/// `--access-log` sets logging.access_log: one line per response with its peer, method, path,
+/// status, bytes, duration and query, as `--help` and the README say (the help left out peer
+/// and query); without it, no access line.
 #[test]
 fn serve_access_log_flag_logs_each_response() {
+    let (code, help, _) = run(&["serve", "--help"]);
+    assert_eq!(code, 0);
+    let fields = "peer, method, path, status, bytes, duration_ms and query";
+    assert!(
+        help.split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains(fields),
+        "{help}"
+    );
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    assert!(
+        readme
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains("peer, method, path, status, bytes, `duration_ms` and query, in that order"),
+        "the README's --access-log fields differ"
+    );
     let (_d, s) = serve_root("--listen 127.0.0.1:0 --access-log");
+    assert_eq!(s.get("/f.txt?v=1").body, b"f");
+    let line = r#"peer=127.0.0.1:"#;
+    assert!(
+        s.wait_log(r#"query="v=1""#, std::time::Duration::from_secs(5)) && s.logs().contains(line),
+        "no peer and query in the access line:\n{}",
+        s.logs()
+    );
+    let logs = s.logs();
+    let access = logs
+        .lines()
+        .find(|l| l.contains(r#"query="v=1""#))
+        .unwrap_or_default();
+    let at = |needle: &str| access.find(needle).unwrap_or(usize::MAX);
+    assert!(
+        at("peer=") < at("method=")
+            && at("method=") < at("path=")
+            && at("path=") < at("status=")
+            && at("status=") < at("bytes=")
+            && at("bytes=") < at("duration_ms=")
+            && at("duration_ms=") < at("query="),
+        "the access line's fields are not in the documented order: {access}"
+    );
     assert_eq!(s.get("/f.txt").body, b"f");
     assert_eq!(s.get("/missing.txt").status, 404);
     for line in [
