@@ -40,7 +40,7 @@ pub struct ServeArgs {
     #[arg(
         long,
         value_name = "DIR",
-        conflicts_with_all = ["config", "origin", "cache_dir"],
+        conflicts_with = "config",
         required_unless_present_any = ["config", "origin", "cache_dir"]
     )]
     pub root: Option<PathBuf>,
@@ -101,8 +101,8 @@ pub struct ServeArgs {
     /// Admin listener ADDR:PORT; an empty string disables it.
     #[arg(long, value_name = "ADDR:PORT")]
     pub admin_listen: Option<String>,
-    /// Log one line per response on stderr (logging.access_log): method, path, status, bytes
-    /// and duration_ms.
+    /// Log one line per response on stderr (logging.access_log): peer, method, path, status,
+    /// bytes, duration_ms and query.
     #[arg(long)]
     pub access_log: bool,
 }
@@ -253,7 +253,7 @@ impl ServeArgs {
     /// The embedded caching node of `--origin URL --cache-dir DIR...`.
     fn cache_config(&self) -> anyhow::Result<Config> {
         if self.root.is_some() {
-            anyhow::bail!("--root serves a directory as is; it cannot be combined with --cache-dir (use --origin URL --cache-dir DIR)");
+            anyhow::bail!("--root serves a directory as is; it cannot be combined with --origin or --cache-dir (a caching node is --origin URL --cache-dir DIR)");
         }
         let Some(url) = &self.origin else {
             anyhow::bail!(

@@ -115,6 +115,8 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
     }
     let (caches, cache_routes) = crate::cache::start(&config, &volumes, &metrics)?;
     let router = Router::new(&config);
+    // Before any socket is bound: a bad token file stops the server with its ports never open.
+    let purge = crate::cache::purge::Purge::from_config(&config, &caches)?;
     let listeners = accept::bind_all(&config, workers)?;
     lifecycle.add_listeners_bound(listeners.iter().map(Vec::len).sum());
     let http = crate::http::plan::Policy::new(&config);
@@ -143,7 +145,7 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
         metrics: metrics.clone(),
         lag,
         serving: lifecycle.clone(),
-        purge: crate::cache::purge::Purge::from_config(&shared.config, &shared.caches)?,
+        purge,
         roots: shared.volumes.iter().map(|v| v.root_identity()).collect(),
     })
     .context("start the admin listener")?;

@@ -717,6 +717,25 @@ fn purge_needs_the_bearer_token() {
         "a refused purge changed something"
     );
     let ok = PURGE_AUTH;
+    // Exactly one target: both (the last used to win: everything purged), one twice, neither.
+    for q in [
+        "?key=/p/a.bin&prefix=/",
+        "?prefix=/&key=/p/a.bin",
+        "?key=/p/a.bin&key=/q/c.bin",
+        "",
+        "?key=p/a.bin",
+    ] {
+        let r = admin(&n, "POST", &format!("/cache/purge{q}"), ok);
+        let body = String::from_utf8_lossy(&r.body).to_string();
+        assert_eq!(r.status, 400, "{q}: {body}");
+        assert!(
+            body.contains("exactly one of key=/path or prefix=/path"),
+            "{q}: {body}"
+        );
+    }
+    for p in ["/p/a.bin", "/p/b.bin", "/q/c.bin"] {
+        assert_eq!(xcache(&get(&n, p, "")), "HIT", "a refused purge took {p}");
+    }
     let r = admin(&n, "POST", "/cache/purge?key=/p/a.bin", ok);
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert!(String::from_utf8_lossy(&r.body).contains("\"purged_files\":2"));
@@ -815,6 +834,116 @@ fn prefix_purge_takes_whole_segments() {
     );
     assert_eq!(xcache(&get(&n, "/dir/a.bin", "")), "MISS");
     assert_eq!(xcache(&get(&n, "/dir", "")), "HIT");
+}
+
+/// The token file is read by every purge: a Kubernetes Secret update (a new `..data` symlink
+/// renamed over the old one) revokes the old token at once, and a token file gone refuses
+/// every purge with a 500 saying so (it used to be read at start-up only, so neither revoked
+/// anything).
+#[test]
+fn a_rotated_or_deleted_token_file_takes_effect_at_once() {
+    let o = FaultOrigin::start();
+    let dir = common::tempdir();
+    let secret = dir.path().join("secret");
+    // The layout of a mounted Secret: token -> ..data/token, ..data -> ..v1.
+    let version = |name: &str, token: &str| {
+        std::fs::create_dir_all(secret.join(name)).expect("mkdir");
+        std::fs::write(secret.join(name).join("token"), token).expect("write the token");
+    };
+    version("..v1", "old-t0ken\n");
+    std::os::unix::fs::symlink("..v1", secret.join("..data")).expect("symlink");
+    std::os::unix::fs::symlink("..data/token", secret.join("token")).expect("symlink");
+    let mut cfg = config(&[o.url()], &dir.path().join("cache"), "", SLICED);
+    cfg.admin.purge_token_file = secret.join("token").display().to_string();
+    let n = Node::start(&cfg);
+    o.put("/p/a.bin", Object::new(pattern(100_000, 11)));
+    assert_eq!(xcache(&get(&n, "/p/a.bin", "")), "MISS");
+    settle(&n);
+    assert_eq!(xcache(&get(&n, "/p/a.bin", "")), "HIT");
+
+    // Rotate as the kubelet does: the new version, then one rename of the `..data` link.
+    version("..v2", "new-t0ken\n");
+    std::os::unix::fs::symlink("..v2", secret.join("..data_tmp")).expect("symlink");
+    std::fs::rename(secret.join("..data_tmp"), secret.join("..data")).expect("swap ..data");
+    std::fs::remove_dir_all(secret.join("..v1")).expect("remove the old version");
+    let old = "Authorization: Bearer old-t0ken\r\n";
+    let new = "Authorization: Bearer new-t0ken\r\n";
+    let r = admin(&n, "POST", "/cache/purge?key=/p/a.bin", old);
+    assert_eq!(r.status, 401, "the rotated-out token still purges");
+    assert_eq!(xcache(&get(&n, "/p/a.bin", "")), "HIT");
+    let r = admin(&n, "POST", "/cache/purge?key=/p/a.bin", new);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(xcache(&get(&n, "/p/a.bin", "")), "MISS");
+    settle(&n);
+    assert_eq!(xcache(&get(&n, "/p/a.bin", "")), "HIT");
+
+    // The file gone: nothing is purged, whatever the token, and the answer says why.
+    std::fs::remove_dir_all(secret.join("..v2")).expect("remove the token");
+    for auth in [new, old, ""] {
+        let r = admin(&n, "POST", "/cache/purge?prefix=/", auth);
+        let body = String::from_utf8_lossy(&r.body).to_string();
+        assert_eq!(r.status, 500, "{auth:?}: {body}");
+        assert!(
+            body.contains("admin.purge_token_file is unreadable") && body.contains("token"),
+            "{body}"
+        );
+        assert!(
+            !body.contains("new-t0ken"),
+            "the token is in the answer: {body}"
+        );
+    }
+    assert_eq!(
+        xcache(&get(&n, "/p/a.bin", "")),
+        "HIT",
+        "a refused purge changed something"
+    );
+    assert!(
+        n.srv
+            .wait_log("cache purge refused", Duration::from_secs(5)),
+        "{}",
+        n.srv.logs()
+    );
+}
+
+/// A token file that cannot be read, is empty or holds more than one line stops the server at
+/// start, before any port is open (it used to be noticed after the listeners were bound and
+/// "listening" was logged).
+#[test]
+fn a_bad_token_file_stops_the_server_before_it_listens() {
+    let dir = common::tempdir();
+    let token = dir.path().join("token");
+    for (content, want) in [
+        (None, "cannot read"),
+        (Some(""), "holds no token"),
+        (Some("  \n"), "holds no token"),
+        (Some("tok1\ntok2\n"), "holds more than one line"),
+    ] {
+        match content {
+            Some(c) => std::fs::write(&token, c).expect("write the token"),
+            None => {
+                let _ = std::fs::remove_file(&token);
+            }
+        }
+        let mut cfg = config(
+            &["http://127.0.0.1:9".into()],
+            &dir.path().join("cache"),
+            "",
+            "",
+        );
+        cfg.admin.purge_token_file = token.display().to_string();
+        let path = dir.path().join("node.toml");
+        std::fs::write(&path, cfg.to_toml().expect("render")).expect("write the config");
+        let (code, _, err) = common::run(&["serve", "--config", path.to_str().expect("utf-8")]);
+        assert_eq!(code, 1, "{content:?}: {err}");
+        assert!(
+            err.contains("admin.purge_token_file") && err.contains(want),
+            "{content:?}: {err}"
+        );
+        assert!(
+            !err.contains("listening"),
+            "{content:?}: a port was opened first:\n{err}"
+        );
+    }
 }
 
 #[test]

@@ -132,12 +132,24 @@ fn serve_origin_flag_mistakes_are_clear_errors() {
     let (code, _, err) = run(&["serve", "--cache-dir", "/tmp"]);
     assert_eq!(code, 1);
     assert!(err.contains("--cache-dir needs --origin URL"), "{err}");
-    let (code, _, err) = run(&["serve", "--root", "/tmp", "--cache-dir", "/tmp"]);
-    assert_ne!(code, 0);
-    assert!(
-        err.contains("--root") && err.contains("--cache-dir"),
-        "{err}"
-    );
+    // Exit 1 like the two above (it was clap's exit 2), with --origin too.
+    for extra in [
+        &["--cache-dir", "/tmp"][..],
+        &["--origin", "http://127.0.0.1:1"],
+        &["--origin", "http://127.0.0.1:1", "--cache-dir", "/tmp"],
+    ] {
+        let mut args = vec!["serve", "--root", "/tmp"];
+        args.extend_from_slice(extra);
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(
+            err.contains("--root serves a directory as is; it cannot be combined with --origin or --cache-dir"),
+            "{args:?}: {err}"
+        );
+    }
+    // --config with any of them is a command-line syntax error (clap: exit 2).
+    let (code, _, err) = run(&["serve", "--config", "/tmp/x.toml", "--cache-dir", "/tmp"]);
+    assert_eq!(code, 2, "{err}");
     let (code, _, err) = run(&["serve", "--origin", "ftp://x", "--cache-dir", "/tmp"]);
     assert_eq!(code, 1);
     assert!(err.contains("origins[0].servers[0]"), "{err}");
@@ -191,5 +203,109 @@ fn check_config_refuses_strip_prefix_on_a_cache_route() {
     check_config_fails(
         &bad,
         &["routes[0].strip_prefix: a cache route asks the origin"],
+    );
+}
+
+/// `admin.purge_token_file` is a path the server can use for a purge endpoint that exists:
+/// blank (it used to be "off" at serve while check-config kept it), relative (like
+/// `ca_file`), with a NUL byte, with no cache volume or with the admin listener off is an
+/// error naming the field.
+#[test]
+fn check_config_refuses_purge_token_files_that_do_nothing() {
+    let with = |admin: &str| format!("{CACHE_CONFIG}\n[admin]\n{admin}\n");
+    for (admin, want) in [
+        (
+            "purge_token_file = \"   \"",
+            "admin.purge_token_file: \"   \" is blank: leave it out",
+        ),
+        (
+            "purge_token_file = \"secrets/token\"",
+            "admin.purge_token_file: \"secrets/token\" must be an absolute path",
+        ),
+        (
+            "purge_token_file = \"/run/tok\\u0000en\"",
+            "admin.purge_token_file: \"/run/tok\\0en\" contains a NUL byte",
+        ),
+        (
+            "purge_token_file = \"/run/token\"\nlisten = \"\"",
+            "admin.purge_token_file: POST /cache/purge is served on the admin listener, which admin.listen = \"\" turns off",
+        ),
+    ] {
+        check_config_fails(&with(admin), &[want]);
+    }
+    let v = check_config_ok(&with("purge_token_file = \"/run/token\""));
+    assert_eq!(v["admin"]["purge_token_file"].as_str(), Some("/run/token"));
+    // A static server has nothing to purge.
+    check_config_fails(
+        "[admin]\npurge_token_file = \"/run/token\"\n[[volumes]]\nname = \"v\"\npath = \"/srv/v\"\n",
+        &["admin.purge_token_file: POST /cache/purge deletes cached objects, and no volume has [volumes.cache]"],
+    );
+}
+
+/// One cache volume and no routes, with no origin or two: the error is about the missing
+/// route (it used to name `routes[0].volume`, a field not in the file).
+#[test]
+fn a_lone_cache_volume_without_one_origin_asks_for_a_route() {
+    let vol = "[[volumes]]\nname = \"a\"\npath = \"/mnt/a\"\n[volumes.cache]\n";
+    let origin =
+        |n: &str| format!("[[origins]]\nname = \"{n}\"\nservers = [\"http://127.0.0.1:8081\"]\n");
+    for (origins, count) in [(String::new(), 0), (origin("o1") + &origin("o2"), 2)] {
+        let err = check_config_fails(
+            &format!("{origins}{vol}"),
+            &[&format!(
+                "routes: no [[routes]], and the implicit \"/\" route to cache volume \"a\" has no origin (it takes the origin only when exactly one [[origins]] is defined; there are {count}): add a [[routes]]"
+            )],
+        );
+        assert!(!err.contains("routes[0]"), "{err}");
+    }
+    let v = check_config_ok(&format!("{}{vol}", origin("o1")));
+    assert_eq!(v["routes"][0]["origin"].as_str(), Some("o1"));
+}
+
+/// Sizes: `max_size`, `slice_size` and the byte limits take the same forms (integer bytes, or
+/// a number with K/M/G/T, KB, Ki or KiB, all binary; `"10Gi"` was refused while `"10 GiB"`
+/// passed, and `slice_size = "1M"` was refused), and check-config prints them as integers
+/// that read back the same.
+#[test]
+fn every_byte_size_takes_the_same_forms() {
+    let toml = |max: &str, slice: &str, chunk: &str| {
+        format!(
+            "[limits]\nsendfile_max_chunk = {chunk}\nmax_header_bytes = \"16Ki\"\n[[listeners]]\naddress = \"127.0.0.1\"\nnotsent_lowat_bytes = \"1MiB\"\n[[origins]]\nname = \"o\"\nservers = [\"http://127.0.0.1:8081\"]\n[[volumes]]\nname = \"c\"\npath = \"/mnt/c\"\n[volumes.cache]\nmax_size = {max}\nslice_size = {slice}\n"
+        )
+    };
+    for (max, slice, chunk) in [
+        ("\"10Gi\"", "\"512K\"", "\"1M\""),
+        ("\"10 GiB\"", "\"512 KiB\"", "\"1 mb\""),
+        ("\"10GB\"", "524288", "1048576"),
+        ("10737418240", "\"512k\"", "\"1Mi\""),
+    ] {
+        let v = check_config_ok(&toml(max, slice, chunk));
+        let c = &v["volumes"][0]["cache"];
+        assert_eq!(c["max_size"].as_integer(), Some(10 << 30), "{max}");
+        assert_eq!(c["slice_size"].as_integer(), Some(512 << 10), "{slice}");
+        let l = &v["limits"];
+        assert_eq!(
+            l["sendfile_max_chunk"].as_integer(),
+            Some(1 << 20),
+            "{chunk}"
+        );
+        assert_eq!(l["max_header_bytes"].as_integer(), Some(16 << 10));
+        assert_eq!(
+            v["listeners"][0]["notsent_lowat_bytes"].as_integer(),
+            Some(1 << 20)
+        );
+    }
+    check_config_fails(
+        &toml("\"10Gx\"", "0", "1048576"),
+        &["unknown size unit \"GX\" (use B, K, M, G or T, also as KB, Ki or KiB: all binary)"],
+    );
+    check_config_fails(
+        &toml("\"10G\"", "\"1.5M\"", "1048576"),
+        &["slice_size = \"1.5M\"", "\"1.5M\": unknown size unit"],
+    );
+    // Sizes that do not fit the field are refused, not wrapped.
+    check_config_fails(
+        &toml("\"10G\"", "0", "1048576").replace("\"1MiB\"", "\"4G\""),
+        &["notsent_lowat_bytes", "4294967296 bytes is too large"],
     );
 }

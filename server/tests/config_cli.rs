@@ -187,11 +187,54 @@ fn serve_limit_overrides_take_effect() {
     assert!(err.contains("limits.sendfile_max_chunk"), "{err}");
 }
 
-/// `--access-log` sets logging.access_log: one line per response with its path, status, bytes
-/// and duration; without it, no access line.
+/// `--access-log` sets logging.access_log: one line per response with its peer, method, path,
+/// status, bytes, duration and query, as `--help` and the README say (the help left out peer
+/// and query); without it, no access line.
 #[test]
 fn serve_access_log_flag_logs_each_response() {
+    let (code, help, _) = run(&["serve", "--help"]);
+    assert_eq!(code, 0);
+    let fields = "peer, method, path, status, bytes, duration_ms and query";
+    assert!(
+        help.split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains(fields),
+        "{help}"
+    );
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    assert!(
+        readme
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains("peer, method, path, status, bytes, `duration_ms` and query, in that order"),
+        "the README's --access-log fields differ"
+    );
     let (_d, s) = serve_root("--listen 127.0.0.1:0 --access-log");
+    assert_eq!(s.get("/f.txt?v=1").body, b"f");
+    let line = r#"peer=127.0.0.1:"#;
+    assert!(
+        s.wait_log(r#"query="v=1""#, std::time::Duration::from_secs(5)) && s.logs().contains(line),
+        "no peer and query in the access line:\n{}",
+        s.logs()
+    );
+    let logs = s.logs();
+    let access = logs
+        .lines()
+        .find(|l| l.contains(r#"query="v=1""#))
+        .unwrap_or_default();
+    let at = |needle: &str| access.find(needle).unwrap_or(usize::MAX);
+    assert!(
+        at("peer=") < at("method=")
+            && at("method=") < at("path=")
+            && at("path=") < at("status=")
+            && at("status=") < at("bytes=")
+            && at("bytes=") < at("duration_ms=")
+            && at("duration_ms=") < at("query="),
+        "the access line's fields are not in the documented order: {access}"
+    );
     assert_eq!(s.get("/f.txt").body, b"f");
     assert_eq!(s.get("/missing.txt").status, 404);
     for line in [
@@ -493,6 +536,12 @@ fn check_config_rejects_route_prefixes_that_never_match() {
             "routes[5].prefix: \"/x\" is the same prefix as routes[0].prefix \"/x\": each prefix",
         ],
     );
+    // A NUL byte has its own message (it was "must not contain '.' or '..' segments").
+    let err = check_config_fails(
+        "[[volumes]]\nname = \"v\"\npath = \"/srv/v\"\n[[routes]]\nprefix = \"/a\\u0000b\"\nvolume = \"v\"\n",
+        &["routes[0].prefix: \"/a\\0b\" contains a NUL byte: a request path holding one is refused (400), so it would never match"],
+    );
+    assert!(!err.contains("segments"), "{err}");
     // Written decoded and without repeated slashes they are fine; "/" and "/x/" differ.
     let v = check_config_ok(&routes(&["/", "/x/", "/y/", "/a b"]));
     assert_eq!(v["routes"].as_array().map(Vec::len), Some(4));
@@ -629,4 +678,42 @@ fn serve_refuses_a_root_it_cannot_search() {
             "{log}"
         ),
     }
+}
+
+/// A volume path with a NUL byte passed check-config and then failed at serve printing the raw
+/// byte: it is an error naming the field, the byte escaped.
+#[test]
+fn check_config_refuses_a_nul_in_a_volume_path() {
+    let err = check_config_fails(
+        "[[volumes]]\nname = \"v\"\npath = \"/srv/a\\u0000b\"\n",
+        &["volumes[0].path: \"/srv/a\\0b\" contains a NUL byte"],
+    );
+    assert!(!err.contains('\0'), "{err:?}");
+}
+
+/// A split target that gets no share (the one taking the rest after 100%) and a volume listed
+/// twice in one split were accepted silently: errors naming the target.
+#[test]
+fn check_config_refuses_split_targets_without_a_share_or_listed_twice() {
+    let split = |targets: &str| {
+        format!(
+            "[[volumes]]\nname = \"c1\"\npath = \"/srv/c1\"\n[[volumes]]\nname = \"c2\"\npath = \"/srv/c2\"\n[[routes]]\nprefix = \"/\"\nsplit = [{targets}]\n"
+        )
+    };
+    check_config_fails(
+        &split("{ volume = \"c1\", percent = 100.0 }, { volume = \"c2\" }"),
+        &["routes[0].split[1]: \"c2\" takes the rest (no percent), but the targets before it add up to 100: it would get no requests"],
+    );
+    check_config_fails(
+        &split("{ volume = \"c1\", percent = 50.0 }, { volume = \"c1\" }"),
+        &["routes[0].split[1].volume: \"c1\" is already routes[0].split[0].volume: list each volume once"],
+    );
+    check_config_fails(
+        &split("{ volume = \"c1\", percent = 50.0 }, { volume = \"c1\", percent = 50.0 }"),
+        &["routes[0].split[1].volume: \"c1\" is already routes[0].split[0].volume"],
+    );
+    let v = check_config_ok(&split(
+        "{ volume = \"c1\", percent = 99.5 }, { volume = \"c2\" }",
+    ));
+    assert_eq!(v["routes"][0]["split"].as_array().map(Vec::len), Some(2));
 }

@@ -14,7 +14,8 @@
 //!   per line).
 //! - `/config`: the effective configuration as JSON (it holds no secrets).
 //! - `POST /cache/purge?key=PATH` or `?prefix=PATH`: delete cached objects (only when
-//!   `admin.purge_token_file` is set; `Authorization: Bearer TOKEN` required, else 401).
+//!   `admin.purge_token_file` is set; `Authorization: Bearer TOKEN` required, else 401; 500
+//!   when the token file cannot be read now; 400 unless the query names exactly one target).
 
 pub mod lag;
 
@@ -192,7 +193,7 @@ async fn purge(
     headers: axum::http::HeaderMap,
     axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
-    use crate::cache::purge::Target;
+    use crate::cache::purge::Refused;
     let Some(p) = &s.purge else {
         return (
             StatusCode::NOT_FOUND,
@@ -203,33 +204,28 @@ async fn purge(
     let auth = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    if !p.authorized(auth) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "missing or wrong bearer token\n",
-        )
-            .into_response();
+    match p.check(auth).await {
+        Ok(()) => {}
+        Err(Refused::Unauthorized) => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                "missing or wrong bearer token\n",
+            )
+                .into_response()
+        }
+        // The token cannot be checked: refused, and said so (an operator must fix the file).
+        Err(Refused::TokenFile(e)) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("purge refused: admin.purge_token_file is unreadable: {e}\n"),
+            )
+                .into_response()
+        }
     }
-    let mut target = None;
-    for pair in query.as_deref().unwrap_or("").split('&') {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = match crate::resolve::percent_decode(v.as_bytes()).map(String::from_utf8) {
-            Ok(Ok(v)) if v.starts_with('/') => v,
-            _ => continue,
-        };
-        target = match k {
-            "key" => Some(Target::Key(v)),
-            "prefix" => Some(Target::Prefix(v)),
-            _ => target,
-        };
-    }
-    let Some(target) = target else {
-        return (
-            StatusCode::BAD_REQUEST,
-            "give key=/path or prefix=/path (percent-encoded)\n",
-        )
-            .into_response();
+    let target = match purge_target(query.as_deref().unwrap_or("")) {
+        Ok(t) => t,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     };
     // Incomplete (a volume's pool full, its files not removable): 500 with what failed, so
     // the caller knows the old content may still be served and can retry.
@@ -243,6 +239,36 @@ async fn purge(
         )
             .into_response()
     }
+}
+
+/// The purge target of a query: exactly one `key=/PATH` or `prefix=/PATH` (percent-encoded).
+/// Both, one given twice, neither, a value not starting with `/` or another parameter is an
+/// error saying so (the last one used to win, so `key=/a&prefix=/` purged everything).
+fn purge_target(query: &str) -> Result<crate::cache::purge::Target, String> {
+    use crate::cache::purge::Target;
+    const USAGE: &str = "give exactly one of key=/path or prefix=/path (percent-encoded)";
+    let mut target: Option<Target> = None;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let make = match k {
+            "key" => Target::Key,
+            "prefix" => Target::Prefix,
+            _ => return Err(format!("unknown parameter {k:?}: {USAGE}")),
+        };
+        if target.is_some() {
+            return Err(format!("{k} given after another key or prefix: {USAGE}"));
+        }
+        let v = match crate::resolve::percent_decode(v.as_bytes()).map(String::from_utf8) {
+            Ok(Ok(v)) if v.starts_with('/') => v,
+            _ => {
+                return Err(format!(
+                    "{k}={v:?} is not a percent-encoded path starting with '/': {USAGE}"
+                ))
+            }
+        };
+        target = Some(make(v));
+    }
+    target.ok_or_else(|| USAGE.to_string())
 }
 
 async fn healthz(State(s): State<AdminState>) -> Response {
@@ -455,6 +481,29 @@ mod tests {
         assert!(out.contains("contentserver_pool_queue_depth{volume=\"root\"} 0"));
         assert_eq!(get(server.local_addr(), "/nope").0, 404);
         server.shutdown();
+    }
+
+    #[test]
+    fn a_purge_names_exactly_one_target() {
+        use crate::cache::purge::Target;
+        assert_eq!(purge_target("key=/a.bin"), Ok(Target::Key("/a.bin".into())));
+        assert_eq!(
+            purge_target("prefix=/d%20x/&"),
+            Ok(Target::Prefix("/d x/".into()))
+        );
+        for (q, why) in [
+            ("key=/a.bin&prefix=/", "after another"),
+            ("prefix=/&key=/a.bin", "after another"),
+            ("key=/a&key=/b", "after another"),
+            ("", "exactly one"),
+            ("key=a.bin", "starting with '/'"),
+            ("key", "starting with '/'"),
+            ("keys=/a", "unknown parameter"),
+            ("key=/a&x=1", "unknown parameter"),
+        ] {
+            let e = purge_target(q).expect_err(q);
+            assert!(e.contains(why), "{q}: {e}");
+        }
     }
 
     #[test]

@@ -2,10 +2,13 @@
 //! object whose key is under a path prefix (whole segments: `/dir` is not a prefix of
 //! `/dirx`), on every cache volume.
 //!
-//! Off unless `[admin] purge_token_file` names a file holding a bearer token (read once at
-//! start-up, so a Kubernetes Secret can be mounted there); a request without exactly
-//! `Authorization: Bearer TOKEN` changes nothing. Deletions run on each volume's pool. It owns
-//! the token check and the purge itself, not the HTTP routing (that is [`crate::admin`]).
+//! Off unless `[admin] purge_token_file` names a file holding a bearer token (a Kubernetes
+//! Secret can be mounted there); a request without exactly `Authorization: Bearer TOKEN`
+//! changes nothing. The file is checked at start-up (unreadable, empty or more than one line:
+//! the server does not start) and read again by every purge request ([`Purge::check`]), so
+//! rotating the Secret or deleting the file revokes the old token at once; a file unreadable at
+//! request time refuses the purge. Deletions run on each volume's pool. It owns the token check
+//! and the purge itself, not the HTTP routing (that is [`crate::admin`]).
 //!
 //! Guarantee: once a purge answered, nothing fetched from the origin before it is served from
 //! the cache. Fills of a purged object still under way are first taken out of reach (new
@@ -16,8 +19,11 @@ use super::fill::Fill;
 use super::key::{under_prefix, CacheKey};
 use super::volume::CacheVolume;
 use crate::config::Config;
-use anyhow::Context;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// Largest token file read: a bearer token is one short line.
+const MAX_TOKEN_FILE_BYTES: u64 = 4096;
 
 /// What to purge.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,50 +44,100 @@ impl Target {
     }
 }
 
-/// The purge endpoint's state: the token and the cache volumes.
+/// Read the bearer token in `path`: the file's one line, surrounding whitespace (a trailing
+/// newline) stripped. An unreadable file, one larger than [`MAX_TOKEN_FILE_BYTES`], one holding
+/// no token or more than one line, or a token with whitespace or control characters inside is
+/// an error saying so (the token itself is never in the message).
+pub fn read_token(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let shown = path.display();
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_TOKEN_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(format!(
+            "{shown} is larger than {MAX_TOKEN_FILE_BYTES} bytes: it should hold one token"
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8 text"))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("{shown} holds no token"));
+    }
+    if token.contains(['\n', '\r']) {
+        return Err(format!(
+            "{shown} holds more than one line: it must hold exactly one token (a trailing newline is fine)"
+        ));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "the token in {shown} contains whitespace or control characters: a bearer token is one word"
+        ));
+    }
+    Ok(token.to_string())
+}
+
+/// The purge endpoint's state: the token file and the cache volumes.
+///
+/// The token is not kept: every request reads the file again ([`Purge::check`]; purges are
+/// rare, and a read of a small file costs less than getting a cache keyed by its metadata right
+/// across a Secret's symlink swap).
 pub struct Purge {
-    token: String,
+    token_file: PathBuf,
     caches: Vec<Arc<CacheVolume<Fill>>>,
+}
+
+/// Why a purge request is not let through.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// No or a wrong `Authorization: Bearer` (401).
+    Unauthorized,
+    /// The token file cannot be read now, or holds no single token: nothing may be purged
+    /// (the message names the file and why, never the token).
+    TokenFile(String),
 }
 
 impl Purge {
     /// `None` when purging is disabled (no token file configured). A configured file that
-    /// cannot be read or holds no token is a start-up error.
+    /// cannot be read or holds no single token ([`read_token`]) is a start-up error.
     pub fn from_config(
         cfg: &Config,
         caches: &[Option<Arc<CacheVolume<Fill>>>],
     ) -> anyhow::Result<Option<Arc<Purge>>> {
-        let path = cfg.admin.purge_token_file.trim();
+        let path = cfg.admin.purge_token_file.as_str();
         if path.is_empty() {
             return Ok(None);
         }
-        let token = std::fs::read_to_string(path)
-            .with_context(|| format!("admin.purge_token_file: cannot read {path}"))?
-            .trim()
-            .to_string();
-        if token.is_empty() {
-            anyhow::bail!("admin.purge_token_file: {path} holds no token");
-        }
+        let token_file = PathBuf::from(path);
+        read_token(&token_file).map_err(|e| anyhow::anyhow!("admin.purge_token_file: {e}"))?;
         Ok(Some(Arc::new(Purge {
-            token,
+            token_file,
             caches: caches.iter().flatten().cloned().collect(),
         })))
     }
 
-    /// True for exactly `Bearer TOKEN` (compared in constant time).
-    pub fn authorized(&self, authorization: Option<&str>) -> bool {
-        let Some(v) = authorization.map(str::trim) else {
-            return false;
+    /// Is `authorization` exactly `Bearer TOKEN` for the token the file holds now? The file is
+    /// read off the calling event loop; when it cannot be read the answer is
+    /// [`Refused::TokenFile`] (logged), never a pass.
+    pub async fn check(&self, authorization: Option<&str>) -> Result<(), Refused> {
+        let path = self.token_file.clone();
+        let token = match tokio::task::spawn_blocking(move || read_token(&path)).await {
+            Ok(r) => r,
+            Err(e) => Err(format!("reading {} failed: {e}", self.token_file.display())),
         };
-        let Some(given) = v
-            .get(..7)
-            .filter(|s| s.eq_ignore_ascii_case("bearer "))
-            .map(|_| v[7..].trim())
-        else {
-            return false;
-        };
-        let (a, b) = (given.as_bytes(), self.token.as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+        let token = token.map_err(|e| {
+            tracing::error!(
+                error = %e,
+                "cache purge refused: admin.purge_token_file is unreadable or holds no single token"
+            );
+            Refused::TokenFile(e)
+        })?;
+        if authorized(&token, authorization) {
+            Ok(())
+        } else {
+            Err(Refused::Unauthorized)
+        }
     }
 
     /// Delete what `target` names. Returns the number of files deleted, and what could not be
@@ -139,6 +195,22 @@ impl Purge {
     }
 }
 
+/// True for exactly `Bearer TOKEN` (compared in constant time).
+fn authorized(token: &str, authorization: Option<&str>) -> bool {
+    let Some(v) = authorization.map(str::trim) else {
+        return false;
+    };
+    let Some(given) = v
+        .get(..7)
+        .filter(|s| s.eq_ignore_ascii_case("bearer "))
+        .map(|_| v[7..].trim())
+    else {
+        return false;
+    };
+    let (a, b) = (given.as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,12 +239,9 @@ mod tests {
 
     #[test]
     fn only_the_exact_bearer_token_is_authorized() {
-        let p = Purge {
-            token: "s3cret".into(),
-            caches: Vec::new(),
-        };
-        assert!(p.authorized(Some("Bearer s3cret")));
-        assert!(p.authorized(Some("bearer s3cret ")));
+        let token = "s3cret";
+        assert!(authorized(token, Some("Bearer s3cret")));
+        assert!(authorized(token, Some("bearer s3cret ")));
         for bad in [
             "",
             "Bearer",
@@ -182,8 +251,35 @@ mod tests {
             "Basic s3cret",
             "s3cret",
         ] {
-            assert!(!p.authorized(Some(bad)), "{bad:?}");
+            assert!(!authorized(token, Some(bad)), "{bad:?}");
         }
-        assert!(!p.authorized(None));
+        assert!(!authorized(token, None));
+    }
+
+    #[test]
+    fn a_token_file_holds_one_token() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("token");
+        for (text, want) in [
+            ("t0ken\n", Ok("t0ken")),
+            ("  t0ken \r\n", Ok("t0ken")),
+            ("", Err("holds no token")),
+            (" \n\t\n", Err("holds no token")),
+            ("tok1\ntok2", Err("more than one line")),
+            ("tok1\r\ntok2\n", Err("more than one line")),
+            ("tok 1", Err("whitespace or control characters")),
+            ("tok\u{1}1", Err("whitespace or control characters")),
+        ] {
+            std::fs::write(&f, text).expect("write");
+            match (read_token(&f), want) {
+                (Ok(t), Ok(w)) => assert_eq!(t, w, "{text:?}"),
+                (Err(e), Err(w)) => assert!(e.contains(w), "{text:?}: {e}"),
+                (got, want) => panic!("{text:?}: {got:?}, want {want:?}"),
+            }
+        }
+        std::fs::write(&f, vec![b'a'; 5000]).expect("write");
+        assert!(read_token(&f).is_err_and(|e| e.contains("larger than")));
+        let e = read_token(&dir.path().join("gone")).expect_err("missing");
+        assert!(e.contains("cannot read") && e.contains("gone"), "{e}");
     }
 }

@@ -1,8 +1,9 @@
 //! Cache settings: `[volumes.cache]` (a volume that stores origin responses) and `[routes.cache]`
 //! (the freshness policy of a route that names an origin), with their checks.
 //!
-//! Owns the types, their defaults, the `max_size` byte-size syntax (integer or `10G`, rendered
-//! back as integer bytes) and the validation of cache volumes and cache routes. Pure: no
+//! Owns the types, their defaults, the byte-size syntax of `max_size`, `slice_size` and the
+//! other size fields ([`ByteSize`]: an integer or `10G`, rendered back as integer bytes) and
+//! the validation of cache volumes and cache routes. Pure: no
 //! filesystem access (the free-space default is computed by the cache store at start-up).
 
 use super::errors::Errors;
@@ -16,7 +17,7 @@ use std::collections::HashSet;
 #[serde(default, deny_unknown_fields)]
 pub struct VolumeCache {
     /// Largest total size of the stored entries; absent = keep 10% of the filesystem free.
-    /// Bytes as an integer, or a string with a K, M, G or T (binary) suffix such as "10G".
+    /// A size ([`ByteSize`]): bytes as an integer, or a string such as "10G" or "10 GiB".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_size: Option<ByteSize>,
     /// Entries not used for this long are dropped (nginx `inactive=10m`).
@@ -25,7 +26,9 @@ pub struct VolumeCache {
     /// 1 to 15.
     pub min_uses: u32,
     /// Bytes per stored slice (the origin gets `Range: bytes=a-b` requests of this size);
-    /// 0 = whole objects.
+    /// 0 = whole objects. A size ([`ByteSize`]), such as 1048576 or "1M".
+    #[serde(deserialize_with = "size")]
+    #[schemars(with = "ByteSize")]
     pub slice_size: u64,
 }
 
@@ -43,30 +46,31 @@ impl Default for VolumeCache {
     }
 }
 
-/// A size in bytes. Reads an integer or a string with an optional K/M/G/T suffix (powers of
-/// 1024, an optional trailing `B` or `iB`); always writes the integer.
+/// A size in bytes. Reads an integer, or a string: digits, optional spaces, then an optional
+/// unit, any case: `B`, or `K`, `M`, `G` or `T` alone or followed by `B`, `i` or `iB`. Every
+/// unit is binary (K = KB = Ki = KiB = 1024 bytes). Always writes the integer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct ByteSize(pub u64);
 
 impl ByteSize {
-    /// Parse `"10G"`, `"512M"`, `"1024"`, `"4 KiB"`.
+    /// Parse `"10G"`, `"512M"`, `"1024"`, `"4 KiB"`, `"10Gi"`, `"10 GB"`.
     pub fn parse(s: &str) -> Result<ByteSize, String> {
         let t = s.trim();
         let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (num, unit) = t.split_at(digits);
         let n: u64 = num.parse().map_err(|_| {
-            format!("{s:?} is not a size: expected bytes or a number with K, M, G or T")
+            format!("{s:?} is not a size: expected bytes or a number with K, M, G or T (binary; also as KB, Ki, KiB...)")
         })?;
         let shift = match unit.trim().to_ascii_uppercase().as_str() {
             "" | "B" => 0,
-            "K" | "KB" | "KIB" => 10,
-            "M" | "MB" | "MIB" => 20,
-            "G" | "GB" | "GIB" => 30,
-            "T" | "TB" | "TIB" => 40,
+            "K" | "KB" | "KI" | "KIB" => 10,
+            "M" | "MB" | "MI" | "MIB" => 20,
+            "G" | "GB" | "GI" | "GIB" => 30,
+            "T" | "TB" | "TI" | "TIB" => 40,
             other => {
                 return Err(format!(
-                    "{s:?}: unknown size unit {other:?} (use K, M, G or T)"
+                    "{s:?}: unknown size unit {other:?} (use B, K, M, G or T, also as KB, Ki or KiB: all binary)"
                 ))
             }
         };
@@ -106,13 +110,25 @@ impl JsonSchema for ByteSize {
     }
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
-            "description": "Bytes as an integer, or a string with a K, M, G or T (binary) suffix such as \"10G\".",
+            "description": "Bytes as an integer, or a string with a unit: B, or K, M, G or T alone or followed by B, i or iB, any case, all binary (\"10G\", \"10Gi\", \"10 GiB\" and \"10GB\" are 10 * 2^30).",
             "anyOf": [
                 { "type": "integer", "minimum": 0 },
-                { "type": "string", "pattern": "^\\s*[0-9]+\\s*([KkMmGgTt]([Ii]?[Bb])?|[Bb])?\\s*$" }
+                { "type": "string", "pattern": "^\\s*[0-9]+\\s*([KkMmGgTt][Ii]?[Bb]?|[Bb])?\\s*$" }
             ]
         })
     }
+}
+
+/// Deserialize a size field held as an integer type: anything [`ByteSize`] reads, refused
+/// when it does not fit `T` (`#[serde(deserialize_with = "size")]`, with
+/// `#[schemars(with = "ByteSize")]` so the schema says the same).
+pub(super) fn size<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    let ByteSize(n) = ByteSize::deserialize(d)?;
+    T::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} bytes is too large")))
 }
 
 /// `[routes.cache]`: how long a cache route keeps what the origin answered (RFC 9111 plus

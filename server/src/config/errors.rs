@@ -1,5 +1,6 @@
 //! How configuration problems are reported: [`FieldError`] (a field path and what is wrong),
-//! [`ConfigError`], and the collector every check writes into, with the shared name rule.
+//! [`ConfigError`], and the collector every check writes into, with the shared name and path
+//! rules.
 //!
 //! Owns the error shapes only; it must not hold any check of a particular section (those live
 //! next to their types: `validate.rs`, `cache.rs`, `origin.rs`, `headers.rs`...).
@@ -70,6 +71,12 @@ pub(super) fn check_unique_name<'a>(
             format!("{kind} {name:?} is defined twice"),
         );
     }
+}
+
+/// Does the path `p` hold a NUL byte (which no system call takes)? Shared by every path field.
+pub(super) fn has_nul(p: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    p.as_os_str().as_bytes().contains(&0)
 }
 
 /// A DNS-label-like name: it becomes a metrics label and, in the operator, part of object names.

@@ -86,7 +86,10 @@ pub struct Listener {
     /// unsent queue the kernel transmits it later, from the context that processes the client's
     /// acknowledgements: on a host where clients run, their CPU) and a slow reader holds at most
     /// this much unsent in kernel memory. Bytes in flight are not limited. 0 = the kernel's
-    /// default (net.ipv4.tcp_notsent_lowat, unlimited unless set). Default 2 MiB.
+    /// default (net.ipv4.tcp_notsent_lowat, unlimited unless set). Default 2 MiB. A size
+    /// ([`ByteSize`]): an integer or a string such as "2M".
+    #[serde(deserialize_with = "cache::size")]
+    #[schemars(with = "ByteSize")]
     pub notsent_lowat_bytes: u32,
     /// TCP congestion control of every connection (TCP_CONGESTION, set on the listener and
     /// inherited by each accepted socket), such as `cubic` or `bbr`; absent = the host's
@@ -113,9 +116,15 @@ pub struct Limits {
     /// descriptor in one epoll set per worker, a few dozen bytes, woken by the next bytes.
     /// Its timeouts stay the same. 0 = never park.
     pub idle_park_ms: u64,
-    /// Largest request head (request line + headers) in bytes; larger gets 414 or 431.
+    /// Largest request head (request line + headers) in bytes; larger gets 414 or 431. A size
+    /// ([`ByteSize`]): an integer or a string such as "8K".
+    #[serde(deserialize_with = "cache::size")]
+    #[schemars(with = "ByteSize")]
     pub max_header_bytes: usize,
     /// Largest single sendfile/read chunk in bytes (nginx `sendfile_max_chunk`, default 2 MiB).
+    /// A size ([`ByteSize`]): an integer or a string such as "2M".
+    #[serde(deserialize_with = "cache::size")]
+    #[schemars(with = "ByteSize")]
     pub sendfile_max_chunk: usize,
     /// Time a response may wait for the client to accept more bytes before the connection is closed.
     pub send_timeout_secs: u64,
@@ -170,7 +179,9 @@ pub struct OpenFileCache {
 pub struct Admin {
     /// `ADDR:PORT` of the admin listener; an empty string disables it.
     pub listen: String,
-    /// Path of a file holding the bearer token of `POST /cache/purge`; empty = purge disabled.
+    /// Absolute path of a file holding the bearer token of `POST /cache/purge` (one line),
+    /// read again by every purge; empty = purge disabled. Needs the admin listener and a cache
+    /// volume.
     pub purge_token_file: String,
 }
 
@@ -494,13 +505,21 @@ impl Config {
     /// Fill what defaults depend on other fields: the implicit `/` route of a single volume
     /// (a cache route when that volume is a cache volume and exactly one origin exists), and
     /// the default cache policy of every cache route.
+    ///
+    /// A single cache volume with no routes and not exactly one origin gets no implicit route:
+    /// it would have no origin, and validation says so of the missing route (not of a route
+    /// that is not in the file).
     pub fn normalize(&mut self) {
-        if self.routes.is_empty() && self.volumes.len() == 1 {
-            let mut r = Route::to_volume("/", self.volumes[0].name.clone());
-            if self.volumes[0].cache.is_some() && self.origins.len() == 1 {
-                r.origin = Some(self.origins[0].name.clone());
+        if let ([v], true) = (self.volumes.as_slice(), self.routes.is_empty()) {
+            let mut r = Route::to_volume("/", v.name.clone());
+            match (&v.cache, self.origins.as_slice()) {
+                (None, _) => self.routes.push(r),
+                (Some(_), [o]) => {
+                    r.origin = Some(o.name.clone());
+                    self.routes.push(r);
+                }
+                (Some(_), _) => {}
             }
-            self.routes.push(r);
         }
         for r in &mut self.routes {
             if r.origin.is_some() && r.cache.is_none() {

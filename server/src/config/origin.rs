@@ -220,7 +220,12 @@ pub(super) fn check_origins<'a>(e: &mut Errors, cfg: &'a Config) -> HashSet<&'a 
             }
         }
         if let Some(ca) = &o.ca_file {
-            if !ca.is_absolute() {
+            if super::errors::has_nul(ca) {
+                e.push(
+                    format!("{f}.ca_file"),
+                    format!("{ca:?} contains a NUL byte: no file system path can"),
+                );
+            } else if !ca.is_absolute() {
                 e.push(
                     format!("{f}.ca_file"),
                     format!("{} must be an absolute path", ca.display()),

@@ -308,10 +308,24 @@ fn byte_sizes() {
         ("2T", 2 << 40),
         ("3 GiB", 3 << 30),
         ("7MB", 7 << 20),
+        ("10Gi", 10 << 30),
+        ("10 gi", 10 << 30),
+        ("1Ti", 1 << 40),
+        ("8 B", 8),
     ] {
         assert_eq!(ByteSize::parse(s), Ok(ByteSize(n)), "{s}");
     }
-    for bad in ["", "G", "10X", "-5", "1.5G", "99999999999T"] {
+    for bad in [
+        "",
+        "G",
+        "10X",
+        "-5",
+        "1.5G",
+        "99999999999T",
+        "10 Gx",
+        "10iB",
+        "10GiBs",
+    ] {
         assert!(ByteSize::parse(bad).is_err(), "{bad}");
     }
     let c = parse("[[volumes]]\nname = \"c\"\npath = \"/c\"\n[volumes.cache]\nmax_size = 65536\n");

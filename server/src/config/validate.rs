@@ -2,7 +2,7 @@
 //! holds it (`volumes[1].pool.threads`) and what is wrong. Pure: no filesystem access, so the
 //! operator can run the same checks on a ContentServer before rendering it.
 
-use super::errors::{check_unique_name, ConfigError, Errors, FieldError};
+use super::errors::{check_unique_name, has_nul, ConfigError, Errors, FieldError};
 use super::{Config, Route};
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -176,6 +176,7 @@ impl Config {
             }
             Ok(_) => {}
         }
+        self.check_purge_token_file(&mut e);
         if let Err(msg) = check_log_level(&self.logging.level) {
             e.push("logging.level", msg);
         }
@@ -188,7 +189,12 @@ impl Config {
         for (i, v) in self.volumes.iter().enumerate() {
             let f = format!("volumes[{i}]");
             check_unique_name(&mut e, &f, "volume", &v.name, &mut names);
-            if !v.path.is_absolute() {
+            if has_nul(&v.path) {
+                e.push(
+                    format!("{f}.path"),
+                    format!("{:?} contains a NUL byte: no file system path can", v.path),
+                );
+            } else if !v.path.is_absolute() {
                 e.push(
                     format!("{f}.path"),
                     format!("{} must be an absolute path", v.path.display()),
@@ -207,6 +213,21 @@ impl Config {
             .map(|v| v.path.is_absolute().then(|| lexically_normal(&v.path)))
             .collect();
         e.0.extend(self.volume_dir_conflicts(&lexical, false));
+        if let ([v], true) = (self.volumes.as_slice(), self.routes.is_empty()) {
+            // Only a cache volume without exactly one origin is left without the implicit
+            // route by `normalize`.
+            if v.cache.is_some() {
+                e.push(
+                    "routes",
+                    format!(
+                        "no [[routes]], and the implicit \"/\" route to cache volume {:?} has no origin (it takes the origin only when exactly one [[origins]] is defined; there are {}): add a [[routes]] with prefix, volume = {:?} and origin naming one of [[origins]]",
+                        v.name,
+                        self.origins.len(),
+                        v.name
+                    ),
+                );
+            }
+        }
         if self.routes.is_empty() && self.volumes.len() > 1 {
             e.push(
                 "routes",
@@ -245,6 +266,47 @@ impl Config {
 }
 
 impl Config {
+    /// `admin.purge_token_file`: empty (purging off), or an absolute path, used by a purge
+    /// endpoint that exists (an admin listener and a cache volume). A setting that would do
+    /// nothing is refused, as `ca_file` without https servers is: blank (`"   "` was "off" at
+    /// serve while check-config kept it), relative (read against the working directory of
+    /// whoever started the server), with a NUL byte, with no cache volume to purge, or with the
+    /// admin listener off. Pure: the file's content is checked when the server starts.
+    fn check_purge_token_file(&self, e: &mut Errors) {
+        let f = "admin.purge_token_file";
+        let file = self.admin.purge_token_file.as_str();
+        if file.is_empty() {
+            return;
+        }
+        if file.trim().is_empty() {
+            e.push(
+                f,
+                format!("{file:?} is blank: leave it out (or \"\") to turn purging off, or name the token file"),
+            );
+            return;
+        }
+        if file.contains('\0') {
+            e.push(
+                f,
+                format!("{file:?} contains a NUL byte: no file system path can"),
+            );
+        } else if !Path::new(file).is_absolute() {
+            e.push(f, format!("{file:?} must be an absolute path"));
+        }
+        if !self.volumes.iter().any(|v| v.cache.is_some()) {
+            e.push(
+                f,
+                "POST /cache/purge deletes cached objects, and no volume has [volumes.cache]: leave it out",
+            );
+        }
+        if self.admin.listen.is_empty() {
+            e.push(
+                f,
+                "POST /cache/purge is served on the admin listener, which admin.listen = \"\" turns off: set admin.listen or leave the token file out",
+            );
+        }
+    }
+
     /// Volumes whose directories collide, judged on `dirs` (one per volume, in order; `None` is
     /// skipped): two directories that are the same or one inside the other, where either is a
     /// cache volume. A cache directory inside a static root would have its raw entry files
@@ -326,7 +388,16 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
             format!("{:?} must start with '/'", r.prefix),
         );
     }
-    if r.prefix.split('/').any(|seg| seg == ".." || seg == ".") || r.prefix.contains('\0') {
+    if r.prefix.contains('\0') {
+        e.push(
+            format!("{f}.prefix"),
+            format!(
+                "{:?} contains a NUL byte: a request path holding one is refused (400), so it would never match",
+                r.prefix
+            ),
+        );
+    }
+    if r.prefix.split('/').any(|seg| seg == ".." || seg == ".") {
         e.push(
             format!("{f}.prefix"),
             format!("{:?} must not contain '.' or '..' segments", r.prefix),
@@ -374,12 +445,23 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
     }
     let mut total = 0.0;
     let mut rest = 0;
+    let mut listed: HashMap<&str, usize> = HashMap::new();
     for (j, t) in r.split.iter().enumerate() {
         let sf = format!("{f}.split[{j}]");
         if !volumes.contains(t.volume.as_str()) {
             e.push(
                 format!("{sf}.volume"),
                 format!("no volume is named {:?}", t.volume),
+            );
+        }
+        if let Some(first) = listed.insert(t.volume.as_str(), j) {
+            listed.insert(t.volume.as_str(), first);
+            e.push(
+                format!("{sf}.volume"),
+                format!(
+                    "{:?} is already {f}.split[{first}].volume: list each volume once, with the sum of its shares",
+                    t.volume
+                ),
             );
         }
         match t.percent {
@@ -405,6 +487,16 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
                 format!("{f}.split"),
                 format!("percentages add up to {total}, more than 100"),
             );
+        } else if let Some(last) = r.split.last().filter(|t| t.percent.is_none()) {
+            if total > 100.0 - 1e-9 {
+                e.push(
+                    format!("{f}.split[{}]", r.split.len() - 1),
+                    format!(
+                        "{:?} takes the rest (no percent), but the targets before it add up to {total}: it would get no requests (remove it, or lower the others)",
+                        last.volume
+                    ),
+                );
+            }
         } else if rest == 0 && (total - 100.0).abs() > 1e-9 {
             e.push(
                 format!("{f}.split"),
