@@ -466,6 +466,73 @@ fn kill_during_a_fill_leaves_nothing_served_truncated() {
     assert!(r.body == body);
 }
 
+/// Two nodes on one cache directory (a rolling update on a shared volume, a double start): the
+/// second refuses to start, naming the directory and the holder's pid, and touches nothing —
+/// the first's fill under way stores its entry. The lock dies with its process: after a
+/// SIGKILL a new node starts and serves what was stored.
+#[test]
+fn a_second_node_on_the_same_cache_directory_refuses_to_start() {
+    let o = FaultOrigin::start();
+    let body = pattern(200_000, 11);
+    o.put("/l.bin", Object::new(body.clone()));
+    o.set_timing(Timing {
+        chunk_size: 4096,
+        chunk_delay: Duration::from_millis(20),
+        ..Timing::default()
+    });
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    let cfg = config(&[o.url()], &cache, "", "slice_size = 0");
+    let mut first = Node::start(&cfg);
+    let reader = {
+        let addr = first.srv.addr;
+        std::thread::spawn(move || {
+            let mut c = common::Conn::new(addr);
+            c.send(b"GET /l.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+            c.response(false).expect("the first node's answer")
+        })
+    };
+    assert!(
+        common::wait_until(Duration::from_secs(5), || cache_files(&cache).0 == 1),
+        "no temporary file while filling"
+    );
+    let err = match Server::try_start_with_env(&cfg, &[]) {
+        Ok(_) => panic!("a second node started on {}", cache.display()),
+        Err(e) => e,
+    };
+    assert!(err.contains("exited early"), "{err}");
+    assert!(!err.contains("exit status: 0"), "{err}");
+    assert!(err.contains(&cache.display().to_string()), "{err}");
+    assert!(err.contains(&format!("pid {}", first.srv.pid())), "{err}");
+    assert!(!err.contains("temp_files_removed"), "{err}");
+    assert_eq!(
+        cache_files(&cache).0,
+        1,
+        "the second node removed the fill's file"
+    );
+    // The first node's fill goes on and stores its entry.
+    let r = reader.join().expect("reader");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == body);
+    wait_committed(&first);
+    assert!(
+        !first.srv.logs().contains("cannot store"),
+        "{}",
+        first.srv.logs()
+    );
+    assert_eq!(cache_files(&cache), (0, 1));
+    assert_eq!(xcache(&get(&first, "/l.bin", "")), "HIT");
+    // kill -9 leaves no stale lock.
+    first.srv.signal(libc::SIGKILL);
+    first.srv.wait_exit(Duration::from_secs(5)).expect("killed");
+    o.set_timing(Timing::default());
+    let next = Node::start(&cfg);
+    let r = get(&next, "/l.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == body);
+    assert_eq!(o.requests("/l.bin"), 1);
+}
+
 #[test]
 fn refused_origin_is_a_clean_502() {
     let d = common::tempdir();
