@@ -218,11 +218,17 @@ async fn purge(
             Ok(Ok(v)) if v.starts_with('/') => v,
             _ => continue,
         };
-        target = match k {
-            "key" => Some(Target::Key(v)),
-            "prefix" => Some(Target::Prefix(v)),
-            _ => target,
+        let prefix = match k {
+            "key" => false,
+            "prefix" => true,
+            _ => continue,
         };
+        match Target::parse(&v, prefix) {
+            Ok(t) => target = Some(t),
+            Err(e) => {
+                return (StatusCode::BAD_REQUEST, format!("{k}={v}: {e}\n")).into_response();
+            }
+        }
     }
     let Some(target) = target else {
         return (
