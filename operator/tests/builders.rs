@@ -89,6 +89,28 @@ fn minimal_renders_one_volume_and_a_deployment() {
     assert!(servicemonitor::servicemonitor(&cs).is_none());
 }
 
+/// A cache directory may have one server: a Deployment whose cache volume is shared between
+/// pods (an existing claim, a hostPath) is rolled out by Recreate, since a surge pod could not
+/// start beside the old one; other Deployments keep their surge rollout.
+#[test]
+fn a_shared_cache_volume_is_rolled_out_by_recreate() {
+    let mut cs = example("minimal.yaml");
+    assert_eq!(
+        deployment(&cs, "h")
+            .spec
+            .and_then(|s| s.strategy)
+            .and_then(|s| s.type_),
+        Some("RollingUpdate".into())
+    );
+    cs.spec.volumes[0].cache = Some(serde_json::from_value(serde_json::json!({})).expect("cache"));
+    let strategy = deployment(&cs, "h")
+        .spec
+        .and_then(|s| s.strategy)
+        .expect("strategy");
+    assert_eq!(strategy.type_.as_deref(), Some("Recreate"));
+    assert!(strategy.rolling_update.is_none());
+}
+
 #[test]
 fn pod_is_hardened_and_probes_the_admin_port() {
     let cs = example("minimal.yaml");

@@ -1,12 +1,31 @@
-//! URI path -> (volume, path relative to the volume root).
+//! URI path -> (volume, path relative to the volume root), and the one canonical form of a
+//! request path that routing, the cache key and the origin request all use ([`canonical`]).
 //!
-//! Owns percent-decoding, dot-segment normalization (`..` may never climb above `/`; `%2e%2e`
-//! and `%2f` are decoded first, so encoded forms get no special treatment), NUL rejection,
-//! longest-prefix route matching and `split_clients`-style hashing. It must not touch the
-//! filesystem: containment on disk is enforced again by openat2(RESOLVE_BENEATH) in fs::open.
+//! Owns percent-decoding, dot-segment normalization (`..` may never climb above `/`), NUL
+//! rejection, longest-prefix route matching and `split_clients`-style hashing. It must not
+//! touch the filesystem: containment on disk is enforced again by openat2(RESOLVE_BENEATH) in
+//! fs::open.
+//!
+//! The contract of a request path, defined once here:
+//! - **Canonical form** ([`canonical`], what a cache route keys on and asks its origin for):
+//!   split at the literal `/`; in each segment a percent-escape of an unreserved character
+//!   (RFC 3986: `A-Z a-z 0-9 - . _ ~`) is decoded (`%6e` -> `n`), every other escape is kept
+//!   with upper-case hex (`%2f` -> `%2F`: an encoded `/`, `?`, `%` or sub-delimiter may mean
+//!   something else to the origin than the character), and a byte that may not stand bare in
+//!   a path (space, `"`, `\`, non-ASCII, ...) is escaped; then empty segments are dropped (`//`
+//!   is `/`), `.` segments dropped and `..` segments remove the one before (an error above the
+//!   root; `%2e%2e` is `..`, being unreserved). A trailing `/` is kept.
+//! - **Routing form** (routes, `split` hashing, static file names): the canonical form fully
+//!   decoded, with the empty segments an encoded `/` leaves merged. So both forms agree on the
+//!   segments, an encoded `/` is refused (400) where it would not: next to a `.` or `..`
+//!   (`..%2F`, which would climb after routing), or inside the segments that match the route's
+//!   prefix (`/a%2Fb/x` for a route at `/a/b`, which the origin would be asked for outside it).
+//! - NUL (raw or `%00`) and malformed escapes are 400. The query is not part of the path: a
+//!   cache key and an origin request carry it after `?` as the client sent it.
 
 use crate::config::Config;
 use std::borrow::Cow;
+use std::fmt::Write as _;
 
 /// Why a path cannot be routed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -28,6 +47,9 @@ pub struct Resolved {
     pub rel: Vec<u8>,
     /// Index into `Config::routes` of the route that matched.
     pub route: usize,
+    /// The request's [`canonical`] path (origin form, no query): a cache route's key and the
+    /// target it asks its origin for.
+    pub path: String,
 }
 
 enum Target {
@@ -94,12 +116,23 @@ impl Router {
 
     /// Route a raw (still percent-encoded) request path.
     pub fn resolve(&self, raw_path: &str) -> Result<Resolved, ResolveError> {
-        let path = normalized(raw_path)?;
+        let canonical = canonical(raw_path)?;
+        let path = normalized(&canonical)?;
         for r in &self.routes {
             let matches = path.starts_with(&r.prefix)
                 && (path.len() == r.prefix.len() || path[r.prefix.len()] == b'/');
             if !matches {
                 continue;
+            }
+            // The prefix's segments must be the request's own, not made by an encoded `/`.
+            let depth = r.prefix.iter().filter(|&&b| b == b'/').count();
+            if canonical
+                .split('/')
+                .skip(1)
+                .take(depth)
+                .any(|seg| seg.contains("%2F"))
+            {
+                return Err(ResolveError::Bad("encoded '/' in the route's prefix"));
             }
             let volume = match &r.target {
                 Target::One(v) => *v,
@@ -123,6 +156,7 @@ impl Router {
                 volume,
                 rel,
                 route: r.index,
+                path: canonical,
             });
         }
         Err(ResolveError::NoRoute)
@@ -157,6 +191,100 @@ pub fn percent_decode(raw: &[u8]) -> Result<Vec<u8>, ResolveError> {
         }
     }
     Ok(out)
+}
+
+/// RFC 3986 unreserved: the characters whose percent-escape is decoded in [`canonical`].
+fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// Characters that stand bare in a canonical path segment: unreserved, sub-delims, `:`, `@`
+/// (RFC 3986 `pchar` without `%`).
+fn bare(b: u8) -> bool {
+    unreserved(b) || b"!$&'()*+,;=:@".contains(&b)
+}
+
+/// The canonical form of a raw (percent-encoded) request path: see the module doc for the
+/// contract. Aliases (`/%6e1.bin`, `//n1.bin`, `/./n1.bin`, `/x/../n1.bin`) give one string;
+/// `%2F`, `%3F` and other escapes of reserved characters stay encoded.
+pub fn canonical(raw: &str) -> Result<String, ResolveError> {
+    if is_canonical(raw.as_bytes()) {
+        return Ok(raw.to_string());
+    }
+    let raw = raw.as_bytes();
+    if raw.first() != Some(&b'/') {
+        return Err(ResolveError::Bad("path must start with '/'"));
+    }
+    let mut segs: Vec<String> = Vec::new();
+    let mut trailing = false;
+    for seg in raw[1..].split(|&b| b == b'/') {
+        let mut enc = String::with_capacity(seg.len());
+        let mut slash = false;
+        let mut i = 0;
+        while i < seg.len() {
+            let b = if seg[i] == b'%' {
+                let hi = seg.get(i + 1).copied().and_then(hex);
+                let lo = seg.get(i + 2).copied().and_then(hex);
+                let (Some(h), Some(l)) = (hi, lo) else {
+                    return Err(ResolveError::Bad("bad percent-encoding"));
+                };
+                i += 3;
+                let b = h << 4 | l;
+                if !unreserved(b) {
+                    if b == 0 {
+                        return Err(ResolveError::Bad("NUL byte in path"));
+                    }
+                    slash |= b == b'/';
+                    let _ = write!(enc, "%{b:02X}");
+                    continue;
+                }
+                b
+            } else {
+                i += 1;
+                seg[i - 1]
+            };
+            if b == 0 {
+                return Err(ResolveError::Bad("NUL byte in path"));
+            }
+            if bare(b) {
+                enc.push(b as char);
+            } else {
+                let _ = write!(enc, "%{b:02X}");
+            }
+        }
+        trailing = false;
+        match enc.as_str() {
+            "" | "." => trailing = true,
+            ".." => {
+                if segs.pop().is_none() {
+                    return Err(ResolveError::Bad("'..' above the root"));
+                }
+                trailing = true;
+            }
+            _ => {
+                if slash && enc.split("%2F").any(|piece| piece == "." || piece == "..") {
+                    return Err(ResolveError::Bad("'.' or '..' next to an encoded '/'"));
+                }
+                segs.push(enc);
+            }
+        }
+    }
+    let mut out = String::with_capacity(raw.len());
+    for s in &segs {
+        out.push('/');
+        out.push_str(s);
+    }
+    if out.is_empty() || trailing {
+        out.push('/');
+    }
+    Ok(out)
+}
+
+/// True when `raw` is already what [`canonical`] makes of it and has nothing to decode: it
+/// starts with `/`, holds only bare characters (no `%`), and no empty, `.` or `..` segment (but
+/// for the one after a trailing `/`). The common case: no work beyond this scan.
+fn is_canonical(raw: &[u8]) -> bool {
+    raw.iter().all(|&b| b == b'/' || bare(b)) && is_normal(raw)
 }
 
 /// Decode and normalize to `/seg/seg` (trailing `/` kept): empty and `.` segments dropped, `..`
@@ -310,6 +438,88 @@ mod tests {
         }
         assert!(is_normal(b"/a/b.mp4") && is_normal(b"/a/") && is_normal(b"/"));
         assert!(!is_normal(b"/a//b") && !is_normal(b"/a/./b") && !is_normal(b"/a%41"));
+    }
+
+    #[test]
+    fn canonical_paths() {
+        // Aliases of one path are one string.
+        for alias in [
+            "/n1.bin",
+            "/%6e1.bin",
+            "/%6E%31%2E%62in",
+            "//n1.bin",
+            "/./n1.bin",
+            "/x/../n1.bin",
+            "/x/%2e%2e/n1.bin",
+            "/x/%2E/../n1.bin",
+        ] {
+            assert_eq!(canonical(alias).as_deref(), Ok("/n1.bin"), "{alias}");
+        }
+        // Reserved characters keep their escapes (upper-case hex); what may not stand bare is
+        // escaped; a trailing `/` stays.
+        assert_eq!(canonical("/a%2fb%3Fc").unwrap(), "/a%2Fb%3Fc");
+        assert_eq!(canonical("/a%20b%25/").unwrap(), "/a%20b%25/");
+        assert_eq!(canonical("/a%21b!c").unwrap(), "/a%21b!c");
+        assert_eq!(canonical("/\u{e9}\"x").unwrap(), "/%C3%A9%22x");
+        assert_eq!(canonical("/").unwrap(), "/");
+        assert_eq!(canonical("/d/.").unwrap(), "/d/");
+        assert_eq!(canonical("/a/%2Fb").unwrap(), "/a/%2Fb");
+        for bad in [
+            "/..",
+            "/%2e%2e",
+            "/a/..%2fb",
+            "/a/%2F..",
+            "/a/.%2Fb",
+            "/a%00",
+            "/a\0",
+            "/a%zz",
+            "/a%2",
+            "a",
+        ] {
+            assert!(canonical(bad).is_err(), "{bad}");
+        }
+        // The fast path gives what the slow one would.
+        for p in [
+            "/", "/a", "/a/", "/a/b.mp4", "/a!b", "/a//b", "/a b", "/a/.",
+        ] {
+            let fast = is_canonical(p.as_bytes());
+            assert_eq!(fast, p != "/a//b" && p != "/a b" && p != "/a/.", "{p}");
+        }
+    }
+
+    #[test]
+    fn routing_keying_and_forwarding_share_the_canonical_path() {
+        let mut cfg: Config = toml::from_str(
+            r#"
+[[volumes]]
+name = "s"
+path = "/s"
+[[volumes]]
+name = "c"
+path = "/c"
+[[routes]]
+prefix = "/static"
+volume = "s"
+[[routes]]
+prefix = "/static/cached"
+volume = "c"
+"#,
+        )
+        .unwrap();
+        cfg.normalize();
+        let router = Router::new(&cfg);
+        let r = router.resolve("/static/x/../cached/b.bin").unwrap();
+        assert_eq!((r.volume, r.path.as_str()), (1, "/static/cached/b.bin"));
+        assert_eq!(r.rel, b"static/cached/b.bin");
+        let r = router.resolve("/static/cached/a%2Fb").unwrap();
+        assert_eq!((r.volume, r.path.as_str()), (1, "/static/cached/a%2Fb"));
+        assert_eq!(r.rel, b"static/cached/a/b");
+        // An encoded `/` may not make the route's prefix, nor hide a `..`.
+        assert!(router.resolve("/static%2Fcached/b.bin").is_err());
+        assert!(router.resolve("/static/cached/..%2F..%2Fsecret").is_err());
+        // Outside a prefix it is a file name's `/`, as before.
+        let r = router.resolve("/static/sub%2Ff").unwrap();
+        assert_eq!((r.volume, r.rel.as_slice()), (0, &b"static/sub/f"[..]));
     }
 
     #[test]

@@ -80,6 +80,7 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
             cache_route,
             sock,
             req,
+            &resolved.path,
             keep_alive,
             timeout,
         )

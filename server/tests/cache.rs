@@ -657,6 +657,73 @@ fn kill_during_a_fill_leaves_nothing_served_truncated() {
     assert!(r.body == body);
 }
 
+/// Two nodes on one cache directory (a rolling update on a shared volume, a double start): the
+/// second refuses to start, naming the directory and the holder's pid, and touches nothing —
+/// the first's fill under way stores its entry. The lock dies with its process: after a
+/// SIGKILL a new node starts and serves what was stored.
+#[test]
+fn a_second_node_on_the_same_cache_directory_refuses_to_start() {
+    let o = FaultOrigin::start();
+    let body = pattern(200_000, 11);
+    o.put("/l.bin", Object::new(body.clone()));
+    o.set_timing(Timing {
+        chunk_size: 4096,
+        chunk_delay: Duration::from_millis(20),
+        ..Timing::default()
+    });
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    let cfg = config(&[o.url()], &cache, "", "slice_size = 0");
+    let mut first = Node::start(&cfg);
+    let reader = {
+        let addr = first.srv.addr;
+        std::thread::spawn(move || {
+            let mut c = common::Conn::new(addr);
+            c.send(b"GET /l.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+            c.response(false).expect("the first node's answer")
+        })
+    };
+    assert!(
+        common::wait_until(Duration::from_secs(5), || cache_files(&cache).0 == 1),
+        "no temporary file while filling"
+    );
+    let err = match Server::try_start_with_env(&cfg, &[]) {
+        Ok(_) => panic!("a second node started on {}", cache.display()),
+        Err(e) => e,
+    };
+    assert!(err.contains("exited early"), "{err}");
+    assert!(!err.contains("exit status: 0"), "{err}");
+    assert!(err.contains(&cache.display().to_string()), "{err}");
+    assert!(err.contains(&format!("pid {}", first.srv.pid())), "{err}");
+    assert!(!err.contains("temp_files_removed"), "{err}");
+    assert_eq!(
+        cache_files(&cache).0,
+        1,
+        "the second node removed the fill's file"
+    );
+    // The first node's fill goes on and stores its entry.
+    let r = reader.join().expect("reader");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == body);
+    wait_committed(&first);
+    assert!(
+        !first.srv.logs().contains("cannot store"),
+        "{}",
+        first.srv.logs()
+    );
+    assert_eq!(cache_files(&cache), (0, 1));
+    assert_eq!(xcache(&get(&first, "/l.bin", "")), "HIT");
+    // kill -9 leaves no stale lock.
+    first.srv.signal(libc::SIGKILL);
+    first.srv.wait_exit(Duration::from_secs(5)).expect("killed");
+    o.set_timing(Timing::default());
+    let next = Node::start(&cfg);
+    let r = get(&next, "/l.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == body);
+    assert_eq!(o.requests("/l.bin"), 1);
+}
+
 #[test]
 fn refused_origin_is_a_clean_502() {
     let d = common::tempdir();
@@ -944,6 +1011,120 @@ fn a_bad_token_file_stops_the_server_before_it_listens() {
             "{content:?}: a port was opened first:\n{err}"
         );
     }
+}
+
+/// The key is the request's canonical path, the one it is routed by: aliases of a path share
+/// one origin fetch and one stored copy, the origin is asked for the canonical path, a purge of
+/// the path (or a prefix) covers every alias, and reserved escapes (`%2F`) stay encoded.
+#[test]
+fn aliases_of_a_path_are_one_key_and_the_origin_sees_the_canonical_path() {
+    let (o, n) = origin_and_purge_node(SLICED);
+    o.put("/n1.bin", Object::new(b"one".to_vec()));
+    o.put("/dir/a", Object::new(b"dir-a".to_vec()));
+    o.put("/s/a%2Fb.bin", Object::new(b"slash".to_vec()));
+    let aliases = [
+        "/n1.bin",
+        "/%6e1.bin",
+        "//n1.bin",
+        "/./n1.bin",
+        "/x/../n1.bin",
+        "/x/%2e%2e/n1.bin",
+    ];
+    for (i, a) in aliases.iter().enumerate() {
+        let r = get(&n, a, "");
+        let want = if i == 0 { "MISS" } else { "HIT" };
+        assert_eq!(
+            (r.status, xcache(&r), &r.body[..]),
+            (200, want, &b"one"[..]),
+            "{a}"
+        );
+    }
+    let paths: Vec<String> = o.seen().iter().map(|s| s.path.clone()).collect();
+    assert_eq!(
+        paths,
+        vec!["/n1.bin".to_string()],
+        "one fetch of the canonical path"
+    );
+    settle(&n);
+    assert_eq!(cache_files(&n.cache).1, 1, "one stored copy");
+    // A purge of the path takes every alias's copy.
+    let r = admin(&n, "POST", "/cache/purge?key=/n1.bin", PURGE_AUTH);
+    assert_eq!(r.status, 200, "{}", r.text());
+    for a in aliases {
+        let r = get(&n, a, "");
+        assert_eq!(
+            xcache(&r),
+            if a == "/n1.bin" { "MISS" } else { "HIT" },
+            "{a}"
+        );
+    }
+    settle(&n);
+    // ... also when the purge names an alias.
+    let r = admin(&n, "POST", "/cache/purge?key=/x/..//%256e1.bin", PURGE_AUTH);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(xcache(&get(&n, "/%6e1.bin", "")), "MISS");
+    // A prefix purge covers `//dir/a` and `/%64ir/a`.
+    assert_eq!(xcache(&get(&n, "//dir/a", "")), "MISS");
+    assert_eq!(xcache(&get(&n, "/%64ir/a", "")), "HIT");
+    settle(&n);
+    let r = admin(&n, "POST", "/cache/purge?prefix=/dir", PURGE_AUTH);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(xcache(&get(&n, "/%64ir/a", "")), "MISS");
+    // An encoded `/` is forwarded as it is (and is a key of its own).
+    let r = get(&n, "/s/a%2fb.bin", "");
+    assert_eq!(
+        (r.status, xcache(&r), &r.body[..]),
+        (200, "MISS", &b"slash"[..])
+    );
+    assert_eq!(xcache(&get(&n, "/s/a%2Fb.bin", "")), "HIT");
+    assert_eq!(o.requests("/s/a%2Fb.bin"), 1);
+    // `..` behind an encoded `/` is refused, not forwarded.
+    let before = o.seen().len();
+    assert_eq!(get(&n, "/s/..%2F..%2Fn1.bin", "").status, 400);
+    assert_eq!(o.seen().len(), before);
+    let seen: Vec<String> = o.seen().iter().map(|s| s.path.clone()).collect();
+    assert_eq!(
+        seen,
+        [
+            "/n1.bin",
+            "/n1.bin",
+            "/n1.bin",
+            "/dir/a",
+            "/dir/a",
+            "/s/a%2Fb.bin"
+        ],
+        "the origin was asked only for canonical paths"
+    );
+}
+
+/// A cache route under a static one: a path that reaches the cache route through `..` is asked
+/// of the origin as the path it was routed by, inside the route's prefix.
+#[test]
+fn a_cache_route_under_a_static_one_forwards_the_routed_path() {
+    let o = FaultOrigin::start();
+    o.put("/static/cached/b.bin", Object::new(b"bee".to_vec()));
+    let d = common::tempdir();
+    let files = d.path().join("files");
+    std::fs::create_dir_all(files.join("static")).expect("mkdir");
+    std::fs::write(files.join("static/f.txt"), b"file").expect("write");
+    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    cfg.volumes.push(common::volume("files", &files));
+    let mut cache_route = content_server::config::Route::to_volume("/static/cached", "c1");
+    cache_route.origin = Some("origin".into());
+    let static_route = content_server::config::Route::to_volume("/static", "files");
+    cfg.routes = vec![static_route, cache_route];
+    let n = Node::start(&cfg);
+    assert_eq!(get(&n, "/static/f.txt", "").body, b"file");
+    let r = get(&n, "/static/x/../cached/b.bin", "");
+    assert_eq!(
+        (r.status, xcache(&r), &r.body[..]),
+        (200, "MISS", &b"bee"[..])
+    );
+    let seen: Vec<String> = o.seen().iter().map(|s| s.path.clone()).collect();
+    assert_eq!(seen, ["/static/cached/b.bin"]);
+    // The prefix may not be made with an encoded `/`.
+    assert_eq!(get(&n, "/static%2Fcached/b.bin", "").status, 400);
+    assert_eq!(o.seen().len(), 1);
 }
 
 #[test]
@@ -2142,7 +2323,8 @@ fn an_empty_object_is_asked_for_once_per_request() {
 }
 
 /// A cache directory the node cannot write in stops it at start, naming what it tried (it
-/// would otherwise run "ready" and store nothing): here a read-only filesystem, mounted in a
+/// would otherwise run "ready" and store nothing; the lock file is the first thing it writes,
+/// before the write probe in `.tmp`): here a read-only filesystem, mounted in a
 /// mount namespace of the server's own (a user namespace too when not root).
 #[test]
 fn a_cache_directory_the_node_cannot_write_in_stops_it_at_start() {
@@ -2165,8 +2347,9 @@ fn a_cache_directory_the_node_cannot_write_in_stops_it_at_start() {
     match Server::try_spawn_wrapped(&wrapper, &args, &[]) {
         Ok(_) => panic!("the node started on a read-only cache directory"),
         Err(log) => assert!(
-            log.contains("write-probe") && log.contains("Read-only file system"),
-            "expected the write probe to name the path (this test needs root or unprivileged \
+            log.contains(&format!("cannot open the lock file {}/.lock", cache.display()))
+                && log.contains("Read-only file system"),
+            "expected the lock file (the first file the node makes there) to name the path (this test needs root or unprivileged \
              user namespaces for its read-only mount):\n{log}"
         ),
     }

@@ -3,7 +3,12 @@
 //!
 //! Why two kinds: per-pod claims exist only as StatefulSet volumeClaimTemplates; without them a
 //! Deployment is preferred because it rolls with surge (maxSurge 25%, maxUnavailable 0), so a
-//! config change never lowers serving capacity, and it has no immutable claim templates. The
+//! config change never lowers serving capacity, and it has no immutable claim templates.
+//! Except when a cache volume is shared between pods (an existing persistentVolumeClaim, a
+//! hostPath): the server locks its cache directory and a second process on it refuses to start,
+//! so a surge pod would crash until the old pod left, which a surge rollout waits for its new pod
+//! to be ready before doing. Such a Deployment is `Recreate` (old pods stop first). A StatefulSet
+//! replaces a pod only after it stopped, and per-pod claims and emptyDirs are never shared. The
 //! StatefulSet uses `podManagementPolicy: Parallel` (pods are interchangeable replicas, not an
 //! ordered cluster) and keeps claims on scale-down and deletion (`Retain`).
 //!
@@ -323,6 +328,33 @@ fn selector(cs: &ContentServer) -> LabelSelector {
     }
 }
 
+/// True when some cache volume's directory is shared by pods: an existing claim (every replica
+/// mounts it) or a hostPath (pods on one node). Only one server may use a cache directory.
+pub fn shares_a_cache_directory(spec: &ContentServerSpec) -> bool {
+    spec.volumes.iter().any(|v| {
+        v.cache.is_some()
+            && (v.source.persistent_volume_claim.is_some() || v.source.host_path.is_some())
+    })
+}
+
+/// The Deployment's rollout: surge (capacity never drops), or `Recreate` when a cache
+/// directory is shared ([`shares_a_cache_directory`]: a new pod could not start beside the old).
+fn deployment_strategy(spec: &ContentServerSpec) -> DeploymentStrategy {
+    if shares_a_cache_directory(spec) {
+        return DeploymentStrategy {
+            type_: Some("Recreate".into()),
+            rolling_update: None,
+        };
+    }
+    DeploymentStrategy {
+        type_: Some("RollingUpdate".into()),
+        rolling_update: Some(RollingUpdateDeployment {
+            max_surge: Some(IntOrString::String("25%".into())),
+            max_unavailable: Some(IntOrString::Int(0)),
+        }),
+    }
+}
+
 /// The Deployment (no per-pod claims).
 pub fn deployment(cs: &ContentServer, config_hash: &str) -> Deployment {
     Deployment {
@@ -331,13 +363,7 @@ pub fn deployment(cs: &ContentServer, config_hash: &str) -> Deployment {
             replicas: Some(cs.spec.replicas),
             selector: selector(cs),
             template: pod_template(cs, config_hash),
-            strategy: Some(DeploymentStrategy {
-                type_: Some("RollingUpdate".into()),
-                rolling_update: Some(RollingUpdateDeployment {
-                    max_surge: Some(IntOrString::String("25%".into())),
-                    max_unavailable: Some(IntOrString::Int(0)),
-                }),
-            }),
+            strategy: Some(deployment_strategy(&cs.spec)),
             revision_history_limit: Some(5),
             ..DeploymentSpec::default()
         }),

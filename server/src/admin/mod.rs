@@ -250,9 +250,9 @@ fn purge_target(query: &str) -> Result<crate::cache::purge::Target, String> {
     let mut target: Option<Target> = None;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let make = match k {
-            "key" => Target::Key,
-            "prefix" => Target::Prefix,
+        let prefix = match k {
+            "key" => false,
+            "prefix" => true,
             _ => return Err(format!("unknown parameter {k:?}: {USAGE}")),
         };
         if target.is_some() {
@@ -266,7 +266,8 @@ fn purge_target(query: &str) -> Result<crate::cache::purge::Target, String> {
                 ))
             }
         };
-        target = Some(make(v));
+        // Canonical like a key: every alias of the path names the same objects.
+        target = Some(Target::parse(&v, prefix).map_err(|e| format!("{k}={v}: {e}"))?);
     }
     target.ok_or_else(|| USAGE.to_string())
 }
@@ -489,7 +490,8 @@ mod tests {
         assert_eq!(purge_target("key=/a.bin"), Ok(Target::Key("/a.bin".into())));
         assert_eq!(
             purge_target("prefix=/d%20x/&"),
-            Ok(Target::Prefix("/d x/".into()))
+            // Canonical, like a key: a space stays encoded.
+            Ok(Target::Prefix("/d%20x/".into()))
         );
         for (q, why) in [
             ("key=/a.bin&prefix=/", "after another"),

@@ -1,7 +1,9 @@
 //! The cache key of a request and where its entries live on disk.
 //!
-//! A key is the URI path plus query as the cache route sees it (the bytes are kept whole: they are
-//! stored in every entry so a hash collision is detected and never served). Its 128-bit XXH3 hash
+//! A key is the request's canonical path ([`crate::resolve::canonical`]: the form it was routed
+//! by and the cache route asks its origin for, so `/%6e1.bin`, `//n1.bin` and `/x/../n1.bin` are
+//! one key) plus `?query` as sent (the bytes are kept whole: they are stored in every entry so a
+//! hash collision is detected and never served). Its 128-bit XXH3 hash
 //! names the files: `L1/L2/HASH-SLICE` under the cache directory, where `L1` is the hash's last hex
 //! digit and `L2` the two before it (nginx `levels=1:2`), so no directory grows past a few thousand
 //! names. XXH3-128 (the maintained `xxhash-rust` crate) rather than a cryptographic hash: it is an

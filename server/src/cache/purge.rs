@@ -1,6 +1,7 @@
 //! `POST /cache/purge` on the admin port: delete one cached object (every slice of it) or every
 //! object whose key is under a path prefix (whole segments: `/dir` is not a prefix of
-//! `/dirx`), on every cache volume.
+//! `/dirx`), on every cache volume. A purge's path is made canonical as cache keys are
+//! ([`crate::resolve::canonical`]): `key=/n1.bin` purges what `/%6e1.bin` or `//n1.bin` stored.
 //!
 //! Off unless `[admin] purge_token_file` names a file holding a bearer token (a Kubernetes
 //! Secret can be mounted there); a request without exactly `Authorization: Bearer TOKEN`
@@ -35,6 +36,28 @@ pub enum Target {
 }
 
 impl Target {
+    /// `key=` (`prefix: false`) or `prefix=` of a purge request, its value already
+    /// percent-decoded once from the query string: a request path (percent-encoded, as a client
+    /// sends it) with `?query` if any. The path is put in its canonical form
+    /// ([`crate::resolve::canonical`], as keys are), so every alias of a path is purged; the
+    /// query is kept as it is.
+    pub fn parse(value: &str, prefix: bool) -> Result<Target, crate::resolve::ResolveError> {
+        let (path, query) = match value.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (value, None),
+        };
+        let mut v = crate::resolve::canonical(path)?;
+        if let Some(q) = query {
+            v.push('?');
+            v.push_str(q);
+        }
+        Ok(if prefix {
+            Target::Prefix(v)
+        } else {
+            Target::Key(v)
+        })
+    }
+
     /// Does this purge name the object of `fill`?
     fn names(&self, fill: &Fill) -> bool {
         match self {

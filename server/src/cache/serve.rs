@@ -96,7 +96,8 @@ enum First {
     PastEnd(Arc<Stored>),
 }
 
-/// Answer `req` (routed to cache volume `cv` of `vol` by `route`).
+/// Answer `req` (routed to cache volume `cv` of `vol` by `route`; `path` is its canonical path,
+/// [`crate::resolve::Resolved::path`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn respond(
     http: &Policy,
@@ -106,10 +107,13 @@ pub async fn respond(
     route: &CacheRoute,
     sock: &Socket,
     req: &Request,
+    path: &str,
     keep_alive: bool,
     send_timeout: Duration,
 ) -> Served {
-    let mut target = req.path.clone();
+    // The key and the origin's target: the request's canonical path (`resolve::canonical`, the
+    // path it was routed by) and its query as sent.
+    let mut target = path.to_string();
     if let Some(q) = &req.query {
         target.push('?');
         target.push_str(q);

@@ -7,6 +7,12 @@
 //! or evict is decided by [`super::index`]. Files are not fsynced: a killed process loses nothing
 //! the kernel has (the page cache survives it), and a header whose length does not match its file
 //! is refused on open ([`super::entry`]); after a power loss the cache may lose entries, as nginx's.
+//!
+//! One process owns a cache directory: [`Store::open`] takes an exclusive `flock` on
+//! [`LOCK_FILE`] before it touches anything else (the temporary-file cleanup, the rebuild) and
+//! holds it while the store lives; a second process opening the directory is refused. The kernel
+//! drops the lock when the process exits or is killed, so no stale lock is ever left. The lock
+//! file is no entry, level directory nor temporary file: the walks and purges never look at it.
 
 use super::entry::{self, EntryError, EntryMeta};
 use super::key::EntryId;
@@ -22,6 +28,10 @@ use std::sync::Arc;
 
 /// Temporary files live here, inside the cache directory.
 pub const TMP_DIR: &str = ".tmp";
+
+/// The lock file of the directory's owner (holds the owner's pid, for the operator to read;
+/// the `flock` on it, not its content, is the lock).
+pub const LOCK_FILE: &str = ".lock";
 
 const READ_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::CLOEXEC)
@@ -45,6 +55,8 @@ pub struct Store {
     /// access time. The cache needs none (its index keeps recency); entries are the server's own
     /// files, so the flag is allowed unless they were left by another user.
     noatime: NoAtime,
+    /// [`LOCK_FILE`], `flock`ed exclusively for the store's life.
+    _lock: OwnedFd,
 }
 
 fn io_err(e: Errno) -> io::Error {
@@ -54,9 +66,11 @@ fn io_err(e: Errno) -> io::Error {
 impl Store {
     /// Open (creating if needed) the cache directory and its `.tmp/`, removing every temporary
     /// file an earlier process left (a fill it did not finish). Returns the store and how many
-    /// temporary files were removed.
+    /// temporary files were removed. Fails, before changing anything, when another process holds
+    /// the directory ([`LOCK_FILE`]).
     pub fn open(path: &Path) -> io::Result<(Store, usize)> {
         std::fs::create_dir_all(path)?;
+        let lock = lock_dir(path)?;
         // `.tmp` must be a directory of this cache: a symlink there would have start-up empty
         // (and fills write into) whatever it points at. Anything else in its place goes.
         let tmp = path.join(TMP_DIR);
@@ -81,6 +95,7 @@ impl Store {
             root,
             seq: AtomicU64::new(0),
             noatime: NoAtime::new(),
+            _lock: lock,
         };
         let removed = store.clean_temp()?;
         store.probe_write()?;
@@ -399,6 +414,47 @@ impl Store {
         let s = rustix::fs::fstatvfs(&self.root).map_err(io_err)?;
         Ok((s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize))
     }
+}
+
+/// Take the exclusive lock of cache directory `path` ([`LOCK_FILE`], created if needed) and
+/// write this process's pid into it. Refused (`WouldBlock`) when another process holds it, with
+/// a message naming the directory and the pid written by the holder.
+fn lock_dir(path: &Path) -> io::Result<OwnedFd> {
+    let file = path.join(LOCK_FILE);
+    let ctx = |e: io::Error, what: &str| {
+        io::Error::new(e.kind(), format!("cannot {what} {}: {e}", file.display()))
+    };
+    let fd = rustix::fs::open(
+        &file,
+        OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(|e| ctx(io_err(e), "open the lock file"))?;
+    match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(Errno::WOULDBLOCK) => {
+            let holder = std::fs::read_to_string(&file)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .map(|pid| format!(" (pid {pid})"))
+                .unwrap_or_default();
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "cache directory {} is in use by another process{holder}: it holds {}; two nodes must not share a cache directory",
+                    path.display(),
+                    file.display()
+                ),
+            ));
+        }
+        Err(e) => return Err(ctx(io_err(e), "lock")),
+    }
+    // Informational only: who holds the lock.
+    let pid = format!("{}\n", std::process::id());
+    rustix::fs::ftruncate(&fd, 0).map_err(|e| ctx(io_err(e), "truncate"))?;
+    rustix::io::pwrite(&fd, pid.as_bytes(), 0).map_err(|e| ctx(io_err(e), "write"))?;
+    Ok(fd)
 }
 
 fn list(dir: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
@@ -748,6 +804,48 @@ mod tests {
             s.open_entry(id, b"/dying"),
             Err(EntryError::Missing)
         ));
+    }
+
+    #[test]
+    fn one_process_owns_a_directory() {
+        let (d, s) = store();
+        let a = put(&s, b"/a", 0, b"aaaa");
+        let lock = s.path().join(LOCK_FILE);
+        assert_eq!(
+            std::fs::read_to_string(&lock).unwrap(),
+            format!("{}\n", std::process::id())
+        );
+        // Another open file description is refused like another process (flock), and
+        // changes nothing.
+        let mut t = s
+            .create_temp(a, sample_meta(b"/a", 0, 100))
+            .map(Some)
+            .unwrap();
+        let e = Store::open(&d.path().join("cache")).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
+        let msg = e.to_string();
+        assert!(msg.contains(&s.path().display().to_string()), "{msg}");
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())),
+            "{msg}"
+        );
+        assert_eq!(
+            std::fs::read_dir(s.path().join(TMP_DIR)).unwrap().count(),
+            1
+        );
+        drop(t.take());
+        // The lock file is no entry: walks and purges pass it by.
+        let mut found = Vec::new();
+        for l1 in 0..16 {
+            s.walk_level(l1, &mut |id, _| found.push(id)).unwrap();
+        }
+        assert_eq!(found, vec![a]);
+        assert_eq!(s.find_prefix(b"/").unwrap(), vec![a]);
+        drop(s);
+        let (s, removed) = Store::open(&d.path().join("cache")).unwrap();
+        assert_eq!(removed, 1);
+        assert!(lock.exists());
+        drop(s);
     }
 
     #[test]

@@ -201,9 +201,11 @@ pub fn cache_files(cache: &Path) -> (usize, usize) {
     (tmp, entries)
 }
 
-/// Every file under `dir` with its length, skipping files removed while walking (eviction and
-/// commits race the walk; that is the server working, not an error of the measure).
+/// Every file under `dir` with its length but the node's lock file `dir/.lock` (no entry),
+/// skipping files removed while walking (eviction and commits race the walk; that is the
+/// server working, not an error of the measure).
 pub fn walk(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let lock = dir.join(".lock");
     let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -219,6 +221,7 @@ pub fn walk(dir: &Path) -> Vec<(PathBuf, u64)> {
             // DirEntry::metadata does not follow links (lstat); NotFound = removed meanwhile.
             match e.metadata() {
                 Ok(m) if m.is_dir() => stack.push(p),
+                Ok(_) if p == lock => {}
                 Ok(m) => out.push((p, m.len())),
                 Err(e) if gone(&e) => {}
                 Err(e) => panic!("cannot stat {}: {e}", p.display()),

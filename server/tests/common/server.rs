@@ -58,14 +58,20 @@ impl Server {
 
     /// As [`Server::start`] with extra environment variables.
     pub fn start_with_env(cfg: &Config, env: &[(&str, &str)]) -> Server {
+        Server::try_start_with_env(cfg, env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`Server::start_with_env`]; the log of a server that exited or never became ready
+    /// as `Err`.
+    pub fn try_start_with_env(cfg: &Config, env: &[(&str, &str)]) -> Result<Server, String> {
         let scratch = tempfile::tempdir().expect("tempdir");
         let path = scratch.path().join("server.toml");
         let toml = cfg.to_toml().expect("render the test config");
         std::fs::write(&path, toml).expect("write the test config");
-        let mut s = Server::spawn(&["serve", "--config", path.to_str().expect("utf-8")], env);
+        let mut s = Server::try_spawn(&["serve", "--config", path.to_str().expect("utf-8")], env)?;
         s.config_path = Some(path);
         s._scratch = Some(scratch);
-        s
+        Ok(s)
     }
 
     /// `serve --root DIR` on 127.0.0.1 with a free port, no admin listener, two workers, plus
