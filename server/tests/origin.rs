@@ -191,6 +191,11 @@ async fn a_sent_request_is_never_retried() {
     );
     assert_eq!((a.requests("/x"), b.requests("/x")), (2, 0));
     assert_eq!(count(&m, "error"), 2);
+    // The wait for a head that never came is in the latency histogram (the closed connection,
+    // which answered nothing at once, is not).
+    let h = m.origin_request_duration_seconds.with_label_values(&["up"]);
+    assert_eq!(h.get_sample_count(), 1);
+    assert!(h.get_sample_sum() >= 0.3, "{}", h.get_sample_sum());
 
     a.fault("/x", Fault::Status(503));
     let r = up

@@ -73,7 +73,12 @@ async fn fetch_head(
         let answer =
             tokio::time::timeout(inner.read_timeout, conn.sender.try_send_request(request)).await;
         let resp = match answer {
-            Err(_) => return Err(inner.timeout(server, "response head", inner.read_timeout)),
+            Err(_) => {
+                // The slowest answers count too (as the time waited), or a stalled origin
+                // would vanish from the latency histogram.
+                inner.metrics.duration.observe(sent.elapsed().as_secs_f64());
+                return Err(inner.timeout(server, "response head", inner.read_timeout));
+            }
             Ok(Err(e)) if reused && e.message().is_some() => {
                 // The idle connection was closed before the request went out: nothing was
                 // sent, so another connection may carry it.
