@@ -485,6 +485,113 @@ fn a_background_refresh_that_finds_a_new_version_drops_the_old_slices() {
     assert!(r.body == v2);
 }
 
+/// A stale copy is served whole while a background refresh finds a new version: a client
+/// reading it slowly still gets every byte of the version it started with.
+#[test]
+fn a_stale_copy_is_sent_whole_while_its_refresh_finds_a_new_version() {
+    use std::io::{Read, Write};
+    let (o, n) = origin_and_node(SLICED);
+    let len = 256 * SLICE;
+    let v1 = pattern(len, 1);
+    let cc = "max-age=1, stale-while-revalidate=100";
+    o.put("/u.bin", Object::version(v1.clone(), 1).cache_control(cc));
+    assert!(get(&n, "/u.bin", "").body == v1);
+    wait_committed(&n);
+    o.put(
+        "/u.bin",
+        Object::version(pattern(len, 2), 2).cache_control(cc),
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let mut slow = std::net::TcpStream::connect(n.srv.addr).expect("connect");
+    slow.write_all(b"GET /u.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .expect("request");
+    let mut got = vec![0u8; 64 << 10];
+    let k = slow.read(&mut got).expect("head");
+    got.truncate(k);
+    // The refresh runs and commits the new first slice while this client waits.
+    settle(&n);
+    std::thread::sleep(Duration::from_millis(200));
+    slow.read_to_end(&mut got).expect("the rest");
+    let text = String::from_utf8_lossy(&got[..got.len().min(400)]).to_string();
+    assert!(text.contains("X-Cache: UPDATING"), "{text}");
+    let at = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    assert_eq!(got.len() - at, len, "the stale copy was cut");
+    assert!(got[at..] == v1[..], "not the version it started with");
+    let r = get(&n, "/u.bin", "");
+    assert!(
+        r.body == pattern(len, 2),
+        "the next request gets the new version"
+    );
+}
+
+/// A range request whose slice finds the object changed (another version, or shorter: 416)
+/// drops the stored first slice of the old version: the next full read is one whole version,
+/// not the old first slice cut where the new version begins.
+#[test]
+fn a_range_that_finds_a_new_version_outdates_the_stored_first_slice() {
+    let (o, n) = origin_and_node(SLICED);
+    let len = 4 * SLICE;
+    o.put("/g.bin", Object::version(pattern(len, 1), 1));
+    assert_eq!(get(&n, "/g.bin", "Range: bytes=0-10\r\n").status, 206);
+    wait_committed(&n);
+    let v2 = pattern(len, 2);
+    o.put("/g.bin", Object::version(v2.clone(), 2));
+    let at = 2 * SLICE + 7;
+    let r = get(&n, "/g.bin", &format!("Range: bytes={at}-{}\r\n", at + 9));
+    assert_eq!(r.status, 206);
+    assert!(r.body == v2[at..at + 10]);
+    settle(&n);
+    std::thread::sleep(Duration::from_millis(200));
+    let r = common::cache::try_get(&n, "/g.bin", "").expect("a whole answer");
+    assert!(r.body == v2, "not version 2 whole ({} bytes)", r.body.len());
+    // Shorter now (only the first slice stored): the range past its new end is 416, and the
+    // next full read is the new length.
+    o.put("/h.bin", Object::version(pattern(len, 1), 1));
+    assert_eq!(get(&n, "/h.bin", "Range: bytes=0-10\r\n").status, 206);
+    wait_committed(&n);
+    let v3 = pattern(SLICE + 100, 3);
+    o.put("/h.bin", Object::version(v3.clone(), 3));
+    let r = get(&n, "/h.bin", &format!("Range: bytes={at}-{}\r\n", at + 9));
+    assert_eq!(r.status, 416);
+    settle(&n);
+    std::thread::sleep(Duration::from_millis(200));
+    let r = common::cache::try_get(&n, "/h.bin", "").expect("a whole answer");
+    assert!(r.body == v3, "not version 3 whole ({} bytes)", r.body.len());
+}
+
+/// A 304 that says the response may no longer be stored (`private`) validates the body for
+/// the request that asked, and withdraws the object: later requests are passed through.
+#[test]
+fn a_304_that_forbids_storing_withdraws_the_object() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    let v1 = pattern(1000, 1);
+    o.put(
+        "/p.txt",
+        Object::version(v1.clone(), 1).cache_control("max-age=1, stale-while-revalidate=0"),
+    );
+    assert_eq!(xcache(&get(&n, "/p.txt", "")), "MISS");
+    std::thread::sleep(Duration::from_millis(1100));
+    o.fault_times(
+        "/p.txt",
+        Fault::Raw(
+            b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: private, max-age=100\r\n\r\n"
+                .to_vec(),
+        ),
+        1,
+    );
+    let r = get(&n, "/p.txt", "");
+    assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"));
+    assert!(r.body == v1);
+    settle(&n);
+    let r = get(&n, "/p.txt", "");
+    assert_eq!(xcache(&r), "BYPASS");
+    assert!(r.body == v1);
+}
+
 #[test]
 fn stale_entries_are_revalidated_refreshed_in_the_background_or_served_on_error() {
     let (o, n) = origin_and_node("slice_size = 0");

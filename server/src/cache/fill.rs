@@ -533,10 +533,13 @@ impl Fill {
                 merged.append(n, v);
             }
         }
-        for n in resp.headers.keys() {
+        // Not Content-Encoding: the stored bytes are in the coding they came in (a 304 naming
+        // another, with the same strong validator, would label them wrongly).
+        let updates = |n: &http::HeaderName| *n != http::header::CONTENT_ENCODING;
+        for n in resp.headers.keys().filter(|n| updates(n)) {
             merged.remove(n);
         }
-        for (n, v) in &resp.headers {
+        for (n, v) in resp.headers.iter().filter(|(n, _)| updates(n)) {
             merged.append(n.clone(), v.clone());
         }
         let mut meta = (*old.meta).clone();
@@ -556,10 +559,28 @@ impl Fill {
                     later(meta.fresh_until_ms, f.stale_while_revalidate);
                 meta.stale_if_error_until_ms = later(meta.fresh_until_ms, f.stale_if_error);
             }
-            Freshness::NotStorable(_) => {
+            Freshness::NotStorable(why) => {
+                // The 304 validates the body for the requests waiting (they get it with its
+                // fields), but the response may no longer be kept (no-store, private, Vary:
+                // Cookie...; RFC 9111 §3): the object is withdrawn and its next requests are
+                // passed through, as after a 200 that says so.
                 meta.fresh_until_ms = now;
                 meta.stale_while_revalidate_until_ms = now;
                 meta.stale_if_error_until_ms = now;
+                meta.headers = stored_headers(&merged, origin);
+                self.publish(Progress::Refreshed(Arc::new(Stored {
+                    id: old.id,
+                    fd: old.fd.clone(),
+                    meta: Arc::new(meta),
+                })));
+                if !authorized {
+                    tracing::debug!(volume = %cv.name, target = %job.target, why = why.as_str(), "revalidated but no longer storable; the object is dropped");
+                    let _ = cv.remove_object(old.id.hash()).await;
+                    if old.id.slice == 0 {
+                        cv.passes.mark(old.id.hash(), now);
+                    }
+                }
+                return;
             }
         }
         meta.headers = stored_headers(&merged, origin);

@@ -309,20 +309,17 @@ impl Ctx<'_> {
             Found::Stored(s) => Some(s).filter(|s| self.usable(s)),
         };
         let now_ms = unix_now_ms();
-        if self.req.only_if_cached {
-            // Only what is stored, and only as the origin allowed it to be used (RFC 9111
-            // §5.2.1.7); otherwise 504, the origin not asked.
-            return match stored {
-                Some(s) if now_ms < s.meta.fresh_until_ms => {
-                    First::Serve(Source::Stored(s), CacheStatus::Hit)
-                }
-                Some(s) if now_ms < s.meta.stale_while_revalidate_until_ms => {
-                    First::Serve(Source::Stored(s), CacheStatus::Stale)
-                }
-                _ => match self.past_end(slice, now_ms).await {
-                    Some(s0) => First::PastEnd(s0),
-                    None => First::Error(504, None),
-                },
+        // Only what is stored, and only as the origin allowed it to be used without asking it
+        // (fresh, or stale within stale-while-revalidate: the refresh is the cache's own, not
+        // this request's; RFC 9111 §5.2.1.7); otherwise 504, the origin not asked.
+        if self.req.only_if_cached
+            && stored
+                .as_ref()
+                .is_none_or(|s| now_ms >= s.meta.stale_while_revalidate_until_ms)
+        {
+            return match self.past_end(slice, now_ms).await {
+                Some(s0) => First::PastEnd(s0),
+                None => First::Error(504, None),
             };
         }
         let Some(s) = stored else {
@@ -334,7 +331,17 @@ impl Ctx<'_> {
                 return First::FetchThrough;
             }
             let fill = self.fill(slice, None, true);
-            return self.after_fill(fill, None, now_ms).await;
+            let first = self.after_fill(fill, None, now_ms).await;
+            if slice > 0 && self.auth.is_none() {
+                match &first {
+                    First::Serve(Source::Fill(_, head), _) => {
+                        self.first_slice_outdated(slice, Some(head.clone()))
+                    }
+                    First::Error(416, _) => self.first_slice_outdated(slice, None),
+                    _ => {}
+                }
+            }
+            return first;
         };
         let m = &s.meta;
         if now_ms < m.fresh_until_ms {
@@ -562,8 +569,7 @@ impl Ctx<'_> {
     /// this task does what [`Self::after_fill`] would: an answer that may no longer be stored
     /// (no-store, private, Set-Cookie...) withdraws the stored object and passes its next
     /// requests through (not the stale copy for the whole window, nor one origin request each);
-    /// a new version drops the old one's other slices (a later full read would otherwise meet
-    /// this slice of the new version after old ones, and be cut).
+    /// a new version of a later slice drops the old first slice.
     fn follow_refresh(&self, fill: Arc<Fill>, stale: Arc<Stored>) {
         let cv = self.cv.clone();
         let key = self.key.clone();
@@ -588,11 +594,44 @@ impl Ctx<'_> {
                         cv.passes.mark(stale.id.hash(), unix_now_ms());
                     }
                 }
-                Progress::Body { head, .. } if !stale.meta.same_version(&head.meta) => {
+                // A new version found by refreshing a later slice (a seek): the old first slice
+                // goes, or the next full read would start with it and be cut where this one
+                // begins. Other old slices stay for the requests reading them (a stale copy
+                // is served whole); met by a request of the new version, each is refetched
+                // conditionally.
+                Progress::Body { head, .. }
+                    if stale.id.slice > 0 && !stale.meta.same_version(&head.meta) =>
+                {
                     drop(rx);
-                    drop_version(&cv, &key, &stale.meta).await;
+                    let old = stale.meta.clone();
+                    cv.remove_slices(&[key.slice(0)], |s| !s.meta.same_version(&old));
                 }
                 _ => {}
+            }
+        });
+    }
+
+    /// A fill of later slice `slice` (a range request's first) found the object changed:
+    /// another version (`new`), or none that long (None: the origin said 416). A stored first
+    /// slice of the old version would start the next full read and cut it where this slice
+    /// begins: it goes (later old slices are refetched conditionally when met).
+    fn first_slice_outdated(&self, slice: u32, new: Option<Arc<super::fill::FillHead>>) {
+        let cv = self.cv.clone();
+        let key = self.key.clone();
+        let key_bytes = self.key_bytes.clone();
+        let reaches = slice as u64 * cv.slice_size;
+        tokio::spawn(async move {
+            let Ok(Found::Stored(s0)) = cv.find(key.slice(0), &key_bytes).await else {
+                return;
+            };
+            let outdated = match &new {
+                Some(h) => !s0.meta.same_version(&h.meta),
+                None => s0.meta.total_size > reaches,
+            };
+            if outdated {
+                tracing::debug!(volume = %cv.name, slice, "a later slice found the object changed; its stored first slice is dropped");
+                let old = s0.meta.clone();
+                cv.remove_slices(&[key.slice(0)], |s| !s.meta.same_version(&old));
             }
         });
     }
@@ -722,7 +761,7 @@ impl Ctx<'_> {
         };
         if self.req.only_if_cached && !self.head_only && !self.all_stored(&body, whole_answer) {
             // Part of the body would have to come from the origin.
-            return self.error(504, None, status).await;
+            return self.error(504, None, CacheStatus::Miss).await;
         }
         let mut head = Head::new(code);
         let (len, multipart_type) = match &body {

@@ -139,8 +139,8 @@ fn closed_unanswered(e: &hyper::Error) -> bool {
 
 /// `target` with every byte a request line may not carry as it is (controls aside, which the
 /// request parser refuses: `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}` and non-ASCII)
-/// percent-encoded, as browsers send them; what an origin decodes is the same. Used only for a
-/// target the HTTP client refuses as it came (it takes `{`, `|` and raw UTF-8, say).
+/// percent-encoded, as browsers send them (RFC 9112 §3.2: a target is a URI); what an origin
+/// decodes is the same.
 fn encode_target(target: &str) -> std::borrow::Cow<'_, str> {
     let keep = |b: u8| b.is_ascii_graphic() && !b"\"<>\\^`{|}".contains(&b);
     if target.bytes().all(keep) {
@@ -173,12 +173,9 @@ fn build(
             req.path_and_query
         )));
     }
-    let uri: http::Uri = match req.path_and_query.parse() {
-        Ok(uri) => uri,
-        Err(_) => encode_target(&req.path_and_query)
-            .parse()
-            .map_err(|e| bad(format!("{:?}: {e}", req.path_and_query)))?,
-    };
+    let uri: http::Uri = encode_target(&req.path_and_query)
+        .parse()
+        .map_err(|e| bad(format!("{:?}: {e}", req.path_and_query)))?;
     let method = match req.method {
         Method::Get => http::Method::GET,
         Method::Head => http::Method::HEAD,
