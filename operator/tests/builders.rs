@@ -111,6 +111,61 @@ fn a_shared_cache_volume_is_rolled_out_by_recreate() {
     assert!(strategy.rolling_update.is_none());
 }
 
+/// A cache on an existing claim allows one replica: every pod mounts the claim and a cache
+/// directory has one server (the others would crash-loop on its lock). The operator refuses more
+/// (spec.replicas, or an autoscaler allowed more) on the field, whatever the workload kind; a
+/// hostPath cache is allowed with any count (one pod per node, see below).
+#[test]
+fn a_cache_on_an_existing_claim_allows_one_replica() {
+    let mut cs = example("edge-cache.yaml");
+    cs.spec.volumes[1].source = serde_json::from_value(serde_json::json!({
+        "persistentVolumeClaim": {"claimName": "shared-cache"}
+    }))
+    .expect("source");
+    assert_eq!(cs.spec.replicas, 3);
+    assert_eq!(WorkloadKind::of(&cs.spec), WorkloadKind::StatefulSet);
+    let errs = validate(&cs.spec);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, "spec.replicas");
+    assert!(
+        errs[0].message.contains(
+            "3 is more than 1: spec.volumes[1] caches on the existing claim \"shared-cache\""
+        ),
+        "{errs:?}"
+    );
+    cs.spec.replicas = 1;
+    assert_eq!(validate(&cs.spec), vec![]);
+    cs.spec.autoscaling =
+        Some(serde_json::from_value(serde_json::json!({"maxReplicas": 4})).expect("autoscaling"));
+    assert_invalid_fields(&cs.spec, &["spec.autoscaling.maxReplicas"]);
+    cs.spec
+        .autoscaling
+        .as_mut()
+        .expect("autoscaling")
+        .max_replicas = 1;
+    assert_eq!(validate(&cs.spec), vec![]);
+
+    // The claim without a cache (read-only content) is shared by any number of pods.
+    cs.spec.replicas = 3;
+    cs.spec.volumes[1].cache = None;
+    cs.spec.routes[0].split.retain(|t| t.volume != "disk2");
+    cs.spec.routes[0].split[0].percent = Some(50.0);
+    cs.spec.routes.push(
+        serde_json::from_value(serde_json::json!({"prefix": "/static/", "volume": "disk2"}))
+            .expect("route"),
+    );
+    assert_eq!(validate(&cs.spec), vec![]);
+
+    // A hostPath cache: any count.
+    let mut cs = example("edge-cache.yaml");
+    cs.spec.allow_host_path = true;
+    cs.spec.volumes[1].source = serde_json::from_value(serde_json::json!({
+        "hostPath": {"path": "/mnt/cache", "type": "DirectoryOrCreate"}
+    }))
+    .expect("source");
+    assert_eq!(validate(&cs.spec), vec![]);
+}
+
 #[test]
 fn pod_is_hardened_and_probes_the_admin_port() {
     let cs = example("minimal.yaml");
