@@ -166,6 +166,90 @@ fn a_cache_on_an_existing_claim_allows_one_replica() {
     assert_eq!(validate(&cs.spec), vec![]);
 }
 
+/// A hostPath cache is one directory per node: the pods get a required anti-affinity on the node
+/// name against their own ContentServer's pods (at most one per node), added to the user's
+/// affinity, on either workload kind and whatever the replica count (a scale must not change
+/// the pod template). Without a hostPath cache the user's affinity is rendered as it is.
+#[test]
+fn a_host_path_cache_puts_one_pod_per_node() {
+    use k8s_openapi::api::core::v1::{Affinity, PodAffinityTerm};
+    let anti = |a: Option<Affinity>| -> Vec<PodAffinityTerm> {
+        a.and_then(|a| a.pod_anti_affinity)
+            .and_then(|p| p.required_during_scheduling_ignored_during_execution)
+            .unwrap_or_default()
+    };
+    let mut cs = example("minimal.yaml");
+    cs.spec.allow_host_path = true;
+    cs.spec.volumes[0].source = serde_json::from_value(serde_json::json!({
+        "hostPath": {"path": "/mnt/content"}
+    }))
+    .expect("source");
+    let pod = |cs: &content_operator::crd::ContentServer| {
+        pod_template(cs, "h").spec.expect("pod spec").affinity
+    };
+    assert_eq!(pod(&cs), None, "a hostPath without cache: no lock, no rule");
+
+    cs.spec.volumes[0].cache = Some(serde_json::from_value(serde_json::json!({})).expect("cache"));
+    let terms = anti(pod(&cs));
+    assert_eq!(terms.len(), 1, "{terms:?}");
+    assert_eq!(terms[0].topology_key, "kubernetes.io/hostname");
+    assert_eq!(
+        terms[0]
+            .label_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.clone()),
+        Some(builders::selector_labels(&cs))
+    );
+    assert_eq!(cs.spec.replicas, 1);
+    let one = pod_template(&cs, "h");
+    cs.spec.replicas = 5;
+    assert_eq!(
+        pod_template(&cs, "h"),
+        one,
+        "the count does not change the template"
+    );
+    let d = deployment(&cs, "h").spec.expect("spec");
+    assert_eq!(anti(d.template.spec.and_then(|p| p.affinity)).len(), 1);
+    assert_eq!(
+        d.strategy.and_then(|s| s.type_).as_deref(),
+        Some("Recreate")
+    );
+
+    // The user's affinity is kept, the rule appended to their own anti-affinity terms.
+    let user: Affinity = serde_json::from_value(serde_json::json!({
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}
+        ]}},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "topology.kubernetes.io/zone",
+             "labelSelector": {"matchLabels": {"app": "other"}}}
+        ]}
+    }))
+    .expect("affinity");
+    cs.spec.scheduling.affinity = Some(user.clone());
+    let got = pod(&cs).expect("affinity");
+    assert_eq!(got.node_affinity, user.node_affinity);
+    let terms = anti(Some(got));
+    let keys: Vec<&str> = terms.iter().map(|t| t.topology_key.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    );
+
+    // The StatefulSet (a per-pod claim elsewhere) carries it too.
+    let mut cs = example("edge-cache.yaml");
+    cs.spec.allow_host_path = true;
+    cs.spec.volumes[2].source = serde_json::from_value(serde_json::json!({
+        "hostPath": {"path": "/mnt/disk3"}
+    }))
+    .expect("source");
+    let sts = statefulset(&cs, "h").spec.expect("spec");
+    assert_eq!(anti(sts.template.spec.and_then(|p| p.affinity)).len(), 1);
+    // Without a hostPath cache, the user's affinity only (edge-cache spreads by constraints).
+    let cs = example("edge-cache.yaml");
+    assert_eq!(pod(&cs), None);
+}
+
 #[test]
 fn pod_is_hardened_and_probes_the_admin_port() {
     let cs = example("minimal.yaml");
