@@ -913,3 +913,54 @@ async fn more_replicas_on_a_shared_claim_cache_are_refused_and_the_pod_keeps_ser
     let cs = run(&fake, &ctx, &name).await;
     assert_eq!(condition(&cs, "Reconciled").reason, "Applied");
 }
+
+/// Switching kinds with a cache on an existing claim: the new workload's pods cannot take the
+/// cache directory's lock while the old pods hold it, so waiting for them to be ready would
+/// stall forever. The old workload is removed at once (an Event says why), both ways.
+#[tokio::test]
+async fn switching_kinds_with_a_shared_claim_cache_removes_the_old_workload_at_once() {
+    let (fake, ctx, name) = shared_claim_cache().await;
+    fake.set_rolled_out(&deployments(), &name, 1);
+    run(&fake, &ctx, &name).await;
+    let cs = edit_and_run(&fake, &ctx, &name, |cs| {
+        let volumes = cs["spec"]["volumes"].as_array_mut().expect("volumes");
+        volumes.push(json!({"name": "scratch", "source":
+            {"claimTemplate": {"size": "1Gi", "accessModes": ["ReadWriteOnce"]}}}));
+        let routes = cs["spec"]["routes"].as_array_mut().expect("routes");
+        routes.insert(0, json!({"prefix": "/scratch/", "volume": "scratch"}));
+    })
+    .await;
+    assert!(fake.get(&statefulsets(), &name).is_some());
+    assert!(
+        fake.get(&deployments(), &name).is_none(),
+        "the Deployment's pod holds the lock the StatefulSet's pod needs"
+    );
+    assert!(
+        !condition(&cs, "Reconciled")
+            .message
+            .contains("keeps serving"),
+        "{}",
+        condition(&cs, "Reconciled").message
+    );
+    assert!(
+        fake.events().iter().any(|(_, r, n)| r == "WorkloadReplaced"
+            && n.contains("Deployment removed before the StatefulSet is ready")),
+        "{:?}",
+        fake.events()
+    );
+
+    edit_and_run(&fake, &ctx, &name, |cs| {
+        cs["spec"]["volumes"]
+            .as_array_mut()
+            .expect("volumes")
+            .truncate(1);
+        cs["spec"]["routes"]
+            .as_array_mut()
+            .expect("routes")
+            .remove(0);
+    })
+    .await;
+    assert!(fake.get(&deployments(), &name).is_some());
+    assert!(fake.get(&statefulsets(), &name).is_none());
+    assert!(fake.get(&services(), "minimal-headless").is_none());
+}
