@@ -249,6 +249,16 @@ def _cel_variants() -> dict[str, tuple[dict, str]]:
     d = _example("edge-cache.yaml")
     d["spec"]["origin"]["ca"]["secretKeyRef"] = {"name": "ca", "key": "ca.pem"}
     out["origin-ca-two-sources"] = (d, "set exactly one of secretKeyRef and configMapKeyRef")
+
+    d = _example("edge-cache.yaml")
+    d["spec"]["volumes"][1]["source"] = {"persistentVolumeClaim": {"claimName": "cache"}}
+    out["shared-claim-cache-replicas"] = (d, "replicas must be at most 1 while a cache volume")
+
+    d = _example("edge-cache.yaml")
+    d["spec"]["volumes"][1]["source"] = {"persistentVolumeClaim": {"claimName": "cache"}}
+    d["spec"]["replicas"] = 1
+    d["spec"]["autoscaling"] = {"maxReplicas": 3}
+    out["shared-claim-cache-autoscaling"] = (d, "autoscaling.maxReplicas must be at most 1")
     return out
 
 
@@ -257,7 +267,8 @@ CEL_CASES = ["duplicate-volume-names", "route-to-unknown-volume", "two-volumes-n
              "image-cache-volume", "split-over-100",
              "rest-not-last", "volume-and-split", "autoscaling-min-above-max", "network-peer-empty",
              "cache-route-without-origin", "cache-route-on-plain-volume",
-             "cache-volume-on-static-route", "origin-ca-two-sources"]
+             "cache-volume-on-static-route", "origin-ca-two-sources",
+             "shared-claim-cache-replicas", "shared-claim-cache-autoscaling"]
 
 
 def test_cel_cases_are_all_listed() -> None:

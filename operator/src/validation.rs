@@ -277,7 +277,8 @@ pub fn spec_path(config_field: &str) -> String {
 }
 
 /// The cache rules the server cannot know: quantities, a cache must fit its claim (or emptyDir
-/// limit), a route with cache needs spec.origin.
+/// limit), a cache on an existing claim allows one replica (autoscaling included), a route with
+/// cache needs spec.origin.
 pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
     let mut errs = Vec::new();
     let mut push = |field: String, message: String| errs.push(SpecError { field, message });
@@ -316,6 +317,28 @@ pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
                     format!("{max} exceeds {what} {size}"),
                 );
             }
+        }
+    }
+    // One server per cache directory: every pod mounts an existing claim, so a cache on one
+    // allows a single replica (the others would crash-loop on the directory's lock).
+    if let Some((i, claim)) = spec.volumes.iter().enumerate().find_map(|(i, v)| {
+        let pvc = v.source.persistent_volume_claim.as_ref()?;
+        v.cache.as_ref().map(|_| (i, pvc.claim_name.as_str()))
+    }) {
+        let why = format!(
+            "spec.volumes[{i}] caches on the existing claim {claim:?}, which every pod mounts, and only one server may use a cache directory (use claimTemplate for a cache per pod)"
+        );
+        if spec.replicas > 1 {
+            push(
+                "spec.replicas".into(),
+                format!("{} is more than 1: {why}", spec.replicas),
+            );
+        }
+        if let Some(a) = spec.autoscaling.as_ref().filter(|a| a.max_replicas > 1) {
+            push(
+                "spec.autoscaling.maxReplicas".into(),
+                format!("{} is more than 1: {why}", a.max_replicas),
+            );
         }
     }
     if spec.origin.is_none() {

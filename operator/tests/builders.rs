@@ -111,6 +111,145 @@ fn a_shared_cache_volume_is_rolled_out_by_recreate() {
     assert!(strategy.rolling_update.is_none());
 }
 
+/// A cache on an existing claim allows one replica: every pod mounts the claim and a cache
+/// directory has one server (the others would crash-loop on its lock). The operator refuses more
+/// (spec.replicas, or an autoscaler allowed more) on the field, whatever the workload kind; a
+/// hostPath cache is allowed with any count (one pod per node, see below).
+#[test]
+fn a_cache_on_an_existing_claim_allows_one_replica() {
+    let mut cs = example("edge-cache.yaml");
+    cs.spec.volumes[1].source = serde_json::from_value(serde_json::json!({
+        "persistentVolumeClaim": {"claimName": "shared-cache"}
+    }))
+    .expect("source");
+    assert_eq!(cs.spec.replicas, 3);
+    assert_eq!(WorkloadKind::of(&cs.spec), WorkloadKind::StatefulSet);
+    let errs = validate(&cs.spec);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, "spec.replicas");
+    assert!(
+        errs[0].message.contains(
+            "3 is more than 1: spec.volumes[1] caches on the existing claim \"shared-cache\""
+        ),
+        "{errs:?}"
+    );
+    cs.spec.replicas = 1;
+    assert_eq!(validate(&cs.spec), vec![]);
+    cs.spec.autoscaling =
+        Some(serde_json::from_value(serde_json::json!({"maxReplicas": 4})).expect("autoscaling"));
+    assert_invalid_fields(&cs.spec, &["spec.autoscaling.maxReplicas"]);
+    cs.spec
+        .autoscaling
+        .as_mut()
+        .expect("autoscaling")
+        .max_replicas = 1;
+    assert_eq!(validate(&cs.spec), vec![]);
+
+    // The claim without a cache (read-only content) is shared by any number of pods.
+    cs.spec.replicas = 3;
+    cs.spec.volumes[1].cache = None;
+    cs.spec.routes[0].split.retain(|t| t.volume != "disk2");
+    cs.spec.routes[0].split[0].percent = Some(50.0);
+    cs.spec.routes.push(
+        serde_json::from_value(serde_json::json!({"prefix": "/static/", "volume": "disk2"}))
+            .expect("route"),
+    );
+    assert_eq!(validate(&cs.spec), vec![]);
+
+    // A hostPath cache: any count.
+    let mut cs = example("edge-cache.yaml");
+    cs.spec.allow_host_path = true;
+    cs.spec.volumes[1].source = serde_json::from_value(serde_json::json!({
+        "hostPath": {"path": "/mnt/cache", "type": "DirectoryOrCreate"}
+    }))
+    .expect("source");
+    assert_eq!(validate(&cs.spec), vec![]);
+}
+
+/// A hostPath cache is one directory per node: the pods get a required anti-affinity on the node
+/// name against their own ContentServer's pods (at most one per node), added to the user's
+/// affinity, on either workload kind and whatever the replica count (a scale must not change
+/// the pod template). Without a hostPath cache the user's affinity is rendered as it is.
+#[test]
+fn a_host_path_cache_puts_one_pod_per_node() {
+    use k8s_openapi::api::core::v1::{Affinity, PodAffinityTerm};
+    let anti = |a: Option<Affinity>| -> Vec<PodAffinityTerm> {
+        a.and_then(|a| a.pod_anti_affinity)
+            .and_then(|p| p.required_during_scheduling_ignored_during_execution)
+            .unwrap_or_default()
+    };
+    let mut cs = example("minimal.yaml");
+    cs.spec.allow_host_path = true;
+    cs.spec.volumes[0].source = serde_json::from_value(serde_json::json!({
+        "hostPath": {"path": "/mnt/content"}
+    }))
+    .expect("source");
+    let pod = |cs: &content_operator::crd::ContentServer| {
+        pod_template(cs, "h").spec.expect("pod spec").affinity
+    };
+    assert_eq!(pod(&cs), None, "a hostPath without cache: no lock, no rule");
+
+    cs.spec.volumes[0].cache = Some(serde_json::from_value(serde_json::json!({})).expect("cache"));
+    let terms = anti(pod(&cs));
+    assert_eq!(terms.len(), 1, "{terms:?}");
+    assert_eq!(terms[0].topology_key, "kubernetes.io/hostname");
+    assert_eq!(
+        terms[0]
+            .label_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.clone()),
+        Some(builders::selector_labels(&cs))
+    );
+    assert_eq!(cs.spec.replicas, 1);
+    let one = pod_template(&cs, "h");
+    cs.spec.replicas = 5;
+    assert_eq!(
+        pod_template(&cs, "h"),
+        one,
+        "the count does not change the template"
+    );
+    let d = deployment(&cs, "h").spec.expect("spec");
+    assert_eq!(anti(d.template.spec.and_then(|p| p.affinity)).len(), 1);
+    assert_eq!(
+        d.strategy.and_then(|s| s.type_).as_deref(),
+        Some("Recreate")
+    );
+
+    // The user's affinity is kept, the rule appended to their own anti-affinity terms.
+    let user: Affinity = serde_json::from_value(serde_json::json!({
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}
+        ]}},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "topology.kubernetes.io/zone",
+             "labelSelector": {"matchLabels": {"app": "other"}}}
+        ]}
+    }))
+    .expect("affinity");
+    cs.spec.scheduling.affinity = Some(user.clone());
+    let got = pod(&cs).expect("affinity");
+    assert_eq!(got.node_affinity, user.node_affinity);
+    let terms = anti(Some(got));
+    let keys: Vec<&str> = terms.iter().map(|t| t.topology_key.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    );
+
+    // The StatefulSet (a per-pod claim elsewhere) carries it too.
+    let mut cs = example("edge-cache.yaml");
+    cs.spec.allow_host_path = true;
+    cs.spec.volumes[2].source = serde_json::from_value(serde_json::json!({
+        "hostPath": {"path": "/mnt/disk3"}
+    }))
+    .expect("source");
+    let sts = statefulset(&cs, "h").spec.expect("spec");
+    assert_eq!(anti(sts.template.spec.and_then(|p| p.affinity)).len(), 1);
+    // Without a hostPath cache, the user's affinity only (edge-cache spreads by constraints).
+    let cs = example("edge-cache.yaml");
+    assert_eq!(pod(&cs), None);
+}
+
 #[test]
 fn pod_is_hardened_and_probes_the_admin_port() {
     let cs = example("minimal.yaml");

@@ -395,6 +395,46 @@ fn cel_rejects_a_cache_on_an_image_volume() {
     assert_rejected(&obj, "an image volume is read-only");
 }
 
+/// A cache on an existing claim is mounted by every pod, and a cache directory has one server:
+/// more than one replica, or an autoscaler allowed more, is refused at apply time on the field.
+/// A cache per pod (claimTemplate, emptyDir) or a hostPath (one pod per node) takes any count.
+#[test]
+fn cel_allows_one_replica_with_a_cache_on_an_existing_claim() {
+    let mut obj = defaulted("edge-cache.yaml");
+    obj["spec"]["volumes"][1]["source"] = json!({"persistentVolumeClaim": {"claimName": "c"}});
+    assert_eq!(obj["spec"]["replicas"], 3);
+    assert_rejected(
+        &obj,
+        "replicas must be at most 1 while a cache volume is an existing persistentVolumeClaim",
+    );
+    obj["spec"]["replicas"] = json!(1);
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    obj["spec"]["autoscaling"] = json!({"maxReplicas": 2});
+    assert_rejected(
+        &obj,
+        "autoscaling.maxReplicas must be at most 1 while a cache volume",
+    );
+    obj["spec"]["autoscaling"]["maxReplicas"] = json!(1);
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    // Without spec.replicas (the HPA owns it): nothing to compare.
+    obj["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("replicas");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+
+    let mut obj = defaulted("edge-cache.yaml");
+    obj["spec"]["allowHostPath"] = json!(true);
+    obj["spec"]["volumes"][1]["source"] = json!({"hostPath": {"path": "/mnt/cache"}});
+    obj["spec"]["volumes"][2]["source"] = json!({"emptyDir": {}});
+    obj["spec"]["autoscaling"] = json!({"maxReplicas": 10});
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    // An existing claim without a cache is shared by any number of pods.
+    let mut obj = defaulted("minimal.yaml");
+    obj["spec"]["replicas"] = json!(5);
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+}
+
 #[test]
 fn crd_subcommand_prints_the_committed_yaml() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_content-operator"))

@@ -872,3 +872,95 @@ async fn replacements_keep_the_serving_pods_in_the_status() {
         .iter()
         .any(|(_, reason, _)| reason == "NoReadyReplicas"));
 }
+
+/// minimal.yaml turned into a caching node whose cache is the existing claim `content` (one
+/// replica: every pod would mount the claim).
+async fn shared_claim_cache() -> (FakeApi, Arc<Context>, String) {
+    let (fake, ctx, name) = reconciled("minimal.yaml").await;
+    edit_and_run(&fake, &ctx, &name, |cs| {
+        cs["spec"]["origin"] = json!({"servers": ["https://origin.example"]});
+        cs["spec"]["volumes"][0]["cache"] = json!({});
+        cs["spec"]["routes"] = json!([{"prefix": "/", "volume": "content", "cache": {}}]);
+    })
+    .await;
+    let d = fake.get(&deployments(), &name).expect("Deployment");
+    assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
+    (fake, ctx, name)
+}
+
+/// A cache on an existing claim with more than one replica (here through `/scale`, which a
+/// cluster without the CRD's CEL rules lets through) is an invalid spec naming spec.replicas:
+/// nothing is applied, so the one pod keeps serving instead of more crash-looping on the cache
+/// directory's lock.
+#[tokio::test]
+async fn more_replicas_on_a_shared_claim_cache_are_refused_and_the_pod_keeps_serving() {
+    let (fake, ctx, name) = shared_claim_cache().await;
+    let before = fake.get(&deployments(), &name).expect("Deployment");
+    hpa_scales(&fake, &name, 3).await;
+    let cs = run_without_child_writes(&fake, &ctx, &name, "more replicas on a shared cache").await;
+    assert_eq!(fake.get(&deployments(), &name), Some(before));
+    assert_eq!(deployment_replicas(&fake, &name), 1);
+    let rec = condition(&cs, "Reconciled");
+    assert_eq!(rec.reason, "InvalidSpec");
+    assert!(
+        rec.message.contains(
+            "spec.replicas: 3 is more than 1: spec.volumes[0] caches on the existing claim \"content\""
+        ),
+        "{}",
+        rec.message
+    );
+    hpa_scales(&fake, &name, 1).await;
+    let cs = run(&fake, &ctx, &name).await;
+    assert_eq!(condition(&cs, "Reconciled").reason, "Applied");
+}
+
+/// Switching kinds with a cache on an existing claim: the new workload's pods cannot take the
+/// cache directory's lock while the old pods hold it, so waiting for them to be ready would
+/// stall forever. The old workload is removed at once (an Event says why), both ways.
+#[tokio::test]
+async fn switching_kinds_with_a_shared_claim_cache_removes_the_old_workload_at_once() {
+    let (fake, ctx, name) = shared_claim_cache().await;
+    fake.set_rolled_out(&deployments(), &name, 1);
+    run(&fake, &ctx, &name).await;
+    let cs = edit_and_run(&fake, &ctx, &name, |cs| {
+        let volumes = cs["spec"]["volumes"].as_array_mut().expect("volumes");
+        volumes.push(json!({"name": "scratch", "source":
+            {"claimTemplate": {"size": "1Gi", "accessModes": ["ReadWriteOnce"]}}}));
+        let routes = cs["spec"]["routes"].as_array_mut().expect("routes");
+        routes.insert(0, json!({"prefix": "/scratch/", "volume": "scratch"}));
+    })
+    .await;
+    assert!(fake.get(&statefulsets(), &name).is_some());
+    assert!(
+        fake.get(&deployments(), &name).is_none(),
+        "the Deployment's pod holds the lock the StatefulSet's pod needs"
+    );
+    assert!(
+        !condition(&cs, "Reconciled")
+            .message
+            .contains("keeps serving"),
+        "{}",
+        condition(&cs, "Reconciled").message
+    );
+    assert!(
+        fake.events().iter().any(|(_, r, n)| r == "WorkloadReplaced"
+            && n.contains("Deployment removed before the StatefulSet is ready")),
+        "{:?}",
+        fake.events()
+    );
+
+    edit_and_run(&fake, &ctx, &name, |cs| {
+        cs["spec"]["volumes"]
+            .as_array_mut()
+            .expect("volumes")
+            .truncate(1);
+        cs["spec"]["routes"]
+            .as_array_mut()
+            .expect("routes")
+            .remove(0);
+    })
+    .await;
+    assert!(fake.get(&deployments(), &name).is_some());
+    assert!(fake.get(&statefulsets(), &name).is_none());
+    assert!(fake.get(&services(), "minimal-headless").is_none());
+}

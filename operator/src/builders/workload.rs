@@ -7,7 +7,10 @@
 //! Except when a cache volume is shared between pods (an existing persistentVolumeClaim, a
 //! hostPath): the server locks its cache directory and a second process on it refuses to start,
 //! so a surge pod would crash until the old pod left, which a surge rollout waits for its new pod
-//! to be ready before doing. Such a Deployment is `Recreate` (old pods stop first). A StatefulSet
+//! to be ready before doing. Such a Deployment is `Recreate` (old pods stop first). Across pods:
+//! a cache on an existing claim allows one replica (refused by the CRD's CEL rules and
+//! `validation.rs`), and a hostPath cache gets a required pod anti-affinity on the node name (one
+//! pod per node) for either kind. A StatefulSet
 //! replaces a pod only after it stopped, and per-pod claims and emptyDirs are never shared. The
 //! StatefulSet uses `podManagementPolicy: Parallel` (pods are interchangeable replicas, not an
 //! ordered cluster) and keeps claims on scale-down and deletion (`Retain`).
@@ -28,11 +31,11 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
+    Affinity, Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     HTTPGetAction, HostPathVolumeSource, ImageVolumeSource, Lifecycle, LifecycleHandler,
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext,
-    SleepAction, Volume, VolumeMount, VolumeResourceRequirements,
+    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    SeccompProfile, SecurityContext, SleepAction, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -311,7 +314,7 @@ pub fn pod_template(cs: &ContentServer, config_hash: &str) -> PodTemplateSpec {
             image_pull_secrets: (!spec.image_pull_secrets.is_empty())
                 .then(|| spec.image_pull_secrets.clone()),
             node_selector: (!sched.node_selector.is_empty()).then(|| sched.node_selector.clone()),
-            affinity: sched.affinity.clone(),
+            affinity: affinity(cs),
             tolerations: (!sched.tolerations.is_empty()).then(|| sched.tolerations.clone()),
             topology_spread_constraints: (!sched.topology_spread_constraints.is_empty())
                 .then(|| sched.topology_spread_constraints.clone()),
@@ -319,6 +322,38 @@ pub fn pod_template(cs: &ContentServer, config_hash: &str) -> PodTemplateSpec {
             ..PodSpec::default()
         }),
     }
+}
+
+/// Label of a node's name, the topology key of the one-pod-per-node rule.
+pub const HOSTNAME_TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
+
+/// True when some cache volume is a hostPath: pods on one node would share its directory.
+pub fn caches_on_host_path(spec: &ContentServerSpec) -> bool {
+    spec.volumes
+        .iter()
+        .any(|v| v.cache.is_some() && v.source.host_path.is_some())
+}
+
+/// `scheduling.affinity`, plus, when a cache volume is a hostPath ([`caches_on_host_path`]), a
+/// required pod anti-affinity on the node name against this ContentServer's own pods: one server
+/// per node, so no two share the node's cache directory (the second would crash-loop on its
+/// lock). Rendered whatever the replica count, so scaling never changes the pod template.
+fn affinity(cs: &ContentServer) -> Option<Affinity> {
+    let mut affinity = cs.spec.scheduling.affinity.clone();
+    if caches_on_host_path(&cs.spec) {
+        let a = affinity.get_or_insert_with(Affinity::default);
+        let anti = a
+            .pod_anti_affinity
+            .get_or_insert_with(PodAntiAffinity::default);
+        anti.required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(PodAffinityTerm {
+                label_selector: Some(selector(cs)),
+                topology_key: HOSTNAME_TOPOLOGY_KEY.into(),
+                ..PodAffinityTerm::default()
+            });
+    }
+    affinity
 }
 
 fn selector(cs: &ContentServer) -> LabelSelector {
@@ -338,7 +373,9 @@ pub fn shares_a_cache_directory(spec: &ContentServerSpec) -> bool {
 }
 
 /// The Deployment's rollout: surge (capacity never drops), or `Recreate` when a cache
-/// directory is shared ([`shares_a_cache_directory`]: a new pod could not start beside the old).
+/// directory is shared ([`shares_a_cache_directory`]: a new pod could not start beside the old;
+/// with a hostPath cache the one-pod-per-node anti-affinity would also keep a surge pod off the
+/// nodes whose old pod it replaces).
 fn deployment_strategy(spec: &ContentServerSpec) -> DeploymentStrategy {
     if shares_a_cache_directory(spec) {
         return DeploymentStrategy {

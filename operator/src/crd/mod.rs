@@ -121,6 +121,18 @@ pub const MAX_VOLUME_NAME: usize = 59;
         "rule": "!has(self.routes) || self.routes.all(r, has(r.cache) || ((!has(r.volume) || !self.volumes.exists(v, v.name == r.volume && has(v.cache))) && (!has(r.split) || !r.split.exists(t, self.volumes.exists(v, v.name == t.volume && has(v.cache))))))",
         "message": "a volume with cache may only be used by routes with cache",
         "fieldPath": ".routes"
+    },
+    {
+        "rule": "!has(self.replicas) || self.replicas <= 1 || !self.volumes.exists(v, has(v.cache) && has(v.source.persistentVolumeClaim))",
+        "message": "replicas must be at most 1 while a cache volume is an existing persistentVolumeClaim: every pod mounts that claim and only one server may use a cache directory (use claimTemplate for a cache per pod)",
+        "fieldPath": ".replicas",
+        "reason": "FieldValueForbidden"
+    },
+    {
+        "rule": "!has(self.autoscaling) || self.autoscaling.maxReplicas <= 1 || !self.volumes.exists(v, has(v.cache) && has(v.source.persistentVolumeClaim))",
+        "message": "autoscaling.maxReplicas must be at most 1 while a cache volume is an existing persistentVolumeClaim: every pod mounts that claim and only one server may use a cache directory (use claimTemplate for a cache per pod)",
+        "fieldPath": ".autoscaling.maxReplicas",
+        "reason": "FieldValueForbidden"
     }
 ]))]
 pub struct ContentServerSpec {

@@ -34,6 +34,8 @@ pub struct VolumeSpec {
     #[serde(default)]
     pub pool: PoolSpec,
     /// Present = the volume caches origin responses (mounted read-write whatever readOnly says).
+    /// A cache directory has one server: on a persistentVolumeClaim at most one replica, on a
+    /// hostPath at most one pod per node.
     pub cache: Option<VolumeCacheSpec>,
 }
 
@@ -54,7 +56,8 @@ impl VolumeSpec {
     "message": "set exactly one of persistentVolumeClaim, claimTemplate, emptyDir, hostPath, image"
 }]))]
 pub struct VolumeSource {
-    /// An existing PersistentVolumeClaim shared by all pods (ReadOnlyMany for replicas > 1).
+    /// An existing PersistentVolumeClaim shared by all pods (ReadOnlyMany for replicas > 1). As
+    /// a cache volume it allows one replica only: a cache directory has one server.
     pub persistent_volume_claim: Option<PvcSource>,
     /// A claim per pod (turns the workload into a StatefulSet).
     pub claim_template: Option<ClaimTemplateSource>,

@@ -6,7 +6,8 @@
 //! touches a child; a StatefulSet whose immutable fields (claim templates, pod management policy,
 //! service name) changed is deleted with `propagationPolicy: Orphan` — its pods keep serving and
 //! are adopted by the replacement — never with cascading deletion; a workload of the previous
-//! kind (Deployment <-> StatefulSet) is removed only after the new one has all pods ready.
+//! kind (Deployment <-> StatefulSet) is removed only after the new one has all pods ready (at once
+//! when the pods share a cache directory: the new pods could not start beside the old).
 //! Building objects is `builders/`' job, computing conditions is `status.rs`'.
 
 mod api;

@@ -1,9 +1,13 @@
 //! Replacements that must not cost an outage: a StatefulSet whose immutable fields changed is
 //! deleted with orphaning (its pods keep serving and are adopted by the recreated one), and the
 //! workload of the previous kind (Deployment <-> StatefulSet) goes only once the new one has all
-//! pods ready. Must never delete with cascading propagation while pods are still needed.
+//! pods ready — except when the pods share a cache directory, which only one server may use: then
+//! it goes at once, as a `Recreate` rollout would. Must never delete with cascading propagation
+//! while pods are still needed.
 
-use crate::builders::workload::{claim_template_signature, statefulset, WorkloadKind};
+use crate::builders::workload::{
+    claim_template_signature, shares_a_cache_directory, statefulset, WorkloadKind,
+};
 use crate::builders::{self, headless_service_name};
 use crate::reconcile::api::{apply, delete_if_exists, owned_by, publish};
 use crate::reconcile::applied::{rollout_state, Applied};
@@ -62,12 +66,22 @@ pub async fn apply_statefulset(scope: &Scope<'_>, applied: &mut Applied) -> Resu
     Ok(())
 }
 
-/// Remove the workload of the other kind once the new one is fully ready; the headless Service
-/// goes with the StatefulSet it governs.
+/// Remove the workload of the other kind once the new one is fully ready, or at once when a
+/// cache directory is shared between pods ([`shares_a_cache_directory`]): the old pods hold the
+/// directory's lock, so the new pods could never become ready beside them (the switch would
+/// stall forever); like a `Recreate` rollout, serving stops until the new pods start. The
+/// headless Service goes with the StatefulSet it governs.
 pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Result<(), Error> {
     let ready = applied
         .state
         .is_some_and(|s| s.ready >= scope.cs.spec.replicas && s.observed_latest);
+    let why = if shares_a_cache_directory(&scope.cs.spec) {
+        Removal::SharedCache
+    } else if ready {
+        Removal::Ready
+    } else {
+        Removal::NotYet
+    };
     match applied.kind {
         WorkloadKind::StatefulSet => {
             let deps: Api<Deployment> = scope.api();
@@ -75,7 +89,7 @@ pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Resu
             remove_when_ready(
                 &deps,
                 scope,
-                ready,
+                why,
                 ["Deployment", "StatefulSet"],
                 serving,
                 applied,
@@ -88,7 +102,7 @@ pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Resu
             let sts_remains = remove_when_ready(
                 &stss,
                 scope,
-                ready,
+                why,
                 ["StatefulSet", "Deployment"],
                 serving,
                 applied,
@@ -108,12 +122,23 @@ pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Resu
     Ok(())
 }
 
-/// Delete our workload of kind `[old, new]`'s `old` when `ready`; true when it still exists
-/// (its ready pods, by `serving`, then count as serving in the status).
+/// Whether (and why) the workload of the other kind goes now.
+#[derive(Clone, Copy)]
+enum Removal {
+    /// The new workload has all pods ready.
+    Ready,
+    /// The pods share a cache directory: the old pods must stop for the new ones to start.
+    SharedCache,
+    /// Keep it serving.
+    NotYet,
+}
+
+/// Delete our workload of kind `[old, new]`'s `old` unless `Removal::NotYet`; true when it still
+/// exists (its ready pods, by `serving`, then count as serving in the status).
 async fn remove_when_ready<K>(
     api: &Api<K>,
     scope: &Scope<'_>,
-    ready: bool,
+    why: Removal,
     [old, new]: [&str; 2],
     serving: impl Fn(&K) -> Option<i32>,
     applied: &mut Applied,
@@ -125,20 +150,26 @@ where
     let Some(existing) = api.get_opt(&name).await?.filter(|o| owned_by(o, scope.cs)) else {
         return Ok(false);
     };
-    if !ready {
-        applied.notes.push(format!(
-            "the previous {old} keeps serving until the {new} is ready"
-        ));
-        applied.serving_elsewhere = serving(&existing).unwrap_or(0);
-        return Ok(true);
-    }
+    let message = match why {
+        Removal::NotYet => {
+            applied.notes.push(format!(
+                "the previous {old} keeps serving until the {new} is ready"
+            ));
+            applied.serving_elsewhere = serving(&existing).unwrap_or(0);
+            return Ok(true);
+        }
+        Removal::Ready => format!("{old} removed: the {new} is ready"),
+        Removal::SharedCache => format!(
+            "{old} removed before the {new} is ready: their pods share a cache directory, which only one server may use"
+        ),
+    };
     delete_if_exists(api, &existing.name_any(), &DeleteParams::background()).await?;
     publish(
         scope.ctx,
         scope.cs,
         false,
         "WorkloadReplaced",
-        format!("{old} removed: the {new} is ready"),
+        message,
         "ReplaceWorkload",
     )
     .await;
