@@ -102,6 +102,12 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
         return Err(crate::config::ConfigError::Invalid(overlaps))
             .context("volume directories overlap once symlinks are resolved");
     }
+    // A bad purge token file stops the server before it touches a cache directory (its lock,
+    // its temporary files) or binds a port.
+    if !config.admin.purge_token_file.is_empty() {
+        crate::cache::purge::read_token(std::path::Path::new(&config.admin.purge_token_file))
+            .map_err(|e| anyhow::anyhow!("admin.purge_token_file: {e}"))?;
+    }
     let volumes = config
         .volumes
         .iter()

@@ -808,6 +808,17 @@ fn a_second_node_on_the_same_cache_directory_refuses_to_start() {
         1,
         "the second node removed the fill's file"
     );
+    // Nor inside it (one of its level directories).
+    let inner = cache.join("0");
+    std::fs::create_dir_all(&inner).expect("mkdir");
+    let mut nested = cfg.clone();
+    nested.volumes[0].path = inner.clone();
+    let err = match Server::try_start_with_env(&nested, &[]) {
+        Ok(_) => panic!("a second node started inside {}", cache.display()),
+        Err(e) => e,
+    };
+    assert!(err.contains("is inside"), "{err}");
+    assert!(!inner.join(".lock").exists(), "it made its lock file first");
     // The first node's fill goes on and stores its entry.
     let r = reader.join().expect("reader");
     assert_eq!((r.status, xcache(&r)), (200, "MISS"));
@@ -1077,6 +1088,20 @@ fn a_rotated_or_deleted_token_file_takes_effect_at_once() {
         "{}",
         n.srv.logs()
     );
+    // A FIFO in its place is refused at once, not waited on.
+    std::fs::create_dir(secret.join("..v3")).expect("mkdir");
+    let st = std::process::Command::new("mkfifo")
+        .arg(secret.join("..v3").join("token"))
+        .status()
+        .expect("mkfifo (coreutils)");
+    assert!(st.success());
+    std::os::unix::fs::symlink("..v3", secret.join("..data_tmp")).expect("symlink");
+    std::fs::rename(secret.join("..data_tmp"), secret.join("..data")).expect("swap ..data");
+    let t = Instant::now();
+    let r = admin(&n, "POST", "/cache/purge?prefix=/", new);
+    assert_eq!(r.status, 500, "{}", String::from_utf8_lossy(&r.body));
+    assert!(String::from_utf8_lossy(&r.body).contains("not a regular file"));
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 }
 
 /// A token file that cannot be read, is empty or holds more than one line stops the server at
@@ -1091,12 +1116,20 @@ fn a_bad_token_file_stops_the_server_before_it_listens() {
         (Some(""), "holds no token"),
         (Some("  \n"), "holds no token"),
         (Some("tok1\ntok2\n"), "holds more than one line"),
+        // A FIFO would block whoever opens it for reading.
+        (Some("FIFO"), "not a regular file"),
     ] {
+        let _ = std::fs::remove_file(&token);
         match content {
-            Some(c) => std::fs::write(&token, c).expect("write the token"),
-            None => {
-                let _ = std::fs::remove_file(&token);
+            Some("FIFO") => {
+                let st = std::process::Command::new("mkfifo")
+                    .arg(&token)
+                    .status()
+                    .expect("mkfifo (coreutils)");
+                assert!(st.success());
             }
+            Some(c) => std::fs::write(&token, c).expect("write the token"),
+            None => {}
         }
         let mut cfg = config(
             &["http://127.0.0.1:9".into()],
@@ -1116,6 +1149,10 @@ fn a_bad_token_file_stops_the_server_before_it_listens() {
         assert!(
             !err.contains("listening"),
             "{content:?}: a port was opened first:\n{err}"
+        );
+        assert!(
+            !dir.path().join("cache").join(".lock").exists(),
+            "{content:?}: the cache directory was taken first"
         );
     }
 }

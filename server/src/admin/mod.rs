@@ -258,16 +258,20 @@ fn purge_target(query: &str) -> Result<crate::cache::purge::Target, String> {
         if target.is_some() {
             return Err(format!("{k} given after another key or prefix: {USAGE}"));
         }
+        // The query value is the request path percent-encoded once more (`%` as `%25`).
         let v = match crate::resolve::percent_decode(v.as_bytes()).map(String::from_utf8) {
             Ok(Ok(v)) if v.starts_with('/') => v,
-            _ => {
+            Ok(Ok(_)) => return Err(format!("{k}={v:?} does not start with '/': {USAGE}")),
+            Ok(Err(_)) => {
                 return Err(format!(
-                    "{k}={v:?} is not a percent-encoded path starting with '/': {USAGE}"
+                    "{k}={v:?} decodes to bytes that are not UTF-8: the value is the request \
+                     path percent-encoded (a path holding %FF is given as %25FF)"
                 ))
             }
+            Err(e) => return Err(format!("{k}={v:?}: {e}: {USAGE}")),
         };
         // Canonical like a key: every alias of the path names the same objects.
-        target = Some(Target::parse(&v, prefix).map_err(|e| format!("{k}={v}: {e}"))?);
+        target = Some(Target::parse(&v, prefix).map_err(|e| format!("{k}={v:?}: {e}"))?);
     }
     target.ok_or_else(|| USAGE.to_string())
 }
@@ -498,8 +502,12 @@ mod tests {
             ("prefix=/&key=/a.bin", "after another"),
             ("key=/a&key=/b", "after another"),
             ("", "exactly one"),
-            ("key=a.bin", "starting with '/'"),
-            ("key", "starting with '/'"),
+            ("key=a.bin", "start with '/'"),
+            ("key", "start with '/'"),
+            ("key=/a%FF", "not UTF-8"),
+            ("key=/a%00", "\\0"),
+            ("prefix=/a/..", "no '.' or '..' segments"),
+            ("prefix=/a/%2e%2E/", "no '.' or '..' segments"),
             ("keys=/a", "unknown parameter"),
             ("key=/a&x=1", "unknown parameter"),
         ] {

@@ -46,6 +46,16 @@ impl Target {
             Some((p, q)) => (p, Some(q)),
             None => (value, None),
         };
+        // A prefix is taken as written: `.`/`..` would widen it (`/a/..` is every object).
+        let dot = |seg: &str| {
+            crate::resolve::percent_decode(seg.as_bytes())
+                .is_ok_and(|d| d.as_slice() == b"." || d.as_slice() == b"..")
+        };
+        if prefix && path.split('/').any(dot) {
+            return Err(crate::resolve::ResolveError::Bad(
+                "a purge prefix has no '.' or '..' segments (it is matched as written)",
+            ));
+        }
         let mut v = crate::resolve::canonical(path)?;
         if let Some(q) = query {
             v.push('?');
@@ -73,10 +83,27 @@ impl Target {
 /// an error saying so (the token itself is never in the message).
 pub fn read_token(path: &Path) -> Result<String, String> {
     use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let shown = path.display();
     let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_TOKEN_FILE_BYTES + 1).read_to_end(&mut bytes))
+    // Non-blocking, and only a regular file is read: a FIFO (or a device) put there would
+    // block the opener, at start-up before any port is open or on the admin port's thread.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let kind = f
+        .metadata()
+        .map_err(|e| format!("cannot read {shown}: {e}"))?
+        .file_type();
+    if !kind.is_file() {
+        return Err(format!(
+            "{shown} is not a regular file ({kind:?}): it must be a file holding one token"
+        ));
+    }
+    f.take(MAX_TOKEN_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read {shown}: {e}"))?;
     if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
         return Err(format!(
