@@ -407,7 +407,8 @@ fn only_if_cached_never_asks_the_origin() {
     assert_eq!((r.status, xcache(&r)), (206, "HIT"));
     assert!(r.body == body[10..20]);
     // Slices 1 and 2 are not stored: the whole object would need the origin.
-    assert_eq!(get(&n, "/o.bin", only).status, 504);
+    let r = get(&n, "/o.bin", only);
+    assert_eq!((r.status, xcache(&r)), (504, "MISS"));
     assert_eq!(o.requests("/o.bin"), asked, "the origin was asked");
     assert!(get(&n, "/o.bin", "").body == body);
     wait_committed(&n);
@@ -423,6 +424,27 @@ fn only_if_cached_never_asks_the_origin() {
         assert_eq!((r.status, xcache(&r)), (code, "HIT"));
         assert!(r.header("Age").is_some(), "{code} without Age");
     }
+}
+
+/// only-if-cached on a copy stale within stale-while-revalidate: served (STALE) and no
+/// refresh started for it, so nothing at all goes to the origin.
+#[test]
+fn only_if_cached_on_a_stale_copy_starts_no_refresh() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(3 * SLICE, 5);
+    o.put(
+        "/s.bin",
+        Object::new(body.clone()).cache_control("max-age=1, stale-while-revalidate=60"),
+    );
+    assert!(get(&n, "/s.bin", "").body == body);
+    wait_committed(&n);
+    std::thread::sleep(Duration::from_millis(1100));
+    let asked = o.requests("/s.bin");
+    let r = get(&n, "/s.bin", "Cache-Control: only-if-cached\r\n");
+    assert_eq!((r.status, xcache(&r)), (200, "STALE"));
+    assert!(r.body == body);
+    settle(&n);
+    assert_eq!(o.requests("/s.bin"), asked, "the origin was asked");
 }
 
 /// A background refresh (stale-while-revalidate) whose answer may no longer be stored
@@ -555,12 +577,50 @@ fn a_range_that_finds_a_new_version_outdates_the_stored_first_slice() {
     wait_committed(&n);
     let v3 = pattern(SLICE + 100, 3);
     o.put("/h.bin", Object::version(v3.clone(), 3));
-    let r = get(&n, "/h.bin", &format!("Range: bytes={at}-{}\r\n", at + 9));
+    // The next request on the same connection, sent at once, finds the first slice gone.
+    let mut c = common::Conn::new(n.srv.addr);
+    let range = format!("bytes={at}-{}", at + 9);
+    let r = c
+        .request("GET", "/h.bin", &[("Range", range.as_str())])
+        .expect("the range's answer");
     assert_eq!(r.status, 416);
-    settle(&n);
-    std::thread::sleep(Duration::from_millis(200));
-    let r = common::cache::try_get(&n, "/h.bin", "").expect("a whole answer");
+    let r = c.request("GET", "/h.bin", &[]).expect("a whole answer");
     assert!(r.body == v3, "not version 3 whole ({} bytes)", r.body.len());
+}
+
+/// The same for an object of several slices: the request that revalidated gets the whole
+/// validated body (its later slices stay until it has read them), later requests are passed
+/// through.
+#[test]
+fn a_304_that_forbids_storing_withdraws_a_sliced_object_after_its_readers() {
+    let (o, n) = origin_and_node(SLICED);
+    let len = 4 * SLICE + 100;
+    for i in 0..5 {
+        let p = format!("/q{i}.bin");
+        let v1 = pattern(len, 1);
+        o.put(
+            &p,
+            Object::version(v1.clone(), 1).cache_control("max-age=1, stale-while-revalidate=0"),
+        );
+        assert!(get(&n, &p, "").body == v1);
+        wait_committed(&n);
+        std::thread::sleep(Duration::from_millis(1050));
+        o.fault_times(
+            &p,
+            Fault::Raw(
+                b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: no-store\r\n\r\n"
+                    .to_vec(),
+            ),
+            1,
+        );
+        let r = common::cache::try_get(&n, &p, "").expect("the whole validated body");
+        assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"), "{p}");
+        assert!(r.body == v1, "{p}: {} bytes", r.body.len());
+        settle(&n);
+        let r = get(&n, &p, "");
+        assert_eq!(xcache(&r), "BYPASS", "{p}");
+        assert!(r.body == v1);
+    }
 }
 
 /// A 304 that says the response may no longer be stored (`private`) validates the body for
@@ -1100,7 +1160,7 @@ fn a_rotated_or_deleted_token_file_takes_effect_at_once() {
     let t = Instant::now();
     let r = admin(&n, "POST", "/cache/purge?prefix=/", new);
     assert_eq!(r.status, 500, "{}", String::from_utf8_lossy(&r.body));
-    assert!(String::from_utf8_lossy(&r.body).contains("not a regular file"));
+    assert!(String::from_utf8_lossy(&r.body).contains("is a FIFO"));
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 }
 
@@ -1117,7 +1177,7 @@ fn a_bad_token_file_stops_the_server_before_it_listens() {
         (Some("  \n"), "holds no token"),
         (Some("tok1\ntok2\n"), "holds more than one line"),
         // A FIFO would block whoever opens it for reading.
-        (Some("FIFO"), "not a regular file"),
+        (Some("FIFO"), "is a FIFO: it must be a regular file"),
     ] {
         let _ = std::fs::remove_file(&token);
         match content {

@@ -697,6 +697,7 @@ async fn targets_are_sent_with_unsendable_bytes_percent_encoded() {
         ("/a`b<c>\"d\"", "/a%60b%3Cc%3E%22d%22"),
         ("/x%2Fy?q={1}|^", "/x%2Fy?q=%7B1%7D%7C%5E"),
         ("/caf\u{e9}", "/caf%C3%A9"),
+        ("/q?x=[1]", "/q?x=%5B1%5D"),
         ("/plain%20name?x=1", "/plain%20name?x=1"),
     ] {
         let mut r = up

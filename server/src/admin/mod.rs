@@ -507,6 +507,8 @@ mod tests {
             ("key=/a%FF", "not UTF-8"),
             ("key=/a%00", "\\0"),
             ("prefix=/a/..", "no '.' or '..' segments"),
+            ("key=/a%3F%00", "control character"),
+            ("key=/a%0D%0Ab", "control character"),
             ("prefix=/a/%2e%2E/", "no '.' or '..' segments"),
             ("keys=/a", "unknown parameter"),
             ("key=/a&x=1", "unknown parameter"),

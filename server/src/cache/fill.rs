@@ -574,11 +574,17 @@ impl Fill {
                     meta: Arc::new(meta),
                 })));
                 if !authorized {
-                    tracing::debug!(volume = %cv.name, target = %job.target, why = why.as_str(), "revalidated but no longer storable; the object is dropped");
-                    let _ = cv.remove_object(old.id.hash()).await;
-                    if old.id.slice == 0 {
-                        cv.passes.mark(old.id.hash(), now);
+                    // Its first slice (and this one) go, and its next requests are passed
+                    // through; later slices stay for the requests reading the validated body
+                    // now (they are of the same version) until eviction takes them.
+                    tracing::debug!(volume = %cv.name, target = %job.target, why = why.as_str(), "revalidated but no longer storable; the object is withdrawn");
+                    let first = EntryId::new(old.id.hash(), 0);
+                    if old.id == first {
+                        cv.withdraw(&[first]);
+                    } else {
+                        cv.withdraw(&[first, old.id]);
                     }
+                    cv.passes.mark(old.id.hash(), now);
                 }
                 return;
             }

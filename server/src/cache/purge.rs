@@ -46,6 +46,12 @@ impl Target {
             Some((p, q)) => (p, Some(q)),
             None => (value, None),
         };
+        // No request carries a raw control byte (NUL, CR, LF...): such a value names nothing.
+        if value.chars().any(char::is_control) {
+            return Err(crate::resolve::ResolveError::Bad(
+                "a control character (NUL, CR, LF...) is in no request target",
+            ));
+        }
         // A prefix is taken as written: `.`/`..` would widen it (`/a/..` is every object).
         let dot = |seg: &str| {
             crate::resolve::percent_decode(seg.as_bytes())
@@ -98,8 +104,20 @@ pub fn read_token(path: &Path) -> Result<String, String> {
         .map_err(|e| format!("cannot read {shown}: {e}"))?
         .file_type();
     if !kind.is_file() {
+        use std::os::unix::fs::FileTypeExt;
+        let what = if kind.is_dir() {
+            "a directory"
+        } else if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        };
         return Err(format!(
-            "{shown} is not a regular file ({kind:?}): it must be a file holding one token"
+            "{shown} is {what}: it must be a regular file holding one token"
         ));
     }
     f.take(MAX_TOKEN_FILE_BYTES + 1)

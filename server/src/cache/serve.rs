@@ -310,8 +310,8 @@ impl Ctx<'_> {
         };
         let now_ms = unix_now_ms();
         // Only what is stored, and only as the origin allowed it to be used without asking it
-        // (fresh, or stale within stale-while-revalidate: the refresh is the cache's own, not
-        // this request's; RFC 9111 §5.2.1.7); otherwise 504, the origin not asked.
+        // (fresh, or stale within stale-while-revalidate: STALE, no refresh started; RFC 9111
+        // §5.2.1.7); otherwise 504, the origin not asked.
         if self.req.only_if_cached
             && stored
                 .as_ref()
@@ -335,9 +335,9 @@ impl Ctx<'_> {
             if slice > 0 && self.auth.is_none() {
                 match &first {
                     First::Serve(Source::Fill(_, head), _) => {
-                        self.first_slice_outdated(slice, Some(head.clone()))
+                        self.first_slice_outdated(slice, Some(&head.meta)).await
                     }
-                    First::Error(416, _) => self.first_slice_outdated(slice, None),
+                    First::Error(416, _) => self.first_slice_outdated(slice, None).await,
                     _ => {}
                 }
             }
@@ -348,7 +348,11 @@ impl Ctx<'_> {
             return First::Serve(Source::Stored(s), CacheStatus::Hit);
         }
         if now_ms < m.stale_while_revalidate_until_ms {
-            // Serve stale; one background refresh (unless one runs already).
+            // Serve stale; one background refresh (unless one runs already, or the request is
+            // only-if-cached: nothing goes to the origin for it, STALE says so).
+            if self.req.only_if_cached {
+                return First::Serve(Source::Stored(s), CacheStatus::Stale);
+            }
             if self.cv.fill_running(id).is_none() {
                 if let FillFor::Fill(fill, false) = self.fill(slice, Some(s.clone()), false) {
                     self.follow_refresh(fill, s.clone());
@@ -615,25 +619,23 @@ impl Ctx<'_> {
     /// another version (`new`), or none that long (None: the origin said 416). A stored first
     /// slice of the old version would start the next full read and cut it where this slice
     /// begins: it goes (later old slices are refetched conditionally when met).
-    fn first_slice_outdated(&self, slice: u32, new: Option<Arc<super::fill::FillHead>>) {
-        let cv = self.cv.clone();
-        let key = self.key.clone();
-        let key_bytes = self.key_bytes.clone();
-        let reaches = slice as u64 * cv.slice_size;
-        tokio::spawn(async move {
-            let Ok(Found::Stored(s0)) = cv.find(key.slice(0), &key_bytes).await else {
-                return;
-            };
-            let outdated = match &new {
-                Some(h) => !s0.meta.same_version(&h.meta),
-                None => s0.meta.total_size > reaches,
-            };
-            if outdated {
-                tracing::debug!(volume = %cv.name, slice, "a later slice found the object changed; its stored first slice is dropped");
-                let old = s0.meta.clone();
-                cv.remove_slices(&[key.slice(0)], |s| !s.meta.same_version(&old));
-            }
-        });
+    /// Done before this request is answered: a next request on the same connection must not
+    /// find the old first slice.
+    async fn first_slice_outdated(&self, slice: u32, new: Option<&super::entry::EntryMeta>) {
+        let reaches = slice as u64 * self.cv.slice_size;
+        let Ok(Found::Stored(s0)) = self.cv.find(self.key.slice(0), &self.key_bytes).await else {
+            return;
+        };
+        let outdated = match new {
+            Some(m) => !s0.meta.same_version(m),
+            None => s0.meta.total_size > reaches,
+        };
+        if outdated {
+            tracing::debug!(volume = %self.cv.name, slice, "a later slice found the object changed; its stored first slice is dropped");
+            let old = s0.meta.clone();
+            self.cv
+                .remove_slices(&[self.key.slice(0)], |s| !s.meta.same_version(&old));
+        }
     }
 
     /// Start filling `slice` if it is neither stored nor being filled (prefetch; not for a

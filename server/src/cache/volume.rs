@@ -372,6 +372,15 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         self.update_gauges();
     }
 
+    /// Delete stored entries `ids` whatever runs (a fill withdrawing what it revalidated):
+    /// out of the index and the open table, files deleted on the pool (counted as invalid).
+    pub fn withdraw(&self, ids: &[EntryId]) {
+        for &id in ids {
+            self.delete_invalid(id);
+        }
+        self.update_gauges();
+    }
+
     /// Forget the open entry `id` (replaced, evicted, purged).
     pub fn forget(&self, id: EntryId) {
         lock(&self.open).swap_remove(&id);
