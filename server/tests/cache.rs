@@ -652,6 +652,31 @@ fn a_304_that_forbids_storing_withdraws_the_object() {
     assert!(r.body == v1);
 }
 
+/// A seek into a stale object whose background refresh gets 416 (the object is shorter now)
+/// drops the old first slice too: the next full read is the new version.
+#[test]
+fn a_background_refresh_past_the_new_end_drops_the_old_first_slice() {
+    let (o, n) = origin_and_node(SLICED);
+    let len = 3 * SLICE + 100;
+    let cc = "max-age=1, stale-while-revalidate=60";
+    o.put(
+        "/k.bin",
+        Object::version(pattern(len, 1), 1).cache_control(cc),
+    );
+    assert_eq!(get(&n, "/k.bin", "").body.len(), len);
+    wait_committed(&n);
+    let v2 = pattern(SLICE + 10, 2);
+    o.put("/k.bin", Object::version(v2.clone(), 2).cache_control(cc));
+    std::thread::sleep(Duration::from_millis(1100));
+    let at = 2 * SLICE;
+    let r = get(&n, "/k.bin", &format!("Range: bytes={at}-{}\r\n", at + 99));
+    assert_eq!((r.status, xcache(&r)), (206, "UPDATING"));
+    settle(&n);
+    std::thread::sleep(Duration::from_millis(200));
+    let r = common::cache::try_get(&n, "/k.bin", "").expect("a whole answer");
+    assert!(r.body == v2, "not the new version ({} bytes)", r.body.len());
+}
+
 #[test]
 fn stale_entries_are_revalidated_refreshed_in_the_background_or_served_on_error() {
     let (o, n) = origin_and_node("slice_size = 0");

@@ -610,6 +610,14 @@ impl Ctx<'_> {
                     let old = stale.meta.clone();
                     cv.remove_slices(&[key.slice(0)], |s| !s.meta.same_version(&old));
                 }
+                // Or no such slice any more (416: the object is shorter now).
+                Progress::Failed(e)
+                    if stale.id.slice > 0 && matches!(*e, FillError::NotSatisfiable { .. }) =>
+                {
+                    drop(rx);
+                    let old = stale.meta.clone();
+                    cv.remove_slices(&[key.slice(0)], |s| !s.meta.same_version(&old));
+                }
                 _ => {}
             }
         });
