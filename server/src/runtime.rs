@@ -104,10 +104,7 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
     }
     // A bad purge token file stops the server before it touches a cache directory (its lock,
     // its temporary files) or binds a port.
-    if !config.admin.purge_token_file.is_empty() {
-        crate::cache::purge::read_token(std::path::Path::new(&config.admin.purge_token_file))
-            .map_err(|e| anyhow::anyhow!("admin.purge_token_file: {e}"))?;
-    }
+    crate::cache::purge::check_token_file(&config)?;
     let volumes = config
         .volumes
         .iter()
@@ -121,7 +118,6 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
     }
     let (caches, cache_routes) = crate::cache::start(&config, &volumes, &metrics)?;
     let router = Router::new(&config);
-    // Before any socket is bound: a bad token file stops the server with its ports never open.
     let purge = crate::cache::purge::Purge::from_config(&config, &caches)?;
     let listeners = accept::bind_all(&config, workers)?;
     lifecycle.add_listeners_bound(listeners.iter().map(Vec::len).sum());

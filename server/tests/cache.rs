@@ -1029,13 +1029,10 @@ fn purge_needs_the_bearer_token() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_purge_that_cannot_delete_says_so_and_serves_the_object_no_more() {
-    let o = FaultOrigin::start();
-    let dir = common::tempdir();
-    let token = dir.path().join("token");
-    std::fs::write(&token, "t0ken\n").expect("write the purge token");
-    let mut cfg = config(&[o.url()], &dir.path().join("cache"), "", SLICED);
-    cfg.admin.purge_token_file = token.display().to_string();
-    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_remove=return(eacces)")]);
+    let (o, n) = common::cache::origin_and_purge_node_with_env(
+        SLICED,
+        &[("FAILPOINTS", "cache_remove=return(eacces)")],
+    );
     o.put("/p/a.bin", Object::new(pattern(100_000, 11)));
     assert_eq!(xcache(&get(&n, "/p/a.bin", "")), "MISS");
     settle(&n);
@@ -1047,9 +1044,8 @@ fn a_purge_that_cannot_delete_says_so_and_serves_the_object_no_more() {
     assert_eq!(r.status, 500, "{body}");
     assert!(body.contains("\"purged_files\":0"), "{body}");
     assert!(body.contains("Permission denied"), "{body}");
-    let cache = dir.path().join("cache");
     assert_eq!(
-        cache_files(&cache).1,
+        cache_files(&n.cache).1,
         2,
         "the failpoint left both slices in place"
     );

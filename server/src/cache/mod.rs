@@ -93,21 +93,22 @@ pub fn start(
 /// EACCES, leaving it in place (as an immutable file or a directory the server may not write
 /// would).
 pub(crate) fn failpoint_remove() -> std::io::Result<()> {
-    fail::fail_point!("cache_remove", |arg: Option<String>| {
-        match arg.as_deref() {
-            Some("eacces") | None => Err(std::io::Error::from_raw_os_error(libc::EACCES)),
-            Some(_) => Ok(()),
-        }
-    });
-    Ok(())
+    failpoint_errno("cache_remove", "eacces", libc::EACCES)
 }
 
 /// Failpoint `cache_write`: `return(enospc)` fails every cache file write (temporary file
 /// creation and body writes) with ENOSPC, as a full disk would.
 pub(crate) fn failpoint_write() -> std::io::Result<()> {
-    fail::fail_point!("cache_write", |arg: Option<String>| {
+    failpoint_errno("cache_write", "enospc", libc::ENOSPC)
+}
+
+/// Failpoint `name`: `return` or `return(WORD)` fails with `errno`; another argument passes.
+#[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
+fn failpoint_errno(name: &str, word: &str, errno: i32) -> std::io::Result<()> {
+    fail::fail_point!(name, |arg: Option<String>| {
         match arg.as_deref() {
-            Some("enospc") | None => Err(std::io::Error::from_raw_os_error(libc::ENOSPC)),
+            None => Err(std::io::Error::from_raw_os_error(errno)),
+            Some(a) if a == word => Err(std::io::Error::from_raw_os_error(errno)),
             Some(_) => Ok(()),
         }
     });

@@ -166,9 +166,20 @@ pub enum Refused {
     TokenFile(String),
 }
 
+/// The start-up check of `admin.purge_token_file` (when set): a file that cannot be read or
+/// holds no single token ([`read_token`]) stops the server. Run before any cache directory or
+/// port is touched.
+pub fn check_token_file(cfg: &Config) -> anyhow::Result<()> {
+    let path = cfg.admin.purge_token_file.as_str();
+    if !path.is_empty() {
+        read_token(Path::new(path)).map_err(|e| anyhow::anyhow!("admin.purge_token_file: {e}"))?;
+    }
+    Ok(())
+}
+
 impl Purge {
-    /// `None` when purging is disabled (no token file configured). A configured file that
-    /// cannot be read or holds no single token ([`read_token`]) is a start-up error.
+    /// `None` when purging is disabled (no token file configured); the file itself is checked
+    /// by [`check_token_file`] at start and read by every purge.
     pub fn from_config(
         cfg: &Config,
         caches: &[Option<Arc<CacheVolume<Fill>>>],
@@ -178,7 +189,6 @@ impl Purge {
             return Ok(None);
         }
         let token_file = PathBuf::from(path);
-        read_token(&token_file).map_err(|e| anyhow::anyhow!("admin.purge_token_file: {e}"))?;
         Ok(Some(Arc::new(Purge {
             token_file,
             caches: caches.iter().flatten().cloned().collect(),

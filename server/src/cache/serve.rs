@@ -598,25 +598,20 @@ impl Ctx<'_> {
                         cv.passes.mark(stale.id.hash(), unix_now_ms());
                     }
                 }
-                // A new version found by refreshing a later slice (a seek): the old first slice
-                // goes, or the next full read would start with it and be cut where this one
-                // begins. Other old slices stay for the requests reading them (a stale copy
-                // is served whole); met by a request of the new version, each is refetched
-                // conditionally.
+                // A new version found by refreshing a later slice (a seek), or no such slice
+                // any more (416: the object is shorter now): the old first slice goes, or the
+                // next full read would start with it and be cut where this one begins. Other
+                // old slices stay for the requests reading them (a stale copy is served
+                // whole); met by a request of the new version, each is refetched conditionally.
                 Progress::Body { head, .. }
                     if stale.id.slice > 0 && !stale.meta.same_version(&head.meta) =>
                 {
-                    drop(rx);
-                    let old = stale.meta.clone();
-                    cv.remove_slices(&[key.slice(0)], |s| !s.meta.same_version(&old));
+                    drop_first_slice(&cv, &key, &stale.meta)
                 }
-                // Or no such slice any more (416: the object is shorter now).
                 Progress::Failed(e)
                     if stale.id.slice > 0 && matches!(*e, FillError::NotSatisfiable { .. }) =>
                 {
-                    drop(rx);
-                    let old = stale.meta.clone();
-                    cv.remove_slices(&[key.slice(0)], |s| !s.meta.same_version(&old));
+                    drop_first_slice(&cv, &key, &stale.meta)
                 }
                 _ => {}
             }
@@ -640,9 +635,7 @@ impl Ctx<'_> {
         };
         if outdated {
             tracing::debug!(volume = %self.cv.name, slice, "a later slice found the object changed; its stored first slice is dropped");
-            let old = s0.meta.clone();
-            self.cv
-                .remove_slices(&[self.key.slice(0)], |s| !s.meta.same_version(&old));
+            drop_first_slice(self.cv, &self.key, &s0.meta);
         }
     }
 
@@ -1325,6 +1318,12 @@ impl Ctx<'_> {
             }
         }
     }
+}
+
+/// Remove the stored first slice of `key` if it is of version `old` (a newer one committed
+/// meanwhile, or one being written, stays).
+fn drop_first_slice(cv: &CacheVolume<Fill>, key: &CacheKey, old: &super::entry::EntryMeta) {
+    cv.remove_slices(&[key.slice(0)], |s| !s.meta.same_version(old));
 }
 
 /// Remove every stored slice of `key` once the fills still streaming version `old` have ended

@@ -68,13 +68,18 @@ pub const PURGE_AUTH: &str = "Authorization: Bearer t0ken\r\n";
 /// [`origin_and_node`] with purges enabled: `admin.purge_token_file` is a file in the node's
 /// directory holding the token of [`PURGE_AUTH`] (and a newline).
 pub fn origin_and_purge_node(vol: &str) -> (FaultOrigin, Node) {
+    origin_and_purge_node_with_env(vol, &[])
+}
+
+/// [`origin_and_purge_node`] with `env` for the node (FAILPOINTS, say).
+pub fn origin_and_purge_node_with_env(vol: &str, env: &[(&str, &str)]) -> (FaultOrigin, Node) {
     let o = FaultOrigin::start();
     let dir = super::tempdir();
     let token = dir.path().join("token");
     std::fs::write(&token, "t0ken\n").expect("write the purge token");
     let mut cfg = config(&[o.url()], &dir.path().join("cache"), "", vol);
     cfg.admin.purge_token_file = token.display().to_string();
-    let mut n = Node::start(&cfg);
+    let mut n = Node::start_with_env(&cfg, env);
     n._dir = Some(dir);
     (o, n)
 }
