@@ -588,6 +588,49 @@ fn a_range_that_finds_a_new_version_outdates_the_stored_first_slice() {
     assert!(r.body == v3, "not version 3 whole ({} bytes)", r.body.len());
 }
 
+/// Seeks without If-Range (what most players send) never splice two versions across
+/// requests: once a seek found a new version, a later old slice still stored is not served to
+/// the next seek as a hit of the old version; and a stored later slice older than the stored
+/// first slice is asked for again before it is served.
+#[test]
+fn a_seek_never_gets_an_old_slice_once_a_new_version_was_found() {
+    let (o, n) = origin_and_node(SLICED);
+    let len = 4 * SLICE;
+    let v1 = pattern(len, 1);
+    o.put("/s.bin", Object::version(v1.clone(), 1));
+    // Slices 0 and 3 of version 1 stored.
+    assert_eq!(get(&n, "/s.bin", "Range: bytes=0-10\r\n").status, 206);
+    let at3 = 3 * SLICE + 5;
+    let r = get(&n, "/s.bin", &format!("Range: bytes={at3}-{}\r\n", at3 + 9));
+    assert!(r.body == v1[at3..at3 + 10]);
+    wait_committed(&n);
+    let v2 = pattern(len, 2);
+    o.put("/s.bin", Object::version(v2.clone(), 2));
+    // A seek into slice 2 (not stored) meets version 2.
+    let at2 = 2 * SLICE + 5;
+    let r = get(&n, "/s.bin", &format!("Range: bytes={at2}-{}\r\n", at2 + 9));
+    assert!(r.body == v2[at2..at2 + 10]);
+    wait_committed(&n);
+    // The next seek, into slice 3 (version 1 stored, still fresh), gets version 2.
+    let r = get(&n, "/s.bin", &format!("Range: bytes={at3}-{}\r\n", at3 + 9));
+    assert_eq!(r.status, 206);
+    assert_eq!(r.header("ETag"), Some("\"v2\""), "{:?}", r.headers);
+    assert!(r.body == v2[at3..at3 + 10], "a seek spliced version 1 in");
+    wait_committed(&n);
+    let r = get(&n, "/s.bin", "");
+    assert!(r.body == v2, "not version 2 whole");
+    // Stored again as version 2: a seek into slice 3 is a hit now, the origin not asked.
+    let before = o.seen().len();
+    let r = get(&n, "/s.bin", &format!("Range: bytes={at3}-{}\r\n", at3 + 9));
+    assert_eq!((r.status, xcache(&r)), (206, "HIT"));
+    assert!(r.body == v2[at3..at3 + 10]);
+    assert_eq!(
+        o.seen().len(),
+        before,
+        "a hit of a slice that agrees asked the origin"
+    );
+}
+
 /// The same for an object of several slices: the request that revalidated gets the whole
 /// validated body (its later slices stay until it has read them), later requests are passed
 /// through.

@@ -9,6 +9,8 @@
 //! against the first one's validator: a stored slice of another version is asked for again
 //! (conditionally) and replaced when the origin has the response's version; a new version at
 //! the origin ends the response (never two versions in one body) and drops the old slices.
+//! A range request's first slice, stored, is checked against the object's first slice too, so
+//! seeks do not splice versions across requests.
 //! Several ranges are answered like a static file's (206 multipart/byteranges, the http planner's range rules), each part sent
 //! slice by slice like a single range. Another status's stored answer (a 404, a redirect) is
 //! sent whole with its status, without ranges or preconditions. Not storable answers are
@@ -190,6 +192,16 @@ async fn filled(found: FillFor<Fill>) -> Result<Source, Unavailable> {
     }
 }
 
+/// A stored later slice against the object's first slice ([`Ctx::against_first_slice`]).
+enum Agreement {
+    /// The same version, or no first slice to compare with.
+    Same,
+    /// Another version, known later than this slice's: this slice is outdated.
+    FirstIsNewer,
+    /// Another version, older than this slice's: the first slice is outdated.
+    ThisIsNewer,
+}
+
 /// Why a later slice of a response could not be had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Unavailable {
@@ -332,17 +344,25 @@ impl Ctx<'_> {
             }
             let fill = self.fill(slice, None, true);
             let first = self.after_fill(fill, None, now_ms).await;
-            if slice > 0 && self.auth.is_none() {
-                match &first {
-                    First::Serve(Source::Fill(_, head), _) => {
-                        self.first_slice_outdated(slice, Some(&head.meta)).await
-                    }
-                    First::Error(416, _) => self.first_slice_outdated(slice, None).await,
-                    _ => {}
-                }
-            }
+            self.check_first_slice(slice, &first).await;
             return first;
         };
+        if slice > 0 && self.auth.is_none() {
+            match self.against_first_slice(&s).await {
+                Agreement::Same => {}
+                // Stored before the first slice's version was known: the origin is asked
+                // (conditionally) before it is served, so a seek never splices versions
+                // across requests.
+                Agreement::FirstIsNewer if !self.req.only_if_cached => {
+                    let fill = self.fill(slice, Some(s.clone()), true);
+                    let first = self.after_fill(fill, Some(s), now_ms).await;
+                    self.check_first_slice(slice, &first).await;
+                    return first;
+                }
+                Agreement::FirstIsNewer => return First::Error(504, None),
+                Agreement::ThisIsNewer => self.first_slice_outdated(slice, Some(&s.meta)).await,
+            }
+        }
         let m = &s.meta;
         if now_ms < m.fresh_until_ms {
             return First::Serve(Source::Stored(s), CacheStatus::Hit);
@@ -578,6 +598,11 @@ impl Ctx<'_> {
         let cv = self.cv.clone();
         let key = self.key.clone();
         let shared = self.auth.is_none();
+        let (origin, key_bytes, first_job) = (
+            self.route.origin.clone(),
+            self.key_bytes.clone(),
+            self.job(0, None),
+        );
         let mut rx = fill.subscribe();
         drop(fill);
         tokio::spawn(async move {
@@ -606,16 +631,68 @@ impl Ctx<'_> {
                 Progress::Body { head, .. }
                     if stale.id.slice > 0 && !stale.meta.same_version(&head.meta) =>
                 {
-                    drop_first_slice(&cv, &key, &stale.meta)
+                    drop_first_slice(&cv, &key, &stale.meta);
+                    if shared {
+                        prefetch(&cv, &origin, &key_bytes, first_job);
+                    }
                 }
                 Progress::Failed(e)
                     if stale.id.slice > 0 && matches!(*e, FillError::NotSatisfiable { .. }) =>
                 {
-                    drop_first_slice(&cv, &key, &stale.meta)
+                    drop_first_slice(&cv, &key, &stale.meta);
+                    if shared {
+                        prefetch(&cv, &origin, &key_bytes, first_job);
+                    }
                 }
                 _ => {}
             }
         });
+    }
+
+    /// After the first slice of a range request past the object's start was decided by the
+    /// origin: a new version there (or a 416: none that long) outdates the stored first slice.
+    async fn check_first_slice(&self, slice: u32, first: &First) {
+        if slice == 0 || self.auth.is_some() {
+            return;
+        }
+        match first {
+            First::Serve(Source::Fill(_, head), _) => {
+                self.first_slice_outdated(slice, Some(&head.meta)).await
+            }
+            First::Serve(Source::Stored(s), CacheStatus::Revalidated) => {
+                self.first_slice_outdated(slice, Some(&s.meta)).await
+            }
+            First::Error(416, _) => self.first_slice_outdated(slice, None).await,
+            _ => {}
+        }
+    }
+
+    /// How stored later slice `s` compares with the object's first slice: the one being
+    /// fetched (its head, once it came) or else the stored one. Unknown (none of either) counts
+    /// as the same: nothing says `s` is outdated.
+    async fn against_first_slice(&self, s: &Stored) -> Agreement {
+        let id0 = self.key.slice(0);
+        let running = self
+            .cv
+            .fill_running(id0)
+            .and_then(|f| match &*f.subscribe().borrow() {
+                Progress::Body { head, .. } => Some(head.meta.clone()),
+                _ => None,
+            });
+        let first = match running {
+            Some(m) => m,
+            None => match self.cv.find(id0, &self.key_bytes).await {
+                Ok(Found::Stored(s0)) => s0.meta.clone(),
+                _ => return Agreement::Same,
+            },
+        };
+        if first.same_version(&s.meta) {
+            Agreement::Same
+        } else if first.stored_at_ms >= s.meta.stored_at_ms {
+            Agreement::FirstIsNewer
+        } else {
+            Agreement::ThisIsNewer
+        }
     }
 
     /// A fill of later slice `slice` (a range request's first) found the object changed:
@@ -636,18 +713,22 @@ impl Ctx<'_> {
         if outdated {
             tracing::debug!(volume = %self.cv.name, slice, "a later slice found the object changed; its stored first slice is dropped");
             drop_first_slice(self.cv, &self.key, &s0.meta);
+            // The new version's first slice, which the next seeks compare their stored slices
+            // with (an old one met then is asked for again, not served as a hit).
+            self.prefetch(0);
         }
     }
 
     /// Start filling `slice` if it is neither stored nor being filled (prefetch; not for a
     /// request with Authorization, whose fills nobody else finds).
     fn prefetch(&self, slice: u32) {
-        let id = self.key.slice(slice);
-        if self.auth.is_none()
-            && self.cv.index.lookup(id, self.cv.index.now()) == super::index::Presence::No
-            && self.cv.fill_running(id).is_none()
-        {
-            self.fill(slice, None, false);
+        if self.auth.is_none() {
+            prefetch(
+                self.cv,
+                &self.route.origin,
+                &self.key_bytes,
+                self.job(slice, None),
+            );
         }
     }
 
@@ -1316,6 +1397,20 @@ impl Ctx<'_> {
                     return served;
                 }
             }
+        }
+    }
+}
+
+/// Start `job`'s fill (no Authorization) unless its slice is stored or being filled.
+fn prefetch(cv: &Arc<CacheVolume<Fill>>, origin: &Arc<Origin>, key: &Arc<[u8]>, job: FillJob) {
+    let id = job.key.slice(job.slice);
+    if cv.index.lookup(id, cv.index.now()) == super::index::Presence::No
+        && cv.fill_running(id).is_none()
+    {
+        if let FillFor::Fill(fill, false) =
+            cv.fill_for(id, Some(key), || Fill::new(id, key.clone()))
+        {
+            fill.spawn(cv.clone(), origin.clone(), job);
         }
     }
 }
