@@ -7,7 +7,9 @@
 //! accept4 with SOCK_NONBLOCK on a non-blocking listener driven by epoll, up to
 //! [`ACCEPT_BATCH`] per turn. Over `limits.max_connections`
 //! (counted across all workers) a new connection is closed at once, counted in
-//! `connections_refused_total` and logged (at most once per second). It must not parse HTTP.
+//! `connections_refused_total` and logged (at most once per second); so is a connection that
+//! cannot be accepted for want of descriptors, which is accepted with a spare one held for that
+//! and answered 503 at once. It must not parse HTTP.
 
 use crate::config::{Config, Listener};
 use crate::conn;
@@ -18,9 +20,9 @@ use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
 /// Bind one non-blocking SO_REUSEPORT listening socket with `l.backlog`, TCP_DEFER_ACCEPT of
@@ -177,17 +179,53 @@ const ACCEPT_BATCH: usize = 4096;
 static LAST_REFUSAL_LOG: AtomicU64 = AtomicU64::new(0);
 static LAST_EMFILE_LOG: AtomicU64 = AtomicU64::new(0);
 
-/// True at most once per second per `slot`.
-fn rate_limited(slot: &AtomicU64) -> bool {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let last = slot.load(Ordering::Relaxed);
-    last != now
-        && slot
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+/// One descriptor held back (`/dev/null`) for when accept fails for want of descriptors: it is
+/// let go so that the waiting connection can be accepted and told 503 at once, instead of
+/// waiting in the backlog until its client gives up (libev's "accept with a spare descriptor").
+static SPARE: std::sync::Mutex<Option<std::fs::File>> = std::sync::Mutex::new(None);
+
+/// The answer of a connection accepted with the spare descriptor.
+const OUT_OF_DESCRIPTORS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+
+fn spare() -> std::sync::MutexGuard<'static, Option<std::fs::File>> {
+    SPARE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Take the spare descriptor (at start, and again after each use; best effort).
+pub fn hold_spare_descriptor() {
+    let mut s = spare();
+    if s.is_none() {
+        *s = std::fs::File::open("/dev/null").ok();
+    }
+}
+
+/// Out of descriptors: let the spare go, accept one connection, answer it 503 and close it,
+/// then take the spare again. False when there was no spare or nothing to accept.
+fn refuse_with_spare(listener: &TcpListener) -> bool {
+    let Some(fd) = spare().take() else {
+        return false;
+    };
+    drop(fd);
+    let accepted = rustix::net::accept_with(listener.as_fd(), SocketFlags::CLOEXEC);
+    let ok = match accepted {
+        Ok(sock) => {
+            // Its request (there with TCP_DEFER_ACCEPT) is read first: closing a socket with
+            // unread bytes sends a reset, which can overtake the 503.
+            let _ = rustix::net::sockopt::set_socket_timeout(
+                &sock,
+                rustix::net::sockopt::Timeout::Send,
+                Some(Duration::from_millis(100)),
+            );
+            let mut buf = [0u8; 4096];
+            let _ = rustix::net::recv(&sock, &mut buf, rustix::net::RecvFlags::DONTWAIT);
+            let _ = rustix::net::send(&sock, OUT_OF_DESCRIPTORS, rustix::net::SendFlags::NOSIGNAL);
+            let _ = rustix::net::shutdown(&sock, rustix::net::Shutdown::Write);
+            true
+        }
+        Err(_) => false,
+    };
+    hold_spare_descriptor();
+    ok
 }
 
 /// Accept connections on `listener` until draining starts, starting each on the current
@@ -217,7 +255,7 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::
                     if !shared.lifecycle.try_add_connection(max) {
                         drop(fd);
                         shared.metrics.connections_refused_total.inc();
-                        if rate_limited(&LAST_REFUSAL_LOG) {
+                        if crate::logging::once_a_second(&LAST_REFUSAL_LOG) {
                             tracing::warn!(
                                 max_connections = max,
                                 refused_total = shared.metrics.connections_refused_total.get(),
@@ -236,8 +274,13 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::
                 }
                 Err(Errno::CONNABORTED) | Err(Errno::INTR) | Err(Errno::PROTO) => continue,
                 Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)) => {
-                    if rate_limited(&LAST_EMFILE_LOG) {
-                        tracing::error!(error = %e, "accept failed: out of descriptors or memory; pausing accept");
+                    if crate::logging::once_a_second(&LAST_EMFILE_LOG) {
+                        tracing::error!(error = %e, "accept failed: out of descriptors or memory (raise RLIMIT_NOFILE or lower limits.max_connections); answering 503 while it lasts");
+                    }
+                    if matches!(e, Errno::MFILE | Errno::NFILE) && refuse_with_spare(afd.get_ref())
+                    {
+                        shared.metrics.connections_refused_total.inc();
+                        continue;
                     }
                     drop(guard);
                     tokio::time::sleep(Duration::from_millis(50)).await;

@@ -73,3 +73,18 @@ pub fn init(cfg: &Logging) -> Option<WorkerGuard> {
 pub fn dropped_lines() -> u64 {
     DROPPED.get().map_or(0, |c| c.dropped_lines() as u64)
 }
+
+/// True at most once per second per `slot` (a `static AtomicU64` of the call site): for log
+/// lines a flood would repeat (refused connections, out of descriptors).
+pub fn once_a_second(slot: &std::sync::atomic::AtomicU64) -> bool {
+    use std::sync::atomic::Ordering;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let last = slot.load(Ordering::Relaxed);
+    last != now
+        && slot
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+}

@@ -38,6 +38,10 @@ pub fn raise_nofile_limit() -> Option<u64> {
         maximum: old.maximum,
     };
     let fmt = |v: Option<u64>| v.map_or("unlimited".to_string(), |n| n.to_string());
+    if old.current == old.maximum {
+        tracing::info!(soft = %fmt(old.current), hard = %fmt(old.maximum), "RLIMIT_NOFILE already at the hard limit");
+        return old.maximum;
+    }
     match setrlimit(Resource::Nofile, new) {
         Ok(()) => tracing::info!(
             soft_before = %fmt(old.current),
@@ -71,6 +75,7 @@ pub fn connections_within(limit: u64) -> u64 {
 pub fn start(mut config: Config) -> anyhow::Result<Server> {
     config.normalize();
     config.validate()?;
+    crate::accept::hold_spare_descriptor();
     if let Some(limit) = raise_nofile_limit() {
         let fit = connections_within(limit).max(1);
         if config.limits.max_connections as u64 > fit {

@@ -16,6 +16,8 @@ use crate::socket::Socket;
 use crate::volume::{BodyError, OpenError, RequestFile, Volume};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+static LAST_EMFILE_LOG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 pub use crate::http::response::Served;
 
 /// Write a whole response that has no file body.
@@ -103,6 +105,12 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
             error(403, keep_alive, &[])
         }
         OpenError::Overflow => error(503, keep_alive, &[("Retry-After", "1")]),
+        OpenError::Io(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+            if crate::logging::once_a_second(&LAST_EMFILE_LOG) {
+                tracing::error!(volume = %vol.name(), error = %e, "cannot open a file: out of descriptors (each response of a file not in the open-file cache holds one; raise RLIMIT_NOFILE or lower limits.max_connections); answering 503");
+            }
+            error(503, keep_alive, &[("Retry-After", "1")])
+        }
         OpenError::Io(e) => {
             tracing::error!(volume = %vol.name(), path = %req.path, error = %e, "cannot open file");
             error(500, keep_alive, &[])

@@ -343,3 +343,63 @@ fn max_connections_is_lowered_to_fit_the_descriptor_limit_and_the_admin_port_kee
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(s.get("/hello.txt").status, 200);
 }
+
+/// Responses of files not in the open-file cache hold a descriptor each, so connections under
+/// `max_connections` can still use every descriptor: then a file that cannot be opened is a
+/// 503 (not a 500), a connection that cannot be accepted is accepted with the spare descriptor
+/// and told 503 at once (not left in the backlog), and the admin port still answers.
+#[test]
+fn out_of_descriptors_is_503_for_content_and_the_admin_port_answers() {
+    let d = tempdir();
+    for i in 0..200 {
+        let f = std::fs::File::create(d.path().join(format!("b{i}.bin"))).unwrap();
+        f.set_len(8 << 20).unwrap();
+    }
+    let cfg = one_volume(2, volume("site", d.path()));
+    let path = d.path().join("c.toml");
+    std::fs::write(&path, cfg.to_toml().expect("render the config")).unwrap();
+    let wrapper = ["sh", "-c", r#"ulimit -n 256 && exec "$@""#, "sh"];
+    let s = Server::try_spawn_wrapped(
+        &wrapper,
+        &["serve", "--config", path.to_str().unwrap()],
+        &[],
+    )
+    .expect("start under ulimit -n 256");
+    assert!(
+        s.wait_log("lowered_to=128", Duration::from_secs(2)),
+        "{}",
+        s.logs()
+    );
+    // 127 downloads of different files, none read: each holds its socket and its file.
+    let mut held = Vec::new();
+    for i in 0..127 {
+        let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+        c.write_all(format!("GET /b{i}.bin HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .expect("send");
+        held.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let h = request(s.admin(), "GET", "/healthz", &[]);
+    assert_eq!(h.status, 200);
+    // Every connection has its status line: 200 or 503, never a 500 nor nothing.
+    let mut statuses = std::collections::BTreeMap::new();
+    for c in &mut held {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut line = [0u8; 12];
+        let status = match c.read_exact(&mut line) {
+            Ok(()) => String::from_utf8_lossy(&line[9..12]).to_string(),
+            Err(e) => format!("{:?}", e.kind()),
+        };
+        *statuses.entry(status).or_insert(0) += 1;
+    }
+    let ok = statuses.get("200").copied().unwrap_or(0);
+    let unavailable = statuses.get("503").copied().unwrap_or(0);
+    assert!(
+        ok + unavailable == 127 && unavailable > 0,
+        "{statuses:?}\n{}",
+        s.logs()
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(s.get("/b1.bin").status, 200);
+}

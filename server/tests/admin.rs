@@ -168,3 +168,58 @@ fn empty_admin_listen_disables_the_admin_listener() {
         "admin port answered although admin.listen is empty"
     );
 }
+
+/// Admin connections are bounded in time: a head must arrive within 10 s, also after a
+/// keep-alive answer (a scraper or an attacker holding a connection idle does not keep its
+/// descriptor), and in number: past 64 at once, more are closed at once.
+#[test]
+fn admin_connections_time_out_and_are_bounded() {
+    use std::io::{Read, Write};
+    let dir = content_dir(1, 100);
+    let server = server_for(dir.path());
+    let admin = server.admin();
+    // One idle after an answer, one that never finishes its head.
+    let mut idle = std::net::TcpStream::connect(admin).expect("connect");
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
+        .expect("send");
+    let mut partial = std::net::TcpStream::connect(admin).expect("connect");
+    partial
+        .write_all(b"GET /metrics HTTP/1.1\r\nHo")
+        .expect("send");
+    // 70 more heads begun: those past the bound are closed at once.
+    let mut more = Vec::new();
+    for _ in 0..70 {
+        let mut c = std::net::TcpStream::connect(admin).expect("connect");
+        let _ = c.write_all(b"GET /healthz HTTP/1.1\r\n");
+        more.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let mut closed = 0;
+    for c in &mut more {
+        c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        match c.read(&mut [0u8; 64]) {
+            Ok(0) => closed += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => closed += 1,
+            _ => {}
+        }
+    }
+    assert!(
+        (6..=10).contains(&closed),
+        "{closed} of 70 closed at once (64 allowed, 2 more held)"
+    );
+    drop(more);
+    // The idle and the partial connection are closed by the server within the head timeout.
+    let started = std::time::Instant::now();
+    for (name, c) in [("idle", &mut idle), ("partial", &mut partial)] {
+        c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut all = Vec::new();
+        let r = c.read_to_end(&mut all);
+        assert!(
+            r.is_ok() && started.elapsed() < Duration::from_secs(14),
+            "{name}: {r:?} after {:?}",
+            started.elapsed()
+        );
+    }
+    // And the port answers as before.
+    assert_eq!(server.admin_get("/healthz").status, 200);
+}

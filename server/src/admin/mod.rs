@@ -5,6 +5,7 @@
 //! is exactly the thing that must still answer when the data plane is in trouble. It only reads
 //! shared state (metrics, lag probe clocks, lifecycle flags, the configuration); it must not serve
 //! content, and it changes nothing in the data plane except through the token-protected purge.
+//! Its connections (bounds, timeouts, the spare descriptor) are `listener.rs`'s.
 //!
 //! - `/metrics`: Prometheus text exposition of [`Metrics::render`].
 //! - `/healthz`: 200 while every worker's lag probe ticked recently (process alive and every
@@ -18,6 +19,7 @@
 //!   when the token file cannot be read now; 400 unless the query names exactly one target).
 
 pub mod lag;
+mod listener;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -147,14 +149,10 @@ pub fn start(state: AdminState) -> Result<Option<AdminServer>, AdminError> {
                         return;
                     }
                 };
-                let served = axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = rx.await;
-                    })
-                    .await;
-                if let Err(e) = served {
-                    tracing::error!("admin listener on {bound} stopped: {e}");
-                }
+                listener::serve(listener, app, bound, async move {
+                    let _ = rx.await;
+                })
+                .await;
             });
         })
         .map_err(AdminError::Thread)?;
