@@ -190,7 +190,7 @@ async fn answer(
             let _ = sock.write_all(&out, false).await;
             let len = out.len() as u64;
             let asked = Asked {
-                method: "other",
+                method: "-",
                 path: "-",
                 query: None,
             };
@@ -206,7 +206,7 @@ async fn answer(
     let served = serve::respond(shared, sock, &req).await;
     shared.metrics.http_requests_in_flight.dec();
     let asked = Asked {
-        method: crate::metrics::method_label(req.method.as_str()),
+        method: req.method.as_str(),
         path: &req.path,
         query: req.query.as_deref(),
     };
@@ -234,7 +234,8 @@ impl std::fmt::Display for Peer<'_> {
     }
 }
 
-/// What the access line says of the request (its method as the metrics label it).
+/// What the access line says of the request (its method as sent, a token httparse checked;
+/// `-` when no request could be read; the metrics get the bounded label of it).
 struct Asked<'a> {
     method: &'a str,
     path: &'a str,
@@ -255,7 +256,7 @@ fn record(
         query,
     } = *asked;
     let m = &shared.metrics;
-    m.count_response(method, status);
+    m.count_response(crate::metrics::method_label(method), status);
     let secs = started.elapsed().as_secs_f64();
     m.http_request_duration_seconds.observe(secs);
     m.http_response_bytes_total.inc_by(bytes);

@@ -71,3 +71,31 @@ fn a_stderr_nobody_reads_drops_log_lines_and_never_stalls_requests() {
     );
     assert!(!all.contains("panicked"), "{all}");
 }
+
+/// The access line names the method as sent (POST, OPTIONS...), while the metrics fold every
+/// method but GET and HEAD into `other` (a bounded label).
+#[test]
+fn the_access_line_names_the_method_as_sent() {
+    let d = content_dir(1, 16);
+    let mut cfg = one_volume(1, volume("v", d.path()));
+    cfg.logging.access_log = true;
+    let s = Server::start(&cfg);
+    let mut c = s.connect();
+    let r = c
+        .request("PROPFIND", "/f0.bin", &[])
+        .expect("an answer");
+    assert_eq!(r.status, 405);
+    assert!(
+        s.wait_log("method=\"PROPFIND\"", Duration::from_secs(5)),
+        "{}",
+        s.logs()
+    );
+    let m = s.metrics();
+    assert_eq!(
+        m.get(
+            "contentserver_http_requests_total",
+            &[("method", "other"), ("code", "405")]
+        ),
+        1.0
+    );
+}
