@@ -81,9 +81,7 @@ fn the_access_line_names_the_method_as_sent() {
     cfg.logging.access_log = true;
     let s = Server::start(&cfg);
     let mut c = s.connect();
-    let r = c
-        .request("PROPFIND", "/f0.bin", &[])
-        .expect("an answer");
+    let r = c.request("PROPFIND", "/f0.bin", &[]).expect("an answer");
     assert_eq!(r.status, 405);
     assert!(
         s.wait_log("method=\"PROPFIND\"", Duration::from_secs(5)),

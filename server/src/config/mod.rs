@@ -487,7 +487,17 @@ impl Config {
     /// Parse TOML text. Syntax and type errors name the line and the field; call
     /// [`Config::validate`] for the semantic checks.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))
+        // The field's path is named too (the TOML error alone shows the line).
+        let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if path.is_empty() || path == "." {
+                ConfigError::Parse(inner.to_string())
+            } else {
+                ConfigError::Parse(format!("field {path}: {inner}"))
+            }
+        })
     }
 
     /// Read, parse and validate a file; the result is normalized (see [`Config::normalize`]).

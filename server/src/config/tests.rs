@@ -522,3 +522,21 @@ fn an_admin_port_that_is_a_listeners_is_refused() {
         assert_eq!(hit, refused, "{admin}: {errors:?}");
     }
 }
+
+#[test]
+fn a_type_error_names_the_field_and_the_line() {
+    let text = "[limits]\nmax_connections = \"many\"\n[[volumes]]\nname = \"a\"\npath = \"/a\"\n";
+    let e = Config::from_toml(text)
+        .expect_err("a string for a number")
+        .to_string();
+    assert!(
+        e.contains("field limits.max_connections") && e.contains("line 2"),
+        "{e}"
+    );
+    let e = Config::from_toml(
+        "[[volumes]]\nname = \"a\"\npath = \"/a\"\n[volumes.pool]\nthreads = \"8\"\n",
+    )
+    .expect_err("a string for a number")
+    .to_string();
+    assert!(e.contains("field volumes[0].pool.threads"), "{e}");
+}
