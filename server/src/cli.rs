@@ -81,8 +81,9 @@ pub struct ServeArgs {
     /// TCP_DEFER_ACCEPT seconds of every listener (0 = accept at once; default 1).
     #[arg(long, value_name = "SECS")]
     pub defer_accept_secs: Option<u32>,
-    /// TCP_NOTSENT_LOWAT bytes of every listener (0 = the kernel's default; default 2 MiB).
-    #[arg(long, value_name = "BYTES")]
+    /// TCP_NOTSENT_LOWAT bytes of every listener (0 = the kernel's default; default 2 MiB;
+    /// sizes as in the config: 2M).
+    #[arg(long, value_name = "BYTES", value_parser = crate::config::size_arg::<u32>)]
     pub notsent_lowat_bytes: Option<u32>,
     /// TCP congestion control of every listener's connections, such as cubic or bbr (default:
     /// the host's net.ipv4.tcp_congestion_control).
@@ -91,8 +92,9 @@ pub struct ServeArgs {
     /// limits.max_connections: open client connections over all workers.
     #[arg(long)]
     pub max_connections: Option<usize>,
-    /// limits.sendfile_max_chunk in bytes: the largest single sendfile call (one pool task).
-    #[arg(long, value_name = "BYTES")]
+    /// limits.sendfile_max_chunk in bytes: the largest single sendfile call (one pool task;
+    /// sizes as in the config: 2M).
+    #[arg(long, value_name = "BYTES", value_parser = crate::config::size_arg::<usize>)]
     pub sendfile_max_chunk: Option<usize>,
     /// limits.idle_park_ms: quiet time before a connection waiting for a request head leaves
     /// its task for its worker's idle set (0 = never park).

@@ -185,6 +185,18 @@ fn serve_limit_overrides_take_effect() {
     ]);
     assert_eq!(code, 1);
     assert!(err.contains("limits.sendfile_max_chunk"), "{err}");
+    // Sizes as in the configuration file.
+    let (_d, s) =
+        serve_root("--listen 127.0.0.1:0 --sendfile-max-chunk 2M --notsent-lowat-bytes 1MiB");
+    assert!(
+        s.logs().contains("notsent_lowat_bytes=1048576"),
+        "{}",
+        s.logs()
+    );
+    assert_eq!(s.get("/f.txt").body, b"f");
+    let (code, _, err) = run(&["serve", "--root", "/tmp", "--sendfile-max-chunk", "1.5M"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("fractions are not accepted"), "{err}");
 }
 
 /// `--access-log` sets logging.access_log: one line per response with its peer, method, path,

@@ -62,6 +62,11 @@ impl ByteSize {
         let n: u64 = num.parse().map_err(|_| {
             format!("{s:?} is not a size: expected bytes or a number with K, M, G or T (binary; also as KB, Ki, KiB...)")
         })?;
+        if unit.starts_with(['.', ',']) && !num.is_empty() {
+            return Err(format!(
+                "{s:?}: fractions are not accepted; write a whole number of a smaller unit (1536K for 1.5M)"
+            ));
+        }
         let shift = match unit.trim().to_ascii_uppercase().as_str() {
             "" | "B" => 0,
             "K" | "KB" | "KI" | "KIB" => 10,
@@ -125,10 +130,33 @@ impl JsonSchema for ByteSize {
 pub(super) fn size<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: serde::Deserializer<'de>,
-    T: TryFrom<u64>,
+    T: SizeField,
 {
     let ByteSize(n) = ByteSize::deserialize(d)?;
-    T::try_from(n).map_err(|_| serde::de::Error::custom(format!("{n} bytes is too large")))
+    T::from_bytes(n).map_err(serde::de::Error::custom)
+}
+
+/// An integer type a size field is held in.
+pub trait SizeField: Sized {
+    /// `n` bytes as this type, or why not (its largest value named).
+    fn from_bytes(n: u64) -> Result<Self, String>;
+}
+
+macro_rules! size_field {
+    ($($t:ty),*) => {$(
+        impl SizeField for $t {
+            fn from_bytes(n: u64) -> Result<$t, String> {
+                <$t>::try_from(n)
+                    .map_err(|_| format!("{n} bytes is too large: at most {} here", <$t>::MAX))
+            }
+        }
+    )*};
+}
+size_field!(u32, u64, usize);
+
+/// A command-line size (`--sendfile-max-chunk 2M`): what the TOML field takes.
+pub fn size_arg<T: SizeField>(s: &str) -> Result<T, String> {
+    T::from_bytes(ByteSize::parse(s)?.0)
 }
 
 /// `[routes.cache]`: how long a cache route keeps what the origin answered (RFC 9111 plus

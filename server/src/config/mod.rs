@@ -15,7 +15,10 @@ mod origin;
 mod route_http;
 mod validate;
 
-pub use cache::{never_stored, ByteSize, CachePolicy, ValidRule, VolumeCache, DEFAULT_SLICE_SIZE};
+pub use cache::{
+    never_stored, size_arg, ByteSize, CachePolicy, SizeField, ValidRule, VolumeCache,
+    DEFAULT_SLICE_SIZE,
+};
 pub use cors::{default_expose_headers, Cors};
 pub use errors::{ConfigError, FieldError};
 pub use headers::HeaderRule;

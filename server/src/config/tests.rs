@@ -540,3 +540,15 @@ fn a_type_error_names_the_field_and_the_line() {
     .to_string();
     assert!(e.contains("field volumes[0].pool.threads"), "{e}");
 }
+
+#[test]
+fn size_errors_say_what_is_wrong() {
+    let e = ByteSize::parse("1.5M").expect_err("a fraction");
+    assert!(e.contains("fractions are not accepted"), "{e}");
+    let text = "[[listeners]]\nport = 8080\nnotsent_lowat_bytes = \"8G\"\n[[volumes]]\nname = \"a\"\npath = \"/a\"\n";
+    let e = Config::from_toml(text).expect_err("too large").to_string();
+    assert!(
+        e.contains("listeners[0].notsent_lowat_bytes") && e.contains("at most 4294967295"),
+        "{e}"
+    );
+}
