@@ -163,6 +163,7 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
         version: FileVersion {
             ino: file.ino,
             mtime: file.mtime,
+            mtime_nsec: u32::try_from(file.mtime_nsec).unwrap_or(0),
             size: file.size,
         },
         name: &name,

@@ -11,13 +11,19 @@ pub struct FileVersion {
     pub ino: u64,
     /// Modification time, seconds since the epoch.
     pub mtime: i64,
+    /// Its nanoseconds (0..1e9).
+    pub mtime_nsec: u32,
     pub size: u64,
 }
 
 /// The entity tag of a file. `"<mtime hex>-<size hex>"` is the shape nginx uses; with
-/// `with_inode` it is `"<inode hex>-<mtime hex>-<size hex>"`, so a file replaced by another one
-/// of the same size and (pinned, e.g. 0 or 1 from an image build) mtime never matches the old
-/// tag. `coding` (`br`, `zstd`, `gzip`) marks a precompressed sibling's tag.
+/// `with_inode` it is `"<inode hex>-<mtime hex>[.<nsec hex>]-<size hex>"`, so a file replaced
+/// by another one of the same size and (pinned, e.g. 0 or 1 from an image build) mtime never
+/// matches the old tag, and one rewritten in place within the same second does not either (a
+/// strong tag must change with the bytes: an If-Range resume would splice two versions). The
+/// nanoseconds are left out when 0 (pinned mtimes) and in nginx's shape (replicas of the same
+/// files on other disks must send equal tags; copies rarely keep nanoseconds). `coding` (`br`,
+/// `zstd`, `gzip`) marks a precompressed sibling's tag.
 pub fn entity_tag(v: FileVersion, with_inode: bool, coding: Option<&str>) -> String {
     let mut t = String::with_capacity(40);
     t.push('"');
@@ -26,6 +32,10 @@ pub fn entity_tag(v: FileVersion, with_inode: bool, coding: Option<&str>) -> Str
         t.push('-');
     }
     push_hex(&mut t, v.mtime.max(0) as u64);
+    if with_inode && v.mtime_nsec != 0 {
+        t.push('.');
+        push_hex(&mut t, u64::from(v.mtime_nsec));
+    }
     t.push('-');
     push_hex(&mut t, v.size);
     if let Some(c) = coding {
@@ -203,6 +213,7 @@ mod tests {
             FileVersion {
                 ino: 0x2a,
                 mtime: LM,
+                mtime_nsec: 0,
                 size: 10,
             },
             true,
@@ -230,6 +241,7 @@ mod tests {
         let v = FileVersion {
             ino: 255,
             mtime: 1,
+            mtime_nsec: 0,
             size: 16,
         };
         assert_eq!(entity_tag(v, false, None), "\"1-10\"");
@@ -244,6 +256,14 @@ mod tests {
             entity_tag(FileVersion { mtime: -5, ..v }, false, None),
             "\"0-10\""
         );
+        // Rewritten within the same second: another tag (not in nginx's shape).
+        let again = FileVersion {
+            mtime_nsec: 0x1234,
+            ..v
+        };
+        assert_eq!(entity_tag(again, true, None), "\"ff-1.1234-10\"");
+        assert_ne!(entity_tag(again, true, None), entity_tag(v, true, None));
+        assert_eq!(entity_tag(again, false, None), "\"1-10\"");
     }
 
     /// Conditions from (header, value) pairs.

@@ -562,6 +562,7 @@ mod tests {
             version: FileVersion {
                 ino: 7,
                 mtime: MTIME,
+                mtime_nsec: 0,
                 size,
             },
             name: b"v/f.m4s",
