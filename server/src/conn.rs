@@ -193,6 +193,7 @@ async fn answer(
                 method: "-",
                 path: "-",
                 query: None,
+                peer: None,
             };
             record(shared, &asked, status, len, Instant::now(), sock);
             if linger {
@@ -202,6 +203,14 @@ async fn answer(
         }
     };
     let started = Instant::now();
+    // The peer is asked now, for the access line: once the client is gone (a download it
+    // aborted), the kernel no longer knows it.
+    let peer = shared
+        .config
+        .logging
+        .access_log
+        .then(|| sock.stream().peer_addr().ok())
+        .flatten();
     shared.metrics.http_requests_in_flight.inc();
     let served = serve::respond(shared, sock, &req).await;
     shared.metrics.http_requests_in_flight.dec();
@@ -209,6 +218,7 @@ async fn answer(
         method: req.method.as_str(),
         path: &req.path,
         query: req.query.as_deref(),
+        peer,
     };
     record(shared, &asked, served.status, served.bytes, started, sock);
     if !served.keep_alive {
@@ -234,12 +244,26 @@ impl std::fmt::Display for Peer<'_> {
     }
 }
 
+/// The address known at the request's start, else the socket's now.
+struct PeerAt<'a>(Option<std::net::SocketAddr>, &'a Socket);
+
+impl std::fmt::Display for PeerAt<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(a) => a.fmt(f),
+            None => Peer(self.1).fmt(f),
+        }
+    }
+}
+
 /// What the access line says of the request (its method as sent, a token httparse checked;
 /// `-` when no request could be read; the metrics get the bounded label of it).
 struct Asked<'a> {
     method: &'a str,
     path: &'a str,
     query: Option<&'a str>,
+    /// The client's address when the request came (None: ask the socket now).
+    peer: Option<std::net::SocketAddr>,
 }
 
 fn record(
@@ -254,6 +278,7 @@ fn record(
         method,
         path,
         query,
+        peer,
     } = *asked;
     let m = &shared.metrics;
     m.count_response(crate::metrics::method_label(method), status);
@@ -263,7 +288,7 @@ fn record(
     if shared.config.logging.access_log {
         tracing::info!(
             target: "access",
-            peer = %Peer(sock), method, path, status, bytes,
+            peer = %PeerAt(peer, sock), method, path, status, bytes,
             // Microseconds, so the number prints as such (not 0.022192999999999997).
             duration_ms = (secs * 1e6).round() / 1000.0,
             // Last: the fields before it keep their places for parsers of the text lines.

@@ -97,3 +97,27 @@ fn the_access_line_names_the_method_as_sent() {
         1.0
     );
 }
+
+/// A download the client aborts is logged with the client's address (asked when the request
+/// came, not when the line is written: the kernel forgets a reset connection's peer).
+#[test]
+fn an_aborted_download_is_logged_with_its_peer() {
+    use std::io::{Read, Write};
+    let d = tempdir();
+    let f = std::fs::File::create(d.path().join("big.bin")).unwrap();
+    f.set_len(256 << 20).unwrap();
+    let mut cfg = one_volume(1, volume("v", d.path()));
+    cfg.logging.access_log = true;
+    let s = Server::start(&cfg);
+    let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+    let me = c.local_addr().unwrap();
+    c.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut some = [0u8; 4096];
+    c.read_exact(&mut some).unwrap();
+    // A reset, as a player that seeks elsewhere.
+    let _ = rustix::net::sockopt::set_socket_linger(&c, Some(Duration::ZERO));
+    drop(c);
+    let line = format!("peer={me} method=\"GET\" path=\"/big.bin\"");
+    assert!(s.wait_log(&line, Duration::from_secs(10)), "{}", s.logs());
+}
