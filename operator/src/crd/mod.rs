@@ -10,6 +10,7 @@
 //! support (or edited by hand).
 
 mod autoscaling;
+pub mod bounds;
 mod cache;
 mod expose;
 mod http;
@@ -71,6 +72,7 @@ pub const MAX_VOLUME_NAME: usize = 59;
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = bounds::integer_bounds)]
 #[schemars(extend("x-kubernetes-validations" = [
     {
         "rule": "self.volumes.all(v, self.volumes.exists_one(w, w.name == v.name))",
