@@ -588,8 +588,8 @@ fn no_expose_no_network_policy_without_their_specs() {
 /// The HTTPRoute the operator writes uses only fields of the released Gateway API CRD, with the
 /// required ones present and enum values it allows (upstream schema in ../shared/schemas, as the
 /// Gateway API project releases it).
-#[test]
-fn http_route_matches_the_upstream_gateway_api_schema() {
+/// The released HTTPRoute v1 schema.
+fn gateway_route_schema() -> serde_json::Value {
     let crd_file = repo_root()
         .parent()
         .expect("parent of the repository")
@@ -601,7 +601,12 @@ fn http_route_matches_the_upstream_gateway_api_schema() {
         .as_array()
         .and_then(|v| v.iter().find(|v| v["name"] == "v1"))
         .expect("v1");
-    let schema = &version["schema"]["openAPIV3Schema"];
+    version["schema"]["openAPIV3Schema"].clone()
+}
+
+#[test]
+fn http_route_matches_the_upstream_gateway_api_schema() {
+    let schema = &gateway_route_schema();
     let route = serde_json::to_value(expose::http_route(&example("exposed.yaml")).expect("route"))
         .expect("json");
     let mut spec_only = route.clone();
@@ -616,6 +621,66 @@ fn http_route_matches_the_upstream_gateway_api_schema() {
     bad["spec"]["rules"][0]["matches"][0]["path"]["type"] = serde_json::json!("Prefix");
     bad["spec"]["parentRef"] = serde_json::json!([]);
     assert_eq!(schema_problems(schema, &bad, "$").len(), 2);
+}
+
+/// A route prefix is a decoded path: the HTTPRoute carries it percent-encoded (the Gateway API
+/// refuses a bare `é`, space or `[`), in the form the server's canonical path has, so it routes
+/// to the same place; the released CRD's CEL rules accept it. The Ingress keeps it as written.
+#[test]
+fn http_route_percent_encodes_route_prefixes() {
+    let schema = gateway_route_schema();
+    let mut cs = example("exposed.yaml");
+    let volume = cs.spec.volumes[0].name.clone();
+    let prefixes = ["/vidéos/", "/a b", "/a[1]", "/50%", "/ok-._~!$&'()*+,;=:@/"];
+    cs.spec.routes = prefixes
+        .iter()
+        .map(|p| {
+            serde_json::from_value(serde_json::json!({"prefix": p, "volume": volume}))
+                .expect("route")
+        })
+        .collect();
+    let route = expose::http_route(&cs).expect("route");
+    let values: Vec<String> = route.spec.rules[0]
+        .matches
+        .iter()
+        .filter_map(|m| m.path.as_ref().map(|p| p.value.clone()))
+        .collect();
+    assert_eq!(
+        values,
+        [
+            "/vid%C3%A9os/",
+            "/a%20b",
+            "/a%5B1%5D",
+            "/50%25",
+            "/ok-._~!$&'()*+,;=:@/"
+        ]
+    );
+    for (p, v) in prefixes.iter().zip(&values) {
+        assert_eq!(
+            content_server::resolve::canonical(v),
+            content_server::resolve::canonical(&expose::encoded_prefix(p)),
+            "{v} is already canonical"
+        );
+        assert_eq!(
+            content_server::resolve::canonical(v).as_deref(),
+            Ok(v.as_str())
+        );
+    }
+    let mut obj = serde_json::to_value(&route).expect("json");
+    obj.as_object_mut().expect("object").remove("metadata");
+    assert_eq!(schema_problems(&schema, &obj, "$"), Vec::<String>::new());
+    let cel = |o: &serde_json::Value| match kube_cel::validate(&schema, o, None) {
+        Ok(()) => Vec::new(),
+        Err(errs) => errs.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+    };
+    assert_eq!(cel(&obj), Vec::<String>::new());
+    // The rules do refuse the prefixes as written.
+    obj["spec"]["rules"][0]["matches"][0]["path"]["value"] = serde_json::json!("/vidéos/");
+    assert_eq!(cel(&obj).len(), 1, "{:?}", cel(&obj));
+    let ingress = expose::ingress(&cs).expect("ingress");
+    let rules = ingress.spec.and_then(|s| s.rules).expect("rules");
+    let paths = &rules[0].http.as_ref().expect("http").paths;
+    assert_eq!(paths[0].path.as_deref(), Some("/vidéos/"));
 }
 
 /// Unknown fields, missing required fields, wrong types and values outside an enum.
