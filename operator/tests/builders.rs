@@ -1067,3 +1067,137 @@ fn image_cache_volumes_and_a_service_port_on_the_metrics_port_are_reported() {
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].field, "spec.service.port");
 }
+
+/// One error per spec, on its field.
+fn only_error(cs: &content_operator::crd::ContentServer) -> (String, String) {
+    let errs = validate(&cs.spec);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    (errs[0].field.clone(), errs[0].message.clone())
+}
+
+/// The CEL rules of the CRD are re-checked by the operator (a CRD may be installed without them).
+#[test]
+fn validation_rechecks_the_crd_cel_rules() {
+    let mut cs = example("hpa.yaml");
+    let a = cs.spec.autoscaling.as_mut().expect("autoscaling");
+    a.min_replicas = 5;
+    a.max_replicas = 2;
+    assert_eq!(only_error(&cs).0, "spec.autoscaling.minReplicas");
+
+    let mut cs = example("edge-cache.yaml");
+    let ca = cs
+        .spec
+        .origin
+        .as_mut()
+        .and_then(|o| o.ca.as_mut())
+        .expect("origin.ca");
+    let key =
+        serde_json::from_value(serde_json::json!({"name": "n", "key": "ca.pem"})).expect("key ref");
+    ca.secret_key_ref = Some(key);
+    ca.config_map_key_ref.get_or_insert_with(|| {
+        serde_json::from_value(serde_json::json!({"name": "n", "key": "ca.pem"})).expect("key")
+    });
+    let (field, message) = only_error(&cs);
+    assert_eq!(field, "spec.origin.ca");
+    assert!(message.contains("exactly one"), "{message}");
+    let ca = cs
+        .spec
+        .origin
+        .as_mut()
+        .and_then(|o| o.ca.as_mut())
+        .expect("ca");
+    ca.secret_key_ref = None;
+    ca.config_map_key_ref = None;
+    assert_eq!(only_error(&cs).0, "spec.origin.ca");
+
+    let mut cs = example("exposed.yaml");
+    cs.spec.network_policy = Some(
+        serde_json::from_value(serde_json::json!({"metricsFrom": [{"podSelector": {}}, {}]}))
+            .expect("network policy"),
+    );
+    assert_eq!(only_error(&cs).0, "spec.networkPolicy.metricsFrom[1]");
+}
+
+/// A claim of 0 bytes is refused by Kubernetes only when the pods' claims are made.
+#[test]
+fn a_zero_claim_size_is_invalid() {
+    let mut cs = example("media-node.yaml");
+    let i = cs
+        .spec
+        .volumes
+        .iter()
+        .position(|v| v.source.claim_template.is_some())
+        .expect("a claimTemplate volume");
+    assert_eq!(validate(&cs.spec), vec![]);
+    for zero in ["0", "0Gi", "0.0Ti"] {
+        if let Some(ct) = cs.spec.volumes[i].source.claim_template.as_mut() {
+            ct.size = zero.into();
+        }
+        let errs = validate(&cs.spec);
+        assert_eq!(errs.len(), 1, "{zero}: {errs:?}");
+        assert_eq!(
+            errs[0].field,
+            format!("spec.volumes[{i}].source.claimTemplate.size")
+        );
+    }
+}
+
+/// The reserved mount paths are not reachable through `..`, `.` or `//`.
+#[test]
+fn mount_paths_with_dot_segments_or_double_slashes_are_invalid() {
+    for mp in [
+        "/srv/../etc/content-server",
+        "//tmp",
+        "/etc//content-server",
+        "/srv/./x",
+        "/srv/x/..",
+    ] {
+        let mut cs = example("minimal.yaml");
+        cs.spec.volumes[0].mount_path = Some(mp.into());
+        let errs = validate(&cs.spec);
+        assert!(
+            errs.iter()
+                .any(|e| e.field == "spec.volumes[0].mountPath"
+                    && e.message.contains("'..' segments")),
+            "{mp}: {errs:?}"
+        );
+    }
+    let mut cs = example("minimal.yaml");
+    cs.spec.volumes[0].mount_path = Some("/srv/x.y/..z/".into());
+    assert_eq!(validate(&cs.spec), vec![]);
+}
+
+/// A cache size too large for 64 bits is one error saying so (not "not a quantity", nor a
+/// second error about the 0 bytes the config would hold).
+#[test]
+fn a_cache_size_beyond_u64_is_one_clear_error() {
+    let mut cs = example("edge-cache.yaml");
+    let i = cs
+        .spec
+        .volumes
+        .iter()
+        .position(|v| v.cache.is_some())
+        .expect("a cache volume");
+    let cache = |cs: &mut content_operator::crd::ContentServer| {
+        cs.spec.volumes[i].cache.as_mut().expect("cache").clone()
+    };
+    let mut c = cache(&mut cs);
+    c.max_size = Some("20Ei".into());
+    cs.spec.volumes[i].cache = Some(c.clone());
+    let errs = validate(&cs.spec);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, format!("spec.volumes[{i}].cache.maxSize"));
+    assert!(
+        errs[0]
+            .message
+            .contains("20Ei is more than 18446744073709551615 bytes"),
+        "{}",
+        errs[0].message
+    );
+    c.max_size = None;
+    c.slice_size = "17Ei".into();
+    cs.spec.volumes[i].cache = Some(c);
+    let errs = validate(&cs.spec);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, format!("spec.volumes[{i}].cache.sliceSize"));
+}

@@ -779,3 +779,22 @@ fn pdb_max_unavailable_is_bounded_and_a_percentage() {
         assert!(!matches(bad), "{bad}");
     }
 }
+
+#[test]
+fn cel_rejects_a_zero_claim_size() {
+    let mut obj = defaulted("media-node.yaml");
+    let i = obj["spec"]["volumes"]
+        .as_array()
+        .and_then(|v| {
+            v.iter()
+                .position(|v| v["source"]["claimTemplate"].is_object())
+        })
+        .expect("claimTemplate volume");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    for zero in ["0", "0Gi", "00.0"] {
+        obj["spec"]["volumes"][i]["source"]["claimTemplate"]["size"] = json!(zero);
+        assert_rejected(&obj, "size must be more than 0");
+    }
+    obj["spec"]["volumes"][i]["source"]["claimTemplate"]["size"] = json!("0.5Gi");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+}
