@@ -1,5 +1,6 @@
 //! The `ContentServer` custom resource (`contentserver.dev/v1alpha1`): spec and status types, the
-//! schema defaults and the CEL validation rules the apiserver enforces.
+//! schema defaults, the CEL validation rules the apiserver enforces and the integer bounds of
+//! every field (`bounds.rs`).
 //!
 //! Owns the API shape only. It must not render anything (see `builders/`) nor re-define the
 //! server's configuration format: the server-side knobs here are mapped onto
