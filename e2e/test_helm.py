@@ -428,3 +428,29 @@ def test_chart_passes_only_flags_the_operator_has(default_manifests: list[dict],
             if a in extra:
                 continue
             assert a.split("=", 1)[0] in flags, f"{a} is not a content-operator run flag"
+
+
+@pytest.mark.parametrize("release", ["edge-platform-europe-west-prod-01", "a" * 53, "media-cdn-operator-prod"])
+def test_dashboard_configmap_names_stay_distinct_for_long_release_names(release: str) -> None:
+    """The dashboard ConfigMaps are named <fullname>-dashboard-<file>, cut to 63 characters: the
+    fullname is cut, not the suffix, so two dashboards never get the same name."""
+    manifests = helm_native.render(CHART, {}, namespace=NS, release=release)
+    names = [cm["metadata"]["name"] for cm in dashboard_configmaps(manifests)]
+    files = sorted(p.stem for p in (CHART / "files" / "dashboards").glob("*.json"))
+    assert len(names) == len(files) == len(set(names)), names
+    for name in names:
+        assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
+    assert sorted(n.rsplit("-dashboard-", 1)[1] for n in names) == files
+
+
+def test_pod_labels_cannot_override_the_selector_labels() -> None:
+    """podLabels add labels to the pod but never change the selector's: the apiserver refuses a
+    Deployment whose selector does not match its template."""
+    dep = one(render({"podLabels": {"app.kubernetes.io/name": "x", "app.kubernetes.io/instance": "y",
+                                    "team": "media", "app.kubernetes.io/component": "ctl"}}),
+              "Deployment")
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    selector = dep["spec"]["selector"]["matchLabels"]
+    assert selector and all(labels[k] == v for k, v in selector.items()), (selector, labels)
+    assert labels["team"] == "media"
+    assert labels["app.kubernetes.io/component"] == "ctl", "other chart labels may be overridden"

@@ -259,6 +259,10 @@ def _cel_variants() -> dict[str, tuple[dict, str]]:
     d["spec"]["replicas"] = 1
     d["spec"]["autoscaling"] = {"maxReplicas": 3}
     out["shared-claim-cache-autoscaling"] = (d, "autoscaling.maxReplicas must be at most 1")
+
+    d = _example("media-node.yaml")
+    d["spec"]["volumes"][0]["source"]["claimTemplate"]["size"] = "0Gi"
+    out["claim-size-zero"] = (d, "size must be more than 0")
     return out
 
 
@@ -268,7 +272,7 @@ CEL_CASES = ["duplicate-volume-names", "route-to-unknown-volume", "two-volumes-n
              "rest-not-last", "volume-and-split", "autoscaling-min-above-max", "network-peer-empty",
              "cache-route-without-origin", "cache-route-on-plain-volume",
              "cache-volume-on-static-route", "origin-ca-two-sources",
-             "shared-claim-cache-replicas", "shared-claim-cache-autoscaling"]
+             "shared-claim-cache-replicas", "shared-claim-cache-autoscaling", "claim-size-zero"]
 
 
 def test_cel_cases_are_all_listed() -> None:
@@ -283,6 +287,30 @@ def test_cel_rule_rejects(crd: dict, case: str) -> None:
     assert list(crd_schema.validator(crd, version).iter_errors(obj)) == []
     errs = crd_schema.errors(crd, obj)
     assert any(message in e for e in errs), errs
+
+
+@pytest.mark.parametrize("path,value,ok", [
+    (["spec", "replicas"], 3000000000, False),
+    (["spec", "replicas"], 2147483647, True),
+    (["spec", "server", "backlog"], 5000000000, False),
+    (["spec", "server", "limits", "maxConnections"], 4294967296, False),
+    (["spec", "server", "limits", "maxConnections"], 4294967295, True),
+    (["spec", "pdb", "maxUnavailable"], 3000000000, False),
+    (["spec", "pdb", "maxUnavailable"], "200%", False),
+    (["spec", "pdb", "maxUnavailable"], "abc", False),
+    (["spec", "pdb", "maxUnavailable"], "25%", True),
+    (["spec", "pdb", "maxUnavailable"], 2, True),
+])
+def test_schema_bounds_what_the_operator_can_read(crd: dict, path: list, value, ok: bool) -> None:
+    """An integer the operator's types cannot hold would stop its LIST of every ContentServer:
+    the schema refuses it (and a maxUnavailable string that is not a percentage)."""
+    d = _example("minimal.yaml")
+    node = d
+    for k in path[:-1]:
+        node = node.setdefault(k, {})
+    node[path[-1]] = value
+    errs = list(crd_schema.validator(crd, "v1alpha1").iter_errors(d))
+    assert (errs == []) == ok, [e.message for e in errs]
 
 
 def test_cel_allows_hostpath_when_opted_in(crd: dict) -> None:

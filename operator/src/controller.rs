@@ -21,6 +21,15 @@
 //! | events.k8s.io | events | create, patch | Events on the ContentServer |
 //! | coordination.k8s.io | leases | get, create, update | leader election (operator's own namespace) |
 //!
+//! # Objects that do not decode
+//!
+//! kube's watcher LISTs and decodes the ContentServers as one list: an object the typed
+//! `ContentServer` cannot hold (an integer beyond its Rust type) fails the whole list, and no
+//! ContentServer in the watched scope is reconciled until it is fixed; the watcher retries with
+//! backoff. The CRD prevents it (every integer carries its type's bounds, `crd::bounds`); should
+//! it still happen (a CRD installed by hand), the failure is logged as one short warning
+//! ([`brief`]), and [`log_filter`] keeps kube's client from logging the whole response body.
+//!
 //! Server-side apply is a PATCH (`create` is listed because apply creates missing objects). A
 //! missing optional CRD shows as a 404 for its kind: no CRD read access is needed.
 
@@ -60,6 +69,34 @@ where
     match ns {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
+    }
+}
+
+/// Longest error text logged for a failed LIST or WATCH.
+pub const MAX_ERROR_LEN: usize = 300;
+
+/// An error's text cut to [`MAX_ERROR_LEN`] characters (a decode error quotes the response).
+pub fn brief(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    match text.char_indices().nth(MAX_ERROR_LEN) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
+/// The process's log filter: `RUST_LOG` (default `info`), with kube's HTTP client held to
+/// errors unless `RUST_LOG` names `kube_client` (its warning on a body that does not decode
+/// carries the whole body, e.g. every ContentServer of a LIST, on every retry).
+pub fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
+    let filter = rust_log
+        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| "info".into());
+    if rust_log.is_some_and(|v| v.contains("kube_client")) {
+        return filter;
+    }
+    match "kube_client::client=error".parse() {
+        Ok(d) => filter.add_directive(d),
+        Err(_) => filter,
     }
 }
 
@@ -110,8 +147,15 @@ pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: Strin
             controller
                 .run(reconcile, error_policy, ctx)
                 .for_each(|res| async move {
-                    if let Err(e) = res {
-                        tracing::debug!(error = %e, "controller event");
+                    match res {
+                        Err(kube::runtime::controller::Error::QueueError(e)) => {
+                            tracing::warn!(
+                                error = %brief(&e),
+                                "watching ContentServers or their children failed (retrying)"
+                            );
+                        }
+                        Err(e) => tracing::debug!(error = %e, "controller event"),
+                        Ok(_) => {}
                     }
                 })
                 .await;

@@ -83,9 +83,9 @@ fn main() -> anyhow::Result<()> {
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(content_operator::controller::log_filter(
+            std::env::var("RUST_LOG").ok().as_deref(),
+        ))
         .init();
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(async move {

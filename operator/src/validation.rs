@@ -88,6 +88,11 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
                     format!("{f}.source.claimTemplate.size"),
                     format!("{:?} is not a quantity such as 500Gi", ct.size),
                 );
+            } else if quantity_bytes(&ct.size) == Some(0) {
+                push(
+                    format!("{f}.source.claimTemplate.size"),
+                    format!("{:?} is 0 bytes: a claim must have a size", ct.size),
+                );
             }
             if ct.access_modes.is_empty() {
                 push(
@@ -113,6 +118,14 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
             }
         }
         let mp = ContentServerSpec::mount_path(v);
+        // Refused rather than normalized: `/srv/../etc/content-server` would pass a string
+        // comparison with the reserved paths below.
+        if mp.contains("//") || mp.split('/').any(|seg| seg == "." || seg == "..") {
+            push(
+                format!("{f}.mountPath"),
+                format!("{mp} must not contain '//' or '.' or '..' segments"),
+            );
+        }
         let reserved = [CONFIG_DIR, ORIGIN_CA_DIR, PURGE_TOKEN_DIR, "/tmp", "/"];
         if reserved.iter().any(|r| {
             mp.trim_end_matches('/') == *r || (*r != "/" && mp.starts_with(&format!("{r}/")))
@@ -164,7 +177,43 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
         }
         _ => {}
     }
+    if let Some(a) = &spec.autoscaling {
+        if a.min_replicas > a.max_replicas {
+            push(
+                "spec.autoscaling.minReplicas".into(),
+                format!(
+                    "{} must not exceed maxReplicas {}",
+                    a.min_replicas, a.max_replicas
+                ),
+            );
+        }
+    }
+    if let Some(ca) = spec.origin.as_ref().and_then(|o| o.ca.as_ref()) {
+        if ca.secret_key_ref.is_some() == ca.config_map_key_ref.is_some() {
+            push(
+                "spec.origin.ca".into(),
+                "set exactly one of secretKeyRef and configMapKeyRef".into(),
+            );
+        }
+    }
+    for (i, peer) in spec
+        .network_policy
+        .iter()
+        .flat_map(|n| n.metrics_from.iter())
+        .enumerate()
+    {
+        if peer.namespace_selector.is_none() && peer.pod_selector.is_none() {
+            push(
+                format!("spec.networkPolicy.metricsFrom[{i}]"),
+                "set namespaceSelector, podSelector or both".into(),
+            );
+        }
+    }
+    let mut unconverted = HashSet::new();
     for e in validate_cache(spec) {
+        if e.field.ends_with(".maxSize") || e.field.ends_with(".sliceSize") {
+            unconverted.insert(e.field.clone());
+        }
         push(e.field, e.message);
     }
     let mut cfg = server_config(spec);
@@ -178,7 +227,12 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
         if e.field.starts_with("listeners") && !(1..=65535).contains(&spec.server.port) {
             continue;
         }
-        push(spec_path(&e.field), e.message);
+        let field = spec_path(&e.field);
+        // A size that did not convert was reported above (the config holds a stand-in then).
+        if unconverted.contains(&field) {
+            continue;
+        }
+        push(field, e.message);
     }
     errs
 }
@@ -276,6 +330,15 @@ pub fn spec_path(config_field: &str) -> String {
     }
 }
 
+/// Why a quantity gives no byte count: too large for 64 bits, or not a quantity.
+fn not_bytes(q: &str, example: &str) -> String {
+    if is_quantity(q) {
+        format!("{q} is more than {} bytes (16Ei)", u64::MAX)
+    } else {
+        format!("{q:?} is not a quantity such as {example}")
+    }
+}
+
 /// The cache rules the server cannot know: quantities, a cache must fit its claim (or emptyDir
 /// limit), a cache on an existing claim allows one replica (autoscaling included), a route with
 /// cache needs spec.origin.
@@ -292,17 +355,11 @@ pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
             );
         }
         if quantity_bytes(&c.slice_size).is_none() {
-            push(
-                format!("{f}.sliceSize"),
-                format!("{:?} is not a quantity such as 1Mi", c.slice_size),
-            );
+            push(format!("{f}.sliceSize"), not_bytes(&c.slice_size, "1Mi"));
         }
         let Some(max) = &c.max_size else { continue };
         let Some(max_bytes) = quantity_bytes(max) else {
-            push(
-                format!("{f}.maxSize"),
-                format!("{max:?} is not a quantity such as 90Gi"),
-            );
+            push(format!("{f}.maxSize"), not_bytes(max, "90Gi"));
             continue;
         };
         let limit = match (&v.source.claim_template, &v.source.empty_dir) {

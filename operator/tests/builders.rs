@@ -588,8 +588,8 @@ fn no_expose_no_network_policy_without_their_specs() {
 /// The HTTPRoute the operator writes uses only fields of the released Gateway API CRD, with the
 /// required ones present and enum values it allows (upstream schema in ../shared/schemas, as the
 /// Gateway API project releases it).
-#[test]
-fn http_route_matches_the_upstream_gateway_api_schema() {
+/// The released HTTPRoute v1 schema.
+fn gateway_route_schema() -> serde_json::Value {
     let crd_file = repo_root()
         .parent()
         .expect("parent of the repository")
@@ -601,7 +601,12 @@ fn http_route_matches_the_upstream_gateway_api_schema() {
         .as_array()
         .and_then(|v| v.iter().find(|v| v["name"] == "v1"))
         .expect("v1");
-    let schema = &version["schema"]["openAPIV3Schema"];
+    version["schema"]["openAPIV3Schema"].clone()
+}
+
+#[test]
+fn http_route_matches_the_upstream_gateway_api_schema() {
+    let schema = &gateway_route_schema();
     let route = serde_json::to_value(expose::http_route(&example("exposed.yaml")).expect("route"))
         .expect("json");
     let mut spec_only = route.clone();
@@ -616,6 +621,66 @@ fn http_route_matches_the_upstream_gateway_api_schema() {
     bad["spec"]["rules"][0]["matches"][0]["path"]["type"] = serde_json::json!("Prefix");
     bad["spec"]["parentRef"] = serde_json::json!([]);
     assert_eq!(schema_problems(schema, &bad, "$").len(), 2);
+}
+
+/// A route prefix is a decoded path: the HTTPRoute carries it percent-encoded (the Gateway API
+/// refuses a bare `é`, space or `[`), in the form the server's canonical path has, so it routes
+/// to the same place; the released CRD's CEL rules accept it. The Ingress keeps it as written.
+#[test]
+fn http_route_percent_encodes_route_prefixes() {
+    let schema = gateway_route_schema();
+    let mut cs = example("exposed.yaml");
+    let volume = cs.spec.volumes[0].name.clone();
+    let prefixes = ["/vidéos/", "/a b", "/a[1]", "/50%", "/ok-._~!$&'()*+,;=:@/"];
+    cs.spec.routes = prefixes
+        .iter()
+        .map(|p| {
+            serde_json::from_value(serde_json::json!({"prefix": p, "volume": volume}))
+                .expect("route")
+        })
+        .collect();
+    let route = expose::http_route(&cs).expect("route");
+    let values: Vec<String> = route.spec.rules[0]
+        .matches
+        .iter()
+        .filter_map(|m| m.path.as_ref().map(|p| p.value.clone()))
+        .collect();
+    assert_eq!(
+        values,
+        [
+            "/vid%C3%A9os/",
+            "/a%20b",
+            "/a%5B1%5D",
+            "/50%25",
+            "/ok-._~!$&'()*+,;=:@/"
+        ]
+    );
+    for (p, v) in prefixes.iter().zip(&values) {
+        assert_eq!(
+            content_server::resolve::canonical(v),
+            content_server::resolve::canonical(&expose::encoded_prefix(p)),
+            "{v} is already canonical"
+        );
+        assert_eq!(
+            content_server::resolve::canonical(v).as_deref(),
+            Ok(v.as_str())
+        );
+    }
+    let mut obj = serde_json::to_value(&route).expect("json");
+    obj.as_object_mut().expect("object").remove("metadata");
+    assert_eq!(schema_problems(&schema, &obj, "$"), Vec::<String>::new());
+    let cel = |o: &serde_json::Value| match kube_cel::validate(&schema, o, None) {
+        Ok(()) => Vec::new(),
+        Err(errs) => errs.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+    };
+    assert_eq!(cel(&obj), Vec::<String>::new());
+    // The rules do refuse the prefixes as written.
+    obj["spec"]["rules"][0]["matches"][0]["path"]["value"] = serde_json::json!("/vidéos/");
+    assert_eq!(cel(&obj).len(), 1, "{:?}", cel(&obj));
+    let ingress = expose::ingress(&cs).expect("ingress");
+    let rules = ingress.spec.and_then(|s| s.rules).expect("rules");
+    let paths = &rules[0].http.as_ref().expect("http").paths;
+    assert_eq!(paths[0].path.as_deref(), Some("/vidéos/"));
 }
 
 /// Unknown fields, missing required fields, wrong types and values outside an enum.
@@ -1001,4 +1066,138 @@ fn image_cache_volumes_and_a_service_port_on_the_metrics_port_are_reported() {
     let errs = validate(&cs.spec);
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].field, "spec.service.port");
+}
+
+/// One error per spec, on its field.
+fn only_error(cs: &content_operator::crd::ContentServer) -> (String, String) {
+    let errs = validate(&cs.spec);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    (errs[0].field.clone(), errs[0].message.clone())
+}
+
+/// The CEL rules of the CRD are re-checked by the operator (a CRD may be installed without them).
+#[test]
+fn validation_rechecks_the_crd_cel_rules() {
+    let mut cs = example("hpa.yaml");
+    let a = cs.spec.autoscaling.as_mut().expect("autoscaling");
+    a.min_replicas = 5;
+    a.max_replicas = 2;
+    assert_eq!(only_error(&cs).0, "spec.autoscaling.minReplicas");
+
+    let mut cs = example("edge-cache.yaml");
+    let ca = cs
+        .spec
+        .origin
+        .as_mut()
+        .and_then(|o| o.ca.as_mut())
+        .expect("origin.ca");
+    let key =
+        serde_json::from_value(serde_json::json!({"name": "n", "key": "ca.pem"})).expect("key ref");
+    ca.secret_key_ref = Some(key);
+    ca.config_map_key_ref.get_or_insert_with(|| {
+        serde_json::from_value(serde_json::json!({"name": "n", "key": "ca.pem"})).expect("key")
+    });
+    let (field, message) = only_error(&cs);
+    assert_eq!(field, "spec.origin.ca");
+    assert!(message.contains("exactly one"), "{message}");
+    let ca = cs
+        .spec
+        .origin
+        .as_mut()
+        .and_then(|o| o.ca.as_mut())
+        .expect("ca");
+    ca.secret_key_ref = None;
+    ca.config_map_key_ref = None;
+    assert_eq!(only_error(&cs).0, "spec.origin.ca");
+
+    let mut cs = example("exposed.yaml");
+    cs.spec.network_policy = Some(
+        serde_json::from_value(serde_json::json!({"metricsFrom": [{"podSelector": {}}, {}]}))
+            .expect("network policy"),
+    );
+    assert_eq!(only_error(&cs).0, "spec.networkPolicy.metricsFrom[1]");
+}
+
+/// A claim of 0 bytes is refused by Kubernetes only when the pods' claims are made.
+#[test]
+fn a_zero_claim_size_is_invalid() {
+    let mut cs = example("media-node.yaml");
+    let i = cs
+        .spec
+        .volumes
+        .iter()
+        .position(|v| v.source.claim_template.is_some())
+        .expect("a claimTemplate volume");
+    assert_eq!(validate(&cs.spec), vec![]);
+    for zero in ["0", "0Gi", "0.0Ti"] {
+        if let Some(ct) = cs.spec.volumes[i].source.claim_template.as_mut() {
+            ct.size = zero.into();
+        }
+        let errs = validate(&cs.spec);
+        assert_eq!(errs.len(), 1, "{zero}: {errs:?}");
+        assert_eq!(
+            errs[0].field,
+            format!("spec.volumes[{i}].source.claimTemplate.size")
+        );
+    }
+}
+
+/// The reserved mount paths are not reachable through `..`, `.` or `//`.
+#[test]
+fn mount_paths_with_dot_segments_or_double_slashes_are_invalid() {
+    for mp in [
+        "/srv/../etc/content-server",
+        "//tmp",
+        "/etc//content-server",
+        "/srv/./x",
+        "/srv/x/..",
+    ] {
+        let mut cs = example("minimal.yaml");
+        cs.spec.volumes[0].mount_path = Some(mp.into());
+        let errs = validate(&cs.spec);
+        assert!(
+            errs.iter()
+                .any(|e| e.field == "spec.volumes[0].mountPath"
+                    && e.message.contains("'..' segments")),
+            "{mp}: {errs:?}"
+        );
+    }
+    let mut cs = example("minimal.yaml");
+    cs.spec.volumes[0].mount_path = Some("/srv/x.y/..z/".into());
+    assert_eq!(validate(&cs.spec), vec![]);
+}
+
+/// A cache size too large for 64 bits is one error saying so (not "not a quantity", nor a
+/// second error about the 0 bytes the config would hold).
+#[test]
+fn a_cache_size_beyond_u64_is_one_clear_error() {
+    let mut cs = example("edge-cache.yaml");
+    let i = cs
+        .spec
+        .volumes
+        .iter()
+        .position(|v| v.cache.is_some())
+        .expect("a cache volume");
+    let cache = |cs: &mut content_operator::crd::ContentServer| {
+        cs.spec.volumes[i].cache.as_mut().expect("cache").clone()
+    };
+    let mut c = cache(&mut cs);
+    c.max_size = Some("20Ei".into());
+    cs.spec.volumes[i].cache = Some(c.clone());
+    let errs = validate(&cs.spec);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, format!("spec.volumes[{i}].cache.maxSize"));
+    assert!(
+        errs[0]
+            .message
+            .contains("20Ei is more than 18446744073709551615 bytes"),
+        "{}",
+        errs[0].message
+    );
+    c.max_size = None;
+    c.slice_size = "17Ei".into();
+    cs.spec.volumes[i].cache = Some(c);
+    let errs = validate(&cs.spec);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, format!("spec.volumes[{i}].cache.sliceSize"));
 }

@@ -663,3 +663,138 @@ fn timeout_schema_has_the_servers_upper_bound() {
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].field, "spec.server.limits.headerReadTimeoutSecs");
 }
+
+/// Every integer node of the schema (spec and status, k8s-openapi types included) with its path.
+fn integer_nodes(node: &Value, path: &str, out: &mut Vec<(String, Value)>) {
+    let Some(obj) = node.as_object() else { return };
+    if obj.get("type") == Some(&json!("integer")) {
+        out.push((path.to_string(), node.clone()));
+    }
+    if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+        for (k, v) in props {
+            integer_nodes(v, &format!("{path}.{k}"), out);
+        }
+    }
+    for (key, suffix) in [("items", "[]"), ("additionalProperties", "{}")] {
+        if let Some(sub) = obj.get(key) {
+            integer_nodes(sub, &format!("{path}{suffix}"), out);
+        }
+    }
+    for j in ["allOf", "anyOf", "oneOf"] {
+        for (i, s) in obj
+            .get(j)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            integer_nodes(s, &format!("{path}.{j}[{i}]"), out);
+        }
+    }
+}
+
+/// Kubernetes stores every integer as an int64 and ignores `format`: a value the Rust type
+/// cannot hold would be accepted by the apiserver and then fail the operator's typed LIST of
+/// every ContentServer. So each integer field carries its type's bounds (or tighter ones).
+#[test]
+fn every_integer_field_is_bounded_by_its_rust_type() {
+    let mut ints = Vec::new();
+    integer_nodes(&root_schema(), "", &mut ints);
+    assert!(ints.len() > 40, "found only {} integer fields", ints.len());
+    let mut errors = Vec::new();
+    for (path, n) in &ints {
+        let (min, max) = (n["minimum"].as_f64(), n["maximum"].as_f64());
+        let format = n["format"].as_str().unwrap_or("");
+        let ok = match format {
+            // The apiserver's own integer: whatever it stores decodes.
+            "int64" => true,
+            "uint64" => min.is_some_and(|m| m >= 0.0),
+            f => match content_operator::crd::bounds::format_range(f) {
+                Some((lo, hi)) => {
+                    min.is_some_and(|m| m >= lo as f64) && max.is_some_and(|m| m <= hi as f64)
+                }
+                None => false,
+            },
+        };
+        if !ok {
+            errors.push(format!("{path}: {format:?} min {min:?} max {max:?}"));
+        }
+    }
+    assert!(
+        errors.is_empty(),
+        "unbounded integers:\n{}",
+        errors.join("\n")
+    );
+    // The ones the black-box test tripped on, and one inside a k8s-openapi type.
+    for (path, max) in [
+        (".spec.replicas", 2147483647.0),
+        (".spec.server.backlog", 2147483647.0),
+        (".spec.server.limits.maxConnections", 4294967295.0),
+        (
+            ".spec.scheduling.topologySpreadConstraints[].maxSkew",
+            2147483647.0,
+        ),
+        (".status.replicas", 2147483647.0),
+    ] {
+        let n = ints
+            .iter()
+            .find(|(p, _)| p == path)
+            .unwrap_or_else(|| panic!("no integer {path}"));
+        assert_eq!(n.1["maximum"].as_f64(), Some(max), "{path}");
+    }
+    assert_eq!(
+        spec_field(&["volumes"])["items"]["properties"]["pool"]["properties"]["maxQueue"]
+            ["maximum"]
+            .as_f64(),
+        Some(16777216.0),
+        "a field's own tighter bound is kept"
+    );
+}
+
+/// pdb.maxUnavailable is an int-or-string (an i32 or a percentage): the apiserver applies
+/// `minimum`/`maximum` to a number and `pattern` to a string (as CRDs made by controller-gen do).
+#[test]
+fn pdb_max_unavailable_is_bounded_and_a_percentage() {
+    let n = spec_field(&["pdb", "maxUnavailable"]);
+    assert_eq!(n["x-kubernetes-int-or-string"], true);
+    assert_eq!(
+        (n["minimum"].as_f64(), n["maximum"].as_f64()),
+        (Some(0.0), Some(2147483647.0))
+    );
+    assert_eq!(n["pattern"], content_operator::crd::PERCENT_PATTERN);
+    // The pattern takes what the operator takes, evaluated with CEL's RE2 `matches`.
+    let matches = |v: &str| {
+        let expr = format!(
+            "'{v}'.matches('{}')",
+            content_operator::crd::PERCENT_PATTERN
+        );
+        let program = kube_cel::cel::Program::compile(&expr).expect("compiles");
+        let ctx = kube_cel::cel::Context::default();
+        program.execute(&ctx).expect("runs") == kube_cel::cel::Value::Bool(true)
+    };
+    for ok in ["0%", "25%", "100%", "05%"] {
+        assert!(matches(ok), "{ok}");
+    }
+    for bad in ["abc", "200%", "101%", "5", "%", "-1%"] {
+        assert!(!matches(bad), "{bad}");
+    }
+}
+
+#[test]
+fn cel_rejects_a_zero_claim_size() {
+    let mut obj = defaulted("media-node.yaml");
+    let i = obj["spec"]["volumes"]
+        .as_array()
+        .and_then(|v| {
+            v.iter()
+                .position(|v| v["source"]["claimTemplate"].is_object())
+        })
+        .expect("claimTemplate volume");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    for zero in ["0", "0Gi", "00.0"] {
+        obj["spec"]["volumes"][i]["source"]["claimTemplate"]["size"] = json!(zero);
+        assert_rejected(&obj, "size must be more than 0");
+    }
+    obj["spec"]["volumes"][i]["source"]["claimTemplate"]["size"] = json!("0.5Gi");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+}

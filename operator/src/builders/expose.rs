@@ -1,6 +1,12 @@
 //! `spec.expose`: the Gateway API HTTPRoute and the Ingress in front of the client Service.
 //! Both send every route prefix of the spec (`/` with no routes) to the Service's `http` port,
 //! so what is reachable outside is exactly what the server serves. Pure.
+//!
+//! A route prefix is a decoded path (the server matches it against the decoded request path).
+//! The HTTPRoute gets it percent-encoded ([`encoded_prefix`]): the Gateway API takes only the
+//! characters a path may hold bare, and a Gateway matches the encoded request path. The Ingress
+//! gets it as written: Kubernetes accepts any character in an Ingress path, and Ingress
+//! controllers (ingress-nginx) match the decoded path.
 
 use crate::builders::{child_meta, workload_name};
 use crate::crd::ContentServer;
@@ -13,6 +19,22 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// A route prefix as an HTTP request carries it: every byte but the ones a path holds bare
+/// (RFC 3986 unreserved, sub-delimiters, `:`, `@` and `/`) as `%XX` (upper-case hex, the
+/// server's canonical form), so `/vidéos` is `/vid%C3%A9os` and `/a b` is `/a%20b`.
+pub fn encoded_prefix(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len());
+    for b in prefix.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
 
 /// The URI prefixes the server answers: every route's prefix, in spec order, or `/`.
 pub fn path_prefixes(cs: &ContentServer) -> Vec<String> {
@@ -64,7 +86,7 @@ pub fn http_route(cs: &ContentServer) -> Option<HTTPRoute> {
                 .map(|value| HTTPRouteMatch {
                     path: Some(HTTPPathMatch {
                         type_: "PathPrefix".into(),
-                        value,
+                        value: encoded_prefix(&value),
                     }),
                 })
                 .collect(),

@@ -1,5 +1,6 @@
 //! The `ContentServer` custom resource (`contentserver.dev/v1alpha1`): spec and status types, the
-//! schema defaults and the CEL validation rules the apiserver enforces.
+//! schema defaults, the CEL validation rules the apiserver enforces and the integer bounds of
+//! every field (`bounds.rs`).
 //!
 //! Owns the API shape only. It must not render anything (see `builders/`) nor re-define the
 //! server's configuration format: the server-side knobs here are mapped onto
@@ -10,6 +11,7 @@
 //! support (or edited by hand).
 
 mod autoscaling;
+pub mod bounds;
 mod cache;
 mod expose;
 mod http;
@@ -71,6 +73,7 @@ pub const MAX_VOLUME_NAME: usize = 59;
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = bounds::integer_bounds)]
 #[schemars(extend("x-kubernetes-validations" = [
     {
         "rule": "self.volumes.all(v, self.volumes.exists_one(w, w.name == v.name))",

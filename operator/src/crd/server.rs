@@ -12,9 +12,9 @@ pub struct ServerSpec {
     #[serde(default = "default_http_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
-    /// listen(2) backlog (capped by the node's net.core.somaxconn).
+    /// listen(2) backlog (capped by the node's net.core.somaxconn; listen takes an int).
     #[serde(default = "default_backlog")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 2147483647))]
     pub backlog: u32,
     /// TCP congestion control of every connection, such as `cubic` or `bbr`; absent = the
     /// node's default (`net.ipv4.tcp_congestion_control`). The pod fails to start when the

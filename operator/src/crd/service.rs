@@ -39,12 +39,17 @@ impl ServiceType {
     }
 }
 
+/// A percentage from 0% to 100% (what `validation.rs` takes as a string maxUnavailable).
+pub const PERCENT_PATTERN: &str = "^0*(100|[1-9]?[0-9])%$";
+
 /// PodDisruptionBudget settings.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PdbSpec {
-    /// Pods that may be voluntarily disrupted at once (number or percentage).
+    /// Pods that may be voluntarily disrupted at once (number or percentage). The bounds apply
+    /// to a number (an i32: the operator could not read a larger one), the pattern to a string.
     #[serde(default = "default_max_unavailable")]
+    #[schemars(extend("minimum" = 0, "maximum" = i32::MAX, "pattern" = PERCENT_PATTERN))]
     pub max_unavailable: IntOrString,
 }
 

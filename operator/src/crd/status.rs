@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(default, rename_all = "camelCase")]
+#[schemars(transform = super::bounds::integer_bounds)]
 pub struct ContentServerStatus {
     /// The generation last acted on.
     pub observed_generation: Option<i64>,

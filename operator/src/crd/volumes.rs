@@ -84,6 +84,11 @@ pub struct PvcSource {
 #[serde_with::skip_serializing_none]
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.size.matches('[1-9]')",
+    "message": "size must be more than 0",
+    "fieldPath": ".size"
+}]))]
 pub struct ClaimTemplateSource {
     /// StorageClass; unset uses the cluster default.
     pub storage_class_name: Option<String>,
