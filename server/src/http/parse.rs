@@ -228,6 +228,7 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     let mut transfer_encoding: Option<String> = None;
     let mut content_length: Option<u64> = None;
     let mut close = false;
+    let mut range_fields = 0;
     for h in req.headers.iter() {
         // Borrowed for the fields only looked at; owned for the ones the request keeps. A
         // value's obs-text bytes (RFC 9110 §5.5) become U+FFFD: such a value matches none of
@@ -275,6 +276,7 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
         } else if name.eq_ignore_ascii_case("if-modified-since") {
             r.if_modified_since = Some(value());
         } else if name.eq_ignore_ascii_case("range") {
+            range_fields += 1;
             r.range = Some(value());
         } else if name.eq_ignore_ascii_case("if-range") {
             // One validator (RFC 9110 §13.1.5): two could splice ranges of two versions.
@@ -324,6 +326,11 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     }
     if minor == 1 && host != 1 {
         return Err(ParseError::Bad("HTTP/1.1 requires exactly one Host header"));
+    }
+    // Range is no list (RFC 9110 §14.2): two fields are an invalid Range, which is ignored
+    // (the whole representation, 200), not one of them picked.
+    if range_fields > 1 {
+        r.range = None;
     }
     if host > 1 {
         return Err(ParseError::Bad("more than one Host header"));
@@ -616,6 +623,13 @@ mod tests {
             let r = parse(req.as_bytes(), 8192).unwrap().unwrap();
             assert!(!r.keep_alive, "{conn:?}");
         }
+    }
+
+    #[test]
+    fn two_range_fields_are_ignored() {
+        let req = b"GET / HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n";
+        let r = parse(req, 8192).unwrap().unwrap();
+        assert_eq!(r.range, None);
     }
 
     #[test]
