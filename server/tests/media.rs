@@ -148,6 +148,10 @@ fn headers_by_route_and_media_type_only_where_configured() {
     assert_eq!(r.header("X-Content-Type-Options"), Some("nosniff"));
     assert_eq!(r.header("Expires"), None);
     assert_eq!(vary(&r), vec!["Origin", "Accept-Encoding"]);
+    // So does an error of that route (README: every response of such a route).
+    let r = s.get("/v/missing.m4s", &[]);
+    assert_eq!(r.status, 404);
+    assert_eq!(vary(&r), vec!["Origin", "Accept-Encoding"]);
     let r = s.get("/v/index.m3u8", &[]);
     assert_eq!(r.body, s.m3u8);
     assert_eq!(

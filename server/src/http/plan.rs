@@ -253,8 +253,8 @@ impl Policy {
         keep_alive: bool,
         extra: &[(&str, &str)],
     ) -> Vec<u8> {
-        let (ch, _) = self.decoration(route, req);
-        let vary_value = vary_value(&ch.vary, false, false);
+        let (ch, coded) = self.decoration(route, req);
+        let vary_value = vary_value(&ch.vary, coded, false);
         let mut all: Vec<(&str, &str)> = extra.to_vec();
         all.extend(ch.headers.iter().map(|(n, v)| (*n, v.as_str())));
         if let Some(v) = &vary_value {
