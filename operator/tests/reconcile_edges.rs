@@ -248,6 +248,55 @@ async fn a_foreign_service_is_not_taken_over_and_an_own_orphan_is_adopted() {
     );
 }
 
+/// The tester's t13: a ready StatefulSet whose claim size changes is deleted with orphaning and
+/// recreated; until its controller reports on the recreated one (no observedGeneration yet) the
+/// status keeps the serving pods: Available stays True, no Warning Event.
+#[tokio::test]
+async fn a_recreated_statefulset_not_yet_observed_keeps_the_status() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = create(&fake, "media-node.yaml");
+    run(&fake, &ctx, &name).await;
+    fake.set_rolled_out(&statefulsets(), &name, 3);
+    let cs = run(&fake, &ctx, &name).await;
+    assert_eq!(condition(&cs, "Available").status, "True");
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["volumes"][0]["source"]["claimTemplate"]["size"] = json!("8Ti")
+    });
+    let events = fake.events().len();
+    run(&fake, &ctx, &name).await;
+    assert!(
+        fake.get(&statefulsets(), &name).is_none(),
+        "deleted (orphan)"
+    );
+    let cs = run(&fake, &ctx, &name).await;
+    let sts = fake.get(&statefulsets(), &name).expect("recreated");
+    assert!(sts["status"]["observedGeneration"].is_null(), "{sts}");
+    let st = cs.status.clone().expect("status");
+    assert_eq!((st.replicas, st.ready_replicas), (3, 3));
+    let available = condition(&cs, "Available");
+    assert_eq!(
+        (available.status.as_str(), available.reason.as_str()),
+        ("True", "MinimumReplicasAvailable")
+    );
+    assert_eq!(condition(&cs, "Progressing").status, "True");
+    let new_events = &fake.events()[events..];
+    assert!(
+        !new_events.iter().any(|(t, _, _)| t == "Warning"),
+        "{new_events:?}"
+    );
+
+    // Once its controller reports, its counts are the status'.
+    fake.set_status(
+        &statefulsets(),
+        &name,
+        json!({"replicas": 3, "readyReplicas": 2, "updatedReplicas": 3,
+               "observedGeneration": sts["metadata"]["generation"]}),
+    );
+    let cs = run(&fake, &ctx, &name).await;
+    assert_eq!(cs.status.expect("status").ready_replicas, 2);
+}
+
 /// The tester's t10 shape: the first reconcile fails on an apply the API refuses. The status
 /// gets observedGeneration, the API's own words (object, code, reason, message) and nothing the
 /// operator did not observe (no zero counts, no empty host names).

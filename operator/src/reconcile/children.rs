@@ -56,12 +56,12 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
             let deps: Api<Deployment> = scope.api();
             let d = apply_owned(&deps, cs, &deployment(cs, &applied.config_hash)).await?;
             let s = d.status.unwrap_or_default();
-            applied.state = Some(rollout_state(
+            applied.state = rollout_state(
                 &d.metadata,
                 cs.spec.replicas,
                 [s.replicas, s.ready_replicas, s.updated_replicas],
                 s.observed_generation,
-            ));
+            );
         }
     }
 

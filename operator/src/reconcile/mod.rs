@@ -149,15 +149,22 @@ async fn reconcile_steps(
 async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Action, Error> {
     let cs = scope.cs;
     let replacing = applied.replacing();
-    // While the StatefulSet is replaced its orphaned pods keep serving, as last seen; while the
-    // workload of the other kind still runs, its ready pods serve.
-    let mut w = applied.state.unwrap_or(WorkloadState {
-        desired: cs.spec.replicas,
-        replicas: scope.previous.replicas,
-        ready: scope.previous.ready_replicas,
-        ..WorkloadState::default()
-    });
-    w.ready += applied.serving_elsewhere;
+    // While the workload is unobserved (the StatefulSet being replaced, its orphaned pods
+    // serving; a workload its controller has not reported on yet) the pods serve as last seen:
+    // the counts last written, which already include any workload of the other kind. Once
+    // observed, the ready pods of a workload of the other kind that still runs are added.
+    let w = match applied.state {
+        Some(mut w) => {
+            w.ready += applied.serving_elsewhere;
+            w
+        }
+        None => WorkloadState {
+            desired: cs.spec.replicas,
+            replicas: scope.previous.replicas,
+            ready: scope.previous.ready_replicas,
+            ..WorkloadState::default()
+        },
+    };
     let note = (!applied.notes.is_empty()).then(|| applied.notes.join("; "));
     let mut conditions = status::workload_conditions(
         &scope.previous.conditions,

@@ -65,12 +65,12 @@ pub async fn apply_statefulset(scope: &Scope<'_>, applied: &mut Applied) -> Resu
     }
     let s = apply(&stss, &desired).await?;
     let st = s.status.unwrap_or_default();
-    applied.state = Some(rollout_state(
+    applied.state = rollout_state(
         &s.metadata,
         cs.spec.replicas,
         [Some(st.replicas), st.ready_replicas, st.updated_replicas],
         st.observed_generation,
-    ));
+    );
     Ok(())
 }
 
