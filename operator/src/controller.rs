@@ -8,16 +8,16 @@
 //! |---|---|---|---|
 //! | contentserver.dev | contentservers | list, watch | the primary resource |
 //! | contentserver.dev | contentservers/status | patch | status and conditions |
-//! | "" (core) | configmaps | list, watch, create, patch | rendered server config (apply; garbage-collected via owner reference) |
-//! | "" (core) | services | list, watch, create, patch, delete | client + headless Services |
+//! | "" (core) | configmaps | get, list, watch, create, patch | rendered server config (apply; garbage-collected via owner reference) |
+//! | "" (core) | services | get, list, watch, create, patch, delete | client + headless Services |
 //! | apps | deployments | get, list, watch, create, patch, delete | workload without per-pod claims |
 //! | apps | statefulsets | get, list, watch, create, patch, delete | workload with claim templates (orphan delete on immutable change) |
-//! | policy | poddisruptionbudgets | list, watch, create, patch, delete | PDB when replicas > 1 |
-//! | autoscaling | horizontalpodautoscalers | list, watch, create, patch, delete | HPA of spec.autoscaling |
-//! | networking.k8s.io | ingresses | list, watch, create, patch, delete | Ingress of spec.expose.ingress |
-//! | networking.k8s.io | networkpolicies | list, watch, create, patch, delete | NetworkPolicy of spec.networkPolicy |
-//! | gateway.networking.k8s.io | httproutes | create, patch, delete | optional HTTPRoute (CRD may be missing: not watched) |
-//! | monitoring.coreos.com | servicemonitors | create, patch, delete | optional ServiceMonitor (CRD may be missing: not watched) |
+//! | policy | poddisruptionbudgets | get, list, watch, create, patch, delete | PDB when replicas > 1 |
+//! | autoscaling | horizontalpodautoscalers | get, list, watch, create, patch, delete | HPA of spec.autoscaling |
+//! | networking.k8s.io | ingresses | get, list, watch, create, patch, delete | Ingress of spec.expose.ingress |
+//! | networking.k8s.io | networkpolicies | get, list, watch, create, patch, delete | NetworkPolicy of spec.networkPolicy |
+//! | gateway.networking.k8s.io | httproutes | get, create, patch, delete | optional HTTPRoute (CRD may be missing: not watched) |
+//! | monitoring.coreos.com | servicemonitors | get, create, patch, delete | optional ServiceMonitor (CRD may be missing: not watched) |
 //! | events.k8s.io | events | create, patch | Events on the ContentServer |
 //! | coordination.k8s.io | leases | get, create, update | leader election (operator's own namespace) |
 //!
@@ -30,8 +30,10 @@
 //! it still happen (a CRD installed by hand), the failure is logged as one short warning
 //! ([`brief`]), and [`log_filter`] keeps kube's client from logging the whole response body.
 //!
-//! Server-side apply is a PATCH (`create` is listed because apply creates missing objects). A
-//! missing optional CRD shows as a 404 for its kind: no CRD read access is needed.
+//! Server-side apply is a PATCH (`create` is listed because apply creates missing objects). Every
+//! child is read (`get`) before it is applied or deleted: the operator writes only objects it
+//! owns (`reconcile/api.rs`). A missing optional CRD shows as a 404 for its kind: no CRD read
+//! access is needed.
 
 use crate::builders::servicemonitor;
 use crate::crd::ContentServer;

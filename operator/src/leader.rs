@@ -3,15 +3,20 @@
 //!
 //! A small loop: acquire the Lease when it is free or expired (optimistic concurrency through
 //! resourceVersion: a conflicting writer gets 409 and loses), renew it every `retry` period, and
-//! report loss when renewals keep failing for two thirds of the lease duration (before another
-//! replica may take it over). The caller stops reconciling (the binary exits) on loss. Must not
-//! reconcile anything itself.
+//! report loss when no renewal succeeded within the renew deadline, two thirds of the lease
+//! duration (client-go's renewDeadline), counted from the start of the last successful attempt
+//! (the renewTime it wrote, from which other replicas count the lease's expiry). Every lease
+//! attempt is bounded by a timeout ending at that deadline, so a call that hangs (an API server
+//! that accepted the connection and never answers) cannot keep a leader leading after another
+//! replica may have taken over: loss is reported at the deadline, a third of the lease duration
+//! before the lease expires for the others. The caller stops reconciling (the binary exits) on
+//! loss. Must not reconcile anything itself.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, PostParams};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One candidate for the lease.
 #[derive(Clone)]
@@ -137,36 +142,72 @@ impl LeaderElector {
         Ok(())
     }
 
-    /// Block until this candidate leads.
-    pub async fn acquire(&self, retry: Duration) {
+    /// Two thirds of the lease duration: a leader that has not renewed for this long gives up.
+    pub fn renew_deadline(&self) -> Duration {
+        self.lease_duration * 2 / 3
+    }
+
+    /// One attempt started now, bounded by `limit`: Ok(Err(())) when it timed out.
+    async fn attempt(&self, limit: Duration) -> Result<Result<LeaseState, kube::Error>, ()> {
+        tokio::time::timeout(limit, self.try_acquire_or_renew(Timestamp::now()))
+            .await
+            .map_err(|_| ())
+    }
+
+    /// Block until this candidate leads; returns when the successful attempt started (the
+    /// renewTime it wrote), for [`hold`](Self::hold). Each attempt is bounded by the renew
+    /// deadline: a late success would start leading with an already aging lease.
+    pub async fn acquire(&self, retry: Duration) -> Instant {
         loop {
-            match self.try_acquire_or_renew(Timestamp::now()).await {
-                Ok(LeaseState::Leading) => return,
-                Ok(LeaseState::Following { holder }) => {
+            let started = Instant::now();
+            match self.attempt(self.renew_deadline()).await {
+                Ok(Ok(LeaseState::Leading)) => return started,
+                Ok(Ok(LeaseState::Following { holder })) => {
                     tracing::info!(holder, "waiting for the leader lease");
                 }
-                Err(e) => tracing::warn!(error = %e, "leader lease"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "leader lease"),
+                Err(()) => tracing::warn!(
+                    timeout = ?self.renew_deadline(),
+                    "leader lease: no answer from the API server"
+                ),
             }
             tokio::time::sleep(retry).await;
         }
     }
 
-    /// Renew every `retry` until leadership is lost; returns why.
-    pub async fn hold(&self, retry: Duration) -> String {
-        let mut last_ok = std::time::Instant::now();
+    /// Renew every `retry` until leadership is lost; returns why. `acquired` is when the
+    /// attempt that acquired the lease started. Returns at the latest at the renew deadline
+    /// after the last successful renewal started, even while a renewal call hangs.
+    pub async fn hold(&self, retry: Duration, acquired: Instant) -> String {
+        let mut last_ok = acquired;
         loop {
-            tokio::time::sleep(retry).await;
-            match self.try_acquire_or_renew(Timestamp::now()).await {
-                Ok(LeaseState::Leading) => last_ok = std::time::Instant::now(),
-                Ok(LeaseState::Following { holder }) => {
+            let deadline = last_ok + self.renew_deadline();
+            tokio::time::sleep_until(tokio::time::Instant::from_std(
+                (Instant::now() + retry).min(deadline),
+            ))
+            .await;
+            let started = Instant::now();
+            let left = deadline.saturating_duration_since(started);
+            let failure = match self.attempt(left).await {
+                Ok(Ok(LeaseState::Leading)) => {
+                    last_ok = started;
+                    continue;
+                }
+                Ok(Ok(LeaseState::Following { holder })) => {
                     return format!("lease taken over by {holder}");
                 }
-                Err(e) => {
+                Ok(Err(e)) => {
                     tracing::warn!(error = %e, "renewing the leader lease");
-                    if last_ok.elapsed() >= self.lease_duration * 2 / 3 {
-                        return format!("lease not renewed for {:?}: {e}", self.lease_duration);
-                    }
+                    e.to_string()
                 }
+                Err(()) => "the API server did not answer in time".to_string(),
+            };
+            if Instant::now() >= deadline {
+                return format!(
+                    "lease not renewed within the renew deadline ({:?} of a {:?} lease): {failure}",
+                    self.renew_deadline(),
+                    self.lease_duration
+                );
             }
         }
     }

@@ -128,7 +128,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 &identity,
                 lease_duration,
             );
-            elector.acquire(retry).await;
+            let acquired = elector.acquire(retry).await;
             tracing::info!(identity, "leading");
             tokio::select! {
                 _ = controller::run(client, scope, metrics, identity.clone()) => {
@@ -136,7 +136,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                         tracing::warn!(error = %e, "releasing the leader lease");
                     }
                 }
-                why = elector.hold(retry) => {
+                why = elector.hold(retry, acquired) => {
                     anyhow::bail!("lost leadership: {why}");
                 }
             }

@@ -129,3 +129,37 @@ async fn metrics_endpoint_serves_the_contract_names_and_healthz() {
     }
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
 }
+
+/// A leader whose lease renewal hangs (the API server accepted the PUT and never answers) gives
+/// up at the renew deadline (two thirds of the lease duration after its last renewal), before
+/// the lease expires for the other replicas; while renewals succeed it keeps leading.
+#[tokio::test]
+async fn a_leader_whose_renewal_hangs_gives_up_within_the_renew_deadline() {
+    let fake = FakeApi::new();
+    let lease = Duration::from_secs(3);
+    let a = LeaderElector::new(
+        Api::<Lease>::namespaced(fake.client(), NS),
+        "content-operator",
+        "a",
+        lease,
+    );
+    let retry = lease / 3;
+    assert_eq!(a.renew_deadline(), Duration::from_secs(2));
+    let acquired = a.acquire(retry).await;
+    assert!(
+        tokio::time::timeout(lease + retry, a.hold(retry, acquired))
+            .await
+            .is_err(),
+        "renewals succeed: still leading"
+    );
+
+    fake.hang("PUT", "/leases/");
+    let last_renewal = std::time::Instant::now();
+    let why = tokio::time::timeout(lease, a.hold(retry, last_renewal))
+        .await
+        .expect("gives up before the lease expires for the others, while the PUT hangs");
+    let after = last_renewal.elapsed();
+    assert!(after >= a.renew_deadline(), "{after:?}");
+    assert!(after < lease, "{after:?}");
+    assert!(why.contains("renew deadline"), "{why}");
+}

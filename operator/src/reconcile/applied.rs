@@ -10,7 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub struct Applied {
     pub config_hash: String,
     pub kind: WorkloadKind,
-    /// The workload's rollout state; None while a StatefulSet is being replaced.
+    /// The workload's rollout state; None while a StatefulSet is being replaced or while the
+    /// workload's controller has not reported on it yet ([`rollout_state`]).
     pub state: Option<WorkloadState>,
     /// Pending work, shown in the Reconciled condition's message.
     pub notes: Vec<String>,
@@ -21,7 +22,8 @@ pub struct Applied {
 }
 
 impl Applied {
-    /// A StatefulSet replacement is under way (requeue soon): the workload left no state.
+    /// A StatefulSet replacement is under way or the workload is not observed yet (requeue
+    /// soon): the workload left no state.
     pub fn replacing(&self) -> bool {
         self.state.is_none()
     }
@@ -29,17 +31,24 @@ impl Applied {
 
 /// The rollout state of an applied Deployment or StatefulSet from its status counters
 /// (`[replicas, readyReplicas, updatedReplicas]`) and observed generation.
+///
+/// None while the workload's controller has not reported on it at all (no observedGeneration:
+/// a workload just created, e.g. the StatefulSet recreated after an orphaning delete, whose
+/// adopted pods still serve): its zero counts are not an observation, so the status step keeps
+/// the counts and conditions it last wrote. A status with an older observedGeneration still
+/// counts (its pods exist; `observed_latest` is false, so the rollout is not complete).
 pub fn rollout_state(
     meta: &ObjectMeta,
     desired: i32,
     [replicas, ready, updated]: [Option<i32>; 3],
     observed_generation: Option<i64>,
-) -> WorkloadState {
-    WorkloadState {
+) -> Option<WorkloadState> {
+    observed_generation?;
+    Some(WorkloadState {
         desired,
         replicas: replicas.unwrap_or(0),
         ready: ready.unwrap_or(0),
         updated: updated.unwrap_or(0),
-        observed_latest: observed_generation.is_some() && observed_generation >= meta.generation,
-    }
+        observed_latest: observed_generation >= meta.generation,
+    })
 }

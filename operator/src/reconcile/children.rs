@@ -1,9 +1,10 @@
 //! Apply every child the spec wants, in dependency order: the ConfigMap (pods mount it), the
 //! Services, the workload, then the optional children (PDB, HPA, NetworkPolicy, Ingress,
-//! HTTPRoute, ServiceMonitor), each pruned when the spec stops wanting it. A kind whose CRD is
-//! not installed (HTTPRoute, ServiceMonitor: the API answers 404 for the kind) is reported in
-//! `Applied::missing_crds`, not failed on. Must not remove the workload of the other kind (see
-//! `replace.rs`).
+//! HTTPRoute, ServiceMonitor), each pruned when the spec stops wanting it. Every write goes
+//! through the ownership check of `api.rs`: a same-named object this ContentServer does not own
+//! is neither taken over nor deleted. A kind whose CRD is not installed (HTTPRoute,
+//! ServiceMonitor: the API answers 404 for the kind) is reported in `Applied::missing_crds`, not
+//! failed on. Must not remove the workload of the other kind (see `replace.rs`).
 //!
 //! Replicas: the workload always gets `spec.replicas`. With `spec.autoscaling` the HPA writes
 //! that field through the ContentServer's scale subresource, so the operator (the only writer of
@@ -13,8 +14,9 @@
 use crate::builders::configmap::{configmap, render};
 use crate::builders::workload::{deployment, WorkloadKind};
 use crate::builders::{self, expose, hpa, networkpolicy, pdb, service, servicemonitor};
+use crate::crd::ContentServer;
 use crate::gateway::HTTPRoute;
-use crate::reconcile::api::{apply, apply_or_delete};
+use crate::reconcile::api::{apply_or_delete, apply_owned};
 use crate::reconcile::applied::{rollout_state, Applied};
 use crate::reconcile::{replace, Error, Scope};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -34,8 +36,8 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
     let rendered = render(&cs.spec)?;
     let cms: Api<ConfigMap> = scope.api();
     let svcs: Api<Service> = scope.api();
-    apply(&cms, &configmap(cs, &rendered)).await?;
-    apply(&svcs, &service::service(cs)).await?;
+    apply_owned(&cms, cs, &configmap(cs, &rendered)).await?;
+    apply_owned(&svcs, cs, &service::service(cs)).await?;
 
     let mut applied = Applied {
         config_hash: rendered.hash,
@@ -47,35 +49,36 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
     };
     match applied.kind {
         WorkloadKind::StatefulSet => {
-            apply(&svcs, &service::headless_service(cs)).await?;
+            apply_owned(&svcs, cs, &service::headless_service(cs)).await?;
             replace::apply_statefulset(scope, &mut applied).await?;
         }
         WorkloadKind::Deployment => {
             let deps: Api<Deployment> = scope.api();
-            let d = apply(&deps, &deployment(cs, &applied.config_hash)).await?;
+            let d = apply_owned(&deps, cs, &deployment(cs, &applied.config_hash)).await?;
             let s = d.status.unwrap_or_default();
-            applied.state = Some(rollout_state(
+            applied.state = rollout_state(
                 &d.metadata,
                 cs.spec.replicas,
                 [s.replicas, s.ready_replicas, s.updated_replicas],
                 s.observed_generation,
-            ));
+            );
         }
     }
 
     let name = builders::workload_name(cs);
     let pdbs: Api<PodDisruptionBudget> = scope.api();
-    apply_or_delete(&pdbs, &name, pdb::pdb(cs)).await?;
+    apply_or_delete(&pdbs, cs, "PodDisruptionBudget", &name, pdb::pdb(cs)).await?;
     let hpas: Api<HorizontalPodAutoscaler> = scope.api();
-    apply_or_delete(&hpas, &name, hpa::hpa(cs)).await?;
+    apply_or_delete(&hpas, cs, "HorizontalPodAutoscaler", &name, hpa::hpa(cs)).await?;
     let netpols: Api<NetworkPolicy> = scope.api();
-    apply_or_delete(&netpols, &name, networkpolicy::network_policy(cs)).await?;
+    let netpol = networkpolicy::network_policy(cs);
+    apply_or_delete(&netpols, cs, "NetworkPolicy", &name, netpol).await?;
     let ingresses: Api<Ingress> = scope.api();
-    apply_or_delete(&ingresses, &name, expose::ingress(cs)).await?;
+    apply_or_delete(&ingresses, cs, "Ingress", &name, expose::ingress(cs)).await?;
 
     let routes: Api<HTTPRoute> = scope.api();
     let route = expose::http_route(cs);
-    if !apply_if_kind_exists(&routes, &name, route).await? {
+    if !apply_if_kind_exists(&routes, cs, "HTTPRoute", &name, route).await? {
         applied
             .missing_crds
             .push("HTTPRoute (httproutes.gateway.networking.k8s.io)".into());
@@ -86,7 +89,7 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
         &servicemonitor::api_resource(),
     );
     let sm = servicemonitor::servicemonitor(cs);
-    if !apply_if_kind_exists(&sms, &name, sm).await? {
+    if !apply_if_kind_exists(&sms, cs, "ServiceMonitor", &name, sm).await? {
         applied.missing_crds.push(format!(
             "ServiceMonitor ({})",
             servicemonitor::SERVICEMONITOR_CRD
@@ -99,15 +102,20 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
 /// the kind (404 on the apply; a 404 on the delete of an unwanted child is already fine).
 async fn apply_if_kind_exists<K>(
     api: &Api<K>,
+    cs: &ContentServer,
+    kind: &str,
     name: &str,
     desired: Option<K>,
 ) -> Result<bool, Error>
 where
     K: Resource + Clone + Serialize + DeserializeOwned + Debug,
 {
-    match apply_or_delete(api, name, desired).await {
+    match apply_or_delete(api, cs, kind, name, desired).await {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(e.into()),
+        Err(Error::Call {
+            source: kube::Error::Api(s),
+            ..
+        }) if s.code == 404 => Ok(false),
+        Err(e) => Err(e),
     }
 }

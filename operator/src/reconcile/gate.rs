@@ -2,7 +2,7 @@
 //! for a new invalid message, a Warning Event) and nothing else. Must not write a child.
 
 use crate::metrics::result;
-use crate::reconcile::api::{publish, write_status};
+use crate::reconcile::api::{publish, write_conditions};
 use crate::reconcile::{Error, Scope};
 use crate::status::{self, RECONCILED};
 use crate::validation;
@@ -42,7 +42,7 @@ pub async fn stop_before_children(
         scope.now,
     );
     st.observed_generation = scope.generation();
-    write_status(scope.ctx, cs, st).await?;
+    write_conditions(scope.ctx, cs, st).await?;
     Ok(Some((Action::await_change(), result)))
 }
 

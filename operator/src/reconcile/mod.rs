@@ -38,7 +38,13 @@ pub const PROGRESS_REQUEUE: Duration = Duration::from_secs(10);
 /// Why a reconcile failed (the controller retries with backoff).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("kubernetes API: {0}")]
+    /// A call on one object failed: `Kind name: 422 Invalid: <the API's message>`.
+    #[error("{what}: {}", api::plain(.source))]
+    Call { what: String, source: kube::Error },
+    /// A wanted child's name is held by an object this ContentServer does not own.
+    #[error("{what} exists and does not belong to this ContentServer (no owner reference to it): left as it is; delete or rename it, or rename the ContentServer")]
+    NameTaken { what: String },
+    #[error("kubernetes API: {}", api::plain(.0))]
     Kube(#[from] kube::Error),
     #[error("rendering the server config: {0}")]
     Render(#[from] content_server::config::ConfigError),
@@ -143,15 +149,22 @@ async fn reconcile_steps(
 async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Action, Error> {
     let cs = scope.cs;
     let replacing = applied.replacing();
-    // While the StatefulSet is replaced its orphaned pods keep serving, as last seen; while the
-    // workload of the other kind still runs, its ready pods serve.
-    let mut w = applied.state.unwrap_or(WorkloadState {
-        desired: cs.spec.replicas,
-        replicas: scope.previous.replicas,
-        ready: scope.previous.ready_replicas,
-        ..WorkloadState::default()
-    });
-    w.ready += applied.serving_elsewhere;
+    // While the workload is unobserved (the StatefulSet being replaced, its orphaned pods
+    // serving; a workload its controller has not reported on yet) the pods serve as last seen:
+    // the counts last written, which already include any workload of the other kind. Once
+    // observed, the ready pods of a workload of the other kind that still runs are added.
+    let w = match applied.state {
+        Some(mut w) => {
+            w.ready += applied.serving_elsewhere;
+            w
+        }
+        None => WorkloadState {
+            desired: cs.spec.replicas,
+            replicas: scope.previous.replicas,
+            ready: scope.previous.ready_replicas,
+            ..WorkloadState::default()
+        },
+    };
     let note = (!applied.notes.is_empty()).then(|| applied.notes.join("; "));
     let mut conditions = status::workload_conditions(
         &scope.previous.conditions,
@@ -188,18 +201,26 @@ async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Act
     })
 }
 
-/// Best effort: show a failed reconcile as `Reconciled=False/ApplyFailed` (with an Event on the
-/// transition). A failure to write the status is only logged; the error policy retries anyway.
+/// Best effort: show a failed reconcile as `Reconciled=False/ApplyFailed` (`NameTaken` when a
+/// wanted child's name is held by someone else's object), with an Event on the transition, the
+/// error's plain message and observedGeneration; nothing else of the status is written (see
+/// `api::write_conditions`). A failure to write the status is only logged; the error policy
+/// retries anyway.
 async fn record_failure(cs: &ContentServer, ctx: &Context, err: &Error) {
     let previous = cs.status.clone().unwrap_or_default();
-    let st = status::not_reconciled(
+    let reason = match err {
+        Error::NameTaken { .. } => "NameTaken",
+        _ => "ApplyFailed",
+    };
+    let mut st = status::not_reconciled(
         &previous,
-        "ApplyFailed",
+        reason,
         err.to_string(),
         cs.metadata.generation,
         Timestamp::now(),
     );
-    if let Err(e) = api::write_status(ctx, cs, st).await {
+    st.observed_generation = cs.metadata.generation;
+    if let Err(e) = api::write_conditions(ctx, cs, st).await {
         tracing::warn!(contentserver = %key(cs), error = %e, "cannot record the failure in status");
     }
 }

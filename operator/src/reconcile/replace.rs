@@ -9,7 +9,9 @@ use crate::builders::workload::{
     claim_template_signature, shares_a_cache_directory, statefulset, WorkloadKind,
 };
 use crate::builders::{self, headless_service_name};
-use crate::reconcile::api::{apply, delete_if_exists, owned_by, publish};
+use crate::reconcile::api::{
+    apply, call, delete_if_exists, delete_owned, may_apply_to, owned_by, publish,
+};
 use crate::reconcile::applied::{rollout_state, Applied};
 use crate::reconcile::{Error, Scope};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -26,7 +28,11 @@ pub async fn apply_statefulset(scope: &Scope<'_>, applied: &mut Applied) -> Resu
     let stss: Api<StatefulSet> = scope.api();
     let name = builders::workload_name(cs);
     let desired = statefulset(cs, &applied.config_hash);
-    let existing = stss.get_opt(&name).await?;
+    let object = format!("StatefulSet {name}");
+    let existing = stss.get_opt(&name).await.map_err(call(object.clone()))?;
+    if existing.as_ref().is_some_and(|e| !may_apply_to(e, cs)) {
+        return Err(Error::NameTaken { what: object });
+    }
     if existing
         .as_ref()
         .is_some_and(|e| e.metadata.deletion_timestamp.is_some())
@@ -40,7 +46,9 @@ pub async fn apply_statefulset(scope: &Scope<'_>, applied: &mut Applied) -> Resu
         .as_ref()
         .and_then(|e| immutable_change(e, &desired))
     {
-        delete_if_exists(&stss, &name, &DeleteParams::orphan()).await?;
+        delete_if_exists(&stss, &name, &DeleteParams::orphan())
+            .await
+            .map_err(call(object))?;
         publish(
             scope.ctx,
             cs,
@@ -57,12 +65,12 @@ pub async fn apply_statefulset(scope: &Scope<'_>, applied: &mut Applied) -> Resu
     }
     let s = apply(&stss, &desired).await?;
     let st = s.status.unwrap_or_default();
-    applied.state = Some(rollout_state(
+    applied.state = rollout_state(
         &s.metadata,
         cs.spec.replicas,
         [Some(st.replicas), st.ready_replicas, st.updated_replicas],
         st.observed_generation,
-    ));
+    );
     Ok(())
 }
 
@@ -70,7 +78,8 @@ pub async fn apply_statefulset(scope: &Scope<'_>, applied: &mut Applied) -> Resu
 /// cache directory is shared between pods ([`shares_a_cache_directory`]): the old pods hold the
 /// directory's lock, so the new pods could never become ready beside them (the switch would
 /// stall forever); like a `Recreate` rollout, serving stops until the new pods start. The
-/// headless Service goes with the StatefulSet it governs.
+/// headless Service goes with the StatefulSet it governs. Only workloads and Services this
+/// ContentServer owns are removed (`api::delete_owned`).
 pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Result<(), Error> {
     let ready = applied
         .state
@@ -110,12 +119,9 @@ pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Resu
             .await?;
             if !sts_remains {
                 let svcs: Api<Service> = scope.api();
-                delete_if_exists(
-                    &svcs,
-                    &headless_service_name(scope.cs),
-                    &DeleteParams::default(),
-                )
-                .await?;
+                let headless = headless_service_name(scope.cs);
+                let dp = DeleteParams::default();
+                delete_owned(&svcs, scope.cs, "Service", &headless, &dp).await?;
             }
         }
     }
@@ -147,7 +153,9 @@ where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
     let name = builders::workload_name(scope.cs);
-    let Some(existing) = api.get_opt(&name).await?.filter(|o| owned_by(o, scope.cs)) else {
+    let what = format!("{old} {name}");
+    let existing = api.get_opt(&name).await.map_err(call(what.clone()))?;
+    let Some(existing) = existing.filter(|o| owned_by(o, scope.cs)) else {
         return Ok(false);
     };
     let message = match why {
@@ -163,7 +171,9 @@ where
             "{old} removed before the {new} is ready: their pods share a cache directory, which only one server may use"
         ),
     };
-    delete_if_exists(api, &existing.name_any(), &DeleteParams::background()).await?;
+    delete_if_exists(api, &existing.name_any(), &DeleteParams::background())
+        .await
+        .map_err(call(what))?;
     publish(
         scope.ctx,
         scope.cs,

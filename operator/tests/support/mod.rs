@@ -5,7 +5,8 @@
 //! resourceVersion conflicts), PATCH (server-side apply as "replace the applied fields, keep
 //! status"; JSON merge patch; both on the main resource or `/status`) and DELETE, bumping
 //! `metadata.generation` when anything outside metadata/status changes. Every request is logged
-//! so tests can assert what the operator did — and what it did not do.
+//! so tests can assert what the operator did — and what it did not do. Failures (`fail`) and
+//! requests that are never answered (`hang`) can be injected.
 #![allow(dead_code)]
 
 use bytes::Bytes;
@@ -51,6 +52,8 @@ impl Logged {
 struct State {
     /// Injected failures: (method, path substring, HTTP code).
     failures: Vec<(String, String, u16)>,
+    /// Injected hangs: (method, path substring) never answered.
+    hangs: Vec<(String, String)>,
     objects: BTreeMap<(String, String), Value>,
     log: Vec<Logged>,
     rv: u64,
@@ -196,6 +199,10 @@ impl FakeApi {
                     .await
                     .map(|c| c.to_bytes())
                     .unwrap_or_default();
+                if fake.hangs_on(parts.method.as_str(), parts.uri.path()) {
+                    // An API server that accepted the request and never answers.
+                    futures::future::pending::<()>().await;
+                }
                 if parts.uri.query().unwrap_or("").contains("watch=true") {
                     // A watch that stays open and silent: objects come from the initial LIST.
                     let pending = futures::stream::pending::<Result<Frame<Bytes>, Infallible>>();
@@ -483,6 +490,24 @@ impl FakeApi {
             path_part.into(),
             code,
         ));
+    }
+
+    /// Never answer a `method` request whose path contains `path_part` (it is not logged).
+    pub fn hang(&self, method: &str, path_part: &str) {
+        self.state
+            .lock()
+            .expect("fake state")
+            .hangs
+            .push((method.into(), path_part.into()));
+    }
+
+    fn hangs_on(&self, method: &str, path: &str) -> bool {
+        self.state
+            .lock()
+            .expect("fake state")
+            .hangs
+            .iter()
+            .any(|(m, p)| m == method && path.contains(p.as_str()))
     }
 
     pub fn get(&self, collection: &str, name: &str) -> Option<Value> {

@@ -1,0 +1,338 @@
+//! Reconcile edge cases against the in-memory API server (tests/support): same-named objects the
+//! ContentServer does not own (neither deleted nor taken over; an orphan of its own is adopted),
+//! a recreated workload its controller has not reported on yet (the status keeps the serving
+//! pods), and the status of a failed reconcile (plain message, observedGeneration, nothing
+//! unobserved written).
+
+mod support;
+
+use content_operator::crd::ContentServer;
+use content_operator::metrics::Metrics;
+use content_operator::reconcile::{reconcile, Context};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use support::*;
+
+fn context(fake: &FakeApi) -> Arc<Context> {
+    let client = fake.client();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "content-operator".into(),
+            instance: Some("test".into()),
+        },
+    );
+    Arc::new(Context::new(client, recorder, Metrics::new()))
+}
+
+/// Put an example's ContentServer into the fake; returns its name.
+fn create(fake: &FakeApi, file: &str) -> String {
+    let doc = example_docs(file)
+        .into_iter()
+        .find(|d| d["kind"] == "ContentServer")
+        .expect("ContentServer document");
+    let typed: ContentServer = serde_json::from_value(doc).expect("ContentServer");
+    let v = fake.insert(
+        &contentservers(),
+        serde_json::to_value(&typed).expect("json"),
+    );
+    v["metadata"]["name"].as_str().expect("name").to_string()
+}
+
+async fn current(fake: &FakeApi, name: &str) -> ContentServer {
+    let api: Api<ContentServer> = Api::namespaced(fake.client(), NS);
+    api.get(name).await.expect("get ContentServer")
+}
+
+async fn try_run(
+    fake: &FakeApi,
+    ctx: &Arc<Context>,
+    name: &str,
+) -> Result<ContentServer, content_operator::reconcile::Error> {
+    reconcile(Arc::new(current(fake, name).await), ctx.clone()).await?;
+    Ok(current(fake, name).await)
+}
+
+async fn run(fake: &FakeApi, ctx: &Arc<Context>, name: &str) -> ContentServer {
+    try_run(fake, ctx, name).await.expect("reconcile succeeds")
+}
+
+fn condition(cs: &ContentServer, type_: &str) -> Condition {
+    cs.status
+        .as_ref()
+        .expect("status")
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {type_} condition"))
+}
+
+/// Objects someone else created (no owner reference) under the names of optional children.
+fn foreign(name: &str) -> Vec<(String, Value)> {
+    let meta = |n: &str| json!({"name": n, "labels": {"team": "other"}});
+    vec![
+        (
+            ingresses(),
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": meta(name),
+                   "spec": {"rules": [{"host": "a.example"}]}}),
+        ),
+        (
+            networkpolicies(),
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                   "metadata": meta(name), "spec": {"podSelector": {}}}),
+        ),
+        (
+            hpas(),
+            json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                   "metadata": meta(name), "spec": {"maxReplicas": 3,
+                   "scaleTargetRef": {"kind": "Deployment", "name": "other"}}}),
+        ),
+        (
+            pdbs(),
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(name),
+                   "spec": {"maxUnavailable": 1}}),
+        ),
+        (
+            services(),
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": meta(&format!("{name}-headless")),
+                   "spec": {"clusterIP": "None"}}),
+        ),
+    ]
+}
+
+/// The tester's t12: a one-replica Deployment ContentServer wants none of these kinds; the
+/// same-named objects of others stay, untouched, and a steady reconcile sends no DELETE at all.
+#[tokio::test]
+async fn same_named_objects_it_does_not_own_are_not_deleted() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let others = foreign("minimal");
+    for (coll, obj) in &others {
+        fake.insert(coll, obj.clone());
+    }
+    let before: Vec<Value> = others
+        .iter()
+        .map(|(c, o)| {
+            fake.get(c, o["metadata"]["name"].as_str().expect("name"))
+                .expect("stored")
+        })
+        .collect();
+    let name = create(&fake, "minimal.yaml");
+    let cs = run(&fake, &ctx, &name).await;
+    assert_eq!(condition(&cs, "Reconciled").reason, "Applied");
+    for ((coll, obj), was) in others.iter().zip(&before) {
+        let n = obj["metadata"]["name"].as_str().expect("name");
+        assert_eq!(
+            fake.get(coll, n).as_ref(),
+            Some(was),
+            "{coll}/{n} left as it was"
+        );
+    }
+    fake.clear_log();
+    run(&fake, &ctx, &name).await;
+    let deletes: Vec<_> = fake
+        .log()
+        .into_iter()
+        .filter(|l| l.method == "DELETE")
+        .collect();
+    assert!(deletes.is_empty(), "{deletes:?}");
+}
+
+/// An optional child the spec no longer wants is still pruned when it is ours, and only then.
+#[tokio::test]
+async fn an_owned_child_is_pruned_and_a_foreign_one_with_its_name_is_not_taken_over() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = create(&fake, "media-node.yaml");
+    run(&fake, &ctx, &name).await;
+    assert!(fake.get(&pdbs(), &name).is_some(), "3 replicas: a PDB");
+    let cs = current(&fake, &name).await;
+    // One replica: the PDB is pruned.
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["replicas"] = json!(1)
+    });
+    run(&fake, &ctx, &name).await;
+    assert!(fake.get(&pdbs(), &name).is_none(), "our PDB pruned");
+
+    // Someone else creates a PDB with the name; three replicas again: the operator wants its
+    // PDB but does not take over theirs.
+    let (_, theirs) = foreign(&name).remove(3);
+    let theirs = fake.insert(&pdbs(), theirs);
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["replicas"] = json!(3)
+    });
+    fake.clear_log();
+    let err = try_run(&fake, &ctx, &name)
+        .await
+        .expect_err("the name is taken");
+    assert!(
+        err.to_string()
+            .contains("PodDisruptionBudget media exists and does not belong to this ContentServer"),
+        "{err}"
+    );
+    assert_eq!(fake.get(&pdbs(), &name), Some(theirs), "theirs untouched");
+    assert!(
+        !fake
+            .child_writes()
+            .iter()
+            .any(|w| w.path.contains("/poddisruptionbudgets/")),
+        "{:?}",
+        fake.child_writes()
+    );
+    let after = current(&fake, &name).await;
+    let rec = condition(&after, "Reconciled");
+    assert_eq!(
+        (rec.status.as_str(), rec.reason.as_str()),
+        ("False", "NameTaken")
+    );
+    assert!(
+        rec.message.contains("PodDisruptionBudget media"),
+        "{}",
+        rec.message
+    );
+    assert!(fake
+        .events()
+        .iter()
+        .any(|(t, r, n)| t == "Warning" && r == "NameTaken" && n.contains("PodDisruptionBudget")));
+    assert_eq!(cs.metadata.uid, after.metadata.uid);
+}
+
+/// A wanted core child (the Service) whose name another object holds: nothing of theirs is
+/// written. An orphan carrying this ContentServer's labels (left by an orphaning delete of an
+/// earlier ContentServer of the same name) is adopted instead.
+#[tokio::test]
+async fn a_foreign_service_is_not_taken_over_and_an_own_orphan_is_adopted() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let svc = fake.insert(
+        &services(),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "minimal"},
+               "spec": {"ports": [{"port": 8080}]}}),
+    );
+    fake.insert(
+        &configmaps(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "minimal-config",
+               "labels": {"app.kubernetes.io/managed-by": "content-operator",
+                          "app.kubernetes.io/instance": "minimal",
+                          "app.kubernetes.io/name": "content-server"}},
+               "data": {"config.toml": "old"}}),
+    );
+    let name = create(&fake, "minimal.yaml");
+    let err = try_run(&fake, &ctx, &name).await.expect_err("name taken");
+    assert!(
+        err.to_string().starts_with("Service minimal exists"),
+        "{err}"
+    );
+    assert_eq!(
+        fake.get(&services(), &name),
+        Some(svc),
+        "their Service untouched"
+    );
+    let cm = fake
+        .get(&configmaps(), "minimal-config")
+        .expect("ConfigMap");
+    let uid = current(&fake, &name).await.metadata.uid;
+    assert_eq!(
+        cm["metadata"]["ownerReferences"][0]["uid"].as_str(),
+        uid.as_deref(),
+        "our orphan adopted"
+    );
+    assert_ne!(cm["data"]["config.toml"], "old");
+    assert!(
+        fake.get(&deployments(), &name).is_none(),
+        "stopped at the Service"
+    );
+}
+
+/// The tester's t13: a ready StatefulSet whose claim size changes is deleted with orphaning and
+/// recreated; until its controller reports on the recreated one (no observedGeneration yet) the
+/// status keeps the serving pods: Available stays True, no Warning Event.
+#[tokio::test]
+async fn a_recreated_statefulset_not_yet_observed_keeps_the_status() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = create(&fake, "media-node.yaml");
+    run(&fake, &ctx, &name).await;
+    fake.set_rolled_out(&statefulsets(), &name, 3);
+    let cs = run(&fake, &ctx, &name).await;
+    assert_eq!(condition(&cs, "Available").status, "True");
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["volumes"][0]["source"]["claimTemplate"]["size"] = json!("8Ti")
+    });
+    let events = fake.events().len();
+    run(&fake, &ctx, &name).await;
+    assert!(
+        fake.get(&statefulsets(), &name).is_none(),
+        "deleted (orphan)"
+    );
+    let cs = run(&fake, &ctx, &name).await;
+    let sts = fake.get(&statefulsets(), &name).expect("recreated");
+    assert!(sts["status"]["observedGeneration"].is_null(), "{sts}");
+    let st = cs.status.clone().expect("status");
+    assert_eq!((st.replicas, st.ready_replicas), (3, 3));
+    let available = condition(&cs, "Available");
+    assert_eq!(
+        (available.status.as_str(), available.reason.as_str()),
+        ("True", "MinimumReplicasAvailable")
+    );
+    assert_eq!(condition(&cs, "Progressing").status, "True");
+    let new_events = &fake.events()[events..];
+    assert!(
+        !new_events.iter().any(|(t, _, _)| t == "Warning"),
+        "{new_events:?}"
+    );
+
+    // Once its controller reports, its counts are the status'.
+    fake.set_status(
+        &statefulsets(),
+        &name,
+        json!({"replicas": 3, "readyReplicas": 2, "updatedReplicas": 3,
+               "observedGeneration": sts["metadata"]["generation"]}),
+    );
+    let cs = run(&fake, &ctx, &name).await;
+    assert_eq!(cs.status.expect("status").ready_replicas, 2);
+}
+
+/// The tester's t10 shape: the first reconcile fails on an apply the API refuses. The status
+/// gets observedGeneration, the API's own words (object, code, reason, message) and nothing the
+/// operator did not observe (no zero counts, no empty host names).
+#[tokio::test]
+async fn a_failed_first_reconcile_writes_a_plain_message_and_only_what_it_knows() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = create(&fake, "minimal.yaml");
+    fake.fail("PATCH", "/deployments/", 422);
+    let err = try_run(&fake, &ctx, &name)
+        .await
+        .expect_err("apply refused");
+    let want = format!(
+        "Deployment minimal: 422 Invalid: injected failure for PATCH {}/minimal",
+        deployments()
+    );
+    assert_eq!(err.to_string(), want);
+    let raw = fake.get(&contentservers(), &name).expect("ContentServer")["status"].clone();
+    assert_eq!(raw["observedGeneration"], 1, "{raw}");
+    assert_eq!(raw["phase"], "Error", "{raw}");
+    for absent in [
+        "volumes",
+        "hostnames",
+        "replicas",
+        "readyReplicas",
+        "url",
+        "selector",
+    ] {
+        assert!(raw.get(absent).is_none(), "{absent} in {raw}");
+    }
+    let cs = current(&fake, &name).await;
+    let rec = condition(&cs, "Reconciled");
+    assert_eq!(
+        (rec.status.as_str(), rec.reason.as_str()),
+        ("False", "ApplyFailed")
+    );
+    assert_eq!(rec.message, want);
+    assert!(!rec.message.contains("Status {"), "{}", rec.message);
+}
