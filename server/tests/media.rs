@@ -609,3 +609,18 @@ fn protocol_edges() {
     let (r, _) = raw("GET /v/sub.vtt HTTP/1.1\r\nHost: t\r\nExpect: teapot\r\n\r\n");
     assert_eq!(r.status, 417);
 }
+
+/// A listing has no validator: `If-None-Match: *` is a 304 (there is a representation), an
+/// `If-Match` other than `*` a 412 (none of its tags can match); other preconditions are
+/// answered with the listing.
+#[test]
+fn a_listing_answers_preconditions() {
+    let s = site();
+    fs::create_dir_all(s.root.join("pre")).unwrap();
+    fs::write(s.root.join("pre/a.txt"), b"a").unwrap();
+    assert_eq!(s.get("/pre/", &[]).status, 200);
+    assert_eq!(s.get("/pre/", &["If-None-Match: *"]).status, 304);
+    assert_eq!(s.get("/pre/", &["If-Match: \"x\""]).status, 412);
+    assert_eq!(s.get("/pre/", &["If-Match: *"]).status, 200);
+    assert_eq!(s.get("/pre/", &["If-None-Match: \"x\""]).status, 200);
+}

@@ -327,6 +327,24 @@ impl Policy {
         keep_alive: bool,
         now: i64,
     ) -> Answer {
+        // A listing has no validator: only `*` can match it (RFC 9110 §13.1.1, §13.1.2).
+        let star = |v: &Option<String>| v.as_deref().map(|v| v.trim() == "*");
+        if star(&req.if_match) == Some(false) {
+            return Answer::small(412, self.error(Some(route), req, 412, keep_alive, &[]));
+        }
+        if star(&req.if_none_match) == Some(true) {
+            let head = self.decorate(
+                Head::new(304),
+                Some(route),
+                req,
+                None,
+                None,
+                true,
+                true,
+                now,
+            );
+            return Answer::small(304, head.finish(keep_alive));
+        }
         let entries = listing::arrange(entries);
         let mut dir = path.to_vec();
         if !dir.ends_with(b"/") {
