@@ -2023,6 +2023,30 @@ fn an_object_larger_than_max_size_is_served_but_never_stored() {
     assert!(on_disk <= 1 << 20, "{on_disk} bytes of files over max_size");
 }
 
+/// A `valid` rule of 0 seconds (nginx `proxy_cache_valid ... 0`) means every use is checked with
+/// the origin: the route's default stale-while-revalidate does not serve the stored answer
+/// unchecked (each answer was one version late, marked UPDATING).
+#[test]
+fn a_valid_rule_of_zero_seconds_is_never_served_unchecked() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    cfg.routes = vec![toml::from_str(
+        "prefix = \"/\"\nvolume = \"c1\"\norigin = \"origin\"\n\
+         [cache]\nvalid = [{ status = [200], secs = 0 }]\n",
+    )
+    .expect("route TOML")];
+    let n = Node::start(&cfg);
+    o.put("/z.txt", Object::version(b"one".to_vec(), 1));
+    let r = get(&n, "/z.txt", "");
+    assert_eq!((r.status, r.body.as_slice()), (200, b"one".as_slice()));
+    wait_committed(&n);
+    o.put("/z.txt", Object::version(b"two".to_vec(), 2));
+    let r = get(&n, "/z.txt", "");
+    assert_eq!(r.body, b"two", "served unchecked ({})", xcache(&r));
+    assert_ne!(xcache(&r), "UPDATING");
+}
+
 #[test]
 fn a_cache_route_sends_its_cors_and_configured_headers_like_a_static_one() {
     let o = FaultOrigin::start();

@@ -228,7 +228,12 @@ pub fn evaluate(
             Some(secs) => Freshness::Storable(Storable {
                 fresh_for: secs,
                 age: 0,
-                stale_while_revalidate: policy.stale_while_revalidate_secs,
+                // A lifetime of 0 asks for every use to be revalidated (as below).
+                stale_while_revalidate: if secs == 0 {
+                    0
+                } else {
+                    policy.stale_while_revalidate_secs
+                },
                 stale_if_error: policy.stale_if_error_secs,
                 must_revalidate: false,
                 no_cache: false,
@@ -268,10 +273,11 @@ pub fn evaluate(
         });
     let no_cache = d.no_cache || pragma_no_cache;
     let must_revalidate = d.must_revalidate || no_cache;
-    // An origin that gives no lifetime at all (`max-age=0`, an Expires not after its Date) asks
-    // for every use to be revalidated: the route's default stale-while-revalidate, meant for
-    // lifetimes that ran out, does not apply (its own `stale-while-revalidate` does).
-    let stale_at_once = from_origin == Some(0);
+    // A lifetime of 0 (the origin's `max-age=0`, an Expires not after its Date, or the route's
+    // `valid` rule with `secs = 0`) asks for every use to be revalidated: the route's default
+    // stale-while-revalidate, meant for lifetimes that ran out, does not apply (the origin's own
+    // `stale-while-revalidate` does).
+    let stale_at_once = lifetime == 0;
     let (swr, sie) = if must_revalidate {
         (0, 0)
     } else {
