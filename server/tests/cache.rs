@@ -1669,6 +1669,77 @@ fn fs_free(dir: &Path) -> u64 {
     st.f_bavail as u64 * st.f_frsize as u64
 }
 
+/// A burst of misses on a full disk lowers the limit once, not once per failing fill (each took
+/// another tenth of what was stored, and a burst emptied the cache).
+#[test]
+fn a_burst_of_misses_on_a_full_disk_evicts_once() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    let cfg = config(
+        &[o.url()],
+        &cache,
+        "",
+        "slice_size = 0\nmax_size = \"100M\"",
+    );
+    let (n, _fs) = node_on_tmpfs(d.path(), "4m", &cfg);
+    let disk = n.cache.clone();
+    for i in 0..10 {
+        let p = format!("/kept/{i}");
+        o.put(&p, Object::new(pattern(200_000, i as u8)));
+        assert_eq!(get(&n, &p, "").status, 200);
+    }
+    settle(&n);
+    assert_eq!(volume_metric(&n, "contentserver_cache_entries", &[]), 10.0);
+    // Another program takes the disk but for 100 KB.
+    let filler = disk.join("other-data");
+    std::fs::write(
+        &filler,
+        vec![0u8; fs_free(&disk).saturating_sub(100_000) as usize],
+    )
+    .expect("fill the disk");
+    for i in 0..12 {
+        o.put(
+            &format!("/new/{i}"),
+            Object::new(pattern(300_000, 100 + i as u8)),
+        );
+    }
+    let clients: Vec<_> = (0..12)
+        .map(|i| {
+            let addr = n.srv.addr;
+            std::thread::spawn(move || {
+                let mut c = common::Conn::new(addr);
+                c.request("GET", &format!("/new/{i}"), &[])
+                    .map(|r| (r.status, r.body.len()))
+            })
+        })
+        .collect();
+    for c in clients {
+        let r = c.join().expect("client thread");
+        assert!(
+            matches!(r, Ok((200, 300_000))),
+            "a miss on a full disk failed: {r:?}"
+        );
+    }
+    settle(&n);
+    let kept = (0..10)
+        .filter(|i| {
+            let r = get(
+                &n,
+                &format!("/kept/{i}"),
+                "Cache-Control: only-if-cached\r\n",
+            );
+            r.status == 200
+        })
+        .count();
+    assert!(
+        kept >= 7,
+        "only {kept} of 10 stored objects left after one burst on a full disk:\n{}",
+        n.srv.logs()
+    );
+    drop(std::fs::remove_file(&filler));
+}
+
 #[test]
 fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
     let o = FaultOrigin::start();

@@ -301,7 +301,10 @@ fn every_byte_size_takes_the_same_forms() {
     );
     check_config_fails(
         &toml("\"10G\"", "\"1.5M\"", "1048576"),
-        &["slice_size = \"1.5M\"", "\"1.5M\": fractions are not accepted"],
+        &[
+            "slice_size = \"1.5M\"",
+            "\"1.5M\": fractions are not accepted",
+        ],
     );
     // Sizes that do not fit the field are refused, not wrapped.
     check_config_fails(

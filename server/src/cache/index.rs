@@ -88,6 +88,10 @@ pub struct Index {
     inactive_secs: u32,
     min_uses: u8,
     rebuilt: AtomicBool,
+    /// The limit is "keep 10% free" (no `max_size`), computed at start from the free space,
+    /// which does not count what the cache already holds: each entry the rebuild finds raises
+    /// it by its size (else a restart would evict down to a tenth of a nearly full cache).
+    found_raises_limit: AtomicBool,
 }
 
 fn units(bytes: u64) -> u32 {
@@ -122,7 +126,13 @@ impl Index {
             inactive_secs: inactive.as_secs().min(u32::MAX as u64) as u32,
             min_uses: min_uses.clamp(1, 15) as u8,
             rebuilt: AtomicBool::new(false),
+            found_raises_limit: AtomicBool::new(false),
         }
+    }
+
+    /// The limit leaves out what is on disk already: entries found raise it (see the field).
+    pub fn found_raises_limit(&self) {
+        self.found_raises_limit.store(true, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -184,7 +194,10 @@ impl Index {
     /// evict (the caller deletes their files) so the total stays under `max_size`; `id` itself is
     /// never among them.
     pub fn insert(&self, id: EntryId, bytes: u64, now: u32) -> Vec<Victim> {
-        let mut st = self.lock();
+        Self::insert_locked(&mut self.lock(), id, bytes, now)
+    }
+
+    fn insert_locked(st: &mut State, id: EntryId, bytes: u64, now: u32) -> Vec<Victim> {
         let slot = Slot {
             units: units(bytes),
             last_use: now,
@@ -195,18 +208,23 @@ impl Index {
         st.units += slot.units as u64;
         let want = (st.map.len() * 2).max(64);
         if st.sketch.width() < want / 2 {
-            // The sketch should track about as many objects as are stored.
-            st.sketch = FrequencySketch::new(want);
+            // The sketch should track about as many objects as are stored (widened, its
+            // counts kept).
+            st.sketch = st.sketch.grown(want);
         }
         st.evict_to_fit(Some(id))
     }
 
     /// Insert what the rebuild walk found, unless a fill or an open already did.
     pub fn insert_found(&self, id: EntryId, bytes: u64, now: u32) -> Vec<Victim> {
-        if self.lock().map.contains_key(&id) {
+        let mut st = self.lock();
+        if st.map.contains_key(&id) {
             return Vec::new();
         }
-        self.insert(id, bytes, now)
+        if self.found_raises_limit.load(Ordering::Relaxed) && !self.is_rebuilt() {
+            st.max_units += units(bytes) as u64;
+        }
+        Self::insert_locked(&mut st, id, bytes, now)
     }
 
     /// Forget `id` (purged, invalid, replaced by a new version); returns its size if it was there.
@@ -407,6 +425,56 @@ mod tests {
             .filter(|&i| ix.lookup(id(i), 999) == Presence::Yes)
             .count();
         assert!(recent >= 70, "only {recent} of the 100 newest survived");
+    }
+
+    /// Without `max_size` the limit is computed from the free space, which leaves out what the
+    /// cache already holds: entries found after a restart raise it (a nearly full cache was
+    /// evicted down to a tenth of itself), entries stored since do not, nor do finds once rebuilt.
+    #[test]
+    fn found_entries_raise_a_limit_computed_from_free_space() {
+        let ix = Index::new(10 * MIB, Duration::from_secs(600), 1, 1000);
+        ix.found_raises_limit();
+        for i in 0..90 {
+            assert!(
+                ix.insert_found(id(i), MIB, 0).is_empty(),
+                "found entry {i} evicted"
+            );
+        }
+        assert_eq!((ix.entries(), ix.max_bytes()), (90, 100 * MIB));
+        // Found twice (by path, then by the walk): counted once.
+        assert!(ix.insert_found(id(5), MIB, 0).is_empty());
+        assert_eq!(ix.max_bytes(), 100 * MIB);
+        // A fill's new entry takes free space: the limit stays, eviction makes room.
+        assert_eq!(ix.insert(id(1000), 20 * MIB, 1).len(), 10);
+        ix.mark_rebuilt();
+        ix.insert_found(id(2000), MIB, 2);
+        assert_eq!(ix.max_bytes(), 100 * MIB);
+        // With a configured max_size, found entries are bounded by it.
+        let fixed = Index::new(10 * MIB, Duration::from_secs(600), 1, 1000);
+        let evicted: usize = (0..20)
+            .map(|i| fixed.insert_found(id(i), MIB, 0).len())
+            .sum();
+        assert_eq!((fixed.entries(), evicted), (10, 10));
+    }
+
+    /// `min_uses = 2` with more small objects than the sketch was sized for: every object asked
+    /// for twice is stored (growing the sketch used to forget the counts of those not stored
+    /// yet, and they needed two more requests).
+    #[test]
+    fn growing_the_index_keeps_admission_counts() {
+        let ix = Index::new(1 << 30, Duration::from_secs(600), 2, 1024);
+        ix.mark_rebuilt();
+        // (After one request some may be admitted already: the sketch's estimates may be
+        // above the true count when more keys than columns share counters, never below.)
+        for _pass in 0..2 {
+            for i in 0..1300 {
+                ix.record_request(id(i));
+                if ix.lookup(id(i), 0) == Presence::No && ix.admit(id(i), 1000) {
+                    ix.insert(id(i), 1000, 0);
+                }
+            }
+        }
+        assert_eq!(ix.entries(), 1300);
     }
 
     #[test]

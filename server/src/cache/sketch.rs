@@ -91,6 +91,24 @@ impl FrequencySketch {
             .unwrap_or(0)
     }
 
+    /// This sketch widened for about `capacity` objects, every estimate kept: a key's counter
+    /// at column `i` of the wider row is the one it had at `i mod width` (columns are the low
+    /// bits of the key's row hash, and widths are powers of two), so each row is tiled. Growing
+    /// the index must not forget who was asked for (a fresh sketch made objects asked for
+    /// `min_uses` times wait for as many more).
+    pub fn grown(&self, capacity: usize) -> FrequencySketch {
+        let mut wider = FrequencySketch::new(capacity.max(self.width()));
+        for row in 0..4 {
+            let old = &self.table[row * self.words_per_row..(row + 1) * self.words_per_row];
+            let new = &mut wider.table[row * wider.words_per_row..(row + 1) * wider.words_per_row];
+            for (i, w) in new.iter_mut().enumerate() {
+                *w = old[i % old.len()];
+            }
+        }
+        wider.additions = self.additions;
+        wider
+    }
+
     /// Halve every counter (the TinyLFU reset), so old popularity fades.
     pub fn age(&mut self) {
         for w in &mut self.table {
@@ -123,6 +141,22 @@ mod tests {
         assert_eq!(s.frequency(42), 15);
         s.age();
         assert_eq!(s.frequency(42), 7);
+    }
+
+    #[test]
+    fn growing_keeps_every_estimate() {
+        let mut s = FrequencySketch::new(64);
+        for k in 0..500u64 {
+            for _ in 0..(k % 5) {
+                s.increment(k.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            }
+        }
+        let g = s.grown(4096);
+        assert_eq!(g.width(), 4096);
+        for k in 0..500u64 {
+            let h = k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            assert_eq!(g.frequency(h), s.frequency(h), "key {k}");
+        }
     }
 
     #[test]

@@ -138,7 +138,15 @@ pub struct CacheVolume<F> {
     max_size: Option<u64>,
     /// Objects whose last answer was not storable (passed through for a while).
     pub passes: Passes,
+    /// When the last full disk lowered the limit (ms since the Unix epoch; 0: never).
+    last_disk_full_ms: std::sync::atomic::AtomicI64,
 }
+
+/// After a full disk lowered the limit, more fills failing for the same full disk (they were
+/// under way, or their space is not free yet: the pool deletes the evicted files) do not lower
+/// it again for this long: each lowering took another tenth, and a burst of misses emptied the
+/// cache.
+const DISK_FULL_SETTLE_MS: i64 = 2000;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -178,6 +186,9 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             c.min_uses,
             expected,
         );
+        if max_size.is_none() {
+            index.found_raises_limit();
+        }
         metrics.init_cache_volume(&v.name);
         let n = [v.name.as_str()];
         let s = |status: &str| {
@@ -224,6 +235,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             open: Mutex::new(IndexMap::new()),
             max_size,
             passes: Passes::default(),
+            last_disk_full_ms: std::sync::atomic::AtomicI64::new(0),
         }))
     }
 
@@ -491,8 +503,22 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         self.m.fills.set(running.len() as i64);
     }
 
-    /// The disk is full: lower the limit below what is stored so eviction frees space now.
+    /// The disk is full: lower the limit below what is stored so eviction frees space now (once
+    /// per [`DISK_FULL_SETTLE_MS`]).
     pub fn disk_full(&self) {
+        use std::sync::atomic::Ordering;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let last = self.last_disk_full_ms.load(Ordering::Relaxed);
+        if now - last < DISK_FULL_SETTLE_MS
+            || self
+                .last_disk_full_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
         let size = self.index.size_bytes();
         let v = self.index.set_max_bytes(size - size / 10);
         tracing::warn!(volume = %self.name, stored_bytes = size, evicting = v.len(), "cache disk full; evicting");
