@@ -641,6 +641,74 @@ fn origin_servers_fail_over_on_connect_errors_only() {
     assert_eq!((first.requests("/b"), second.requests("/b")), (2, 0));
 }
 
+/// A listening socket whose accept queue is full (backlog 0, one connection waiting that is
+/// never accepted): a connect to it hangs until the client's timeout, as with a dead host.
+fn hanging_server() -> (String, Vec<impl Sized>) {
+    use rustix::net::{AddressFamily, SocketType};
+    let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    rustix::net::bind(&fd, &any).expect("bind");
+    rustix::net::listen(&fd, 0).expect("listen");
+    let addr = std::net::SocketAddr::try_from(rustix::net::getsockname(&fd).expect("getsockname"))
+        .expect("an inet address");
+    let mut held: Vec<Box<dyn std::any::Any>> = vec![Box::new(fd)];
+    for _ in 0..2 {
+        if let Ok(c) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            held.push(Box::new(c));
+        }
+    }
+    (format!("http://{addr}"), held)
+}
+
+/// A server that hangs on connect costs its timeout once, not on every new origin connection:
+/// it is tried after the others for a while (nginx `fail_timeout`).
+#[test]
+fn a_hanging_origin_server_is_tried_last_for_a_while() {
+    let (hang, _held) = hanging_server();
+    let good = FaultOrigin::start();
+    for i in 0..4 {
+        good.put(&format!("/h{i}"), Object::new(pattern(1000, i as u8)));
+    }
+    let d = common::tempdir();
+    let n = node(
+        d.path(),
+        &[hang, good.url()],
+        "connect_timeout_ms = 500",
+        "",
+    );
+    let t = Instant::now();
+    assert_eq!(get(&n, "/h0", "").status, 200);
+    assert!(
+        t.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        t.elapsed()
+    );
+    // Three at once: new connections are opened, to the good server first.
+    let addr = n.srv.addr;
+    let clients: Vec<_> = (1..4)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let r = common::Conn::new(addr).request("GET", &format!("/h{i}"), &[]);
+                (r.map(|r| r.status).ok(), t.elapsed())
+            })
+        })
+        .collect();
+    for c in clients {
+        let (status, took) = c.join().expect("client");
+        assert_eq!(status, Some(200));
+        assert!(
+            took < Duration::from_millis(400),
+            "a new connection waited {took:?}"
+        );
+    }
+    assert!(
+        good.connections() >= 2,
+        "{} connections",
+        good.connections()
+    );
+}
+
 #[test]
 fn an_https_origin_with_a_test_ca_and_host_sni_overrides() {
     let ca = TestCa::new("node test CA");

@@ -1,5 +1,8 @@
 //! Opening one origin connection: servers in order, each with `connect_timeout_ms` for DNS +
-//! TCP + TLS; the next server is tried only when this step failed (nothing was sent yet). The
+//! TCP + TLS; the next server is tried only when this step failed (nothing was sent yet). A
+//! server whose connect failed is tried after the others for [`FAIL_TIMEOUT`] (nginx
+//! `max_fails=1 fail_timeout=10s`), so a dead or hanging first server does not cost every new
+//! connection its timeout; when every server is down they are all tried, in order. The
 //! hyper HTTP/1.1 connection task is spawned on the origin runtime and keeps the connection
 //! gauge up while it lives. It must not send requests ([`super::fetch`] does).
 
@@ -8,6 +11,7 @@ use bytes::Bytes;
 use http_body_util::Empty;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
@@ -27,18 +31,40 @@ impl Drop for OpenGuard {
     }
 }
 
-/// Connect to the first server that accepts (must run on the origin runtime).
+/// How long a server whose connect failed is tried after the others.
+pub(crate) const FAIL_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Connect to the first server that accepts, those marked down last (must run on the origin
+/// runtime).
 pub(crate) async fn connect(inner: &Inner) -> Result<Conn, OriginError> {
+    let now = now_ms();
+    let down = |s: &Server| s.down_until_ms.load(Ordering::Relaxed) > now;
+    let order: Vec<usize> = (0..inner.servers.len())
+        .filter(|&i| !down(&inner.servers[i]))
+        .chain((0..inner.servers.len()).filter(|&i| down(&inner.servers[i])))
+        .collect();
     let mut last = None;
-    for (i, server) in inner.servers.iter().enumerate() {
+    for (n, &i) in order.iter().enumerate() {
+        let server = &inner.servers[i];
         let e = match tokio::time::timeout(inner.connect_timeout, connect_one(inner, server)).await
         {
-            Ok(Ok(sender)) => return Ok(Conn { sender, server: i }),
+            Ok(Ok(sender)) => {
+                server.down_until_ms.store(0, Ordering::Relaxed);
+                return Ok(Conn { sender, server: i });
+            }
             Ok(Err(e)) => e,
             Err(_) => inner.timeout(server, "connect", inner.connect_timeout),
         };
-        if i + 1 < inner.servers.len() {
-            tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed, trying the next");
+        let until = now_ms() + FAIL_TIMEOUT.as_millis() as i64;
+        server.down_until_ms.store(until, Ordering::Relaxed);
+        if n + 1 < order.len() {
+            tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed (tried after the others for 10 s), trying the next");
         } else {
             tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed, and it was the last");
         }

@@ -144,6 +144,9 @@ pub(crate) struct Server {
     /// `scheme://authority` of the URL, and `scheme://Host` when the Host differs, lowercase:
     /// what an absolute `Location` of this server starts with.
     pub(crate) bases: Vec<String>,
+    /// Until when (ms since the Unix epoch) a failed connect leaves it to be tried after the
+    /// others ([`connect::FAIL_TIMEOUT`]); 0: up.
+    pub(crate) down_until_ms: std::sync::atomic::AtomicI64,
 }
 
 /// Metric handles of one origin, resolved once.
@@ -247,6 +250,7 @@ impl Origin {
                 port: u.port,
                 host_header,
                 tls_name,
+                down_until_ms: std::sync::atomic::AtomicI64::new(0),
             });
         }
         let tls = if any_https {
