@@ -1740,6 +1740,51 @@ fn a_burst_of_misses_on_a_full_disk_evicts_once() {
     drop(std::fs::remove_file(&filler));
 }
 
+/// A cache volume whose pool is full never leaves a fill's temporary file behind: the commit
+/// of a fetched and written body is not refused (refused, it dropped the file, which stayed
+/// until a restart; enough of them filled the disk and shut the cache off).
+#[test]
+fn a_busy_pool_leaves_no_temporary_files() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", "slice_size = 0");
+    cfg.volumes[0].pool.threads = 1;
+    cfg.volumes[0].pool.max_queue = 0;
+    let n = Node::start(&cfg);
+    let objects = 160;
+    for i in 0..objects {
+        o.put(
+            &format!("/t/{i}"),
+            Object::new(pattern(128 * 1024, i as u8)),
+        );
+    }
+    let addr = n.srv.addr;
+    let clients: Vec<_> = (0..12)
+        .map(|c| {
+            std::thread::spawn(move || {
+                let mut codes = Vec::new();
+                for i in (c..objects).step_by(12) {
+                    if let Ok(r) = common::Conn::new(addr).request("GET", &format!("/t/{i}"), &[]) {
+                        codes.push(r.status);
+                    }
+                }
+                codes
+            })
+        })
+        .collect();
+    let codes: Vec<u16> = clients
+        .into_iter()
+        .flat_map(|c| c.join().expect("client"))
+        .collect();
+    assert!(codes.iter().all(|&c| c == 200 || c == 503), "{codes:?}");
+    let overflow = volume_metric(&n, "contentserver_pool_rejected_total", &[]);
+    assert!(
+        overflow > 0.0,
+        "the pool never overflowed: the test tests nothing"
+    );
+    wait_committed(&n);
+}
+
 #[test]
 fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
     let o = FaultOrigin::start();

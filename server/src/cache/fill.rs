@@ -838,7 +838,14 @@ impl Fill {
         }
         if let Some(t) = temp {
             let fd = t.fd();
-            match cv.blocking(move || t.commit()).await {
+            // Never refused: the body is fetched and written, and a refused task would drop
+            // the temporary file (left on the disk until the next start: a busy pool leaked
+            // them until the disk was full).
+            match cv
+                .pool
+                .run_continuation(PoolOp::Open, move || t.commit())
+                .await
+            {
                 Ok(Ok(len)) => {
                     cv.committed(
                         Arc::new(Stored {
