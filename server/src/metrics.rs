@@ -10,6 +10,7 @@ use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
+use std::sync::{Arc, Mutex};
 
 /// Operations a pool task performs (label `op`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +67,9 @@ pub const ORIGIN_CODES: [&str; 5] = ["2xx", "3xx", "4xx", "5xx", "error"];
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
+    /// Called before every [`Metrics::render`]: counters of work still under way catch up (a
+    /// pool's busy seconds of tasks still running).
+    before_render: Arc<Mutex<Vec<Box<dyn Fn() + Send + Sync>>>>,
     // pools (label volume; op where noted)
     pub pool_threads: IntGaugeVec,
     pub pool_busy_threads: IntGaugeVec,
@@ -133,6 +137,14 @@ fn hopts(name: &str, help: &str) -> HistogramOpts {
 }
 
 impl Metrics {
+    /// Run `f` before every render (see `before_render`).
+    pub fn on_render(&self, f: impl Fn() + Send + Sync + 'static) {
+        self.before_render
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(f));
+    }
+
     /// Create every series for the given volumes and worker count, at zero.
     pub fn new(volumes: &[&str], workers: usize) -> Metrics {
         let r = Registry::new();
@@ -178,6 +190,7 @@ impl Metrics {
             log_lines_dropped_total: reg(&r, IntCounter::with_opts(opts("log_lines_dropped_total", "Log lines dropped because the log writer thread was behind (stderr slow or not drained); the server never waits for it.")).unwrap()),
             common_responses: Default::default(),
             registry: r,
+            before_render: Arc::default(),
         };
         m.build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
@@ -296,6 +309,14 @@ impl Metrics {
 
     /// The Prometheus text exposition of every series.
     pub fn render(&self) -> String {
+        for f in self
+            .before_render
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            f();
+        }
         let mut buf = Vec::new();
         let families = self.registry.gather();
         if TextEncoder::new().encode(&families, &mut buf).is_err() {

@@ -12,6 +12,7 @@
 use crate::metrics::{Metrics, PoolOp};
 use prometheus::{Counter, Histogram, IntCounter, IntGauge};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -77,6 +78,11 @@ struct Inner {
     state: Mutex<State>,
     work: Condvar,
     m: PoolMetrics,
+    /// Per thread: up to when (µs since `epoch`) its running task's time is in
+    /// `busy_seconds`; 0 while idle. Renders of the metrics bring it up to now, so a pool stuck
+    /// in long tasks shows as busy while it is, not when the tasks end.
+    running: Vec<AtomicU64>,
+    epoch: Instant,
 }
 
 /// A handle to a running pool; cheap to clone.
@@ -131,12 +137,20 @@ impl Pool {
             }),
             work: Condvar::new(),
             m,
+            running: (0..threads.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            epoch: Instant::now(),
+        });
+        let weak = Arc::downgrade(&inner);
+        metrics.on_render(move || {
+            if let Some(inner) = weak.upgrade() {
+                inner.account_running();
+            }
         });
         for i in 0..threads.max(1) {
             let inner = inner.clone();
             std::thread::Builder::new()
                 .name(format!("pool-{name}-{i}"))
-                .spawn(move || inner.run())?;
+                .spawn(move || inner.run(i))?;
         }
         Ok(Pool { inner })
     }
@@ -154,6 +168,23 @@ impl Pool {
         R: Send + 'static,
     {
         self.enqueue(op, f, true)
+    }
+
+    /// [`Pool::submit`] for the server's own optional work (storing a fetched object, cache
+    /// upkeep): refused by the same rule but not counted in `pool_rejected_total` nor logged as
+    /// an overflow, which mean a 503 to a client; the caller does without it.
+    pub fn submit_optional<F, R>(&self, op: PoolOp, f: F) -> Option<oneshot::Receiver<R>>
+    where
+        F: FnOnce() -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        {
+            let st = self.inner.lock();
+            if st.queue.len() >= st.idle + self.inner.max_queue {
+                return None;
+            }
+        }
+        self.enqueue(op, f, false).ok()
     }
 
     /// The overflow check alone, for a response about to start whose work may need the pool
@@ -265,6 +296,27 @@ impl Inner {
         }
     }
 
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    /// Bring `busy_seconds` up to now for the tasks still running (each thread's slot moves to
+    /// now; the task's end adds only what came after).
+    fn account_running(&self) {
+        let now = self.now_us();
+        for slot in &self.running {
+            let since = slot.load(Ordering::Relaxed);
+            if since != 0
+                && now > since
+                && slot
+                    .compare_exchange(since, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                self.m.busy_seconds.inc_by((now - since) as f64 / 1e6);
+            }
+        }
+    }
+
     /// Count and log one rejection (the nginx log line).
     fn overflow(&self, waiting: usize) -> Overflow {
         self.m.rejected.inc();
@@ -286,7 +338,8 @@ impl Inner {
 
     /// A pool thread: counted idle from the start (so a pool accepts tasks as soon as
     /// [`Pool::start`] returns), busy while it runs a task.
-    fn run(&self) {
+    fn run(&self, thread: usize) {
+        let slot = &self.running[thread];
         let mut st = self.lock();
         loop {
             let task = loop {
@@ -304,6 +357,7 @@ impl Inner {
                 .wait
                 .observe(start.duration_since(task.queued_at).as_secs_f64());
             self.m.busy.inc();
+            slot.store(self.now_us().max(1), Ordering::Relaxed);
             failpoint_stall(&self.name);
             let op = task.op;
             let mut finished = false;
@@ -314,7 +368,11 @@ impl Inner {
                 finished = true;
                 let secs = start.elapsed().as_secs_f64();
                 self.m.busy.dec();
-                self.m.busy_seconds.inc_by(secs);
+                let since = slot.swap(0, Ordering::Relaxed);
+                let now = self.now_us();
+                if since != 0 && now > since {
+                    self.m.busy_seconds.inc_by((now - since) as f64 / 1e6);
+                }
                 let om = self.m.op(op);
                 om.tasks.inc();
                 om.duration.observe(secs);
@@ -345,4 +403,44 @@ fn failpoint_stall(pool: &str) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Busy seconds count while a task runs (each render brings them up to now), and the task's
+    /// end adds only the rest: a pool stuck in a long task reads busy, not idle, until it ends.
+    #[test]
+    fn busy_seconds_count_running_tasks_once() {
+        let metrics = Metrics::new(&["p"], 1);
+        let pool = Pool::start("p", 1, 0, &metrics).expect("start");
+        let busy = || {
+            metrics
+                .pool_busy_seconds_total
+                .with_label_values(&["p"])
+                .get()
+        };
+        let rx = pool
+            .submit(PoolOp::Open, || {
+                std::thread::sleep(Duration::from_millis(600))
+            })
+            .expect("submitted");
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(busy(), 0.0, "nothing before a render");
+        let _ = metrics.render();
+        let mid = busy();
+        assert!(
+            (0.25..0.45).contains(&mid),
+            "{mid} s busy 300 ms into a task"
+        );
+        rx.blocking_recv().expect("the task's result");
+        let _ = metrics.render();
+        let all = busy();
+        assert!(
+            (0.55..0.75).contains(&all),
+            "{all} s busy for one 600 ms task"
+        );
+    }
 }

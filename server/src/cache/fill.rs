@@ -652,10 +652,10 @@ impl Fill {
             let (store, m) = (cv.store.clone(), meta.clone());
             match cv
                 .pool
-                .submit(PoolOp::Open, move || store.create_temp(id, m))
+                .submit_optional(PoolOp::Open, move || store.create_temp(id, m))
             {
-                Ok(rx) => creating = Some(rx),
-                Err(_) => tracing::debug!(volume = %cv.name, "fill not stored: pool busy"),
+                Some(rx) => creating = Some(rx),
+                None => tracing::debug!(volume = %cv.name, "fill not stored: pool busy"),
             }
         }
         if creating.is_none() && body_len > MEMORY_MAX {

@@ -586,9 +586,9 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     }
 
     fn on_pool<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> Option<R> {
-        let rx = match self.pool.submit(PoolOp::Open, f) {
-            Ok(rx) => rx,
-            Err(_) => {
+        let rx = match self.pool.submit_optional(PoolOp::Open, f) {
+            Some(rx) => rx,
+            None => {
                 std::thread::sleep(Duration::from_millis(50));
                 return None;
             }
