@@ -63,13 +63,16 @@ pub const CACHE_STATUSES: [&str; 6] = ["hit", "miss", "stale", "updating", "reva
 /// `code` values of `origin_requests_total`.
 pub const ORIGIN_CODES: [&str; 5] = ["2xx", "3xx", "4xx", "5xx", "error"];
 
+/// Work run before each render ([`Metrics::on_render`]).
+type RenderHook = Box<dyn Fn() + Send + Sync>;
+
 /// All handles. Cheap to clone (the prometheus types are Arc inside).
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
     /// Called before every [`Metrics::render`]: counters of work still under way catch up (a
     /// pool's busy seconds of tasks still running).
-    before_render: Arc<Mutex<Vec<Box<dyn Fn() + Send + Sync>>>>,
+    before_render: Arc<Mutex<Vec<RenderHook>>>,
     // pools (label volume; op where noted)
     pub pool_threads: IntGaugeVec,
     pub pool_busy_threads: IntGaugeVec,
