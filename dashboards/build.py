@@ -211,10 +211,11 @@ def dashed_right(regexp):
     }
 
 
-def share(metric, part):
-    """Per pod, the share of the volume's `metric` rate that matches `part`."""
+def share(metric, part, whole=""):
+    """Per pod, the share of the volume's `metric` rate (of the series matching `whole`) that
+    matches `part`."""
     return (f"sum by (pod) ({rate(metric, VSEL, part)}) / "
-            f"sum by (pod) ({rate(metric, VSEL)})")
+            f"sum by (pod) ({rate(metric, VSEL, whole)})")
 
 
 def cache_rows(lay, p):
@@ -227,12 +228,14 @@ def cache_rows(lay, p):
     p.append(timeseries(
         lay, "Hit ratio by requests",
         "Share of the volume's cache-route requests answered from a stored entry (X-Cache HIT, "
-        "UPDATING, STALE or REVALIDATED). Healthy: steady and high for your catalogue (often "
+        "UPDATING, STALE or REVALIDATED), of those that could be (BYPASS, answers the origin "
+        "does not let be stored or that failed there, left out). Healthy: steady and high for your catalogue (often "
         "above 90% on a warm edge). Unhealthy: a drop that stays (a purge, a config change that "
         "changed the keys, a catalogue that outgrew max_size); a new replica starts at 0% and "
         "climbs as it fills.",
         "percentunit",
-        [(share("contentserver_cache_requests_total", f'status=~"{FROM_CACHE}"'), "{{pod}}")],
+        [(share("contentserver_cache_requests_total", f'status=~"{FROM_CACHE}"',
+                'status!="bypass"'), "{{pod}}")],
         w=6, maximum=1))
     p.append(timeseries(
         lay, "Hit ratio by bytes",
@@ -360,8 +363,8 @@ def contentserver():
              f"sum by (pod, volume) (contentserver_pool_threads{{{VSEL}}})",
              "{{pod}} busy now"),
             # Clamped at 1 like the autoscaling metric (prometheus-adapter.yaml): busy time is
-            # counted when a task ends and rate() extrapolates, so a saturated pool reads a hair
-            # above 1.
+            # brought up to date at each scrape and rate() extrapolates, so a saturated pool
+            # reads a hair above 1.
             (f"clamp_max(sum by (pod, volume) ({rate('contentserver_pool_busy_seconds_total', VSEL)}) / "
              f"sum by (pod, volume) (contentserver_pool_threads{{{VSEL}}}), 1)",
              "{{pod}} busy (averaged)"),

@@ -111,9 +111,13 @@ def env(tmp_path_factory):
             servers.append(srv)
             targets.append((pod, f"127.0.0.1:{srv.admin_port}",
                             {"namespace": NS, "contentserver": CS, "pod": pod}))
+        # films-0 scraped by a second job too (a PodMonitor someone added beside the
+        # ServiceMonitor): the queries must still give one value per pod.
+        targets.append(("films-0-again", f"127.0.0.1:{servers[0].admin_port}",
+                        {"namespace": NS, "contentserver": CS, "pod": "films-0"}))
         prom = stack.Prometheus(tmp_path_factory.mktemp("prom"), targets)
         stack.wait_until("first scrape of both pods",
-                         lambda: len(prom.api("query", query="up == 1")["result"]) == len(PODS),
+                         lambda: len(prom.api("query", query="up == 1")["result"]) == len(PODS) + 1,
                          timeout=30, proc=prom.proc.p, log=prom.proc.log)
         loaded = servers[0]
         start = time.monotonic()

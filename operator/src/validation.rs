@@ -178,6 +178,15 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
         _ => {}
     }
     if let Some(a) = &spec.autoscaling {
+        if !(1..=85).contains(&a.target_pool_utilization) {
+            push(
+                "spec.autoscaling.targetPoolUtilization".into(),
+                format!(
+                    "{} is outside 1..85 (the pool metric tops out at 100% and the HPA scales up only above 1.1 x its target: a higher target never scales up)",
+                    a.target_pool_utilization
+                ),
+            );
+        }
         if a.min_replicas > a.max_replicas {
             push(
                 "spec.autoscaling.minReplicas".into(),

@@ -1083,6 +1083,13 @@ fn validation_rechecks_the_crd_cel_rules() {
     a.min_replicas = 5;
     a.max_replicas = 2;
     assert_eq!(only_error(&cs).0, "spec.autoscaling.minReplicas");
+    // A pool target the metric (at most 1) can never exceed by the HPA's 10% tolerance.
+    let mut cs = example("hpa.yaml");
+    let a = cs.spec.autoscaling.as_mut().expect("autoscaling");
+    a.target_pool_utilization = 95;
+    let (field, message) = only_error(&cs);
+    assert_eq!(field, "spec.autoscaling.targetPoolUtilization");
+    assert!(message.contains("1..85"), "{message}");
 
     let mut cs = example("edge-cache.yaml");
     let ca = cs

@@ -23,9 +23,11 @@ pub struct AutoscalingSpec {
     #[schemars(range(min = 1, max = 10000))]
     pub max_replicas: i32,
     /// Target utilization of the busiest volume's thread pool, in percent (busy thread-seconds
-    /// per second over threads, averaged over pods).
+    /// per second over threads, averaged over pods). At most 85: the metric cannot exceed 1 (every
+    /// thread busy) and the HPA scales up only above 1.1 x its target, so a higher target would
+    /// never scale up.
     #[serde(default = "default_target_pool_utilization")]
-    #[schemars(range(min = 1, max = 100))]
+    #[schemars(range(min = 1, max = 85))]
     pub target_pool_utilization: i32,
     /// Optional CPU target in percent of the container's CPU request.
     #[serde(rename = "targetCPUUtilization")]
