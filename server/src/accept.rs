@@ -184,19 +184,23 @@ static LAST_EMFILE_LOG: AtomicU64 = AtomicU64::new(0);
 /// waiting in the backlog until its client gives up (libev's "accept with a spare descriptor").
 static SPARE: std::sync::Mutex<Option<std::fs::File>> = std::sync::Mutex::new(None);
 
-/// The answer of a connection accepted with the spare descriptor.
-const OUT_OF_DESCRIPTORS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
 fn spare() -> std::sync::MutexGuard<'static, Option<std::fs::File>> {
     SPARE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Take the spare descriptor (at start, and again after each use; best effort).
+/// Set while no spare is held (its number was taken by someone else before it could be opened
+/// again): each turn of an accept loop tries again.
+static SPARE_MISSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Take the spare descriptor (at start, again after each use, and on each accept turn while it
+/// is missing; best effort).
 pub fn hold_spare_descriptor() {
     let mut s = spare();
     if s.is_none() {
         *s = std::fs::File::open("/dev/null").ok();
     }
+    SPARE_MISSING.store(s.is_none(), std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Out of descriptors: let the spare go, accept one connection, answer it 503 and close it,
@@ -218,7 +222,8 @@ fn refuse_with_spare(listener: &TcpListener) -> bool {
             );
             let mut buf = [0u8; 4096];
             let _ = rustix::net::recv(&sock, &mut buf, rustix::net::RecvFlags::DONTWAIT);
-            let _ = rustix::net::send(&sock, OUT_OF_DESCRIPTORS, rustix::net::SendFlags::NOSIGNAL);
+            let out = crate::http::response::error(503, false, false, &[("Retry-After", "1")]);
+            let _ = rustix::net::send(&sock, &out, rustix::net::SendFlags::NOSIGNAL);
             let _ = rustix::net::shutdown(&sock, rustix::net::Shutdown::Write);
             true
         }
@@ -291,6 +296,9 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::
                     break;
                 }
             }
+        }
+        if SPARE_MISSING.load(std::sync::atomic::Ordering::Relaxed) {
+            hold_spare_descriptor();
         }
         tokio::task::yield_now().await;
     }

@@ -14,6 +14,7 @@ mod common;
 
 use common::*;
 use std::io::{Read, Write};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn server(edit: impl FnOnce(&mut Config)) -> (tempfile::TempDir, Server) {
@@ -370,6 +371,18 @@ fn out_of_descriptors_is_503_for_content_and_the_admin_port_answers() {
         "{}",
         s.logs()
     );
+    let spares = || {
+        std::fs::read_dir(format!("/proc/{}/fd", s.pid()))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| {
+                        std::fs::read_link(e.path()).is_ok_and(|l| l == Path::new("/dev/null"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let at_start = spares();
     // 127 downloads of different files, none read: each holds its socket and its file.
     let mut held = Vec::new();
     for i in 0..127 {
@@ -402,4 +415,11 @@ fn out_of_descriptors_is_503_for_content_and_the_admin_port_answers() {
     drop(held);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(s.get("/b1.bin").status, 200);
+    // The spare descriptors (the data plane's and the admin port's) are held again.
+    assert_eq!(request(s.admin(), "GET", "/healthz", &[]).status, 200);
+    assert!(
+        wait_until(Duration::from_secs(5), || spares() == at_start),
+        "{} /dev/null descriptors after the pressure, {at_start} before",
+        spares()
+    );
 }

@@ -623,4 +623,11 @@ fn a_listing_answers_preconditions() {
     assert_eq!(s.get("/pre/", &["If-Match: \"x\""]).status, 412);
     assert_eq!(s.get("/pre/", &["If-Match: *"]).status, 200);
     assert_eq!(s.get("/pre/", &["If-None-Match: \"x\""]).status, 200);
+    // The 304 repeats what the 200 has (media headers by type, Vary), the 412 varies the same.
+    let ok = s.get("/pre/", &[]);
+    let not_modified = s.get("/pre/", &["If-None-Match: *"]);
+    for h in ["X-Content-Type-Options", "Vary"] {
+        assert_eq!(not_modified.header(h), ok.header(h), "{h}");
+    }
+    assert_eq!(s.get("/pre/", &["If-Match: \"x\""]).header("Vary"), ok.header("Vary"));
 }

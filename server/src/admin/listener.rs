@@ -48,6 +48,8 @@ pub async fn serve(
     let spare = Arc::new(Mutex::new(open_spare()));
     tokio::pin!(stop);
     loop {
+        // Taken again if it was lost (another thread got its number first).
+        retake(&spare);
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = &mut stop => break,
@@ -60,6 +62,7 @@ pub async fn serve(
                 }
                 // Let the spare go for one connection (if it is not in use already).
                 let Some(fd) = lock(&spare).take() else {
+                    // In use, or lost: the top of the loop tries to take it again.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
@@ -69,11 +72,11 @@ pub async fn serve(
                         let (app, spare) = (app.clone(), spare.clone());
                         tokio::spawn(async move {
                             connection(stream, app).await;
-                            *lock(&spare) = open_spare();
+                            retake(&spare);
                         });
                     }
                     Err(_) => {
-                        *lock(&spare) = open_spare();
+                        retake(&spare);
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }
@@ -122,6 +125,14 @@ fn out_of_descriptors(e: &std::io::Error) -> bool {
 /// The spare descriptor (None when even that cannot be had now).
 fn open_spare() -> Option<std::fs::File> {
     std::fs::File::open("/dev/null").ok()
+}
+
+/// Take the spare again unless it is held (best effort).
+fn retake(spare: &Mutex<Option<std::fs::File>>) {
+    let mut s = lock(spare);
+    if s.is_none() {
+        *s = open_spare();
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

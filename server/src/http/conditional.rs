@@ -157,18 +157,20 @@ pub fn evaluate(
 }
 
 /// True when a Range header may be honoured: no If-Range, or If-Range names the current strong
-/// ETag, or exactly the current Last-Modified date when that date is strong (§13.1.5): at least
-/// one second before `now` (§8.8.2.2, the rule [`strong_validator`] applies to an origin's Date).
-/// A Last-Modified of the current second may still change within it, and one clamped to `now`
-/// ([`last_modified`]: the file's mtime is in the future) is no modification time at all; a
-/// range of either could splice two versions, so it gets the whole representation.
+/// ETag, or exactly the current Last-Modified date when that date is strong (§13.1.5): a whole
+/// second before `now`'s second, so at least one second passed since the modification whatever
+/// the fractions (§8.8.2.2, the rule [`strong_validator`] applies to an origin's Date; with the
+/// previous second, a file rewritten twice in it, 0.1 s before a request in the next one, would
+/// pass). A Last-Modified of the current second may still change within it, and one clamped to
+/// `now` ([`last_modified`]: the file's mtime is in the future) is no modification time at all;
+/// a range of either could splice two versions, so it gets the whole representation.
 fn range_applies(if_range: Option<&str>, cur: &Current<'_>, now: i64) -> bool {
     match if_range.map(str::trim) {
         None => true,
         Some(v) if v.starts_with('"') => v == cur.etag,
         Some(v) if v.starts_with("W/") => false,
         Some(v) => match (cur.last_modified, date::parse(v)) {
-            (Some(lm), Some(d)) => d == lm && lm < now,
+            (Some(lm), Some(d)) => d == lm && lm + 1 < now,
             _ => false,
         },
     }
@@ -468,8 +470,9 @@ mod tests {
         let ius = conditions(&[("If-Unmodified-Since", &sent)]);
         assert_eq!(eval_file(ius, future, NOW), GO);
         assert_eq!(eval_file(ius, future, NOW + 1), Failed);
-        // If-Range: a clamped date is no strong validator, nor is an mtime of this second; an
-        // mtime a second or more before the response is.
+        // If-Range: a clamped date is no strong validator, nor is an mtime of this second or
+        // the previous one (a change at .9 of it is 0.1 s before a request at .0 of this one);
+        // an mtime two seconds back, a whole second before this one began, is.
         let ignored = Proceed { range: false };
         assert_eq!(eval_file(if_range(&sent), future, NOW), ignored);
         assert_eq!(
@@ -477,7 +480,8 @@ mod tests {
             ignored
         );
         assert_eq!(eval_file(if_range(&sent), NOW, NOW), ignored);
-        assert_eq!(eval_file(if_range(&sent), NOW, NOW + 1), GO);
+        assert_eq!(eval_file(if_range(&sent), NOW, NOW + 1), ignored);
+        assert_eq!(eval_file(if_range(&sent), NOW, NOW + 2), GO);
         assert_eq!(eval_file(if_range(LM_DATE), LM, NOW), GO);
         // The ETag (from the real mtime) still matches while the file is unchanged.
         let t = tag();

@@ -327,30 +327,41 @@ impl Policy {
         keep_alive: bool,
         now: i64,
     ) -> Answer {
-        // A listing has no validator: only `*` can match it (RFC 9110 §13.1.1, §13.1.2).
+        let json = listing::wants_json(req.accept.as_deref(), req.query.as_deref());
+        // A listing has no validator: only `*` can match it (RFC 9110 §13.1.1, §13.1.2). The
+        // 304 carries the fields its 200 would (§15.4.5); both vary as the 200 does.
         let star = |v: &Option<String>| v.as_deref().map(|v| v.trim() == "*");
-        if star(&req.if_match) == Some(false) {
-            return Answer::small(412, self.error(Some(route), req, 412, keep_alive, &[]));
-        }
-        if star(&req.if_none_match) == Some(true) {
+        let status = if star(&req.if_match) == Some(false) {
+            Some(412)
+        } else if star(&req.if_none_match) == Some(true) {
+            Some(304)
+        } else {
+            None
+        };
+        if let Some(status) = status {
+            let mut head = Head::new(status);
+            if status == 412 {
+                head = head.header("Content-Length", 0usize);
+            }
+            let ctype = if json { JSON } else { HTML };
+            let configured = status == 304;
             let head = self.decorate(
-                Head::new(304),
+                head,
                 Some(route),
                 req,
                 None,
-                None,
-                true,
+                Some(ctype),
+                configured,
                 true,
                 now,
             );
-            return Answer::small(304, head.finish(keep_alive));
+            return Answer::small(status, head.finish(keep_alive));
         }
         let entries = listing::arrange(entries);
         let mut dir = path.to_vec();
         if !dir.ends_with(b"/") {
             dir.push(b'/');
         }
-        let json = listing::wants_json(req.accept.as_deref(), req.query.as_deref());
         let (ctype, body) = if json {
             (JSON, listing::json(&dir, &entries, truncated))
         } else {
