@@ -184,7 +184,6 @@ static LAST_EMFILE_LOG: AtomicU64 = AtomicU64::new(0);
 /// waiting in the backlog until its client gives up (libev's "accept with a spare descriptor").
 static SPARE: std::sync::Mutex<Option<std::fs::File>> = std::sync::Mutex::new(None);
 
-
 fn spare() -> std::sync::MutexGuard<'static, Option<std::fs::File>> {
     SPARE.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -98,6 +98,13 @@ impl Socket {
         let _ = rustix::net::sockopt::set_tcp_nodelay(self.stream(), true);
     }
 
+    /// Send now what writes with MSG_MORE left waiting (a response whose last bytes were
+    /// written not knowing they were the last): setting TCP_NODELAY pushes pending frames;
+    /// without it they wait for the kernel's 200 ms cork timer.
+    pub fn push(&self) {
+        self.set_nodelay();
+    }
+
     /// Hold partial segments until the socket closes (TCP_CORK), best effort: for an answer that
     /// ends the connection, so its head, body and FIN leave together in as few segments as the
     /// MSS allows (closing, or shutting down the write side, sends what is held at once).

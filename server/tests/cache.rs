@@ -185,6 +185,39 @@ fn concurrent_misses_share_one_fetch_and_stream_before_it_ends() {
     assert_eq!(o.requests("/herd.bin"), 1);
 }
 
+/// A miss or a passed-through answer on a reused keep-alive connection is not held back by
+/// the kernel: its last bytes were written with MSG_MORE (from the fill's memory, not knowing
+/// they were the last) and waited 200 ms for the cork timer.
+#[test]
+fn misses_on_a_kept_alive_connection_are_not_delayed() {
+    let (o, n) = origin_and_node(SLICED);
+    o.put("/warm", Object::new(pattern(100, 1)));
+    o.put("/small", Object::new(pattern(5000, 2)));
+    o.put("/seek", Object::new(pattern(3 * SLICE, 3)));
+    o.put(
+        "/nostore",
+        Object::new(pattern(3000, 4)).cache_control("no-store"),
+    );
+    let mut c = common::Conn::new(n.srv.addr);
+    assert_eq!(c.request("GET", "/warm", &[]).expect("warm-up").status, 200);
+    let asks: [(&str, &[(&str, &str)]); 4] = [
+        ("/small", &[]),
+        ("/seek", &[("Range", "bytes=70000-70100")]),
+        ("/nostore", &[]),
+        ("/missing", &[]),
+    ];
+    for (path, headers) in asks {
+        let t = Instant::now();
+        let r = c.request("GET", path, headers).expect("an answer");
+        let took = t.elapsed();
+        assert!(
+            took < Duration::from_millis(120),
+            "{path}: {} after {took:?}",
+            r.status
+        );
+    }
+}
+
 #[test]
 fn a_seek_fetches_only_the_slices_it_needs() {
     let (o, n) = origin_and_node(SLICED);

@@ -629,5 +629,8 @@ fn a_listing_answers_preconditions() {
     for h in ["X-Content-Type-Options", "Vary"] {
         assert_eq!(not_modified.header(h), ok.header(h), "{h}");
     }
-    assert_eq!(s.get("/pre/", &["If-Match: \"x\""]).header("Vary"), ok.header("Vary"));
+    assert_eq!(
+        s.get("/pre/", &["If-Match: \"x\""]).header("Vary"),
+        ok.header("Vary")
+    );
 }

@@ -907,6 +907,9 @@ impl Ctx<'_> {
             Body::Multipart(m) => self.multipart(&mut first, &meta, m).await,
             Body::None => Ok(0),
         };
+        // Its last bytes may have been written with MSG_MORE (from a fill's memory, not
+        // knowing they were the last): out now, not after the cork timer.
+        self.sock.push();
         match sent {
             Ok(n) => served.bytes += n,
             Err((n, why)) => {
@@ -1386,6 +1389,8 @@ impl Ctx<'_> {
                     if chunked && self.sock.write_all(b"0\r\n\r\n", false).await.is_err() {
                         served.keep_alive = false;
                     }
+                    // The body's last bytes went with MSG_MORE.
+                    self.sock.push();
                     return served;
                 }
                 Err(e) => {
