@@ -11,8 +11,8 @@
 mod common;
 
 use common::cache::{
-    cache_files, get, metrics, node, origin_and_node, series, settle, try_get, volume_metric,
-    wait_committed, xcache, SLICE, SLICED,
+    cache_files, config, get, metrics, node, origin_and_node, series, settle, try_get,
+    volume_metric, wait_committed, xcache, Node, SLICE, SLICED,
 };
 use common::origin::{pattern, refused_url, Fault, FaultOrigin, Object, TestCa, Timing};
 use common::{Response, Server};
@@ -639,6 +639,74 @@ fn origin_servers_fail_over_on_connect_errors_only() {
         "the next request retries"
     );
     assert_eq!((first.requests("/b"), second.requests("/b")), (2, 0));
+}
+
+/// A node out of descriptors cannot open an origin connection: that is its own limit, so the
+/// answer is 503 with Retry-After (as for a file it cannot open), not a 502, it is no origin
+/// error in the metrics, and the origin server is not marked down.
+#[test]
+fn out_of_descriptors_for_origin_connections_is_503_not_an_origin_error() {
+    let o = FaultOrigin::start();
+    for i in 0..48 {
+        o.put(&format!("/slow/{i}"), Object::new(pattern(1000, i as u8)));
+    }
+    o.set_timing(Timing {
+        head_delay: Duration::from_millis(1500),
+        ..Timing::default()
+    });
+    let d = common::tempdir();
+    let cfg = config(
+        &[o.url()],
+        &d.path().join("cache"),
+        "read_timeout_ms = 5000",
+        "",
+    );
+    let path = d.path().join("node.toml");
+    std::fs::write(&path, cfg.to_toml().expect("render")).unwrap();
+    let wrapper = ["sh", "-c", r#"ulimit -n 100 && exec "$@""#, "sh"];
+    let srv = Server::try_spawn_wrapped(
+        &wrapper,
+        &["serve", "--config", path.to_str().unwrap()],
+        &[],
+    )
+    .expect("start under ulimit -n 100");
+    let n = Node::new(srv, d.path().join("cache"));
+    let addr = n.srv.addr;
+    let clients: Vec<_> = (0..48)
+        .map(|i| {
+            std::thread::spawn(move || {
+                common::Conn::new(addr)
+                    .request("GET", &format!("/slow/{i}"), &[])
+                    .map(|r| (r.status, r.header("Retry-After").map(str::to_string)))
+            })
+        })
+        .collect();
+    let answers: Vec<_> = clients
+        .into_iter()
+        .map(|c| c.join().expect("client"))
+        .collect();
+    let unavailable = answers
+        .iter()
+        .filter(|a| matches!(a, Ok((503, Some(_)))))
+        .count();
+    assert!(
+        answers
+            .iter()
+            .all(|a| matches!(a, Ok((200, _)) | Ok((503, Some(_))))),
+        "{answers:?}"
+    );
+    assert!(
+        unavailable > 0,
+        "the descriptors never ran out: {answers:?}"
+    );
+    let m = metrics(&n);
+    assert_eq!(
+        series(
+            &m,
+            "contentserver_origin_requests_total{code=\"error\",origin=\"origin\"}"
+        ),
+        0.0
+    );
 }
 
 /// A listening socket whose accept queue is full (backlog 0, one connection waiting that is

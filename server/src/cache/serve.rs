@@ -485,6 +485,11 @@ impl Ctx<'_> {
                 }
                 // Never sent: what the client asked for cannot be written to the origin.
                 (FillError::Origin(OriginError::Request { .. }), _) => First::Error(400, None),
+                // Never sent: the node is out of descriptors (503 + Retry-After, like a file
+                // it cannot open), unless a stale copy may answer.
+                (FillError::Origin(OriginError::NoDescriptors { .. }), None) => {
+                    First::Error(503, None)
+                }
                 (FillError::Origin(OriginError::Timeout { .. }), None) => First::Error(504, None),
                 // A stored copy that may not be served stale (must-revalidate, s-maxage, its
                 // windows past) could not be revalidated: 504 (RFC 9111 §5.2.2.2).
@@ -1305,6 +1310,9 @@ impl Ctx<'_> {
             Ok(resp) => self.pass_through(resp).await,
             Err(OriginError::Timeout { .. }) => self.error(504, None, CacheStatus::Bypass).await,
             Err(OriginError::Request { .. }) => self.error(400, None, CacheStatus::Bypass).await,
+            Err(OriginError::NoDescriptors { .. }) => {
+                self.error(503, None, CacheStatus::Bypass).await
+            }
             Err(_) => self.error(502, None, CacheStatus::Bypass).await,
         }
     }

@@ -58,6 +58,8 @@ pub(crate) async fn connect(inner: &Inner) -> Result<Conn, OriginError> {
                 server.down_until_ms.store(0, Ordering::Relaxed);
                 return Ok(Conn { sender, server: i });
             }
+            // The node's own limit: no server is to blame, none other would do better.
+            Ok(Err(e @ OriginError::NoDescriptors { .. })) => return Err(e),
             Ok(Err(e)) => e,
             Err(_) => inner.timeout(server, "connect", inner.connect_timeout),
         };
@@ -99,6 +101,12 @@ async fn connect_one(
             }
             Err(e) => err = e,
         }
+    }
+    if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+        return Err(OriginError::NoDescriptors {
+            origin: inner.name.clone(),
+            source: err,
+        });
     }
     let tcp = tcp.ok_or_else(|| connect_err(err))?;
     let _ = tcp.set_nodelay(true);

@@ -70,6 +70,14 @@ pub enum OriginError {
         #[source]
         source: hyper::Error,
     },
+    /// This process has no descriptor left for a connection (EMFILE / ENFILE): the node's
+    /// fault, not the origin's (not counted against it, no other server tried).
+    #[error("origin {origin:?}: cannot open a connection: out of file descriptors ({source})")]
+    NoDescriptors {
+        origin: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// The request itself cannot be sent (not an origin-form path).
     #[error("origin {origin:?}: invalid request: {message}")]
     Request { origin: String, message: String },

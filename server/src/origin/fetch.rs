@@ -30,7 +30,7 @@ pub(crate) async fn fetch(
     let result = fetch_head(&inner, &req).await;
     match &result {
         // Never sent (a target or field this client cannot write): not the origin's failure.
-        Err(e @ OriginError::Request { .. }) => {
+        Err(e @ (OriginError::Request { .. } | OriginError::NoDescriptors { .. })) => {
             tracing::warn!(origin = %inner.name, error = %e, "origin request not sent")
         }
         Err(e) => {
