@@ -664,6 +664,36 @@ fn a_seek_never_gets_an_old_slice_once_a_new_version_was_found() {
     );
 }
 
+/// A seek into a stale stored later slice that finds a new version fetches the new first
+/// slice too (the old slices are dropped), as a seek into a slice not stored does.
+#[test]
+fn a_stale_seek_that_finds_a_new_version_fetches_the_new_first_slice() {
+    let (o, n) = origin_and_node(SLICED);
+    let len = 4 * SLICE;
+    let cc = "max-age=1, stale-while-revalidate=0";
+    o.put(
+        "/st.bin",
+        Object::version(pattern(len, 1), 1).cache_control(cc),
+    );
+    let at = 3 * SLICE + 5;
+    let seek = format!("Range: bytes={at}-{}\r\n", at + 9);
+    assert_eq!(get(&n, "/st.bin", "Range: bytes=0-10\r\n").status, 206);
+    assert_eq!(get(&n, "/st.bin", &seek).status, 206);
+    wait_committed(&n);
+    let v2 = pattern(len, 2);
+    o.put("/st.bin", Object::version(v2.clone(), 2).cache_control(cc));
+    std::thread::sleep(Duration::from_millis(1200));
+    let before = o.ranges("/st.bin").len();
+    let r = get(&n, "/st.bin", &seek);
+    assert!(r.body == v2[at..at + 10]);
+    wait_committed(&n);
+    let asked: Vec<_> = o.ranges("/st.bin")[before..].to_vec();
+    assert!(
+        asked.contains(&Some(format!("bytes=0-{}", SLICE - 1))),
+        "the new first slice was not fetched: {asked:?}"
+    );
+}
+
 /// The same for an object of several slices: the request that revalidated gets the whole
 /// validated body (its later slices stay until it has read them), later requests are passed
 /// through.

@@ -381,7 +381,15 @@ impl Ctx<'_> {
             return First::Serve(Source::Stored(s), CacheStatus::Updating);
         }
         let fill = self.fill(slice, Some(s.clone()), true);
-        self.after_fill(fill, Some(s), now_ms).await
+        let first = self.after_fill(fill, Some(s.clone()), now_ms).await;
+        if let (true, First::Serve(Source::Fill(_, head), _)) = (slice > 0, &first) {
+            if self.auth.is_none() && !head.meta.same_version(&s.meta) {
+                // The old version's slices are gone (`after_fill`): the new first slice, which
+                // later seeks compare their stored slices with.
+                self.prefetch(0);
+            }
+        }
+        first
     }
 
     /// The object's first slice when it answers for `slice` (not stored): stored, fresh and
