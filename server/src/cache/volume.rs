@@ -620,6 +620,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         self.update_gauges();
         tracing::info!(
             volume = %self.name, entries = found, bytes = self.index.size_bytes(),
+            max_bytes = self.index.max_bytes(),
             elapsed_ms = started.elapsed().as_millis() as u64, "cache index rebuilt"
         );
         let mut tick = 0u64;
