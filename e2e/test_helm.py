@@ -443,6 +443,51 @@ def test_dashboard_configmap_names_stay_distinct_for_long_release_names(release:
     assert sorted(n.rsplit("-dashboard-", 1)[1] for n in names) == files
 
 
+# Kinds whose names are DNS labels (63 characters); the RBAC kinds take up to 253.
+RBAC_KINDS = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+
+@pytest.mark.parametrize("release", ["a" * 33, "edge-platform-europe-west-prod-01", "b" * 53])
+def test_every_object_name_fits_its_kind_for_long_release_names(release: str) -> None:
+    """Every rendered object (all features enabled) gets a name its kind accepts: suffixed names
+    (<fullname>-metrics, -adapter-rules, -dashboard-<file>) cut the fullname, not the suffix."""
+    values = load(ALL_ENABLED)
+    values["prometheusAdapter"]["rules"]["name"] = ""  # the default, derived from the fullname
+    manifests = helm_native.render(CHART, values, namespace=NS, release=release)
+    kinds = {m["kind"] for m in manifests}
+    assert {"Service", "ConfigMap", "Deployment", "ServiceMonitor"} <= kinds, kinds
+    names = set()
+    for m in manifests:
+        name, kind = m["metadata"]["name"], m["kind"]
+        limit = 253 if kind in RBAC_KINDS else 63
+        assert len(name) <= limit, f"{kind} {name}: {len(name)} > {limit}"
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), f"{kind} {name}"
+        names.add((kind, m["metadata"].get("namespace"), name))
+    assert len(names) == len(manifests), "two objects got the same name"
+    service = one(manifests, "Service")["metadata"]["name"]
+    assert service.endswith("-metrics") and service.startswith(release[:40]), service
+    adapter = [cm["metadata"]["name"] for cm in by_kind(manifests, "ConfigMap")
+               if cm["metadata"]["name"].endswith("-adapter-rules")]
+    assert len(adapter) == 1, [cm["metadata"]["name"] for cm in by_kind(manifests, "ConfigMap")]
+
+
+@pytest.mark.parametrize("release", ["2024", "true", "on", "1e3", "null"])
+def test_a_release_name_yaml_reads_as_a_scalar_stays_a_string(release: str) -> None:
+    """A release named like a YAML number, bool or null renders: its instance label is the string
+    (in every object's labels, the Deployment's selector and its pod labels, the Service's
+    selector), not a number."""
+    manifests = helm_native.render(CHART, load(ALL_ENABLED), namespace=NS, release=release)
+    dep = one(manifests, "Deployment")
+    svc = one(manifests, "Service")
+    for labels in [m["metadata"]["labels"] for m in manifests if m["metadata"].get("labels")] + [
+        dep["spec"]["selector"]["matchLabels"],
+        dep["spec"]["template"]["metadata"]["labels"],
+        svc["spec"]["selector"],
+    ]:
+        assert labels["app.kubernetes.io/instance"] == release, labels
+    assert dep["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "contentserver-operator"
+
+
 def test_pod_labels_cannot_override_the_selector_labels() -> None:
     """podLabels add labels to the pod but never change the selector's: the apiserver refuses a
     Deployment whose selector does not match its template."""

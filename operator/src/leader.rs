@@ -2,10 +2,15 @@
 //! reconcile at once.
 //!
 //! A small loop: acquire the Lease when it is free or expired (optimistic concurrency through
-//! resourceVersion: a conflicting writer gets 409 and loses), renew it every `retry` period, and
-//! report loss when no renewal succeeded within the renew deadline, two thirds of the lease
-//! duration (client-go's renewDeadline), counted from the start of the last successful attempt
-//! (the renewTime it wrote, from which other replicas count the lease's expiry). Every lease
+//! resourceVersion: a conflicting writer gets 409 and loses), renew it `retry` after the last
+//! successful renewal *started* (at once if it took longer), and report loss when no renewal
+//! succeeded within the renew deadline, two thirds of the lease duration (client-go's
+//! renewDeadline), counted from the start of the last successful attempt (the renewTime it
+//! wrote, from which other replicas count the lease's expiry). A renewal may take the whole
+//! remaining deadline, so slow renewals that succeed keep the lead; sustained renewals must each
+//! take at most half the renew deadline (the next one starts when the last returned and must
+//! succeed within the deadline of the last one's start: beyond that the lease really looks
+//! expired to the others for a while, which no leader may tolerate). Every lease
 //! attempt is bounded by a timeout ending at that deadline, so a call that hangs (an API server
 //! that accepted the connection and never answers) cannot keep a leader leading after another
 //! replica may have taken over: loss is reported at the deadline, a third of the lease duration
@@ -147,6 +152,13 @@ impl LeaderElector {
         self.lease_duration * 2 / 3
     }
 
+    /// How often the leader renews (and a standby retries): a fifth of the renew deadline, 2 s of
+    /// the default 15 s lease (client-go's default retryPeriod), so a renewal started one retry
+    /// period after the last success may take most of the renew deadline.
+    pub fn retry_period(&self) -> Duration {
+        self.renew_deadline() / 5
+    }
+
     /// One attempt started now, bounded by `limit`: Ok(Err(())) when it timed out.
     async fn attempt(&self, limit: Duration) -> Result<Result<LeaseState, kube::Error>, ()> {
         tokio::time::timeout(limit, self.try_acquire_or_renew(Timestamp::now()))
@@ -175,33 +187,39 @@ impl LeaderElector {
         }
     }
 
-    /// Renew every `retry` until leadership is lost; returns why. `acquired` is when the
-    /// attempt that acquired the lease started. Returns at the latest at the renew deadline
-    /// after the last successful renewal started, even while a renewal call hangs.
+    /// Renew until leadership is lost; returns why. `acquired` is when the attempt that
+    /// acquired the lease started. Each renewal starts `retry` after the previous successful one
+    /// *started* (at once when that one took longer), and may run until the renew deadline
+    /// counted from that start: a slow renewal that succeeds keeps the lead, and so does any
+    /// sequence of renewals each taking at most half the renew deadline. Returns at the latest
+    /// at the renew deadline after the last successful renewal started, even while a renewal
+    /// call hangs.
     pub async fn hold(&self, retry: Duration, acquired: Instant) -> String {
         let mut last_ok = acquired;
+        let mut next = acquired + retry;
+        let mut failure = String::from("no renewal attempted");
         loop {
             let deadline = last_ok + self.renew_deadline();
-            tokio::time::sleep_until(tokio::time::Instant::from_std(
-                (Instant::now() + retry).min(deadline),
-            ))
-            .await;
+            tokio::time::sleep_until(tokio::time::Instant::from_std(next.min(deadline))).await;
             let started = Instant::now();
             let left = deadline.saturating_duration_since(started);
-            let failure = match self.attempt(left).await {
-                Ok(Ok(LeaseState::Leading)) => {
-                    last_ok = started;
-                    continue;
+            if !left.is_zero() {
+                match self.attempt(left).await {
+                    Ok(Ok(LeaseState::Leading)) => {
+                        last_ok = started;
+                        next = started + retry;
+                        continue;
+                    }
+                    Ok(Ok(LeaseState::Following { holder })) => {
+                        return format!("lease taken over by {holder}");
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "renewing the leader lease");
+                        failure = e.to_string();
+                    }
+                    Err(()) => failure = "the API server did not answer in time".to_string(),
                 }
-                Ok(Ok(LeaseState::Following { holder })) => {
-                    return format!("lease taken over by {holder}");
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "renewing the leader lease");
-                    e.to_string()
-                }
-                Err(()) => "the API server did not answer in time".to_string(),
-            };
+            }
             if Instant::now() >= deadline {
                 return format!(
                     "lease not renewed within the renew deadline ({:?} of a {:?} lease): {failure}",
@@ -209,6 +227,8 @@ impl LeaderElector {
                     self.lease_duration
                 );
             }
+            // A failed attempt: try again after `retry`, still bounded by the deadline.
+            next = Instant::now() + retry;
         }
     }
 }

@@ -121,14 +121,23 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             controller::run(client, scope, metrics, identity).await;
         } else {
             let lease_duration = Duration::from_secs(args.lease_duration_secs.max(3));
-            let retry = lease_duration / 3;
             let elector = LeaderElector::new(
                 Api::<Lease>::namespaced(client.clone(), &args.lease_namespace),
                 &args.lease_name,
                 &identity,
                 lease_duration,
             );
-            let acquired = elector.acquire(retry).await;
+            let retry = elector.retry_period();
+            // A standby replica waits for the lease until it is told to stop: SIGTERM must not
+            // wait out the shutdown grace period.
+            let acquired = tokio::select! {
+                acquired = elector.acquire(retry) => acquired,
+                () = shutdown_requested() => {
+                    tracing::info!("shutdown requested while waiting for the leader lease");
+                    server.abort();
+                    return Ok(());
+                }
+            };
             tracing::info!(identity, "leading");
             tokio::select! {
                 _ = controller::run(client, scope, metrics, identity.clone()) => {
@@ -144,6 +153,22 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         server.abort();
         Ok(())
     })
+}
+
+/// Returns on SIGTERM or SIGINT (never, when SIGTERM cannot be watched).
+async fn shutdown_requested() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM");
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// The controller stops itself on SIGTERM/SIGINT (`shutdown_on_signal`), but waits for watches

@@ -14,6 +14,9 @@ pub const DEGRADED: &str = "Degraded";
 pub const RECONCILED: &str = "Reconciled";
 /// Reconciled reason: an optional kind's CRD (Gateway API, Prometheus Operator) is missing.
 pub const CRD_MISSING: &str = "CRDMissing";
+/// Reconciled reason: a child's name is still held by a child of an earlier ContentServer of the
+/// same name, which the garbage collector is about to remove (not a Warning; phase Progressing).
+pub const AWAITING_GC: &str = "AwaitingGarbageCollection";
 
 /// What the workload reported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -168,6 +171,7 @@ pub fn phase(conditions: &[Condition]) -> String {
             return match r.reason.as_str() {
                 "Paused" => "Paused".into(),
                 "InvalidSpec" => "Invalid".into(),
+                AWAITING_GC => "Progressing".into(),
                 _ => "Error".into(),
             };
         }
@@ -212,7 +216,9 @@ pub fn transitions(old: &[Condition], new: &[Condition]) -> Vec<Transition> {
                             .iter()
                             .any(|o| o.type_ == AVAILABLE && o.status == "True")
                 }
-                RECONCILED => c.status == "False" && c.reason != "Paused",
+                RECONCILED => {
+                    c.status == "False" && c.reason != "Paused" && c.reason != AWAITING_GC
+                }
                 _ => false,
             };
             Transition {

@@ -115,12 +115,19 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
                     format!("{f}.source.hostPath.path"),
                     "must be an absolute path".into(),
                 );
+            } else if !is_clean_path(&hp.path) {
+                // `/data/../etc` reaches outside the directory it names (and the kubelet
+                // refuses `..` anyway): refused, like mountPath.
+                push(
+                    format!("{f}.source.hostPath.path"),
+                    format!("{} must not contain '//' or '.' or '..' segments", hp.path),
+                );
             }
         }
         let mp = ContentServerSpec::mount_path(v);
         // Refused rather than normalized: `/srv/../etc/content-server` would pass a string
         // comparison with the reserved paths below.
-        if mp.contains("//") || mp.split('/').any(|seg| seg == "." || seg == "..") {
+        if !is_clean_path(&mp) {
             push(
                 format!("{f}.mountPath"),
                 format!("{mp} must not contain '//' or '.' or '..' segments"),
@@ -418,4 +425,9 @@ pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
         }
     }
     errs
+}
+
+/// No `//` and no `.` or `..` segment (a trailing `/` is fine).
+fn is_clean_path(p: &str) -> bool {
+    !p.contains("//") && !p.split('/').any(|seg| seg == "." || seg == "..")
 }

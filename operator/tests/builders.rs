@@ -1174,6 +1174,38 @@ fn mount_paths_with_dot_segments_or_double_slashes_are_invalid() {
     assert_eq!(validate(&cs.spec), vec![]);
 }
 
+/// A hostPath with `..`, `.` or `//` is refused like a mountPath (`/data/../etc` names /etc).
+#[test]
+fn host_paths_with_dot_segments_or_double_slashes_are_invalid() {
+    let with_path = |p: &str| {
+        let mut cs = example("minimal.yaml");
+        cs.spec.allow_host_path = true;
+        cs.spec.volumes[0].source = serde_json::from_value(serde_json::json!({
+            "hostPath": {"path": p, "type": "DirectoryOrCreate"}
+        }))
+        .expect("source");
+        validate(&cs.spec)
+    };
+    for p in [
+        "/data/../etc",
+        "/data/..",
+        "//data",
+        "/data//x",
+        "/data/./x",
+    ] {
+        let errs = with_path(p);
+        assert!(
+            errs.iter()
+                .any(|e| e.field == "spec.volumes[0].source.hostPath.path"
+                    && e.message.contains("'..' segments")),
+            "{p}: {errs:?}"
+        );
+    }
+    for p in ["/data/cache", "/data/x..y/", "/mnt/.cache"] {
+        assert_eq!(with_path(p), vec![], "{p}");
+    }
+}
+
 /// A cache size too large for 64 bits is one error saying so (not "not a quantity", nor a
 /// second error about the 0 bytes the config would hold).
 #[test]

@@ -163,3 +163,37 @@ async fn a_leader_whose_renewal_hangs_gives_up_within_the_renew_deadline() {
     assert!(after < lease, "{after:?}");
     assert!(why.contains("renew deadline"), "{why}");
 }
+
+/// Renewals that are slow but succeed keep the lead: each starts a retry period after the last
+/// successful one started (at once when that one took longer) and may run until the renew
+/// deadline. Here every lease PUT takes 1.6 s of a 6 s lease (renew deadline 4 s): the leader
+/// keeps leading through several renewals, and the lease it holds stays live for the others.
+#[tokio::test]
+async fn slow_renewals_that_succeed_keep_the_lead() {
+    let fake = FakeApi::new();
+    let lease = Duration::from_secs(6);
+    let a = LeaderElector::new(
+        Api::<Lease>::namespaced(fake.client(), NS),
+        "content-operator",
+        "a",
+        lease,
+    );
+    let retry = a.retry_period();
+    assert_eq!(retry, Duration::from_millis(800));
+    fake.delay("PUT", "/leases/", Duration::from_millis(1600));
+    let acquired = a.acquire(retry).await;
+    fake.clear_log();
+    let outcome = tokio::time::timeout(Duration::from_secs(9), a.hold(retry, acquired)).await;
+    assert!(outcome.is_err(), "lost the lead: {outcome:?}");
+    let renewals = fake
+        .log()
+        .iter()
+        .filter(|l| l.method == "PUT" && l.path.contains("/leases/"))
+        .count();
+    assert!(renewals >= 4, "{renewals} renewals in 9 s");
+    let b = elector(&fake, "b");
+    assert_eq!(
+        acquire(&b, Timestamp::now()).await,
+        LeaseState::Following { holder: "a".into() }
+    );
+}

@@ -341,6 +341,36 @@ async fn paused_leaves_children_as_they_are() {
     assert_eq!(deployment_replicas(&fake, &name), 4);
 }
 
+/// A ContentServer being deleted in the foreground (deletionTimestamp set, the
+/// foregroundDeletion finalizer waiting for its children) gets no writes: children the garbage
+/// collector removed are not recreated, changed ones are not re-applied, no status is written.
+#[tokio::test]
+async fn a_contentserver_being_deleted_gets_no_writes() {
+    let (fake, ctx, name) = reconciled("minimal.yaml").await;
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+        cs["metadata"]["finalizers"] = json!(["foregroundDeletion"]);
+        cs["spec"]["replicas"] = json!(4);
+    });
+    // The garbage collector already removed some children.
+    for (collection, child) in [
+        (configmaps(), format!("{name}-config")),
+        (services(), name.clone()),
+    ] {
+        assert!(fake.get(&collection, &child).is_some(), "{child} exists");
+        fake.remove(&collection, &child)
+            .expect("removed by the garbage collector");
+    }
+    let dep_before = fake.get(&deployments(), &name).expect("Deployment");
+    fake.clear_log();
+    run(&fake, &ctx, &name).await;
+    let writes: Vec<_> = fake.log().into_iter().filter(|l| !l.is_read()).collect();
+    assert!(writes.is_empty(), "writes while deleting: {writes:?}");
+    assert!(fake.get(&configmaps(), &format!("{name}-config")).is_none());
+    assert!(fake.get(&services(), &name).is_none());
+    assert_eq!(fake.get(&deployments(), &name), Some(dep_before));
+}
+
 #[tokio::test]
 async fn media_node_statefulset_headless_pdb_and_servicemonitor_when_crd_exists() {
     let (fake, ctx, name) = reconciled("media-node.yaml").await;

@@ -336,3 +336,96 @@ async fn a_failed_first_reconcile_writes_a_plain_message_and_only_what_it_knows(
     assert_eq!(rec.message, want);
     assert!(!rec.message.contains("Status {"), "{}", rec.message);
 }
+
+/// A proxy's 3 KB HTML error page (not a Kubernetes Status) is not quoted whole in the
+/// Reconciled message: whitespace collapsed, cut to 300 characters, the code kept.
+#[tokio::test]
+async fn a_non_status_error_body_is_shortened_in_the_message() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = create(&fake, "minimal.yaml");
+    let page = format!(
+        "<html>\n  <head><title>502 Bad Gateway</title></head>\n<body>\n{}</body></html>\n",
+        "<p>upstream   connect error\t or disconnect</p>\n".repeat(70)
+    );
+    assert!(page.len() > 3000);
+    fake.fail_with_body("PATCH", "/deployments/", 502, &page);
+    let err = try_run(&fake, &ctx, &name)
+        .await
+        .expect_err("apply refused");
+    let cs = current(&fake, &name).await;
+    let rec = condition(&cs, "Reconciled");
+    assert_eq!(rec.message, err.to_string());
+    assert!(
+        rec.message.starts_with("Deployment minimal: 502 (not a Kubernetes Status): <html> <head><title>502 Bad Gateway</title></head> <body> <p>upstream connect error or disconnect</p>"),
+        "{}",
+        rec.message
+    );
+    assert!(rec.message.chars().count() <= 400, "{}", rec.message);
+    assert!(rec.message.ends_with('…'), "{}", rec.message);
+    assert!(!rec.message.contains('\n') && !rec.message.contains("  "));
+}
+
+/// A ContentServer deleted and recreated under the same name while its old children still wait
+/// for the garbage collector: the reconcile says so (owned by an earlier ContentServer of this
+/// name, its uid, awaiting garbage collection), writes none of them, emits no Warning, retries
+/// soon, and applies its children once they are gone.
+#[tokio::test]
+async fn a_recreated_contentserver_waits_for_the_old_children_to_be_collected() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = create(&fake, "minimal.yaml");
+    let old_uid = run(&fake, &ctx, &name).await.metadata.uid.expect("uid");
+    let old = fake.remove(&contentservers(), &name).expect("deleted");
+    let mut again = old.clone();
+    again["metadata"] = json!({"name": name, "namespace": NS});
+    again.as_object_mut().expect("object").remove("status");
+    fake.insert(&contentservers(), again);
+    let cs = current(&fake, &name).await;
+    assert_ne!(cs.metadata.uid.as_deref(), Some(old_uid.as_str()));
+    fake.clear_log();
+
+    let err = try_run(&fake, &ctx, &name)
+        .await
+        .expect_err("the old children hold the names");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("earlier ContentServer of this name")
+            && msg.contains(&old_uid)
+            && msg.contains("awaits garbage collection"),
+        "{msg}"
+    );
+    assert!(!msg.contains("delete or rename"), "{msg}");
+    assert!(fake.child_writes().is_empty(), "{:?}", fake.child_writes());
+    let after = current(&fake, &name).await;
+    let rec = condition(&after, "Reconciled");
+    assert_eq!(
+        (rec.status.as_str(), rec.reason.as_str()),
+        ("False", "AwaitingGarbageCollection")
+    );
+    assert!(rec.message.contains(&old_uid), "{}", rec.message);
+    assert!(
+        !fake.events().iter().any(|(t, _, _)| t == "Warning"),
+        "{:?}",
+        fake.events()
+    );
+    let action = content_operator::reconcile::error_policy(Arc::new(after), &err, ctx.clone());
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(10))
+    );
+
+    // The garbage collector removes the old children: the next reconcile applies the new ones.
+    for collection in [deployments(), configmaps(), services()] {
+        for child in fake.names(&collection) {
+            fake.remove(&collection, &child);
+        }
+    }
+    let cs = run(&fake, &ctx, &name).await;
+    assert_eq!(condition(&cs, "Reconciled").status, "True");
+    let dep = fake.get(&deployments(), &name).expect("Deployment");
+    assert_eq!(
+        dep["metadata"]["ownerReferences"][0]["uid"],
+        json!(cs.metadata.uid)
+    );
+}

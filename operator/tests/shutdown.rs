@@ -1,12 +1,14 @@
 //! The operator process exits after SIGTERM even when the API server it talks to is unreachable
-//! (a terminating pod must not hang until the kubelet kills it).
+//! (a terminating pod must not hang until the kubelet kills it), and a standby replica waiting
+//! for the leader lease exits at once.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[test]
-fn sigterm_exits_within_the_grace_period_with_the_api_unreachable() {
+/// Starts the operator with `args` against an unreachable API server, sends SIGTERM after it ran
+/// for a while, and asserts it exits successfully within `within`.
+fn exits_after_sigterm(args: &[&str], within: Duration) {
     let dir = tempfile::tempdir().unwrap();
     // A port nothing listens on: bind, read the port, close.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -23,14 +25,8 @@ contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: 
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_content-operator"))
-        .args([
-            "run",
-            "--no-leader-election",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--shutdown-grace-secs",
-            "1",
-        ])
+        .args(["run", "--metrics-listen", "127.0.0.1:0"])
+        .args(args)
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -51,10 +47,25 @@ contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: 
             assert!(status.success(), "exit status {status}");
             break;
         }
-        if t.elapsed() > Duration::from_secs(8) {
+        if t.elapsed() > within {
             let _ = child.kill();
-            panic!("operator still running 8 s after SIGTERM (grace 1 s)");
+            panic!("operator still running {within:?} after SIGTERM ({args:?})");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn sigterm_exits_within_the_grace_period_with_the_api_unreachable() {
+    exits_after_sigterm(
+        &["--no-leader-election", "--shutdown-grace-secs", "1"],
+        Duration::from_secs(8),
+    );
+}
+
+/// A replica that does not lead (here: it cannot reach the API server, so it keeps retrying the
+/// lease) stops waiting for the lease on SIGTERM instead of sitting out the grace period.
+#[test]
+fn a_standby_replica_exits_promptly_on_sigterm() {
+    exits_after_sigterm(&["--shutdown-grace-secs", "30"], Duration::from_secs(3));
 }

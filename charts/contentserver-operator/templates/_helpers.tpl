@@ -17,13 +17,26 @@
 {{- end }}
 {{- end }}
 
+{{/*
+<fullname><suffix> within 63 characters (the limit of Service and ConfigMap names): the fullname
+is cut, never the suffix (cutting the whole name could make two names equal). Usage:
+include "cso.suffixedName" (list . "-metrics").
+*/}}
+{{- define "cso.suffixedName" -}}
+{{- $ctx := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- $prefix := include "cso.fullname" $ctx | trunc (sub 63 (len $suffix) | int) | trimSuffix "-" }}
+{{- printf "%s%s" $prefix $suffix }}
+{{- end }}
+
 {{- define "cso.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{- define "cso.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "cso.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+{{- /* Quoted: a release named 2024, true or on must stay a string. */}}
+app.kubernetes.io/name: {{ include "cso.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end }}
 
 {{- define "cso.labels" -}}

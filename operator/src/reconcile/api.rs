@@ -11,7 +11,10 @@
 //! a forced server-side apply would otherwise take over its fields and add our controller
 //! reference (the garbage collector would then delete it with the ContentServer), so a wanted
 //! child whose name is taken fails the reconcile with [`Error::NameTaken`] (shown as
-//! `Reconciled=False/NameTaken` with a Warning Event), and an unwanted one is skipped (logged at
+//! `Reconciled=False/NameTaken` with a Warning Event) — or, when the holder is a child of an
+//! earlier ContentServer of the same name (deleted and recreated) that the garbage collector
+//! has not removed yet, with [`Error::AwaitingGc`] (`Reconciled=False/AwaitingGarbageCollection`,
+//! a Normal Event, retried every 10 s) — and an unwanted one is skipped (logged at
 //! debug). Each check is one GET before the write; an unwanted child that is absent costs that
 //! GET only, no DELETE.
 
@@ -26,10 +29,27 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt::Debug;
 
+/// The longest answer [`plain`] quotes from a body that is not a Kubernetes Status (a proxy's
+/// HTML error page) or from a transport error.
+pub const PLAIN_MAX: usize = 300;
+
+/// kube's reason for an error body that is not a Kubernetes Status (its text is the message).
+const NOT_A_STATUS: &str = "Failed to parse error data";
+
 /// The API's answer in plain words: `422 Invalid: spec.rules[0]...` for a refused call (code,
-/// reason, message), kube's own text for anything else (connection, decoding).
+/// reason, message), kube's own text for anything else (connection, decoding). An error body
+/// that is not a Kubernetes Status (a 502 page from a proxy) and kube's own text are shortened:
+/// whitespace collapsed, at most [`PLAIN_MAX`] characters.
 pub fn plain(e: &kube::Error) -> String {
     match e {
+        kube::Error::Api(s) if s.reason == NOT_A_STATUS => {
+            let code = if s.code == 0 {
+                String::new()
+            } else {
+                format!("{} ", s.code)
+            };
+            format!("{code}(not a Kubernetes Status): {}", shorten(&s.message))
+        }
         kube::Error::Api(s) => {
             let head = [s.code.to_string(), s.reason.clone()]
                 .into_iter()
@@ -42,8 +62,20 @@ pub fn plain(e: &kube::Error) -> String {
                 (false, false) => format!("{head}: {}", s.message),
             }
         }
-        other => other.to_string(),
+        other => shorten(&other.to_string()),
     }
+}
+
+/// `text` with whitespace runs collapsed to one space, cut to [`PLAIN_MAX`] characters (an
+/// ellipsis marks the cut).
+fn shorten(text: &str) -> String {
+    let collapsed = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if collapsed.chars().count() <= PLAIN_MAX {
+        return collapsed;
+    }
+    let mut cut: String = collapsed.chars().take(PLAIN_MAX - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// `Kind name` of an object about to be written, for error messages (the kind from the object's
@@ -88,12 +120,32 @@ where
     let existing = api.get_opt(&name).await.map_err(call(describe(obj)))?;
     if let Some(e) = existing {
         if !may_apply_to(&e, cs) {
-            return Err(Error::NameTaken {
-                what: describe(obj),
-            });
+            return Err(name_taken(&e, cs, describe(obj)));
         }
     }
     apply(api, obj).await
+}
+
+/// Why `existing` (`what`), which holds a wanted child's name and may not be applied to, stops
+/// the reconcile: [`Error::AwaitingGc`] when its controller is an earlier ContentServer of this
+/// name (same kind and name, another uid: deleted and recreated, the garbage collector has not
+/// removed its children yet), [`Error::NameTaken`] otherwise.
+pub fn name_taken<K: Resource>(existing: &K, cs: &ContentServer, what: String) -> Error {
+    let group = format!("{}/", ContentServer::group(&()));
+    let earlier = existing.meta().owner_references.iter().flatten().find(|o| {
+        o.controller == Some(true)
+            && o.kind == ContentServer::kind(&())
+            && o.api_version.starts_with(&group)
+            && o.name == cs.name_any()
+            && Some(o.uid.as_str()) != cs.meta().uid.as_deref()
+    });
+    match earlier {
+        Some(o) => Error::AwaitingGc {
+            what,
+            uid: o.uid.clone(),
+        },
+        None => Error::NameTaken { what },
+    }
 }
 
 /// Delete `name` (a `kind`) only when this ContentServer owns it ([`owned_by`]); Ok(false) when

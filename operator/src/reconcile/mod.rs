@@ -1,9 +1,10 @@
-//! One reconcile of one ContentServer, in the order it happens: the gate (paused or invalid ->
-//! status only), apply every child under one field manager, remove the workload of the other
+//! One reconcile of one ContentServer, in the order it happens: nothing while it is being
+//! deleted, the gate (paused or invalid -> status only), apply every child under one field manager, remove the workload of the other
 //! kind once the new one is ready, write status. Also the error policy (per-object backoff).
 //!
-//! Safety rules this module must keep: an invalid spec never touches a child; `paused` never
-//! touches a child; a StatefulSet whose immutable fields (claim templates, pod management policy,
+//! Safety rules this module must keep: a ContentServer being deleted (deletionTimestamp set,
+//! e.g. foreground deletion waiting for its children) gets no writes at all; an invalid spec
+//! never touches a child; `paused` never touches a child; a StatefulSet whose immutable fields (claim templates, pod management policy,
 //! service name) changed is deleted with `propagationPolicy: Orphan` — its pods keep serving and
 //! are adopted by the replacement — never with cascading deletion; a workload of the previous
 //! kind (Deployment <-> StatefulSet) is removed only after the new one has all pods ready (at once
@@ -44,6 +45,10 @@ pub enum Error {
     /// A wanted child's name is held by an object this ContentServer does not own.
     #[error("{what} exists and does not belong to this ContentServer (no owner reference to it): left as it is; delete or rename it, or rename the ContentServer")]
     NameTaken { what: String },
+    /// A wanted child's name is held by a child of an earlier ContentServer of the same name (a
+    /// deleted and recreated one) that the garbage collector has not removed yet.
+    #[error("{what} is still owned by an earlier ContentServer of this name (uid {uid}) and awaits garbage collection; retrying")]
+    AwaitingGc { what: String, uid: String },
     #[error("kubernetes API: {}", api::plain(.0))]
     Kube(#[from] kube::Error),
     #[error("rendering the server config: {0}")]
@@ -135,6 +140,11 @@ async fn reconcile_steps(
     cs: &ContentServer,
     ctx: &Context,
 ) -> Result<(Action, &'static str), Error> {
+    if cs.metadata.deletion_timestamp.is_some() {
+        // Being deleted (foreground deletion waits for the children to go): re-applying them
+        // would recreate what the garbage collector removes. Nothing to write.
+        return Ok((Action::await_change(), crate::metrics::result::OK));
+    }
     let scope = Scope::new(cs, ctx)?;
     if let Some(stopped) = gate::stop_before_children(&scope).await? {
         return Ok(stopped);
@@ -202,7 +212,8 @@ async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Act
 }
 
 /// Best effort: show a failed reconcile as `Reconciled=False/ApplyFailed` (`NameTaken` when a
-/// wanted child's name is held by someone else's object), with an Event on the transition, the
+/// wanted child's name is held by someone else's object, `AwaitingGarbageCollection` when by a
+/// child of an earlier ContentServer of the same name), with an Event on the transition, the
 /// error's plain message and observedGeneration; nothing else of the status is written (see
 /// `api::write_conditions`). A failure to write the status is only logged; the error policy
 /// retries anyway.
@@ -210,6 +221,7 @@ async fn record_failure(cs: &ContentServer, ctx: &Context, err: &Error) {
     let previous = cs.status.clone().unwrap_or_default();
     let reason = match err {
         Error::NameTaken { .. } => "NameTaken",
+        Error::AwaitingGc { .. } => status::AWAITING_GC,
         _ => "ApplyFailed",
     };
     let mut st = status::not_reconciled(
@@ -225,8 +237,13 @@ async fn record_failure(cs: &ContentServer, ctx: &Context, err: &Error) {
     }
 }
 
-/// The error policy: exponential backoff per object, 5 s doubling up to 5 min.
-pub fn error_policy(cs: Arc<ContentServer>, _err: &Error, ctx: Arc<Context>) -> Action {
+/// The error policy: exponential backoff per object, 5 s doubling up to 5 min; a child awaiting
+/// garbage collection is looked at again every [`PROGRESS_REQUEUE`] (no backoff: the wait is
+/// expected to be short and is not a failure).
+pub fn error_policy(cs: Arc<ContentServer>, err: &Error, ctx: Arc<Context>) -> Action {
+    if matches!(err, Error::AwaitingGc { .. }) {
+        return Action::requeue(PROGRESS_REQUEUE);
+    }
     let n = ctx
         .failures
         .lock()

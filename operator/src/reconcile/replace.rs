@@ -10,7 +10,7 @@ use crate::builders::workload::{
 };
 use crate::builders::{self, headless_service_name};
 use crate::reconcile::api::{
-    apply, call, delete_if_exists, delete_owned, may_apply_to, owned_by, publish,
+    apply, call, delete_if_exists, delete_owned, may_apply_to, name_taken, owned_by, publish,
 };
 use crate::reconcile::applied::{rollout_state, Applied};
 use crate::reconcile::{Error, Scope};
@@ -30,8 +30,8 @@ pub async fn apply_statefulset(scope: &Scope<'_>, applied: &mut Applied) -> Resu
     let desired = statefulset(cs, &applied.config_hash);
     let object = format!("StatefulSet {name}");
     let existing = stss.get_opt(&name).await.map_err(call(object.clone()))?;
-    if existing.as_ref().is_some_and(|e| !may_apply_to(e, cs)) {
-        return Err(Error::NameTaken { what: object });
+    if let Some(e) = existing.as_ref().filter(|e| !may_apply_to(*e, cs)) {
+        return Err(name_taken(e, cs, object));
     }
     if existing
         .as_ref()

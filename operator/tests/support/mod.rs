@@ -5,8 +5,8 @@
 //! resourceVersion conflicts), PATCH (server-side apply as "replace the applied fields, keep
 //! status"; JSON merge patch; both on the main resource or `/status`) and DELETE, bumping
 //! `metadata.generation` when anything outside metadata/status changes. Every request is logged
-//! so tests can assert what the operator did — and what it did not do. Failures (`fail`) and
-//! requests that are never answered (`hang`) can be injected.
+//! so tests can assert what the operator did — and what it did not do. Failures (`fail`),
+//! requests that are never answered (`hang`) and slow answers (`delay`) can be injected.
 #![allow(dead_code)]
 
 use bytes::Bytes;
@@ -52,8 +52,12 @@ impl Logged {
 struct State {
     /// Injected failures: (method, path substring, HTTP code).
     failures: Vec<(String, String, u16)>,
+    /// Injected failures answered with a non-JSON body: (method, path substring, code, body).
+    raw_failures: Vec<(String, String, u16, String)>,
     /// Injected hangs: (method, path substring) never answered.
     hangs: Vec<(String, String)>,
+    /// Injected delays: (method, path substring, how long before the request is handled).
+    delays: Vec<(String, String, std::time::Duration)>,
     objects: BTreeMap<(String, String), Value>,
     log: Vec<Logged>,
     rv: u64,
@@ -202,6 +206,21 @@ impl FakeApi {
                 if fake.hangs_on(parts.method.as_str(), parts.uri.path()) {
                     // An API server that accepted the request and never answers.
                     futures::future::pending::<()>().await;
+                }
+                if let Some(d) = fake.delay_of(parts.method.as_str(), parts.uri.path()) {
+                    // A slow API server: the request is handled (and answered) after `d`.
+                    tokio::time::sleep(d).await;
+                }
+                if let Some((code, body)) =
+                    fake.raw_failure(parts.method.as_str(), parts.uri.path())
+                {
+                    // A proxy in front of the API server answering with its own error page.
+                    let resp = Response::builder()
+                        .status(StatusCode::from_u16(code).expect("status code"))
+                        .header("content-type", "text/html")
+                        .body(Full::new(Bytes::from(body)).boxed())
+                        .expect("response");
+                    return Ok::<_, Infallible>(resp);
                 }
                 if parts.uri.query().unwrap_or("").contains("watch=true") {
                     // A watch that stays open and silent: objects come from the initial LIST.
@@ -492,6 +511,27 @@ impl FakeApi {
         ));
     }
 
+    /// Make every `method` request whose path contains `path_part` fail with `code` and `body`
+    /// as text/html (not a Kubernetes Status), as a proxy's error page would.
+    pub fn fail_with_body(&self, method: &str, path_part: &str, code: u16, body: &str) {
+        self.state.lock().expect("fake state").raw_failures.push((
+            method.into(),
+            path_part.into(),
+            code,
+            body.into(),
+        ));
+    }
+
+    fn raw_failure(&self, method: &str, path: &str) -> Option<(u16, String)> {
+        self.state
+            .lock()
+            .expect("fake state")
+            .raw_failures
+            .iter()
+            .find(|(m, p, _, _)| m == method && path.contains(p.as_str()))
+            .map(|(_, _, c, b)| (*c, b.clone()))
+    }
+
     /// Never answer a `method` request whose path contains `path_part` (it is not logged).
     pub fn hang(&self, method: &str, path_part: &str) {
         self.state
@@ -499,6 +539,25 @@ impl FakeApi {
             .expect("fake state")
             .hangs
             .push((method.into(), path_part.into()));
+    }
+
+    /// Handle a `method` request whose path contains `path_part` only after `d` (a slow API
+    /// server that then succeeds); replaces an earlier delay for the same request.
+    pub fn delay(&self, method: &str, path_part: &str, d: std::time::Duration) {
+        let mut st = self.state.lock().expect("fake state");
+        st.delays
+            .retain(|(m, p, _)| !(m == method && p == path_part));
+        st.delays.push((method.into(), path_part.into(), d));
+    }
+
+    fn delay_of(&self, method: &str, path: &str) -> Option<std::time::Duration> {
+        self.state
+            .lock()
+            .expect("fake state")
+            .delays
+            .iter()
+            .find(|(m, p, _)| m == method && path.contains(p.as_str()))
+            .map(|(_, _, d)| *d)
     }
 
     fn hangs_on(&self, method: &str, path: &str) -> bool {
@@ -541,6 +600,16 @@ impl FakeApi {
         f(&mut obj);
         Self::stamp_update(&mut st, &old, &mut obj);
         st.objects.insert(key, obj);
+    }
+
+    /// Delete an object directly (as the garbage collector or `kubectl delete` would); returns
+    /// it.
+    pub fn remove(&self, collection: &str, name: &str) -> Option<Value> {
+        self.state
+            .lock()
+            .expect("fake state")
+            .objects
+            .remove(&(collection.to_string(), name.to_string()))
     }
 
     pub fn names(&self, collection: &str) -> Vec<String> {
