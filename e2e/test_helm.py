@@ -345,8 +345,9 @@ ADAPTER_RULE = {
     "seriesQuery": 'contentserver_pool_busy_seconds_total{namespace!="",pod!=""}',
     "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
     "name": {"matches": "^contentserver_pool_busy_seconds_total$", "as": "contentserver_pool_utilization"},
-    "metricsQuery": "max by (<<.GroupBy>>) (clamp_max(rate(contentserver_pool_busy_seconds_total{<<.LabelMatchers>>}[2m])"
-                    " / on (namespace, pod, volume) group_left contentserver_pool_threads{<<.LabelMatchers>>}, 1))",
+    "metricsQuery": "max by (<<.GroupBy>>) (clamp_max(sum by (namespace, pod, volume) "
+                    "(rate(contentserver_pool_busy_seconds_total{<<.LabelMatchers>>}[2m]))"
+                    " / sum by (namespace, pod, volume) (contentserver_pool_threads{<<.LabelMatchers>>}), 1))",
 }
 
 
