@@ -6,42 +6,13 @@ mod support;
 
 use content_operator::builders::CONFIG_HASH_ANNOTATION;
 use content_operator::crd::ContentServer;
-use content_operator::metrics::Metrics;
 use content_operator::reconcile::{error_policy, reconcile, Context};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
 use support::*;
-
-fn context(fake: &FakeApi) -> Arc<Context> {
-    let client = fake.client();
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "content-operator".into(),
-            instance: Some("test".into()),
-        },
-    );
-    Arc::new(Context::new(client, recorder, Metrics::new()))
-}
-
-/// Put an example's ContentServer into the fake (as `kubectl apply` would); returns its name.
-fn create(fake: &FakeApi, file: &str) -> String {
-    let doc = example_docs(file)
-        .into_iter()
-        .find(|d| d["kind"] == "ContentServer")
-        .expect("ContentServer document");
-    // Apply serde defaults the way the apiserver applies the schema defaults.
-    let typed: ContentServer = serde_json::from_value(doc).expect("ContentServer");
-    let v = fake.insert(
-        &contentservers(),
-        serde_json::to_value(&typed).expect("json"),
-    );
-    v["metadata"]["name"].as_str().expect("name").to_string()
-}
 
 /// A fake holding an example's ContentServer, reconciled once.
 async fn reconciled(file: &str) -> (FakeApi, Arc<Context>, String) {

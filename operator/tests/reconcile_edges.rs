@@ -7,40 +7,12 @@
 mod support;
 
 use content_operator::crd::ContentServer;
-use content_operator::metrics::Metrics;
 use content_operator::reconcile::{reconcile, Context};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
-use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use support::*;
-
-fn context(fake: &FakeApi) -> Arc<Context> {
-    let client = fake.client();
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "content-operator".into(),
-            instance: Some("test".into()),
-        },
-    );
-    Arc::new(Context::new(client, recorder, Metrics::new()))
-}
-
-/// Put an example's ContentServer into the fake; returns its name.
-fn create(fake: &FakeApi, file: &str) -> String {
-    let doc = example_docs(file)
-        .into_iter()
-        .find(|d| d["kind"] == "ContentServer")
-        .expect("ContentServer document");
-    let typed: ContentServer = serde_json::from_value(doc).expect("ContentServer");
-    let v = fake.insert(
-        &contentservers(),
-        serde_json::to_value(&typed).expect("json"),
-    );
-    v["metadata"]["name"].as_str().expect("name").to_string()
-}
 
 async fn current(fake: &FakeApi, name: &str) -> ContentServer {
     let api: Api<ContentServer> = Api::namespaced(fake.client(), NS);

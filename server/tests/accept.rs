@@ -305,16 +305,8 @@ fn max_connections_is_lowered_to_fit_the_descriptor_limit_and_the_admin_port_kee
     let d = tempdir();
     std::fs::write(d.path().join("hello.txt"), b"hello world\n").unwrap();
     let cfg = one_volume(1, volume("site", d.path()));
-    let path = d.path().join("c.toml");
-    std::fs::write(&path, cfg.to_toml().expect("render the config")).unwrap();
-    // 256 descriptors (lowering one's own limit needs no privilege): 128 for connections.
-    let wrapper = ["sh", "-c", r#"ulimit -n 256 && exec "$@""#, "sh"];
-    let s = Server::try_spawn_wrapped(
-        &wrapper,
-        &["serve", "--config", path.to_str().unwrap()],
-        &[],
-    )
-    .expect("start under ulimit -n 256");
+    // 256 descriptors: 128 for connections.
+    let s = Server::start_with_nofile(d.path(), &cfg, 256);
     assert!(
         s.wait_log("lowered_to=128", Duration::from_secs(2)),
         "{}",
@@ -357,15 +349,7 @@ fn out_of_descriptors_is_503_for_content_and_the_admin_port_answers() {
         f.set_len(8 << 20).unwrap();
     }
     let cfg = one_volume(2, volume("site", d.path()));
-    let path = d.path().join("c.toml");
-    std::fs::write(&path, cfg.to_toml().expect("render the config")).unwrap();
-    let wrapper = ["sh", "-c", r#"ulimit -n 256 && exec "$@""#, "sh"];
-    let s = Server::try_spawn_wrapped(
-        &wrapper,
-        &["serve", "--config", path.to_str().unwrap()],
-        &[],
-    )
-    .expect("start under ulimit -n 256");
+    let s = Server::start_with_nofile(d.path(), &cfg, 256);
     assert!(
         s.wait_log("lowered_to=128", Duration::from_secs(2)),
         "{}",

@@ -661,16 +661,10 @@ fn out_of_descriptors_for_origin_connections_is_503_not_an_origin_error() {
         "read_timeout_ms = 5000",
         "",
     );
-    let path = d.path().join("node.toml");
-    std::fs::write(&path, cfg.to_toml().expect("render")).unwrap();
-    let wrapper = ["sh", "-c", r#"ulimit -n 100 && exec "$@""#, "sh"];
-    let srv = Server::try_spawn_wrapped(
-        &wrapper,
-        &["serve", "--config", path.to_str().unwrap()],
-        &[],
-    )
-    .expect("start under ulimit -n 100");
-    let n = Node::new(srv, d.path().join("cache"));
+    let n = Node::new(
+        Server::start_with_nofile(d.path(), &cfg, 100),
+        d.path().join("cache"),
+    );
     let addr = n.srv.addr;
     let clients: Vec<_> = (0..48)
         .map(|i| {

@@ -711,6 +711,38 @@ pub fn example_contentservers() -> Vec<(String, Value, ContentServer)> {
     out
 }
 
+/// The reconcile context of the operator over the fake's client.
+pub fn context(fake: &FakeApi) -> Arc<content_operator::reconcile::Context> {
+    let client = fake.client();
+    let recorder = kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "content-operator".into(),
+            instance: Some("test".into()),
+        },
+    );
+    Arc::new(content_operator::reconcile::Context::new(
+        client,
+        recorder,
+        content_operator::metrics::Metrics::new(),
+    ))
+}
+
+/// Put an example's ContentServer into the fake (as `kubectl apply` would, the schema's
+/// defaults applied by serde); returns its name.
+pub fn create(fake: &FakeApi, file: &str) -> String {
+    let doc = example_docs(file)
+        .into_iter()
+        .find(|d| d["kind"] == "ContentServer")
+        .expect("ContentServer document");
+    let typed: ContentServer = serde_json::from_value(doc).expect("ContentServer");
+    let v = fake.insert(
+        &contentservers(),
+        serde_json::to_value(&typed).expect("json"),
+    );
+    v["metadata"]["name"].as_str().expect("name").to_string()
+}
+
 /// A ContentServer from one example file, with namespace and uid set (as the API returns it).
 pub fn example(file: &str) -> ContentServer {
     let doc = example_docs(file)

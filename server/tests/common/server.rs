@@ -119,6 +119,18 @@ impl Server {
         Server::launch(wrapped(wrapper, args, env))
     }
 
+    /// Serve `cfg` (written to `dir/config.toml`) with RLIMIT_NOFILE lowered to `nofile`
+    /// (lowering one's own limit needs no privilege).
+    pub fn start_with_nofile(dir: &std::path::Path, cfg: &Config, nofile: u32) -> Server {
+        let path = dir.join("config.toml");
+        std::fs::write(&path, cfg.to_toml().expect("render the config")).unwrap();
+        let script = format!(r#"ulimit -n {nofile} && exec "$@""#);
+        let wrapper = ["sh", "-c", script.as_str(), "sh"];
+        let args = ["serve", "--config", path.to_str().expect("a UTF-8 path")];
+        Server::try_spawn_wrapped(&wrapper, &args, &[])
+            .unwrap_or_else(|e| panic!("start under ulimit -n {nofile}: {e}"))
+    }
+
     fn launch(mut cmd: Command) -> Result<Server, String> {
         let mut child = cmd
             .spawn()
