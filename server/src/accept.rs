@@ -13,6 +13,7 @@
 
 use crate::config::{Config, Listener};
 use crate::conn;
+use crate::descriptors::SpareDescriptor;
 use crate::shared::Shared;
 use crate::socket::Socket;
 use anyhow::Context;
@@ -179,36 +180,23 @@ const ACCEPT_BATCH: usize = 4096;
 static LAST_REFUSAL_LOG: AtomicU64 = AtomicU64::new(0);
 static LAST_EMFILE_LOG: AtomicU64 = AtomicU64::new(0);
 
-/// One descriptor held back (`/dev/null`) for when accept fails for want of descriptors: it is
-/// let go so that the waiting connection can be accepted and told 503 at once, instead of
-/// waiting in the backlog until its client gives up (libev's "accept with a spare descriptor").
-static SPARE: std::sync::Mutex<Option<std::fs::File>> = std::sync::Mutex::new(None);
+/// Held back for when accept fails for want of descriptors: let go so that the waiting
+/// connection can be accepted and told 503 at once, instead of waiting in the backlog until its
+/// client gives up.
+static SPARE: SpareDescriptor = SpareDescriptor::new();
 
-fn spare() -> std::sync::MutexGuard<'static, Option<std::fs::File>> {
-    SPARE.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Set while no spare is held (its number was taken by someone else before it could be opened
-/// again): each turn of an accept loop tries again.
-static SPARE_MISSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-/// Take the spare descriptor (at start, again after each use, and on each accept turn while it
-/// is missing; best effort).
+/// Take the spare descriptor (at start; again after each use and on each accept turn while it
+/// is missing).
 pub fn hold_spare_descriptor() {
-    let mut s = spare();
-    if s.is_none() {
-        *s = std::fs::File::open("/dev/null").ok();
-    }
-    SPARE_MISSING.store(s.is_none(), std::sync::atomic::Ordering::Relaxed);
+    SPARE.retake();
 }
 
 /// Out of descriptors: let the spare go, accept one connection, answer it 503 and close it,
 /// then take the spare again. False when there was no spare or nothing to accept.
 fn refuse_with_spare(listener: &TcpListener) -> bool {
-    let Some(fd) = spare().take() else {
+    if !SPARE.release() {
         return false;
-    };
-    drop(fd);
+    }
     let accepted = rustix::net::accept_with(listener.as_fd(), SocketFlags::CLOEXEC);
     let ok = match accepted {
         Ok(sock) => {
@@ -228,7 +216,7 @@ fn refuse_with_spare(listener: &TcpListener) -> bool {
         }
         Err(_) => false,
     };
-    hold_spare_descriptor();
+    SPARE.retake();
     ok
 }
 
@@ -296,9 +284,7 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::
                 }
             }
         }
-        if SPARE_MISSING.load(std::sync::atomic::Ordering::Relaxed) {
-            hold_spare_descriptor();
-        }
+        SPARE.retake();
         tokio::task::yield_now().await;
     }
 }

@@ -15,6 +15,7 @@ pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod conn;
+pub mod descriptors;
 pub mod fs;
 pub mod http;
 pub mod idle;

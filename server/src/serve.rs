@@ -18,11 +18,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 static LAST_EMFILE_LOG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// EMFILE / ENFILE: answered 503 (the limit is the server's, not the file's).
-fn out_of_descriptors(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
-}
-
 pub use crate::http::response::Served;
 
 /// Write a whole response that has no file body.
@@ -110,7 +105,7 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
             error(403, keep_alive, &[])
         }
         OpenError::Overflow => error(503, keep_alive, &[("Retry-After", "1")]),
-        OpenError::Io(e) if out_of_descriptors(&e) => {
+        OpenError::Io(e) if crate::descriptors::out_of_descriptors(&e) => {
             if crate::logging::once_a_second(&LAST_EMFILE_LOG) {
                 tracing::error!(volume = %vol.name(), error = %e, "cannot open a file: out of descriptors (each response of a file not in the open-file cache holds one; raise RLIMIT_NOFILE or lower limits.max_connections); answering 503");
             }
@@ -211,7 +206,7 @@ async fn list(
                 OpenError::Overflow => (503, &[("Retry-After", "1")]),
                 OpenError::NotFound | OpenError::Directory => (404, &[]),
                 OpenError::Forbidden(_) => (403, &[]),
-                OpenError::Io(e) if out_of_descriptors(&e) => {
+                OpenError::Io(e) if crate::descriptors::out_of_descriptors(&e) => {
                     if crate::logging::once_a_second(&LAST_EMFILE_LOG) {
                         tracing::error!(volume = %vol.name(), error = %e, "cannot list a directory: out of descriptors; answering 503");
                     }

@@ -15,12 +15,13 @@
 //!
 //! It knows nothing of the routes.
 
+use crate::descriptors::SpareDescriptor;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -45,38 +46,37 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()>,
 ) {
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let spare = Arc::new(Mutex::new(open_spare()));
+    let spare = Arc::new(SpareDescriptor::new());
     tokio::pin!(stop);
     loop {
         // Taken again if it was lost (another thread got its number first).
-        retake(&spare);
+        spare.retake();
         let accepted = tokio::select! {
             a = listener.accept() => a,
             _ = &mut stop => break,
         };
         let (stream, _) = match accepted {
             Ok(a) => a,
-            Err(e) if out_of_descriptors(&e) => {
+            Err(e) if crate::descriptors::out_of_descriptors(&e) => {
                 if crate::logging::once_a_second(&LAST_EMFILE_LOG) {
                     tracing::error!(%bound, error = %e, "admin: accept failed, out of descriptors; answering one connection with the spare descriptor");
                 }
                 // Let the spare go for one connection (if it is not in use already).
-                let Some(fd) = lock(&spare).take() else {
+                if !spare.release() {
                     // In use, or lost: the top of the loop tries to take it again.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
-                };
-                drop(fd);
+                }
                 match listener.accept().await {
                     Ok((stream, _)) => {
                         let (app, spare) = (app.clone(), spare.clone());
                         tokio::spawn(async move {
                             connection(stream, app).await;
-                            retake(&spare);
+                            spare.retake();
                         });
                     }
                     Err(_) => {
-                        retake(&spare);
+                        spare.retake();
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }
@@ -116,25 +116,4 @@ async fn connection(stream: tokio::net::TcpStream, app: Router) {
     }
     conn.as_mut().graceful_shutdown();
     let _ = tokio::time::timeout(CLOSE_GRACE, conn).await;
-}
-
-fn out_of_descriptors(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
-}
-
-/// The spare descriptor (None when even that cannot be had now).
-fn open_spare() -> Option<std::fs::File> {
-    std::fs::File::open("/dev/null").ok()
-}
-
-/// Take the spare again unless it is held (best effort).
-fn retake(spare: &Mutex<Option<std::fs::File>>) {
-    let mut s = lock(spare);
-    if s.is_none() {
-        *s = open_spare();
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

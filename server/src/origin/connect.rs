@@ -102,7 +102,7 @@ async fn connect_one(
             Err(e) => err = e,
         }
     }
-    if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+    if crate::descriptors::out_of_descriptors(&err) {
         return Err(OriginError::NoDescriptors {
             origin: inner.name.clone(),
             source: err,
