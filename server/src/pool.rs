@@ -17,6 +17,17 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 use tokio::sync::oneshot;
 
+/// How a task is admitted to the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// By the overflow rule; a refusal is counted and logged (a client's 503).
+    Counted,
+    /// By the same rule; a refusal is neither counted nor logged (optional work).
+    Quiet,
+    /// Never refused (work of an admitted response, giving space back).
+    Always,
+}
+
 /// The queue was full: the task was not accepted.
 #[derive(Debug, thiserror::Error)]
 #[error("thread pool {pool:?} queue overflow: {waiting} tasks waiting")]
@@ -167,7 +178,7 @@ impl Pool {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
-        self.enqueue(op, f, true)
+        self.enqueue(op, f, Admission::Counted)
     }
 
     /// [`Pool::submit`] for the server's own optional work (storing a fetched object, cache
@@ -178,13 +189,7 @@ impl Pool {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
-        {
-            let st = self.inner.lock();
-            if st.queue.len() >= st.idle + self.inner.max_queue {
-                return None;
-            }
-        }
-        self.enqueue(op, f, false).ok()
+        self.enqueue(op, f, Admission::Quiet).ok()
     }
 
     /// The overflow check alone, for a response about to start whose work may need the pool
@@ -205,7 +210,12 @@ impl Pool {
         self.inner.room().is_ok()
     }
 
-    fn enqueue<F, R>(&self, op: PoolOp, f: F, check: bool) -> Result<oneshot::Receiver<R>, Overflow>
+    fn enqueue<F, R>(
+        &self,
+        op: PoolOp,
+        f: F,
+        admission: Admission,
+    ) -> Result<oneshot::Receiver<R>, Overflow>
     where
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
@@ -220,9 +230,15 @@ impl Pool {
         let inner = &self.inner;
         let mut st = inner.lock();
         let waiting = st.queue.len();
-        if check && waiting >= st.idle + inner.max_queue {
+        if admission != Admission::Always && waiting >= st.idle + inner.max_queue {
             drop(st);
-            return Err(inner.overflow(waiting));
+            return Err(match admission {
+                Admission::Quiet => Overflow {
+                    pool: inner.name.clone(),
+                    waiting,
+                },
+                _ => inner.overflow(waiting),
+            });
         }
         st.queue.push_back(Queued {
             job,
@@ -258,7 +274,7 @@ impl Pool {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
-        self.enqueue(op, f, false)
+        self.enqueue(op, f, Admission::Always)
             .map_err(|_| TaskLost(self.inner.name.clone()))
     }
 
@@ -269,7 +285,7 @@ impl Pool {
         R: Send + 'static,
     {
         let rx = self
-            .enqueue(op, f, false)
+            .enqueue(op, f, Admission::Always)
             .map_err(|_| TaskLost(self.inner.name.clone()))?;
         rx.await.map_err(|_| TaskLost(self.inner.name.clone()))
     }
