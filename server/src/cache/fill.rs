@@ -1003,12 +1003,7 @@ fn canonical(name: &str) -> String {
     out
 }
 
-/// Milliseconds since the Unix epoch (the clock of every fresh/stale decision).
-pub fn unix_now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis().min(i64::MAX as u128 / 4) as i64)
-}
+pub use crate::http::date::unix_now_ms;
 
 /// `secs` whole seconds after `at_ms` (saturating: "very long" lifetimes stay far off).
 fn later(at_ms: i64, secs: u64) -> i64 {

@@ -507,9 +507,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     /// per [`DISK_FULL_SETTLE_MS`]).
     pub fn disk_full(&self) {
         use std::sync::atomic::Ordering;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now = crate::http::date::unix_now_ms();
         let last = self.last_disk_full_ms.load(Ordering::Relaxed);
         if now - last < DISK_FULL_SETTLE_MS
             || self

@@ -149,6 +149,14 @@ pub fn now_header() -> String {
     out
 }
 
+/// Milliseconds since the Unix epoch: the clock of every fresh/stale decision and of the
+/// node's own time-outs that must agree across threads.
+pub fn unix_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis().min(i64::MAX as u128 / 4) as i64)
+}
+
 /// Append the `Date` header value for now to `out` (formatted at most once per second per
 /// thread).
 pub fn push_now(out: &mut String) {

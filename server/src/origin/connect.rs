@@ -34,16 +34,10 @@ impl Drop for OpenGuard {
 /// How long a server whose connect failed is tried after the others.
 pub(crate) const FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// Connect to the first server that accepts, those marked down last (must run on the origin
 /// runtime).
 pub(crate) async fn connect(inner: &Inner) -> Result<Conn, OriginError> {
-    let now = now_ms();
+    let now = crate::http::date::unix_now_ms();
     let down = |s: &Server| s.down_until_ms.load(Ordering::Relaxed) > now;
     let order: Vec<usize> = (0..inner.servers.len())
         .filter(|&i| !down(&inner.servers[i]))
@@ -63,7 +57,7 @@ pub(crate) async fn connect(inner: &Inner) -> Result<Conn, OriginError> {
             Ok(Err(e)) => e,
             Err(_) => inner.timeout(server, "connect", inner.connect_timeout),
         };
-        let until = now_ms() + FAIL_TIMEOUT.as_millis() as i64;
+        let until = crate::http::date::unix_now_ms() + FAIL_TIMEOUT.as_millis() as i64;
         server.down_until_ms.store(until, Ordering::Relaxed);
         if n + 1 < order.len() {
             tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed (tried after the others for 10 s), trying the next");
