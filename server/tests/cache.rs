@@ -1717,6 +1717,20 @@ fn node_on_tmpfs(dir: &Path, size: &str, cfg: &Config) -> (Node, Option<Tmpfs>) 
     }
 }
 
+/// An origin and a node in front of it whose cache (whole objects) is a tmpfs of `size` under
+/// `dir`, with `max_size` far above it: the disk fills before the limit does.
+fn node_on_small_disk(dir: &Path, size: &str) -> (FaultOrigin, Node, Option<Tmpfs>) {
+    let o = FaultOrigin::start();
+    let cfg = config(
+        &[o.url()],
+        &dir.join("cache"),
+        "",
+        "slice_size = 0\nmax_size = \"100M\"",
+    );
+    let (n, fs) = node_on_tmpfs(dir, size, &cfg);
+    (o, n, fs)
+}
+
 /// Free bytes of the filesystem holding `dir` (statvfs).
 #[allow(clippy::unnecessary_cast)] // the statvfs field types differ between platforms
 fn fs_free(dir: &Path) -> u64 {
@@ -1736,16 +1750,8 @@ fn fs_free(dir: &Path) -> u64 {
 /// another tenth of what was stored, and a burst emptied the cache).
 #[test]
 fn a_burst_of_misses_on_a_full_disk_evicts_once() {
-    let o = FaultOrigin::start();
     let d = common::tempdir();
-    let cache = d.path().join("cache");
-    let cfg = config(
-        &[o.url()],
-        &cache,
-        "",
-        "slice_size = 0\nmax_size = \"100M\"",
-    );
-    let (n, _fs) = node_on_tmpfs(d.path(), "4m", &cfg);
+    let (o, n, _fs) = node_on_small_disk(d.path(), "4m");
     let disk = n.cache.clone();
     for i in 0..10 {
         let p = format!("/kept/{i}");
@@ -1855,19 +1861,10 @@ fn a_busy_pool_leaves_no_temporary_files() {
 
 #[test]
 fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
-    let o = FaultOrigin::start();
     let d = common::tempdir();
-    let cache = d.path().join("cache");
-    // max_size far above the filesystem: the disk fills before the limit does. Objects of
-    // 300,000 bytes: three fit in 1 MiB, a fourth cannot.
-    let cfg = config(
-        &[o.url()],
-        &cache,
-        "",
-        "slice_size = 0\nmax_size = \"100M\"",
-    );
+    // Objects of 300,000 bytes: three fit in 1 MiB, a fourth cannot.
+    let (o, n, _fs) = node_on_small_disk(d.path(), "1m");
     // `disk`: where the test sees the tmpfs the server's cache is on.
-    let (n, _fs) = node_on_tmpfs(d.path(), "1m", &cfg);
     let disk = n.cache.clone();
     let size = 300_000;
     let body = |i: usize| pattern(size, i as u8);
