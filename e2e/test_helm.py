@@ -477,7 +477,10 @@ def test_a_release_name_yaml_reads_as_a_scalar_stays_a_string(release: str) -> N
     """A release named like a YAML number, bool or null renders: its instance label is the string
     (in every object's labels, the Deployment's selector and its pod labels, the Service's
     selector), not a number."""
-    manifests = helm_native.render(CHART, load(ALL_ENABLED), namespace=NS, release=release)
+    values = load(ALL_ENABLED)
+    if release[0].isdigit():
+        values["fullnameOverride"] = "media-operator"  # see the next test
+    manifests = helm_native.render(CHART, values, namespace=NS, release=release)
     dep = one(manifests, "Deployment")
     svc = one(manifests, "Service")
     for labels in [m["metadata"]["labels"] for m in manifests if m["metadata"].get("labels")] + [
@@ -487,6 +490,23 @@ def test_a_release_name_yaml_reads_as_a_scalar_stays_a_string(release: str) -> N
     ]:
         assert labels["app.kubernetes.io/instance"] == release, labels
     assert dep["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "contentserver-operator"
+
+
+@pytest.mark.parametrize("release", ["2024", "1e3", "9-media"])
+def test_a_release_name_starting_with_a_digit_fails_with_a_way_out(release: str) -> None:
+    """A Service name is a DNS-1035 label (a letter first): the apiserver would refuse
+    <release>-contentserver-operator-metrics at install time, after the other objects were
+    created. The chart says so at render time and names the way out; with fullnameOverride or
+    without the metrics Service the release installs."""
+    with pytest.raises(helm_native.HelmNativeError) as failed:
+        helm_native.render(CHART, {}, namespace=NS, release=release)
+    assert "must start with a letter" in str(failed.value) and "fullnameOverride" in str(failed.value)
+    named = helm_native.render(CHART, {"fullnameOverride": "media-operator"}, namespace=NS, release=release)
+    assert one(named, "Service")["metadata"]["name"] == "media-operator-metrics"
+    no_service = helm_native.render(CHART, {"metrics": {"service": {"enabled": False}}}, namespace=NS,
+                                    release=release)
+    assert by_kind(no_service, "Service") == []
+    assert one(no_service, "Deployment")["metadata"]["labels"]["app.kubernetes.io/instance"] == release
 
 
 def test_pod_labels_cannot_override_the_selector_labels() -> None:
