@@ -306,12 +306,17 @@ pub fn main() -> ExitCode {
                 }
             };
             // Held to the end of `main`: dropping it writes out the lines still waiting.
-            let _log = crate::logging::init(&cfg.logging);
+            let log = crate::logging::init(&cfg.logging);
             match crate::runtime::run(cfg) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    tracing::error!("fatal: {e:#}");
-                    eprintln!("content-server: {e:#}");
+                    // Said once: as a log line (text or JSON, as the collector expects) unless
+                    // the log is off or filters errors out.
+                    if log.is_some() && tracing::enabled!(tracing::Level::ERROR) {
+                        tracing::error!("fatal: {e:#}");
+                    } else {
+                        eprintln!("content-server: {e:#}");
+                    }
                     ExitCode::FAILURE
                 }
             }

@@ -121,3 +121,41 @@ fn an_aborted_download_is_logged_with_its_peer() {
     let line = format!("peer={me} method=\"GET\" path=\"/big.bin\"");
     assert!(s.wait_log(&line, Duration::from_secs(10)), "{}", s.logs());
 }
+
+/// A fatal start-up error (here a port another program holds) is said once: as an error line in
+/// the configured format (JSON, as a log collector expects), or as a plain line when the log is
+/// off. It was said twice, as a log line and as a plain line.
+#[test]
+fn a_fatal_error_is_said_once_in_the_logs_format() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = busy.local_addr().expect("addr").port();
+    let root = tempdir();
+    let conf = tempdir();
+    for (level, as_log_line) in [("info", true), ("off", false)] {
+        let mut cfg = one_volume(1, volume("v", root.path()));
+        cfg.listeners[0].port = port;
+        cfg.logging.format = LogFormat::Json;
+        cfg.logging.level = level.into();
+        let path = conf.path().join(format!("{level}.toml"));
+        std::fs::write(&path, cfg.to_toml().expect("render")).expect("write");
+        let args = ["serve", "--config", path.to_str().expect("utf-8")];
+        let err = match Server::try_spawn(&args, &[("RUST_LOG", "")]) {
+            Ok(_) => panic!("started on port {port}, which another socket holds"),
+            Err(e) => e,
+        };
+        let said: Vec<&str> = err.lines().filter(|l| l.contains("in use")).collect();
+        assert_eq!(
+            said.len(),
+            1,
+            "level {level}: said {} times:\n{err}",
+            said.len()
+        );
+        if as_log_line {
+            let line: serde_json::Value = serde_json::from_str(said[0])
+                .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {}", said[0]));
+            assert_eq!(line["level"], "ERROR", "{line}");
+        } else {
+            assert!(said[0].starts_with("content-server: "), "{}", said[0]);
+        }
+    }
+}
