@@ -2578,6 +2578,46 @@ fn an_answer_not_storable_is_passed_through_at_once_until_purged() {
     }
 }
 
+/// An object first asked for by a seek (a range in a later slice) whose slice answer is not
+/// storable is marked like one asked from its start: the next seeks go straight through, one
+/// origin request each, not a slice fetched and thrown away first every time.
+#[test]
+fn a_seek_into_an_object_not_storable_marks_it_for_pass() {
+    let (o, n) = origin_and_purge_node(SLICED);
+    let body = pattern(3 * SLICE + 5, 8);
+    o.put(
+        "/seek.bin",
+        Object::new(body.clone()).header("Set-Cookie", "id=1"),
+    );
+    let at = 2 * SLICE as usize + 17;
+    let asked = format!("bytes={at}-{}", at + 100);
+    for i in 0..4 {
+        let r = get(&n, "/seek.bin", &format!("Range: {asked}\r\n"));
+        assert_eq!((r.status, xcache(&r)), (206, "BYPASS"), "request {i}");
+        assert!(r.body == body[at..=at + 100], "request {i}: other bytes");
+    }
+    let slice = Some(format!("bytes={}-{}", 2 * SLICE, 3 * SLICE - 1));
+    let direct = Some(asked.clone());
+    assert_eq!(
+        o.ranges("/seek.bin"),
+        [
+            slice,
+            direct.clone(),
+            direct.clone(),
+            direct.clone(),
+            direct
+        ],
+        "the slice is asked for once, then each seek goes through"
+    );
+    // A 404 to a later slice is not the object refused: its next request is not passed
+    // through (the 404 may be stored by the valid rules as the first slice).
+    let r = get(&n, "/gone.bin", &format!("Range: {asked}\r\n"));
+    assert_eq!(r.status, 404);
+    let r = get(&n, "/gone.bin", "");
+    assert_eq!(r.status, 404);
+    assert_ne!(xcache(&r), "BYPASS", "{:?}", o.ranges("/gone.bin"));
+}
+
 /// The next slice is fetched while the current one is sent: at once while the current one
 /// still arrives from the origin, and from a stored slice only once its last quarter goes out
 /// (a download that stops earlier has fetched nothing it never reads).

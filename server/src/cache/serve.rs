@@ -474,15 +474,16 @@ impl Ctx<'_> {
                 Some(s) => First::Serve(Source::Stored(s), CacheStatus::Stale),
                 None => self.handoff(&fill),
             },
-            Progress::Bypass { .. } => {
+            Progress::Bypass { status } => {
                 if let (Some(s), None) = (&stale, self.auth) {
                     // The object is no longer cacheable: forget the stored version. (An answer
                     // for one user's credentials says nothing about the shared one.)
                     let _ = self.cv.remove_object(s.id.hash()).await;
                 }
-                if self.auth.is_none() && fill.id.slice == 0 {
-                    // Pass its next requests through at once (a later slice's answer, a 404
-                    // say, may still be storable as the first slice).
+                if self.auth.is_none() && (fill.id.slice == 0 || status == 206) {
+                    // Pass its next requests through at once. A later slice's 206 refused is
+                    // the object refused (Set-Cookie, private...); another answer to a later
+                    // slice (a 404, say) may still be storable as the first slice.
                     self.cv.passes.mark(self.key.hash(), unix_now_ms());
                 }
                 self.handoff(&fill)
