@@ -2589,7 +2589,7 @@ fn a_seek_into_an_object_not_storable_marks_it_for_pass() {
         "/seek.bin",
         Object::new(body.clone()).header("Set-Cookie", "id=1"),
     );
-    let at = 2 * SLICE as usize + 17;
+    let at = 2 * SLICE + 17;
     let asked = format!("bytes={at}-{}", at + 100);
     for i in 0..4 {
         let r = get(&n, "/seek.bin", &format!("Range: {asked}\r\n"));
