@@ -186,7 +186,10 @@ async fn answer(
                 NoRequest::Timeout => (408, false),
                 NoRequest::Close | NoRequest::Park(_) => return false,
             };
-            let out = response::error(status, false, false, &[]);
+            // The head may be malformed past its request line: a HEAD request still gets no
+            // body (RFC 9110 §9.3.2), or a client reading the next response would read it.
+            let head_only = pending.trim_ascii_start().starts_with(b"HEAD ");
+            let out = response::error(status, head_only, false, &[]);
             let _ = sock.write_all(&out, false).await;
             let len = out.len() as u64;
             let asked = Asked {
@@ -348,7 +351,11 @@ fn read_step(
                 *pending = got.to_vec();
                 Ok(Step::Partial)
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                // Kept for the answer: an error to a HEAD request has no body.
+                *pending = got.to_vec();
+                Err(e)
+            }
         })
     })
 }

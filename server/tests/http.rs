@@ -252,6 +252,76 @@ fn malformed_and_oversized_requests() {
     assert_eq!(s.get("/hello.txt").status, 200);
 }
 
+/// A HEAD request the server refuses from its head (two Host fields, a target too long, an
+/// expectation, a version) gets the error's head and no body (RFC 9110 §9.3.2): the bytes
+/// after the blank line would be read as the next response by a client or proxy.
+#[test]
+fn malformed_head_requests_get_no_body() {
+    use std::io::{Read, Write};
+    let d = site();
+    let s = Server::root(d.path(), &[]);
+    let cases: Vec<(String, u16)> = vec![
+        (
+            "HEAD /hello.txt HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n".into(),
+            400,
+        ),
+        ("HEAD * HTTP/1.1\r\nHost: x\r\n\r\n".into(), 400),
+        (
+            format!("HEAD /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(9000)),
+            414,
+        ),
+        (
+            format!(
+                "HEAD / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+                "b".repeat(9000)
+            ),
+            431,
+        ),
+        (
+            "HEAD / HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\n\r\n".into(),
+            417,
+        ),
+        ("HEAD / HTTP/2.0\r\nHost: x\r\n\r\n".into(), 505),
+        // Split over two reads: the error is found in the second.
+        (
+            "HEAD /hello.txt HTTP/1.1\r\nHost: x\r\n|Host: y\r\n\r\n".into(),
+            400,
+        ),
+    ];
+    for (raw, want) in cases {
+        let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        for (i, part) in raw.split('|').enumerate() {
+            if i > 0 {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            c.write_all(part.as_bytes()).expect("send");
+        }
+        let mut got = Vec::new();
+        let _ = c.read_to_end(&mut got);
+        let text = String::from_utf8_lossy(&got);
+        let what = &raw[..raw.len().min(40)];
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {want} ")),
+            "{what}: {text}"
+        );
+        let end = text.find("\r\n\r\n").expect("a whole head") + 4;
+        assert_eq!(
+            &text[end..],
+            "",
+            "{what}: a body after the head of a HEAD answer"
+        );
+    }
+    // A GET refused the same way still says why in its body.
+    let mut c = s.connect();
+    c.send(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n");
+    let r = c.response(false).unwrap();
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (400, &b"400 Bad Request\n"[..])
+    );
+}
+
 #[test]
 fn header_read_and_keepalive_timeouts() {
     let d = site();
