@@ -314,11 +314,13 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
         } else if name.eq_ignore_ascii_case("expect") {
             // RFC 9110 §10.1.1: only 100-continue is defined. The final answer is sent without
             // reading a body, which that section allows; HTTP/1.0 requests ignore Expect.
+            // Empty list elements (`100-continue,`, an empty field) are none (§5.6.1.2).
             let v = text();
             if minor == 1
                 && !v
                     .split(',')
-                    .all(|t| t.trim().eq_ignore_ascii_case("100-continue"))
+                    .map(str::trim)
+                    .all(|t| t.is_empty() || t.eq_ignore_ascii_case("100-continue"))
             {
                 expect_unsupported = true;
             }
@@ -542,6 +544,23 @@ mod tests {
             status(b"GET / HTTP/1.1\r\nHost: h\r\nExpect: teapot\r\n\r\n"),
             417
         );
+        // Empty list elements are ignored; an empty field expects nothing.
+        for v in [
+            "100-continue,",
+            ", 100-continue",
+            "",
+            " , ",
+            "100-continue,,teapot",
+        ] {
+            let req = format!("GET / HTTP/1.1\r\nHost: h\r\nExpect: {v}\r\n\r\n");
+            let expected = if v.contains("teapot") { 417 } else { 0 };
+            let got = match parse(req.as_bytes(), 8192) {
+                Ok(Some(_)) => 0,
+                Ok(None) => panic!("{v:?}: incomplete"),
+                Err(e) => e.status(),
+            };
+            assert_eq!(got, expected, "Expect: {v:?}");
+        }
         // HTTP/1.0 ignores Expect.
         assert!(parse(b"GET / HTTP/1.0\r\nExpect: teapot\r\n\r\n", 8192)
             .unwrap()
