@@ -2578,6 +2578,32 @@ fn an_answer_not_storable_is_passed_through_at_once_until_purged() {
     }
 }
 
+/// An origin status passed through keeps its registered reason phrase (it said "Unknown" for
+/// every status the server does not send itself).
+#[test]
+fn a_passed_through_status_keeps_its_reason_phrase() {
+    use std::io::{Read, Write};
+    let (o, n) = origin_and_node(SLICED);
+    for (status, phrase) in [
+        (302, "Found"),
+        (410, "Gone"),
+        (429, "Too Many Requests"),
+        (451, "Unavailable For Legal Reasons"),
+    ] {
+        let p = format!("/s{status}");
+        o.put(&p, Object::new(b"x".to_vec()).status(status));
+        let mut c = std::net::TcpStream::connect(n.srv.addr).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let req = format!("GET {p} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        c.write_all(req.as_bytes()).expect("send");
+        let mut got = Vec::new();
+        let _ = c.read_to_end(&mut got);
+        let text = String::from_utf8_lossy(&got);
+        let line = text.lines().next().unwrap_or_default();
+        assert_eq!(line, format!("HTTP/1.1 {status} {phrase}"), "{text}");
+    }
+}
+
 /// An object first asked for by a seek (a range in a later slice) whose slice answer is not
 /// storable is marked like one asked from its start: the next seeks go straight through, one
 /// origin request each, not a slice fetched and thrown away first every time.

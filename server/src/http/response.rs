@@ -24,7 +24,11 @@ pub fn reason(status: u16) -> &'static str {
         504 => "Gateway Timeout",
         503 => "Service Unavailable",
         505 => "HTTP Version Not Supported",
-        _ => "Unknown",
+        // An origin's status passed through (302, 410, 429...): its registered phrase.
+        _ => ::http::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("Unknown"),
     }
 }
 
