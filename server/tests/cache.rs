@@ -1129,6 +1129,59 @@ fn purge_needs_the_bearer_token() {
     );
 }
 
+/// An entry evicted while a request had it open on the pool (another request's object was
+/// stored in its place meanwhile) is not kept open afterwards: it was, served as a HIT from a
+/// deleted file, holding its disk space, out of every purge's reach.
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_entry_evicted_while_it_is_opened_is_not_kept_open() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    // Room for one of the two objects.
+    let vol = "slice_size = 0\nmax_size = \"160K\"";
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", vol);
+    let a = pattern(100_000, 1);
+    let b = pattern(100_000, 2);
+    o.put("/a.bin", Object::new(a.clone()));
+    o.put("/b.bin", Object::new(b.clone()));
+    {
+        let mut n = Node::start(&cfg);
+        assert!(get(&n, "/a.bin", "").body == a);
+        wait_committed(&n);
+        n.srv.signal(common::SIGTERM);
+        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+    }
+    // After a restart /a.bin is in the index but not open: its next request opens it on the
+    // pool, and waits there a second before keeping it open.
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_opened=sleep(1000)")]);
+    assert!(n
+        .srv
+        .wait_log("cache index rebuilt", Duration::from_secs(5)));
+    std::thread::scope(|scope| {
+        let opening = scope.spawn(|| get(&n, "/a.bin", ""));
+        std::thread::sleep(Duration::from_millis(200));
+        // Meanwhile /b.bin is stored, and /a.bin evicted (its file deleted) to make room.
+        assert_eq!(xcache(&get(&n, "/b.bin", "")), "MISS");
+        wait_committed(&n);
+        let r = opening.join().expect("the opening request");
+        assert!(
+            r.body == a,
+            "the request that opened /a.bin got other bytes"
+        );
+    });
+    let r = get(&n, "/a.bin", "");
+    assert_eq!(xcache(&r), "MISS", "an evicted entry was served");
+    assert!(r.body == a);
+    let cache = n.cache.canonicalize().expect("cache path");
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", n.srv.pid())).expect("fd list");
+    let held: Vec<String> = fds
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|p| p.display().to_string())
+        .filter(|p| p.starts_with(cache.to_str().unwrap_or("-")) && p.ends_with("(deleted)"))
+        .collect();
+    assert!(held.is_empty(), "deleted entries still open: {held:?}");
+}
+
 /// A purge whose files cannot be deleted says so (500, naming the file and the error), and
 /// the object it named is not served from the disk afterwards: the next request goes to the
 /// origin.

@@ -162,6 +162,11 @@ impl Index {
         }
     }
 
+    /// Is `id` in the index? (Not a use of it.)
+    pub fn holds(&self, id: EntryId) -> bool {
+        self.lock().map.contains_key(&id)
+    }
+
     /// Should a new entry of `bytes` for `id`'s object be stored? It must fit the cache on its
     /// own, its object must have been asked for `min_uses` times, and when storing it would
     /// evict, at least as often as the entry that would go (TinyLFU).

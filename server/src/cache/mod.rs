@@ -102,6 +102,12 @@ pub(crate) fn failpoint_write() -> std::io::Result<()> {
     failpoint_errno("cache_write", "enospc", libc::ENOSPC)
 }
 
+/// Failpoint `cache_opened`: runs on the pool right after an entry was opened for a request
+/// (`sleep(MS)` widens the window in which an eviction may delete it before it is kept open).
+pub(crate) fn failpoint_opened() {
+    fail::fail_point!("cache_opened");
+}
+
 /// Failpoint `name`: `return` or `return(WORD)` fails with `errno`; another argument passes.
 #[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
 fn failpoint_errno(name: &str, word: &str, errno: i32) -> std::io::Result<()> {

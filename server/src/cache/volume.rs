@@ -265,7 +265,13 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         }
         let store = self.store.clone();
         let k = key.clone();
-        let opened = self.blocking(move || store.open_entry(id, &k)).await?;
+        let opened = self
+            .blocking(move || {
+                let opened = store.open_entry(id, &k);
+                super::failpoint_opened();
+                opened
+            })
+            .await?;
         match opened {
             Ok((_, meta)) if meta.slice_size != self.slice_size => {
                 // Cut at another `slice_size` (the volume's was changed since): its slice
@@ -285,7 +291,8 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                     fd: Arc::new(fd),
                     meta: Arc::new(meta),
                 });
-                self.remember(s.clone());
+                // An entry committed while this one was opened is newer: it stays.
+                self.keep_open(s.clone(), false);
                 Ok(Found::Stored(s))
             }
             Err(EntryError::Missing) => {
@@ -323,15 +330,36 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         Some(s)
     }
 
-    /// Keep `s` open for the next requests (bounded; a random other entry makes room).
+    /// Keep `s` open for the next requests, in place of the entry open for its id (bounded; a
+    /// random other entry makes room).
     pub fn remember(&self, s: Arc<Stored>) {
-        let mut open = lock(&self.open);
-        if open.len() >= OPEN_ENTRIES && !open.contains_key(&s.id) {
-            let victim =
-                (xxhash_rust::xxh3::xxh3_64(&s.id.hash().to_le_bytes()) as usize) % open.len();
-            open.swap_remove_index(victim);
+        self.keep_open(s, true);
+    }
+
+    /// Keep `s` open unless it left the index meanwhile. An eviction or a purge takes an entry
+    /// out of the index and then out of this table; this puts it in the table and then looks
+    /// at the index, so an entry deleted while it was being opened or committed (by another
+    /// loop) cannot stay open, served from a deleted file that no purge reaches. Without
+    /// `replace`, an entry already open for the id (committed meanwhile) stays.
+    fn keep_open(&self, s: Arc<Stored>, replace: bool) {
+        {
+            let mut open = lock(&self.open);
+            if !replace && open.contains_key(&s.id) {
+                return;
+            }
+            if open.len() >= OPEN_ENTRIES && !open.contains_key(&s.id) {
+                let victim =
+                    (xxhash_rust::xxh3::xxh3_64(&s.id.hash().to_le_bytes()) as usize) % open.len();
+                open.swap_remove_index(victim);
+            }
+            open.insert(s.id, s.clone());
         }
-        open.insert(s.id, s);
+        if !self.index.holds(s.id) {
+            let mut open = lock(&self.open);
+            if open.get(&s.id).is_some_and(|o| Arc::ptr_eq(o, &s)) {
+                open.swap_remove(&s.id);
+            }
+        }
     }
 
     /// Drop stored entry `s` found unusable while served (its file shrank or cannot be read):
