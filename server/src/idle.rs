@@ -331,11 +331,7 @@ impl Set {
     fn trim(&self) {
         if self.trim_at().is_some_and(|at| at <= Instant::now()) {
             self.parks.set(0);
-            #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            // SAFETY: malloc_trim only walks the allocator's own free lists.
-            unsafe {
-                libc::malloc_trim(0);
-            }
+            crate::memory::trim();
         }
     }
 

@@ -22,6 +22,7 @@ pub mod idle;
 pub mod layers;
 pub mod lifecycle;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod origin;
 pub mod pool;

@@ -230,8 +230,14 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 "signal ignored: the configuration is read at start only (restart the process to apply a change); SIGTERM or SIGINT drains and stops"
             )
         };
+        // Free heap left by a burst goes back to the kernel (crate::memory).
+        let mut memory = tokio::time::interval(crate::memory::CHECK_EVERY);
+        memory.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let sig = loop {
             tokio::select! {
+                _ = memory.tick() => {
+                    crate::memory::trim_if_slack();
+                }
                 _ = term.recv() => break "SIGTERM",
                 _ = int.recv() => break "SIGINT",
                 _ = hup.recv() => ignored("SIGHUP"),
