@@ -190,6 +190,51 @@ fn serve_origin_with_cache_dirs_starts() {
     assert!((400..600).contains(&r.status), "{}", r.status);
 }
 
+/// A missing cache directory is created (and said so), as nginx creates a `proxy_cache_path`;
+/// a missing parent (a disk not mounted where the command says) stops the start naming the
+/// path, instead of caching on whatever filesystem is there (it was created with its parents).
+#[test]
+fn a_missing_cache_directory_is_created_but_not_its_parents() {
+    let d = tempdir();
+    let args = |dir: &std::path::Path| {
+        vec![
+            "serve".to_string(),
+            "--origin".into(),
+            "http://127.0.0.1:9".into(),
+            "--cache-dir".into(),
+            dir.to_str().unwrap().into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--admin-listen".into(),
+            "".into(),
+        ]
+    };
+    let unmounted = d.path().join("mnt/disk1/cache");
+    let a = args(&unmounted);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let err = match Server::try_spawn(&a, &[]) {
+        Ok(_) => panic!("started with a cache under a missing directory"),
+        Err(e) => e,
+    };
+    assert!(
+        err.contains(&format!("cannot create {}", unmounted.display()))
+            && err.contains("does not exist"),
+        "{err}"
+    );
+    assert!(!d.path().join("mnt").exists(), "parents were created");
+
+    let fresh = d.path().join("cache1");
+    let a = args(&fresh);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let s = Server::spawn(&a, &[]);
+    assert!(fresh.is_dir());
+    assert!(
+        s.logs().contains("created the cache directory"),
+        "{}",
+        s.logs()
+    );
+}
+
 /// `strip_prefix` on a cache route was accepted and ignored (the origin got the whole path):
 /// now an error naming it.
 #[test]

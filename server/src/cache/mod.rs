@@ -33,17 +33,30 @@ use fill::Fill;
 use std::sync::Arc;
 use volume::CacheVolume;
 
-/// Create missing cache directories (before the volumes open their roots), as nginx creates a
-/// `proxy_cache_path`.
+/// Create a missing cache directory (before the volumes open their roots), as nginx creates a
+/// `proxy_cache_path`: the last component only, so a missing parent (a disk not mounted where
+/// the configuration says) stops the start naming the path instead of caching elsewhere.
 pub fn create_dirs(cfg: &Config) -> anyhow::Result<()> {
     for v in cfg.volumes.iter().filter(|v| v.cache.is_some()) {
-        std::fs::create_dir_all(&v.path).with_context(|| {
-            format!(
-                "cache volume {:?}: cannot create {}",
-                v.name,
-                v.path.display()
-            )
-        })?;
+        match std::fs::create_dir(&v.path) {
+            Ok(()) => {
+                tracing::info!(volume = %v.name, path = %v.path.display(), "created the cache directory");
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                let parent = v.path.parent().unwrap_or(std::path::Path::new("/"));
+                let why = if e.kind() == std::io::ErrorKind::NotFound {
+                    format!("its parent {} does not exist", parent.display())
+                } else {
+                    e.to_string()
+                };
+                anyhow::bail!(
+                    "cache volume {:?}: cannot create {}: {why}",
+                    v.name,
+                    v.path.display()
+                );
+            }
+        }
     }
     Ok(())
 }
