@@ -90,6 +90,12 @@ pub(super) fn check_rule(e: &mut Errors, field: &str, r: &HeaderRule) {
         let lower = name.to_ascii_lowercase();
         if !is_token(name) {
             e.push(f.clone(), format!("{name:?} is not a header name"));
+        } else if lower == "x-cache" {
+            // A second X-Cache beside the cache status would make it unreadable.
+            e.push(
+                f.clone(),
+                format!("{name} is set by the server (the cache status of a cache route)"),
+            );
         } else if RESERVED.contains(&lower.as_str()) || lower.starts_with("access-control-") {
             e.push(
                 f.clone(),

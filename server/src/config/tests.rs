@@ -223,6 +223,7 @@ fn http_violations_name_their_field() {
         "http.media_headers.ts.add.Access-Control-Allow-Origin",
         "routes[0].http.precompressed[1]",
         "routes[0].http.headers.expires_secs",
+        "routes[0].http.headers.add.x-cache",
         "routes[0].http.cors.allow_origins[0]",
         "routes[0].http.cors.allow_origins[1]",
         "routes[0].http.cors.allow_credentials",
