@@ -222,6 +222,8 @@ fn cors_answers_and_preflights() {
     assert_eq!(r.header("Access-Control-Allow-Headers"), Some("Range"));
     assert_eq!(r.header("Access-Control-Max-Age"), Some("600"));
     assert!(r.body.is_empty());
+    // Like every response of the route, it says what it varies by.
+    assert_eq!(vary(&r), vec!["Origin", "Accept-Encoding"]);
     // A route without CORS: still 405.
     let r = s.ask(
         "OPTIONS",
@@ -235,6 +237,11 @@ fn cors_answers_and_preflights() {
         (r.status, r.header("Allow")),
         (405, Some("GET, HEAD, OPTIONS"))
     );
+    // A 405 of the route too, with its CORS headers (a script can read the status).
+    let r = s.ask("POST", "/v/seg1.m4s", &[&format!("Origin: {ORIGIN}")]);
+    assert_eq!(r.status, 405);
+    assert_eq!(vary(&r), vec!["Origin", "Accept-Encoding"]);
+    assert_eq!(r.header("Access-Control-Allow-Origin"), Some(ORIGIN));
 }
 
 #[test]

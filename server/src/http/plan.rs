@@ -177,13 +177,15 @@ impl Policy {
             Method::Head => true,
             Method::Other(m) => {
                 let cors = self.route(route).and_then(|r| r.cors.as_ref());
+                // A 405 of a CORS or precompressed route says what every response of the
+                // route says (its CORS headers, `Vary`).
                 return Start::Done(match cors {
-                    Some(c) if m == "OPTIONS" => self.options(c, req, keep_alive),
+                    Some(c) if m == "OPTIONS" => self.options(route, c, req, keep_alive),
                     Some(_) => Answer::small(
                         405,
-                        response::error(405, false, keep_alive, &[("Allow", ALLOW_CORS)]),
+                        self.error(route, req, 405, keep_alive, &[("Allow", ALLOW_CORS)]),
                     ),
-                    None => Answer::small(405, response::error(405, false, keep_alive, &[ALLOW])),
+                    None => Answer::small(405, self.error(route, req, 405, keep_alive, &[ALLOW])),
                 });
             }
         };
@@ -191,7 +193,7 @@ impl Policy {
     }
 
     /// 204 for `OPTIONS` on a CORS route: a preflight's CORS headers, or just `Allow`.
-    fn options(&self, c: &Cors, req: &Request, keep_alive: bool) -> Answer {
+    fn options(&self, route: Option<usize>, c: &Cors, req: &Request, keep_alive: bool) -> Answer {
         let creq = cors_request(req);
         let ch = if creq.is_preflight() {
             cors::preflight(c, &creq)
@@ -202,7 +204,10 @@ impl Policy {
         for (n, v) in &ch.headers {
             head = head.header(n, v);
         }
-        head = vary(head, &ch.vary, false, false);
+        let coded = self
+            .route(route)
+            .is_some_and(|r| !r.precompressed.is_empty());
+        head = vary(head, &ch.vary, coded, false);
         Answer::small(204, head.finish(keep_alive))
     }
 
