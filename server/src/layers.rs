@@ -23,7 +23,7 @@ pub const LAYERS: &[&[&str]] = &[
     &["volume"],
     &["logging", "origin", "pool", "resolve"],
     &["fs", "http"],
-    &["config", "descriptors", "lifecycle", "metrics", "socket"],
+    &["config", "descriptors", "lifecycle", "memory", "metrics", "socket"],
 ];
 
 /// The `.rs` files below `dir`, sorted.
