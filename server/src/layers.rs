@@ -23,7 +23,14 @@ pub const LAYERS: &[&[&str]] = &[
     &["volume"],
     &["logging", "origin", "pool", "resolve"],
     &["fs", "http"],
-    &["config", "descriptors", "lifecycle", "memory", "metrics", "socket"],
+    &[
+        "config",
+        "descriptors",
+        "lifecycle",
+        "memory",
+        "metrics",
+        "socket",
+    ],
 ];
 
 /// The `.rs` files below `dir`, sorted.

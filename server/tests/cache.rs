@@ -1589,13 +1589,7 @@ fn inactive_entries_are_dropped() {
 
 /// Resident memory of process `pid`, in bytes.
 fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS");
-    kb * 1024
+    common::proc_status_bytes(pid, "VmRSS")
 }
 
 #[cfg(feature = "failpoints")]

@@ -11,13 +11,7 @@ use std::time::Duration;
 
 /// Anonymous resident memory of `pid` (the heap; not the binary's mapped pages).
 fn rss_anon(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    let kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("RssAnon");
-    kb * 1024
+    common::proc_status_bytes(pid, "RssAnon")
 }
 
 #[test]
