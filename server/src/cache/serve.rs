@@ -89,8 +89,9 @@ enum First {
     Serve(Source, CacheStatus),
     /// Stream this origin answer through unchanged (not storable).
     PassThrough(Box<OriginResponse>),
-    /// Ask the origin directly and pass the answer through (a private answer, a collision).
-    FetchThrough,
+    /// Ask the origin directly and pass the answer through, said to be this (BYPASS: a private
+    /// answer, a collision; MISS: an answer that was stale at once).
+    FetchThrough(CacheStatus),
     /// Answer this status (origin down without a usable stale entry: 502/504; 416).
     Error(u16, Option<u64>),
     /// The slice asked for lies past the object's end, which this fresh first slice tells:
@@ -152,11 +153,11 @@ pub async fn respond(
         First::Serve(src, status) => cx.serve(src, first_slice, status).await,
         First::PassThrough(resp) => {
             cv.count(CacheStatus::Bypass);
-            cx.pass_through(*resp).await
+            cx.pass_through(*resp, CacheStatus::Bypass).await
         }
-        First::FetchThrough => {
-            cv.count(CacheStatus::Bypass);
-            cx.fetch_through().await
+        First::FetchThrough(status) => {
+            cv.count(status);
+            cx.fetch_through(status).await
         }
         First::Error(status, total) => {
             cv.count(CacheStatus::Miss);
@@ -270,7 +271,7 @@ impl Ctx<'_> {
     fn handoff(&self, fill: &Fill) -> First {
         match fill.take_response() {
             Some(r) if r.status != 206 => First::PassThrough(Box::new(r)),
-            _ => First::FetchThrough,
+            _ => First::FetchThrough(CacheStatus::Bypass),
         }
     }
 
@@ -316,7 +317,7 @@ impl Ctx<'_> {
             }
         };
         let stored = match found {
-            Found::Collision => return First::FetchThrough,
+            Found::Collision => return First::FetchThrough(CacheStatus::Bypass),
             Found::Absent => None,
             Found::Stored(s) => Some(s).filter(|s| self.usable(s)),
         };
@@ -340,7 +341,7 @@ impl Ctx<'_> {
             }
             if self.auth.is_none() && self.cv.passes.passing(self.key.hash(), now_ms) {
                 // Its last answer was not storable: ask for what the client asked, at once.
-                return First::FetchThrough;
+                return First::FetchThrough(CacheStatus::Bypass);
             }
             let fill = self.fill(slice, None, true);
             let first = self.after_fill(fill, None, now_ms).await;
@@ -424,7 +425,7 @@ impl Ctx<'_> {
             FillFor::Stored(s) if now_ms < s.meta.fresh_until_ms => {
                 return First::Serve(Source::Stored(s), CacheStatus::Hit)
             }
-            FillFor::Stored(_) => return First::FetchThrough,
+            FillFor::Stored(_) => return First::FetchThrough(CacheStatus::Miss),
         };
         let mut rx = fill.subscribe();
         // Whether this request was there before the origin's answer: only then may it share
@@ -452,7 +453,7 @@ impl Ctx<'_> {
             Progress::Body { head, .. }
                 if joined && !before_head && now_ms >= head.meta.fresh_until_ms =>
             {
-                First::FetchThrough
+                First::FetchThrough(CacheStatus::Miss)
             }
             Progress::Body { head, avail, .. } => {
                 if let Some(s) = &stale {
@@ -510,7 +511,7 @@ impl Ctx<'_> {
                     if self.auth.is_none() {
                         self.cv.passes.mark(self.key.hash(), unix_now_ms());
                     }
-                    First::FetchThrough
+                    First::FetchThrough(CacheStatus::Bypass)
                 }
                 (FillError::NotSatisfiable { total }, _) => First::Error(416, *total),
             },
@@ -1275,7 +1276,7 @@ impl Ctx<'_> {
 
     /// A 304 for a passed-through answer, with the header fields a 304 carries (RFC 9110
     /// §15.4.5; our own Date).
-    async fn not_modified_through(&self, h: &http::HeaderMap) -> Served {
+    async fn not_modified_through(&self, h: &http::HeaderMap, status: CacheStatus) -> Served {
         let fields = ["etag", "last-modified"]
             .iter()
             .chain(NOT_MODIFIED_FIELDS)
@@ -1285,7 +1286,9 @@ impl Ctx<'_> {
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok());
         let head = self.with_fields(Head::new(304), fields, ctype, unix_now_ms() / 1000);
-        let out = head.header("X-Cache", "BYPASS").finish(self.keep_alive);
+        let out = head
+            .header("X-Cache", status.header())
+            .finish(self.keep_alive);
         let ok = self.sock.write_all(&out, false).await.is_ok();
         Served {
             status: 304,
@@ -1298,7 +1301,7 @@ impl Ctx<'_> {
     /// client's preconditions go along, and a single byte range with its If-Range, so a
     /// revalidating client gets the origin's 304 and a seek its 206 (several ranges would come
     /// back as a multipart body: the whole object then).
-    async fn fetch_through(&self) -> Served {
+    async fn fetch_through(&self, status: CacheStatus) -> Served {
         let mut r = OriginRequest::get(self.target.clone());
         if self.head_only {
             r.method = crate::origin::Method::Head;
@@ -1316,26 +1319,26 @@ impl Ctx<'_> {
             .filter(|v| single_byte_range(v))
             .map(|v| (v.trim().to_string(), self.req.if_range.clone()));
         match self.route.origin.fetch(r).await {
-            Ok(resp) => self.pass_through(resp).await,
-            Err(OriginError::Timeout { .. }) => self.error(504, None, CacheStatus::Bypass).await,
-            Err(OriginError::Request { .. }) => self.error(400, None, CacheStatus::Bypass).await,
-            Err(OriginError::NoDescriptors { .. }) => {
-                self.error(503, None, CacheStatus::Bypass).await
-            }
-            Err(_) => self.error(502, None, CacheStatus::Bypass).await,
+            Ok(resp) => self.pass_through(resp, status).await,
+            Err(OriginError::Timeout { .. }) => self.error(504, None, status).await,
+            Err(OriginError::Request { .. }) => self.error(400, None, status).await,
+            Err(OriginError::NoDescriptors { .. }) => self.error(503, None, status).await,
+            Err(_) => self.error(502, None, status).await,
         }
     }
 
     /// Stream an origin answer to the client unchanged (hop-by-hop headers dropped), not stored.
     /// A 200 the client's preconditions say it has (or must not get) is answered 304 (or 412)
     /// instead: a fill asked for it without them.
-    async fn pass_through(&self, mut resp: OriginResponse) -> Served {
+    async fn pass_through(&self, mut resp: OriginResponse, status: CacheStatus) -> Served {
         // Read ahead of a slow client: a body that fits frees its origin connection at once.
         resp.read_ahead(self.route.origin.pass_buffer());
         if resp.status == 200 {
             match self.preconditions_on(&resp.headers) {
-                Precondition::NotModified => return self.not_modified_through(&resp.headers).await,
-                Precondition::Failed => return self.error(412, None, CacheStatus::Bypass).await,
+                Precondition::NotModified => {
+                    return self.not_modified_through(&resp.headers, status).await
+                }
+                Precondition::Failed => return self.error(412, None, status).await,
                 Precondition::Proceed { .. } => {}
             }
         }
@@ -1368,7 +1371,7 @@ impl Ctx<'_> {
             None if chunked => head = head.header("Transfer-Encoding", "chunked"),
             None => {}
         }
-        head = head.header("X-Cache", "BYPASS");
+        head = head.header("X-Cache", status.header());
         let out = head.finish(keep_alive);
         let mut served = Served {
             status: resp.status,
