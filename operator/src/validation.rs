@@ -134,13 +134,18 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
             );
         }
         let reserved = [CONFIG_DIR, ORIGIN_CA_DIR, PURGE_TOKEN_DIR, "/tmp", "/"];
-        if reserved.iter().any(|r| {
-            mp.trim_end_matches('/') == *r || (*r != "/" && mp.starts_with(&format!("{r}/")))
-        }) || mp == "/"
+        let under = |dir: &str, path: &str| path.starts_with(&format!("{dir}/"));
+        let trimmed = mp.trim_end_matches('/');
+        // The reserved path itself, one inside it, or one holding it (`/etc` would put the
+        // config and the purge token inside the served volume).
+        if reserved
+            .iter()
+            .any(|r| trimmed == *r || (*r != "/" && (under(r, &mp) || under(trimmed, r))))
+            || mp == "/"
         {
             push(
                 format!("{f}.mountPath"),
-                format!("{mp} is reserved (/, /tmp, {CONFIG_DIR}, {ORIGIN_CA_DIR} and {PURGE_TOKEN_DIR} are used by the pod)"),
+                format!("{mp} is reserved: it is, is inside or holds a directory the pod uses (/, /tmp, {CONFIG_DIR}, {ORIGIN_CA_DIR} and {PURGE_TOKEN_DIR})"),
             );
         }
         if !mounts.insert(mp.trim_end_matches('/').to_string()) {

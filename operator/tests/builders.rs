@@ -1149,6 +1149,34 @@ fn a_zero_claim_size_is_invalid() {
     }
 }
 
+/// A mountPath holding a reserved one (`/etc` holds the config and the purge token's
+/// directories) is refused like the reserved ones: the pod's own files would be mounted inside
+/// the served volume, and served.
+#[test]
+fn mount_paths_holding_the_pods_own_directories_are_invalid() {
+    for mp in [
+        "/etc",
+        "/etc/",
+        "/tmp/x",
+        "/etc/content-server",
+        "/etc/content-server-purge/a",
+    ] {
+        let mut cs = example("minimal.yaml");
+        cs.spec.volumes[0].mount_path = Some(mp.into());
+        let errs = validate(&cs.spec);
+        assert!(
+            errs.iter()
+                .any(|e| e.field == "spec.volumes[0].mountPath" && e.message.contains("reserved")),
+            "{mp}: {errs:?}"
+        );
+    }
+    for mp in ["/etcetera", "/srv/etc", "/var/media", "/et"] {
+        let mut cs = example("minimal.yaml");
+        cs.spec.volumes[0].mount_path = Some(mp.into());
+        assert_eq!(validate(&cs.spec), vec![], "{mp}");
+    }
+}
+
 /// The reserved mount paths are not reachable through `..`, `.` or `//`.
 #[test]
 fn mount_paths_with_dot_segments_or_double_slashes_are_invalid() {

@@ -101,3 +101,60 @@ fn scaled_to_zero_is_not_available_but_not_a_warning() {
         "{tr:?}"
     );
 }
+
+/// Every phase the operator can write is named where users read about it: the CRD's phase
+/// field and Status printer column (docs/operator.md "Status" too). `Error` and `Unavailable`
+/// were written but named nowhere.
+#[test]
+fn every_phase_written_is_named_in_the_crd() {
+    let cond = |t: &str, status: &str, reason: &str| Condition {
+        type_: t.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: String::new(),
+        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+        observed_generation: None,
+    };
+    let mut phases: Vec<String> = ["Paused", "InvalidSpec", "NameTaken", "ApplyFailed"]
+        .iter()
+        .map(|r| phase(&[cond(RECONCILED, "False", r)]))
+        .collect();
+    phases.push(phase(&settled(Timestamp::now())));
+    for (t, s) in [
+        (DEGRADED, "True"),
+        (PROGRESSING, "True"),
+        (AVAILABLE, "False"),
+    ] {
+        phases.push(phase(&[cond(t, s, "X")]));
+    }
+    for p in [
+        "Ready",
+        "Progressing",
+        "Degraded",
+        "Unavailable",
+        "Invalid",
+        "Paused",
+        "Error",
+    ] {
+        assert!(
+            phases.iter().any(|x| x == p),
+            "{p} not produced: {phases:?}"
+        );
+    }
+    let crd = content_operator::crd_yaml().expect("CRD YAML");
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operator.md"))
+        .expect("docs/operator.md");
+    for p in &phases {
+        let in_column = crd
+            .lines()
+            .any(|l| l.contains("Ready, Progressing") && l.contains(p.as_str()));
+        assert!(
+            in_column,
+            "phase {p} is not named in the CRD's phase descriptions"
+        );
+        assert!(
+            docs.contains(p.as_str()),
+            "phase {p} is not in docs/operator.md"
+        );
+    }
+}

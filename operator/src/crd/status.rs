@@ -28,7 +28,9 @@ pub struct ContentServerStatus {
     /// External host names from spec.expose (HTTPRoute hostnames and Ingress hosts). Always
     /// written (an empty list clears the old names in the status merge patch).
     pub hostnames: Vec<String>,
-    /// Ready, Progressing, Degraded, Invalid or Paused (the Status printer column).
+    /// Ready, Progressing, Degraded, Unavailable (no pod ready), Invalid, Paused or Error (the
+    /// children cannot be written, e.g. a name taken: see the Reconciled condition); the Status
+    /// printer column.
     pub phase: Option<String>,
     /// Available, Progressing, Degraded and Reconciled.
     #[serde(skip_serializing_if = "Vec::is_empty")]
