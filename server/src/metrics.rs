@@ -265,7 +265,7 @@ impl Metrics {
             self.cache_served_bytes_total
                 .with_label_values(&[volume, source]);
         }
-        for reason in ["size", "inactive", "invalid"] {
+        for reason in ["size", "inactive", "invalid", "replaced"] {
             self.cache_evictions_total
                 .with_label_values(&[volume, reason]);
         }

@@ -280,6 +280,17 @@ fn a_new_version_at_the_origin_is_never_mixed_with_the_old_one() {
         "after a version change the next response is not v2"
     );
     assert_eq!(r.header("ETag"), Some("\"v2\""));
+    // The old version's slice went as replaced, not as a corrupt file, and once: not once per
+    // slice number the object has (it counted 4 here, and thousands under load).
+    let evicted = |reason| {
+        volume_metric(
+            &n,
+            "contentserver_cache_evictions_total",
+            &[("reason", reason)],
+        )
+    };
+    assert_eq!(evicted("invalid"), 0.0);
+    assert_eq!(evicted("replaced"), 1.0);
 }
 
 /// An older version's later slices still stored behind a first slice fetched anew (the first

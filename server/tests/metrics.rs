@@ -214,7 +214,7 @@ fn cache_and_origin_series_exist_at_start_with_zero_values() {
         let vs = [("volume", "cache1"), ("source", source)];
         assert_eq!(m.get("contentserver_cache_served_bytes_total", &vs), 0.0);
     }
-    for reason in ["size", "inactive", "invalid"] {
+    for reason in ["size", "inactive", "invalid", "replaced"] {
         let vr = [("volume", "cache1"), ("reason", reason)];
         assert_eq!(m.get("contentserver_cache_evictions_total", &vr), 0.0);
     }

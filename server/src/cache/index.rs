@@ -30,7 +30,11 @@ const UNIT: u64 = 4096;
 pub enum Reason {
     Size,
     Inactive,
+    /// A short, unreadable or corrupt file.
     Invalid,
+    /// An older version of an object that changed at the origin, or an entry cut at another
+    /// `slice_size`.
+    Replaced,
 }
 
 impl Reason {
@@ -39,6 +43,7 @@ impl Reason {
             Reason::Size => "size",
             Reason::Inactive => "inactive",
             Reason::Invalid => "invalid",
+            Reason::Replaced => "replaced",
         }
     }
 }

@@ -48,7 +48,7 @@ pub struct CacheMetrics {
     pub size: IntGauge,
     pub max: IntGauge,
     pub entries: IntGauge,
-    pub evicted: [IntCounter; 3],
+    pub evicted: [IntCounter; 4],
     pub purges: IntCounter,
 }
 
@@ -215,7 +215,12 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             size: metrics.cache_size_bytes.with_label_values(&n),
             max: metrics.cache_max_bytes.with_label_values(&n),
             entries: metrics.cache_entries.with_label_values(&n),
-            evicted: [ev("size"), ev("inactive"), ev("invalid")],
+            evicted: [
+                ev(Reason::Size.as_str()),
+                ev(Reason::Inactive.as_str()),
+                ev(Reason::Invalid.as_str()),
+                ev(Reason::Replaced.as_str()),
+            ],
             purges: metrics.cache_purges_total.with_label_values(&n),
         };
         m.max.set(limit as i64);
@@ -277,7 +282,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 // Cut at another `slice_size` (the volume's was changed since): its slice
                 // numbers and lengths mean other bytes now. Never served; fetched anew.
                 tracing::info!(volume = %self.name, entry = %id.rel_path(), stored = meta.slice_size, now = self.slice_size, "dropping a cache entry of another slice size");
-                self.delete_invalid(id);
+                self.delete_entry(id, Reason::Replaced);
                 Ok(Found::Absent)
             }
             Ok((fd, meta)) => {
@@ -376,47 +381,46 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 None => {}
             }
         }
-        self.delete_invalid(s.id);
+        self.delete_entry(s.id, Reason::Invalid);
         self.update_gauges();
     }
 
-    /// Take entry `id` out of the index and delete its file on the pool (counted as invalid).
-    fn delete_invalid(&self, id: EntryId) {
-        let bytes = self.index.remove(id).unwrap_or(0);
+    /// Take entry `id` out of the index and delete its file on the pool, counted under
+    /// `reason`. Once the index is rebuilt an id it does not hold has no file: nothing to
+    /// delete, nothing counted (an object's slices are named by number, stored or not).
+    fn delete_entry(&self, id: EntryId, reason: Reason) {
+        let bytes = self.index.remove(id);
+        if bytes.is_none() && self.index.is_rebuilt() {
+            return;
+        }
         self.delete(vec![Victim {
             id,
-            bytes,
-            reason: Reason::Invalid,
+            bytes: bytes.unwrap_or(0),
+            reason,
         }]);
     }
 
     /// Delete the stored slices `ids` of one object, except those `keep` says to keep (found
     /// open: a newer version committed meanwhile) and those a fill is writing (it commits
     /// after this): out of the index and the open table, files deleted on the pool (counted
-    /// as invalid).
+    /// as replaced).
     pub fn remove_slices(&self, ids: &[EntryId], keep: impl Fn(&Stored) -> bool) {
-        let mut victims = Vec::new();
         for &id in ids {
             if self.fill_running(id).is_some() || lock(&self.open).get(&id).is_some_and(|s| keep(s))
             {
                 continue;
             }
-            let bytes = self.index.remove(id).unwrap_or(0);
-            victims.push(Victim {
-                id,
-                bytes,
-                reason: Reason::Invalid,
-            });
+            self.delete_entry(id, Reason::Replaced);
         }
-        self.delete(victims);
         self.update_gauges();
     }
 
-    /// Delete stored entries `ids` whatever runs (a fill withdrawing what it revalidated):
-    /// out of the index and the open table, files deleted on the pool (counted as invalid).
+    /// Delete stored entries `ids` whatever runs (a fill withdrawing what it revalidated, the
+    /// object having changed): out of the index and the open table, files deleted on the pool
+    /// (counted as replaced).
     pub fn withdraw(&self, ids: &[EntryId]) {
         for &id in ids {
-            self.delete_invalid(id);
+            self.delete_entry(id, Reason::Replaced);
         }
         self.update_gauges();
     }
@@ -445,6 +449,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 Reason::Size => 0,
                 Reason::Inactive => 1,
                 Reason::Invalid => 2,
+                Reason::Replaced => 3,
             };
             self.m.evicted[i].inc();
         }
