@@ -298,7 +298,7 @@ def cache_rows(lay, p):
     p.append(timeseries(
         lay, "Evictions/s by reason",
         "Entries deleted per second: size (room for new entries at the max), inactive (unused "
-        "for inactive_secs), invalid (unreadable or corrupt files). Healthy: size evictions "
+        "for inactive_secs), invalid (unreadable or corrupt files), replaced (older versions of objects that changed at the origin). Healthy: size evictions "
         "at a rate the hit ratio does not notice, inactive steady, invalid 0. Unhealthy: size "
         "evictions close to the miss rate (each fill pushes out something still wanted: give "
         "the volume more space or the ContentServer more replicas), any invalid evictions "
