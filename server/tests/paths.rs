@@ -253,3 +253,51 @@ fn routes_prefix_strip_and_split() {
     let b = raw_status(&s, "/split/%66%37.bin");
     assert_eq!(a, b);
 }
+
+/// A directory that may be searched but not read (mode 0311 here, 0711 for others) is answered
+/// with its index file, as nginx answers it (it was a 403: the directory itself was opened for
+/// reading before the index was looked for). Root reads any directory, so as root the server
+/// runs as nobody (`setpriv`, util-linux).
+#[test]
+fn a_searchable_but_unreadable_directory_serves_its_index() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempdir();
+    let www = d.path().join("www");
+    let pubdir = www.join("pub");
+    std::fs::create_dir_all(&pubdir).unwrap();
+    std::fs::write(pubdir.join("index.html"), b"hi").unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let wrapper: &[&str] = if unsafe { libc::geteuid() } == 0 {
+        for p in [&www, &pubdir, &pubdir.join("index.html")] {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        }
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]
+    } else {
+        &[]
+    };
+    // Its owner (the server) may search it and write in it, not list it.
+    std::fs::set_permissions(&pubdir, std::fs::Permissions::from_mode(0o311)).unwrap();
+    let args = [
+        "serve",
+        "--root",
+        www.to_str().unwrap(),
+        "--admin-listen",
+        "",
+    ];
+    let s = Server::try_spawn_wrapped(wrapper, &args, &[]).expect("serve");
+    let r = s.get("/pub/");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"hi"[..]));
+    assert_eq!(s.get("/pub/index.html").status, 200);
+    assert_eq!(s.get("/pub/missing.txt").status, 404);
+    // Without an index it is still no listing.
+    std::fs::set_permissions(&pubdir, std::fs::Permissions::from_mode(0o711)).unwrap();
+    std::fs::remove_file(pubdir.join("index.html")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100)); // open_file_cache valid_ms
+    assert_eq!(s.get("/pub/").status, 404);
+}

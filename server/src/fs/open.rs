@@ -203,35 +203,65 @@ fn open_file_with(
     resolve: ResolveFlags,
 ) -> Result<OpenedFile, OpenError> {
     failpoint_open()?;
-    let fd = open_beneath(root, rel, resolve).map_err(map_errno)?;
+    let fd = match open_beneath(root, rel, resolve) {
+        Ok(fd) => fd,
+        // A directory that may be searched but not read (mode 0711) still has an index file
+        // to serve, as nginx serves it: look at what it is without reading it.
+        Err(Errno::ACCESS) if is_directory_beneath(root, rel, resolve) => {
+            return open_index(root, rel, index, resolve)
+        }
+        Err(e) => return Err(map_errno(e)),
+    };
     let st = rustix::fs::fstat(&fd).map_err(map_errno)?;
     match FileType::from_raw_mode(st.st_mode) {
         FileType::RegularFile => Ok(regular(fd, &st)),
         FileType::Directory => {
             drop(fd);
-            for (i, name) in index.iter().enumerate() {
-                let mut p = rel.to_vec();
-                if !p.is_empty() && !p.ends_with(b"/") {
-                    p.push(b'/');
-                }
-                p.extend_from_slice(name.as_bytes());
-                let fd = match open_beneath(root, &p, resolve).map_err(map_errno) {
-                    Ok(fd) => fd,
-                    Err(OpenError::NotFound) => continue,
-                    Err(e) => return Err(e),
-                };
-                let st = rustix::fs::fstat(&fd).map_err(map_errno)?;
-                return match FileType::from_raw_mode(st.st_mode) {
-                    FileType::RegularFile => Ok(OpenedFile {
-                        via_index: Some(i),
-                        ..regular(fd, &st)
-                    }),
-                    _ => Err(OpenError::NotFound),
-                };
-            }
-            Err(OpenError::Directory)
+            open_index(root, rel, index, resolve)
         }
         _ => Err(OpenError::Forbidden("not a regular file")),
+    }
+}
+
+/// The first of the `index` files in the directory `rel` (`Directory` when none exists).
+fn open_index(
+    root: BorrowedFd<'_>,
+    rel: &[u8],
+    index: &[String],
+    resolve: ResolveFlags,
+) -> Result<OpenedFile, OpenError> {
+    for (i, name) in index.iter().enumerate() {
+        let mut p = rel.to_vec();
+        if !p.is_empty() && !p.ends_with(b"/") {
+            p.push(b'/');
+        }
+        p.extend_from_slice(name.as_bytes());
+        let fd = match open_beneath(root, &p, resolve).map_err(map_errno) {
+            Ok(fd) => fd,
+            Err(OpenError::NotFound) => continue,
+            Err(e) => return Err(e),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(map_errno)?;
+        return match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => Ok(OpenedFile {
+                via_index: Some(i),
+                ..regular(fd, &st)
+            }),
+            _ => Err(OpenError::NotFound),
+        };
+    }
+    Err(OpenError::Directory)
+}
+
+/// Is `rel` a directory beneath `root`? Asked with O_PATH, which needs no read permission.
+fn is_directory_beneath(root: BorrowedFd<'_>, rel: &[u8], resolve: ResolveFlags) -> bool {
+    let path = OsStr::from_bytes(if rel.is_empty() { b"." } else { rel });
+    let flags = OFlags::PATH | OFlags::CLOEXEC | OFlags::DIRECTORY;
+    loop {
+        match rustix::fs::openat2(root, path, flags, Mode::empty(), resolve) {
+            Err(Errno::INTR) => continue,
+            r => return r.is_ok(),
+        }
     }
 }
 
