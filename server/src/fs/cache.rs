@@ -2,8 +2,10 @@
 //! an open descriptor plus its stat data, so hot files skip path resolution, open and stat.
 //!
 //! Bounded: at most `max_entries` entries (one descriptor and a few hundred bytes each), evicted
-//! by the clock (second-chance) algorithm, in independently locked shards. An evicted descriptor
-//! closes when the last response using it finishes (it is shared through an `Arc`).
+//! by the clock (second-chance) algorithm, in independently locked shards, and closed once
+//! unused for [`INACTIVE`] (a deleted or renamed-over file keeps its disk space while a
+//! descriptor holds it). An evicted descriptor closes when the last response using it finishes
+//! (it is shared through an `Arc`).
 //!
 //! Staleness is the caller's to check with [`check`] (an fstat of the cached descriptor: no I/O
 //! on a local filesystem) and by re-resolving the path once an entry is older than `valid`
@@ -69,10 +71,16 @@ pub fn same_file(cached: &OpenedFile, fresh: &OpenedFile) -> bool {
     cached.ino == fresh.ino && cached.dev == fresh.dev
 }
 
+/// Entries unused this long are closed (nginx `open_file_cache ... inactive=`, whose default
+/// this is). A shard looks for them at most every quarter of it, when it is used (as nginx, a
+/// volume nobody asks anything keeps its entries).
+pub const INACTIVE: Duration = Duration::from_secs(60);
+
 struct Slot {
     key: Box<[u8]>,
     file: OpenedFile,
     resolved_at: Instant,
+    used_at: Instant,
     referenced: bool,
 }
 
@@ -81,9 +89,37 @@ struct Shard {
     slots: Vec<Slot>,
     cap: usize,
     hand: usize,
+    swept_at: Instant,
 }
 
 impl Shard {
+    /// Take out the entries unused for [`INACTIVE`] at `now` (at most once per quarter of
+    /// it); the caller drops them, closing their descriptors, after unlocking.
+    fn expire(&mut self, now: Instant) -> Vec<Slot> {
+        if now.saturating_duration_since(self.swept_at) < INACTIVE / 4 {
+            return Vec::new();
+        }
+        self.swept_at = now;
+        let mut gone = Vec::new();
+        let mut i = 0;
+        while i < self.slots.len() {
+            if now.saturating_duration_since(self.slots[i].used_at) < INACTIVE {
+                i += 1;
+                continue;
+            }
+            let slot = self.slots.swap_remove(i);
+            self.map.remove(&slot.key);
+            if let Some(moved) = self.slots.get(i) {
+                self.map.insert(moved.key.clone(), i);
+            }
+            gone.push(slot);
+        }
+        if self.hand >= self.slots.len() {
+            self.hand = 0;
+        }
+        gone
+    }
+
     /// Index of a slot for a new entry: a free one, or the clock's victim (evicted here).
     fn victim(&mut self) -> usize {
         if self.slots.len() < self.cap {
@@ -127,6 +163,7 @@ impl OpenFileCache {
                     slots: Vec::with_capacity(cap.min(1024)),
                     cap,
                     hand: 0,
+                    swept_at: Instant::now(),
                 })
             })
             .collect();
@@ -158,12 +195,15 @@ impl OpenFileCache {
 
     /// Look `key` (the request's relative path) up at time `now`.
     pub fn get(&self, key: &[u8], now: Instant) -> Lookup {
+        let _expired: Vec<Slot>; // closed after the lock is released
         let mut s = lock(self.shard(key));
+        _expired = s.expire(now);
         let Some(&i) = s.map.get(key) else {
             return Lookup::Miss;
         };
         let slot = &mut s.slots[i];
         slot.referenced = true;
+        slot.used_at = now;
         if now.saturating_duration_since(slot.resolved_at) < self.valid {
             Lookup::Fresh(slot.file.clone())
         } else {
@@ -176,14 +216,17 @@ impl OpenFileCache {
     pub fn insert(&self, key: &[u8], file: OpenedFile, now: Instant) {
         // The replaced or evicted entry is dropped (its descriptor maybe closed) after unlocking.
         let _old: Option<OpenedFile>;
+        let _expired: Vec<Slot>;
         let mut s = lock(self.shard(key));
         if s.cap == 0 {
             return;
         }
+        _expired = s.expire(now);
         if let Some(&i) = s.map.get(key) {
             let slot = &mut s.slots[i];
             _old = Some(std::mem::replace(&mut slot.file, file));
             slot.resolved_at = now;
+            slot.used_at = now;
             return;
         }
         let i = s.victim();
@@ -191,6 +234,7 @@ impl OpenFileCache {
             key: key.into(),
             file,
             resolved_at: now,
+            used_at: now,
             referenced: false,
         };
         if i == s.slots.len() {
@@ -298,6 +342,45 @@ mod tests {
 
     fn key(i: usize) -> Vec<u8> {
         format!("dir/file-{i}").into_bytes()
+    }
+
+    /// An entry unused for INACTIVE is closed at the next use of its shard (a deleted file's
+    /// space comes back); one in use stays.
+    #[test]
+    fn entries_unused_for_a_minute_are_closed() {
+        let dir = disk_tempdir();
+        let (a, b) = (write(&dir, "a", b"a"), write(&dir, "b", b"b"));
+        // One shard: every key meets the same sweep.
+        let c = OpenFileCache::new(8, Duration::from_secs(1));
+        let t0 = Instant::now();
+        c.insert(b"a", opened(&a), t0);
+        c.insert(b"b", opened(&b), t0);
+        let held = Arc::downgrade(&opened_fd(&c, b"a", t0));
+        std::fs::remove_file(&a).unwrap();
+        // `b` is used every 20 s, `a` never again.
+        for k in 1..=3 {
+            assert!(!matches!(
+                c.get(b"b", t0 + Duration::from_secs(20 * k)),
+                Lookup::Miss
+            ));
+        }
+        assert!(matches!(c.get(b"a", t0 + INACTIVE), Lookup::Miss));
+        assert_eq!(c.len(), 1);
+        assert!(
+            held.upgrade().is_none(),
+            "the deleted file's descriptor is still open"
+        );
+        assert!(!matches!(
+            c.get(b"b", t0 + INACTIVE + Duration::from_secs(1)),
+            Lookup::Miss
+        ));
+    }
+
+    fn opened_fd(c: &OpenFileCache, key: &[u8], now: Instant) -> Arc<OwnedFd> {
+        match c.get(key, now) {
+            Lookup::Fresh(f) | Lookup::Stale(f) => f.fd.clone(),
+            Lookup::Miss => panic!("not cached"),
+        }
     }
 
     #[test]
