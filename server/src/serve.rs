@@ -256,6 +256,7 @@ async fn send(
         }
     }
     let fd = &opened.file.fd;
+    let version = Some(opened.file.version());
     // A small resident answer leaves in one send (head and body); what the socket did not take
     // follows the usual way.
     let mut early = 0usize;
@@ -296,7 +297,14 @@ async fn send(
     let result: Result<u64, (u64, BodyError)> = match &body {
         Body::None => Ok(0),
         Body::Range { start, len } => vol
-            .send_body(sock, fd, start + body_early, len - body_early, timeout)
+            .send_body(
+                sock,
+                fd,
+                start + body_early,
+                len - body_early,
+                timeout,
+                version,
+            )
             .await
             .map_err(|e| (e.sent(), e)),
         Body::Multipart(m) => {
@@ -309,7 +317,7 @@ async fn send(
                 }
                 sent += p.head.len() as u64;
                 match vol
-                    .send_body(sock, fd, p.range.start, p.range.len(), timeout)
+                    .send_body(sock, fd, p.range.start, p.range.len(), timeout, version)
                     .await
                 {
                     Ok(n) => sent += n,

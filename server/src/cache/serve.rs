@@ -1108,7 +1108,8 @@ impl Ctx<'_> {
                 let off = st.meta.body_offset() + a;
                 match self
                     .vol
-                    .send_body(self.sock, &st.fd, off, b - a, self.send_timeout)
+                    // An entry file is never rewritten (a new version is a new file).
+                    .send_body(self.sock, &st.fd, off, b - a, self.send_timeout, None)
                     .await
                 {
                     Ok(n) => {
@@ -1183,6 +1184,7 @@ impl Ctx<'_> {
                                 head.body_offset + pos,
                                 lim - pos,
                                 self.send_timeout,
+                                None,
                             )
                             .await
                         {

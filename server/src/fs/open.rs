@@ -32,6 +32,37 @@ pub struct OpenedFile {
     pub via_index: Option<usize>,
 }
 
+/// What a response was planned for: the file's size and modification time when it was opened
+/// (or last checked). A file rewritten in place differs in one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileVersion {
+    pub size: u64,
+    pub mtime: i64,
+    pub mtime_nsec: i64,
+}
+
+impl OpenedFile {
+    pub fn version(&self) -> FileVersion {
+        FileVersion {
+            size: self.size,
+            mtime: self.mtime,
+            mtime_nsec: self.mtime_nsec,
+        }
+    }
+}
+
+impl FileVersion {
+    /// The version `fd` has now (one fstat: no I/O on a local filesystem).
+    pub fn of(fd: &OwnedFd) -> std::io::Result<FileVersion> {
+        let st = rustix::fs::fstat(fd)?;
+        Ok(FileVersion {
+            size: st.st_size as u64,
+            mtime: st.st_mtime,
+            mtime_nsec: st.st_mtime_nsec as i64,
+        })
+    }
+}
+
 /// Why a file cannot be served.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {

@@ -330,7 +330,7 @@ impl HotPath {
     /// filesystem, where fstat of an open descriptor never waits). Not with `always`, nor on an
     /// `auto` volume without RWF_NOWAIT (NFS, FUSE: fstat may ask a server): there an entry is
     /// trusted for `valid_ms`.
-    fn fstat_on_use(&self) -> bool {
+    pub(super) fn fstat_on_use(&self) -> bool {
         match self.offload {
             Offload::Never => true,
             Offload::Always => false,

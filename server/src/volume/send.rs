@@ -1,10 +1,13 @@
 //! A response body: bytes `start..start + len` of a file, in chunks of at most
 //! `limits.sendfile_max_chunk`, each sent where [`Volume::send_chunk`] decides, resuming after a
 //! short write when the socket is writable again. A file that shrinks or fails (EIO) mid-body ends
-//! the response with an error: the caller closes the connection and logs it. It must not write
-//! headers or know about HTTP.
+//! the response with an error: the caller closes the connection and logs it. So does a file
+//! rewritten in place (its size or modification time no longer the response's), found by an
+//! fstat after each part of the body where fstat may run on the event loop: the client gets a
+//! short body, not one of two versions. It must not write headers or know about HTTP.
 
 use super::Volume;
+use crate::fs::open::FileVersion;
 use crate::socket::Socket;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -17,6 +20,8 @@ use std::time::Duration;
 pub enum BodyError {
     #[error("file ended at byte {at}, {missing} bytes before the announced length (file shrank?)")]
     Truncated { at: u64, missing: u64, sent: u64 },
+    #[error("file changed at byte {at} of the response (rewritten in place?); the rest would be another version")]
+    Changed { at: u64, sent: u64 },
     #[error("reading the file failed at byte {at}: {source}")]
     File {
         at: u64,
@@ -34,6 +39,7 @@ impl BodyError {
     pub fn sent(&self) -> u64 {
         match self {
             BodyError::Truncated { sent, .. }
+            | BodyError::Changed { sent, .. }
             | BodyError::File { sent, .. }
             | BodyError::Client { sent, .. }
             | BodyError::Timeout { sent, .. } => *sent,
@@ -44,7 +50,8 @@ impl BodyError {
 impl Volume {
     /// Send bytes `start..start + len` of `file` (any file: a byte range of an admitted response)
     /// to `sock`, waiting at most `send_timeout` for the client to take more. Returns the bytes
-    /// sent (== len on success).
+    /// sent (== len on success). With `version`, the file must stay that version while more of
+    /// it is to be sent (checked where fstat may run on the event loop).
     pub async fn send_body(
         &self,
         sock: &Socket,
@@ -52,7 +59,9 @@ impl Volume {
         start: u64,
         len: u64,
         send_timeout: Duration,
+        version: Option<FileVersion>,
     ) -> Result<u64, BodyError> {
+        let version = version.filter(|_| self.hot.fstat_on_use());
         let shared = sock.shared();
         let mut sent = 0u64;
         while sent < len {
@@ -79,7 +88,17 @@ impl Volume {
                         sent,
                     })
                 }
-                Ok(n) => sent += n as u64,
+                Ok(n) => {
+                    sent += n as u64;
+                    // A rewrite after the last byte left changes nothing the client gets.
+                    if sent < len && version.is_some_and(|v| FileVersion::of(file).ok() != Some(v))
+                    {
+                        return Err(BodyError::Changed {
+                            at: start + sent,
+                            sent,
+                        });
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => match guard.as_mut() {
                     Some(g) => g.clear_ready(),
                     None => sock
