@@ -918,5 +918,31 @@ fn a_file_rewritten_in_place_mid_download_is_cut_not_spliced() {
             r.body.len() == SIZE && r.body.iter().all(|&b| b == b'B'),
             "{mode}"
         );
+
+        // A file that grows while it is downloaded (a recording being written) is only
+        // appended to: the download is the whole prefix it had, not cut.
+        let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.write_all(b"GET /x.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut got = vec![0u8; 1 << 20];
+        c.read_exact(&mut got).expect("the first MiB");
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(&vec![b'C'; 1 << 20]).unwrap();
+        drop(f);
+        let mut rest = Vec::new();
+        c.read_to_end(&mut rest).expect("the whole body");
+        got.extend_from_slice(&rest);
+        let text_end = got
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a head")
+            + 4;
+        let body = &got[text_end..];
+        assert!(
+            body.len() == SIZE && body.iter().all(|&b| b == b'B'),
+            "{mode}: a download of a growing file was cut or changed ({} bytes)",
+            body.len()
+        );
     }
 }

@@ -52,6 +52,14 @@ impl OpenedFile {
 }
 
 impl FileVersion {
+    /// Could the bytes of `self` have changed in `now`? A file that shrank, or that kept its
+    /// size with another modification time, was rewritten. One that grew may only have been
+    /// appended to (a recording being written while it is downloaded): its first bytes are as
+    /// they were, so it is not taken for a rewrite.
+    pub fn rewritten_in(self, now: FileVersion) -> bool {
+        now.size < self.size || (now.size == self.size && now != self)
+    }
+
     /// The version `fd` has now (one fstat: no I/O on a local filesystem).
     pub fn of(fd: &OwnedFd) -> std::io::Result<FileVersion> {
         let st = rustix::fs::fstat(fd)?;

@@ -2,9 +2,10 @@
 //! `limits.sendfile_max_chunk`, each sent where [`Volume::send_chunk`] decides, resuming after a
 //! short write when the socket is writable again. A file that shrinks or fails (EIO) mid-body ends
 //! the response with an error: the caller closes the connection and logs it. So does a file
-//! rewritten in place (its size or modification time no longer the response's), found by an
-//! fstat after each part of the body where fstat may run on the event loop: the client gets a
-//! short body, not one of two versions. It must not write headers or know about HTTP.
+//! rewritten in place (shorter, or its size with another modification time: a file that grew
+//! may just be appended to, and is served as the prefix it was), found by an fstat after each
+//! part of the body where fstat may run on the event loop: the client gets a short body, not
+//! one of two versions. It must not write headers or know about HTTP.
 
 use super::Volume;
 use crate::fs::open::FileVersion;
@@ -91,8 +92,11 @@ impl Volume {
                 Ok(n) => {
                     sent += n as u64;
                     // A rewrite after the last byte left changes nothing the client gets.
-                    if sent < len && version.is_some_and(|v| FileVersion::of(file).ok() != Some(v))
-                    {
+                    let rewritten = |v: FileVersion| match FileVersion::of(file) {
+                        Ok(now) => v.rewritten_in(now),
+                        Err(_) => false, // the next read says what is wrong, if anything
+                    };
+                    if sent < len && version.is_some_and(rewritten) {
                         return Err(BodyError::Changed {
                             at: start + sent,
                             sent,
