@@ -93,6 +93,9 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
     let metrics = Metrics::new(&names, workers);
     let lifecycle = Arc::new(Lifecycle::new());
     let lag = crate::admin::lag::LagProbe::new(&metrics, workers);
+    // A bad purge token file stops the server before it touches a cache directory (its lock,
+    // its temporary files, a missing one made) or binds a port.
+    crate::cache::purge::check_token_file(&config)?;
     crate::cache::create_dirs(&config)?;
     // Validation compared the paths as written; symlinks can still make a cache directory
     // another volume's, or put it inside one (a path that does not resolve is reported by the
@@ -107,9 +110,6 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
         return Err(crate::config::ConfigError::Invalid(overlaps))
             .context("volume directories overlap once symlinks are resolved");
     }
-    // A bad purge token file stops the server before it touches a cache directory (its lock,
-    // its temporary files) or binds a port.
-    crate::cache::purge::check_token_file(&config)?;
     let volumes = config
         .volumes
         .iter()

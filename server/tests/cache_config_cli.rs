@@ -233,6 +233,42 @@ fn a_missing_cache_directory_is_created_but_not_its_parents() {
         "{}",
         s.logs()
     );
+
+    // Nothing is made inside the cache directory of a running node: refused first.
+    let inside = fresh.join("zz1");
+    let a = args(&inside);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let err = match Server::try_spawn(&a, &[]) {
+        Ok(_) => panic!("started inside another node's cache directory"),
+        Err(e) => e,
+    };
+    assert!(
+        err.contains("the cache directory of another process"),
+        "{err}"
+    );
+    assert!(!inside.exists(), "made inside the running node's cache");
+
+    // A bad purge token file stops the start before a cache directory is made.
+    let later = d.path().join("cache2");
+    let conf = d.path().join("token.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n[admin]\nlisten = \"127.0.0.1:0\"\npurge_token_file = \"{}\"\n[[origins]]\nname = \"o\"\nservers = [\"http://127.0.0.1:9\"]\n[[volumes]]\nname = \"c\"\npath = \"{}\"\n[volumes.cache]\n",
+            d.path().join("no-token").display(),
+            later.display()
+        ),
+    )
+    .unwrap();
+    let err = match Server::try_spawn(&["serve", "--config", conf.to_str().unwrap()], &[]) {
+        Ok(_) => panic!("started without its purge token file"),
+        Err(e) => e,
+    };
+    assert!(err.contains("purge_token_file"), "{err}");
+    assert!(
+        !later.exists(),
+        "the cache directory was made before the token was checked"
+    );
 }
 
 /// `strip_prefix` on a cache route was accepted and ignored (the origin got the whole path):

@@ -38,6 +38,9 @@ use volume::CacheVolume;
 /// the configuration says) stops the start naming the path instead of caching elsewhere.
 pub fn create_dirs(cfg: &Config) -> anyhow::Result<()> {
     for v in cfg.volumes.iter().filter(|v| v.cache.is_some()) {
+        // Nothing is made inside another running node's cache directory.
+        store::not_inside_another_cache(&v.path)
+            .map_err(|e| anyhow::anyhow!("cache volume {:?}: {e}", v.name))?;
         match std::fs::create_dir(&v.path) {
             Ok(()) => {
                 tracing::info!(volume = %v.name, path = %v.path.display(), "created the cache directory");

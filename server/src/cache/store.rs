@@ -416,38 +416,49 @@ impl Store {
     }
 }
 
+/// Refused (`WouldBlock`) when `path`, which need not exist yet, is inside the cache directory
+/// of another running process (one of its levels, say): its files and ours would mix. Each
+/// ancestor's lock file, if any, is tried and let go at once.
+pub fn not_inside_another_cache(path: &Path) -> io::Result<()> {
+    let real = match std::fs::canonicalize(path) {
+        Ok(real) => real,
+        // Not made yet: where it would be.
+        Err(_) => match (path.parent().map(std::fs::canonicalize), path.file_name()) {
+            (Some(Ok(parent)), Some(name)) => parent.join(name),
+            _ => return Ok(()),
+        },
+    };
+    for dir in real.ancestors().skip(1) {
+        let theirs = dir.join(LOCK_FILE);
+        let Ok(other) = rustix::fs::open(
+            &theirs,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        if let Err(Errno::WOULDBLOCK) =
+            rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockShared)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "cache directory {} is inside {}, the cache directory of another process (it holds {})",
+                    path.display(),
+                    dir.display(),
+                    theirs.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Take the exclusive lock of cache directory `path` ([`LOCK_FILE`], created if needed) and
 /// write this process's pid into it. Refused (`WouldBlock`) when another process holds it, with
 /// a message naming the directory and the pid written by the holder.
 fn lock_dir(path: &Path) -> io::Result<OwnedFd> {
-    // Not inside another node's cache directory (one of its levels, say): its files and ours
-    // would mix. Each ancestor's lock file, if any, is tried and let go at once, before this
-    // directory's own lock file is made.
-    if let Ok(real) = std::fs::canonicalize(path) {
-        for dir in real.ancestors().skip(1) {
-            let theirs = dir.join(LOCK_FILE);
-            let Ok(other) = rustix::fs::open(
-                &theirs,
-                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
-                Mode::empty(),
-            ) else {
-                continue;
-            };
-            if let Err(Errno::WOULDBLOCK) =
-                rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockShared)
-            {
-                return Err(io::Error::new(
-                    io::ErrorKind::WouldBlock,
-                    format!(
-                        "cache directory {} is inside {}, the cache directory of another process (it holds {})",
-                        path.display(),
-                        dir.display(),
-                        theirs.display()
-                    ),
-                ));
-            }
-        }
-    }
+    not_inside_another_cache(path)?;
     let file = path.join(LOCK_FILE);
     let ctx = |e: io::Error, what: &str| {
         io::Error::new(e.kind(), format!("cannot {what} {}: {e}", file.display()))

@@ -21,7 +21,7 @@ use std::time::Duration;
 pub enum BodyError {
     #[error("file ended at byte {at}, {missing} bytes before the announced length (file shrank?)")]
     Truncated { at: u64, missing: u64, sent: u64 },
-    #[error("file changed at byte {at} of the response (rewritten in place?); the rest would be another version")]
+    #[error("file changed at byte {at} of the response (shrank or rewritten in place); the rest would be another version")]
     Changed { at: u64, sent: u64 },
     #[error("reading the file failed at byte {at}: {source}")]
     File {
