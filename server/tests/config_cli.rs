@@ -729,3 +729,18 @@ fn check_config_refuses_split_targets_without_a_share_or_listed_twice() {
     ));
     assert_eq!(v["routes"][0]["split"].as_array().map(Vec::len), Some(2));
 }
+
+/// A table written as a TOML array was accepted, its values taken by field position
+/// (`limits = [100, 5]` set max_connections and keepalive_timeout_secs): an error naming the
+/// field, as for any other wrong type.
+#[test]
+fn check_config_refuses_tables_written_as_arrays() {
+    check_config_fails(
+        "limits = [100, 5]\n[[volumes]]\nname = \"a\"\npath = \"/srv/a\"\n",
+        &["field limits: a table is expected, not an array"],
+    );
+    check_config_fails(
+        "[[volumes]]\nname = \"a\"\npath = \"/srv/a\"\n[http.media_headers]\nm3u8 = [\"no-store\", 5]\n",
+        &["field http.media_headers.m3u8: a table is expected"],
+    );
+}

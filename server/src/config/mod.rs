@@ -13,6 +13,7 @@ mod headers;
 mod media;
 mod origin;
 mod route_http;
+mod shape;
 mod validate;
 
 pub use cache::{
@@ -490,6 +491,7 @@ impl Config {
     /// Parse TOML text. Syntax and type errors name the line and the field; call
     /// [`Config::validate`] for the semantic checks.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        shape::check(text).map_err(ConfigError::Parse)?;
         // The field's path is named too (the TOML error alone shows the line).
         let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         serde_path_to_error::deserialize(de).map_err(|e| {
