@@ -946,3 +946,62 @@ fn a_file_rewritten_in_place_mid_download_is_cut_not_spliced() {
         );
     }
 }
+
+/// The body of `GET path` from `addr` when `change` runs after its first MiB was read (a
+/// reset after a cut is not an error here).
+fn body_around(addr: std::net::SocketAddr, path: &str, change: impl FnOnce()) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    c.write_all(req.as_bytes()).unwrap();
+    let mut got = vec![0u8; 1 << 20];
+    c.read_exact(&mut got).expect("the first MiB");
+    change();
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    got.extend_from_slice(&rest);
+    let head = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    got.split_off(head)
+}
+
+/// An append right after a large write (the filesystem's journal busy) sets the file's
+/// modification time tens of milliseconds before its first byte lands: a download checked in
+/// between saw the same size with another time and was cut as a rewrite. A file of its size
+/// with another time is now given a moment to grow before it counts as rewritten.
+#[test]
+fn an_append_after_a_large_write_is_not_taken_for_a_rewrite() {
+    use std::io::Write;
+    const SIZE: usize = 24 << 20;
+    for mode in ["auto", "never"] {
+        for round in 0..3 {
+            let d = tempdir();
+            let p = d.path().join("x.bin");
+            std::fs::write(&p, vec![b'A'; SIZE]).unwrap();
+            let s = Server::root(d.path(), &["--offload", mode]);
+            let rewrite = || {
+                let mut f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+                f.write_all(&vec![b'B'; SIZE]).unwrap();
+            };
+            assert!(
+                body_around(s.addr, "/x.bin", rewrite).len() < SIZE,
+                "{mode}"
+            );
+            assert_eq!(s.get("/x.bin").body.len(), SIZE);
+            let append = || {
+                let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+                f.write_all(&vec![b'C'; 1 << 20]).unwrap();
+            };
+            let body = body_around(s.addr, "/x.bin", append);
+            assert!(
+                body.len() == SIZE && body.iter().all(|&b| b == b'B'),
+                "{mode}, round {round}: a download of an appended file was cut ({} bytes)",
+                body.len()
+            );
+        }
+    }
+}

@@ -32,6 +32,18 @@ pub struct OpenedFile {
     pub via_index: Option<usize>,
 }
 
+/// How a file differs from a [`FileVersion`]. A file that shrank was rewritten; one that grew
+/// may only have been appended to (its first bytes as they were); one of the same size with
+/// another modification time was rewritten in place, or is being appended to this very
+/// moment (a write sets the time before it adds bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Same,
+    Grew,
+    Shrank,
+    Touched,
+}
+
 /// What a response was planned for: the file's size and modification time when it was opened
 /// (or last checked). A file rewritten in place differs in one of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,12 +64,17 @@ impl OpenedFile {
 }
 
 impl FileVersion {
-    /// Could the bytes of `self` have changed in `now`? A file that shrank, or that kept its
-    /// size with another modification time, was rewritten. One that grew may only have been
-    /// appended to (a recording being written while it is downloaded): its first bytes are as
-    /// they were, so it is not taken for a rewrite.
-    pub fn rewritten_in(self, now: FileVersion) -> bool {
-        now.size < self.size || (now.size == self.size && now != self)
+    /// How `now` differs from `self`.
+    pub fn change(self, now: FileVersion) -> Change {
+        if now.size < self.size {
+            Change::Shrank
+        } else if now.size > self.size {
+            Change::Grew
+        } else if now != self {
+            Change::Touched
+        } else {
+            Change::Same
+        }
     }
 
     /// The version `fd` has now (one fstat: no I/O on a local filesystem).

@@ -8,7 +8,7 @@
 //! one of two versions. It must not write headers or know about HTTP.
 
 use super::Volume;
-use crate::fs::open::FileVersion;
+use crate::fs::open::{Change, FileVersion};
 use crate::socket::Socket;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -92,11 +92,11 @@ impl Volume {
                 Ok(n) => {
                     sent += n as u64;
                     // A rewrite after the last byte left changes nothing the client gets.
-                    let rewritten = |v: FileVersion| match FileVersion::of(file) {
-                        Ok(now) => v.rewritten_in(now),
-                        Err(_) => false, // the next read says what is wrong, if anything
+                    let rewritten = match version.filter(|_| sent < len) {
+                        Some(v) => rewritten(file, v).await,
+                        None => false,
                     };
-                    if sent < len && version.is_some_and(rewritten) {
+                    if rewritten {
                         return Err(BodyError::Changed {
                             at: start + sent,
                             sent,
@@ -120,6 +120,36 @@ impl Volume {
             }
         }
         Ok(sent)
+    }
+}
+
+/// How long a file of its planned size but another modification time is given to grow before
+/// it counts as rewritten in place, and how often it is looked at meanwhile. An append sets
+/// the time before it adds its bytes, and may wait for the filesystem's journal in between
+/// (tens of milliseconds after a large write); a rewrite at the same size never grows.
+const TOUCHED_GRACE: Duration = Duration::from_millis(200);
+const TOUCHED_STEP: Duration = Duration::from_millis(5);
+
+/// Whether `file` is no longer `planned`: it shrank, or kept its size with another
+/// modification time for [`TOUCHED_GRACE`] (nothing more is sent meanwhile). One that grew
+/// may only have been appended to: its first bytes are as they were.
+async fn rewritten(file: &OwnedFd, planned: FileVersion) -> bool {
+    let now = || match FileVersion::of(file) {
+        Ok(now) => planned.change(now),
+        // The next read says what is wrong, if anything.
+        Err(_) => Change::Same,
+    };
+    let mut waited = Duration::ZERO;
+    loop {
+        match now() {
+            Change::Same | Change::Grew => return false,
+            Change::Shrank => return true,
+            Change::Touched if waited >= TOUCHED_GRACE => return true,
+            Change::Touched => {
+                tokio::time::sleep(TOUCHED_STEP).await;
+                waited += TOUCHED_STEP;
+            }
+        }
     }
 }
 
