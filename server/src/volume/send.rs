@@ -2,8 +2,8 @@
 //! `limits.sendfile_max_chunk`, each sent where [`Volume::send_chunk`] decides, resuming after a
 //! short write when the socket is writable again. A file that shrinks or fails (EIO) mid-body ends
 //! the response with an error: the caller closes the connection and logs it. So does a file
-//! rewritten in place (shorter, or its size with another modification time: a file that grew
-//! may just be appended to, and is served as the prefix it was), found by an fstat after each
+//! rewritten in place (shorter, or its size with another modification time for a moment: a
+//! file that grew may just be appended to, and is served as the prefix it was), found by an fstat after each
 //! part of the body where fstat may run on the event loop: the client gets a short body, not
 //! one of two versions. It must not write headers or know about HTTP.
 
