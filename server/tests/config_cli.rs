@@ -662,18 +662,7 @@ fn serve_refuses_a_root_it_cannot_search() {
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // Readable (a listing would work) but not searchable: no file beneath it can be opened.
     std::fs::set_permissions(&www, std::fs::Permissions::from_mode(0o644)).unwrap();
-    // SAFETY: geteuid has no preconditions.
-    let wrapper: &[&str] = if unsafe { libc::geteuid() } == 0 {
-        std::os::unix::fs::chown(&www, Some(65534), Some(65534)).unwrap();
-        &[
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-        ]
-    } else {
-        &[]
-    };
+    let wrapper = as_nobody_when_root(&[&www]);
     let args = [
         "serve",
         "--root",

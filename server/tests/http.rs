@@ -882,31 +882,22 @@ fn a_file_rewritten_within_the_same_second_gets_another_etag() {
 /// fstat may run on the event loop (`auto` on a local filesystem, `never`).
 #[test]
 fn a_file_rewritten_in_place_mid_download_is_cut_not_spliced() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     const SIZE: usize = 24 << 20;
     for mode in ["auto", "never"] {
         let d = tempdir();
         let p = d.path().join("x.bin");
         std::fs::write(&p, vec![b'A'; SIZE]).unwrap();
         let s = Server::root(d.path(), &["--offload", mode]);
-        let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
-        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        c.write_all(b"GET /x.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut got = vec![0u8; 1 << 20];
-        c.read_exact(&mut got).expect("the first MiB");
-        let mut f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
-        f.write_all(&vec![b'B'; SIZE]).unwrap();
-        drop(f);
-        let mut rest = Vec::new();
-        let _ = c.read_to_end(&mut rest); // a cut may be a reset
-        got.extend_from_slice(&rest);
-        let text_end = got
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .expect("a head")
-            + 4;
-        let body = &got[text_end..];
+        let write = |append: bool, byte: u8, len: usize| {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .append(append)
+                .open(&p)
+                .unwrap();
+            f.write_all(&vec![byte; len]).unwrap();
+        };
+        let body = body_around(s.addr, "/x.bin", || write(false, b'B', SIZE));
         let new = body.iter().filter(|&&b| b == b'B').count();
         assert!(
             body.len() < SIZE,
@@ -918,27 +909,9 @@ fn a_file_rewritten_in_place_mid_download_is_cut_not_spliced() {
             r.body.len() == SIZE && r.body.iter().all(|&b| b == b'B'),
             "{mode}"
         );
-
         // A file that grows while it is downloaded (a recording being written) is only
         // appended to: the download is the whole prefix it had, not cut.
-        let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
-        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        c.write_all(b"GET /x.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut got = vec![0u8; 1 << 20];
-        c.read_exact(&mut got).expect("the first MiB");
-        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
-        f.write_all(&vec![b'C'; 1 << 20]).unwrap();
-        drop(f);
-        let mut rest = Vec::new();
-        c.read_to_end(&mut rest).expect("the whole body");
-        got.extend_from_slice(&rest);
-        let text_end = got
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .expect("a head")
-            + 4;
-        let body = &got[text_end..];
+        let body = body_around(s.addr, "/x.bin", || write(true, b'C', 1 << 20));
         assert!(
             body.len() == SIZE && body.iter().all(|&b| b == b'B'),
             "{mode}: a download of a growing file was cut or changed ({} bytes)",

@@ -267,20 +267,7 @@ fn a_searchable_but_unreadable_directory_serves_its_index() {
     std::fs::create_dir_all(&pubdir).unwrap();
     std::fs::write(pubdir.join("index.html"), b"hi").unwrap();
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    // SAFETY: geteuid has no preconditions.
-    let wrapper: &[&str] = if unsafe { libc::geteuid() } == 0 {
-        for p in [&www, &pubdir, &pubdir.join("index.html")] {
-            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
-        }
-        &[
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-        ]
-    } else {
-        &[]
-    };
+    let wrapper = as_nobody_when_root(&[&www, &pubdir, &pubdir.join("index.html")]);
     // Its owner (the server) may search it and write in it, not list it.
     std::fs::set_permissions(&pubdir, std::fs::Permissions::from_mode(0o311)).unwrap();
     let args = [

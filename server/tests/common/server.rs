@@ -403,3 +403,22 @@ pub fn proc_status_bytes(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
     kb * 1024
 }
+
+/// The command prefix that runs the server as `nobody` when the tests run as root (root reads
+/// and searches any directory, so permission tests need another user; `setpriv`, util-linux),
+/// after giving `owned` to nobody. Empty (the test's own user) otherwise.
+pub fn as_nobody_when_root(owned: &[&std::path::Path]) -> &'static [&'static str] {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return &[];
+    }
+    for p in owned {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).expect("chown to nobody");
+    }
+    &[
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ]
+}
