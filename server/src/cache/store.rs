@@ -64,12 +64,16 @@ fn io_err(e: Errno) -> io::Error {
 }
 
 impl Store {
-    /// Open (creating if needed) the cache directory and its `.tmp/`, removing every temporary
+    /// Open (creating it if needed, not its parents) the cache directory and its `.tmp/`, removing every temporary
     /// file an earlier process left (a fill it did not finish). Returns the store and how many
     /// temporary files were removed. Fails, before changing anything, when another process holds
     /// the directory ([`LOCK_FILE`]).
     pub fn open(path: &Path) -> io::Result<(Store, usize)> {
-        std::fs::create_dir_all(path)?;
+        // Its parent must exist (`cache::create_dirs` says so at start-up, naming the path).
+        match std::fs::create_dir(path) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
         let lock = lock_dir(path)?;
         // `.tmp` must be a directory of this cache: a symlink there would have start-up empty
         // (and fills write into) whatever it points at. Anything else in its place goes.
