@@ -212,10 +212,9 @@ fn a_missing_cache_directory_is_created_but_not_its_parents() {
     let unmounted = d.path().join("mnt/disk1/cache");
     let a = args(&unmounted);
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    let err = match Server::try_spawn(&a, &[]) {
-        Ok(_) => panic!("started with a cache under a missing directory"),
-        Err(e) => e,
-    };
+    let err = Server::try_spawn(&a, &[])
+        .err()
+        .expect("started with a cache under a missing directory");
     assert!(
         err.contains(&format!("cannot create {}", unmounted.display()))
             && err.contains("does not exist"),
@@ -238,10 +237,9 @@ fn a_missing_cache_directory_is_created_but_not_its_parents() {
     let inside = fresh.join("zz1");
     let a = args(&inside);
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
-    let err = match Server::try_spawn(&a, &[]) {
-        Ok(_) => panic!("started inside another node's cache directory"),
-        Err(e) => e,
-    };
+    let err = Server::try_spawn(&a, &[])
+        .err()
+        .expect("started inside another node's cache directory");
     assert!(
         err.contains("the cache directory of another process"),
         "{err}"
@@ -260,10 +258,9 @@ fn a_missing_cache_directory_is_created_but_not_its_parents() {
         ),
     )
     .unwrap();
-    let err = match Server::try_spawn(&["serve", "--config", conf.to_str().unwrap()], &[]) {
-        Ok(_) => panic!("started without its purge token file"),
-        Err(e) => e,
-    };
+    let err = Server::try_spawn(&["serve", "--config", conf.to_str().unwrap()], &[])
+        .err()
+        .expect("started without its purge token file");
     assert!(err.contains("purge_token_file"), "{err}");
     assert!(
         !later.exists(),

@@ -139,10 +139,9 @@ fn a_fatal_error_is_said_once_in_the_logs_format() {
         let path = conf.path().join(format!("{level}.toml"));
         std::fs::write(&path, cfg.to_toml().expect("render")).expect("write");
         let args = ["serve", "--config", path.to_str().expect("utf-8")];
-        let err = match Server::try_spawn(&args, &[("RUST_LOG", "")]) {
-            Ok(_) => panic!("started on port {port}, which another socket holds"),
-            Err(e) => e,
-        };
+        let err = Server::try_spawn(&args, &[("RUST_LOG", "")])
+            .err()
+            .unwrap_or_else(|| panic!("started on port {port}, which another socket holds"));
         let said: Vec<&str> = err.lines().filter(|l| l.contains("in use")).collect();
         assert_eq!(
             said.len(),
