@@ -433,6 +433,139 @@ fn a_304_naming_another_version_refreshes_nothing() {
     assert!(r.body == v2);
 }
 
+/// A 304 selected by the stored strong ETag that names a newer Last-Modified (an object
+/// uploaded again unchanged, as S3 keeps its ETag) updates the stored one (RFC 9111 §4.3.4):
+/// clients get the new date, preconditions and the next revalidation use it, and the other
+/// slices, stored under the old date, are revalidated in turn, never fetched again.
+#[test]
+fn a_304_with_a_newer_last_modified_updates_the_stored_one() {
+    for vol in ["slice_size = 0", SLICED] {
+        let (o, n) = origin_and_node(vol);
+        let body = pattern(2 * SLICE + 100, 5);
+        let obj = Object::new(body.clone()).cache_control("max-age=1, stale-while-revalidate=0");
+        o.put("/u.bin", obj.clone());
+        assert_eq!(xcache(&get(&n, "/u.bin", "")), "MISS", "{vol}");
+        wait_committed(&n);
+        let new_lm = "Thu, 02 Jan 2025 00:00:00 GMT";
+        let mut again = obj.clone();
+        again.last_modified = Some(new_lm.into());
+        o.put("/u.bin", again);
+        std::thread::sleep(Duration::from_millis(1100));
+        let asked = o.seen().len();
+        let r = get(&n, "/u.bin", "");
+        assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"), "{vol}");
+        assert!(r.body == body, "{vol}: wrong bytes");
+        assert_eq!(r.header("Last-Modified"), Some(new_lm), "{vol}");
+        let since: Vec<_> = o.seen()[asked..].to_vec();
+        assert!(
+            since
+                .iter()
+                .all(|s| s.header("If-None-Match") == Some("\"v1\"")),
+            "{vol}: the bytes were asked for again: {since:?}"
+        );
+        wait_committed(&n);
+        let r = get(&n, "/u.bin", &format!("If-Modified-Since: {new_lm}\r\n"));
+        assert_eq!((r.status, xcache(&r)), (304, "HIT"), "{vol}");
+        std::thread::sleep(Duration::from_millis(1100));
+        let r = get(&n, "/u.bin", "");
+        assert_eq!(xcache(&r), "REVALIDATED", "{vol}");
+        assert!(r.body == body, "{vol}: wrong bytes");
+        let last = o.seen().last().cloned().expect("a request");
+        assert_eq!(last.header("If-Modified-Since"), Some(new_lm), "{vol}");
+    }
+}
+
+/// Without an ETag, a 304 naming another Last-Modified than the stored one does not select it
+/// (RFC 9111 §4.3.4): the object is fetched again unconditionally, never served as refreshed.
+#[test]
+fn a_304_naming_another_last_modified_refreshes_nothing() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    let v1 =
+        Object::version(pattern(1000, 1), 1).cache_control("max-age=1, stale-while-revalidate=0");
+    let mut v1 = v1;
+    v1.etag = None;
+    o.put("/lm.txt", v1);
+    assert_eq!(xcache(&get(&n, "/lm.txt", "")), "MISS");
+    let v2 = pattern(1000, 2);
+    let mut obj = Object::version(v2.clone(), 2).cache_control("max-age=100");
+    obj.etag = None;
+    o.put("/lm.txt", obj);
+    o.fault_times(
+        "/lm.txt",
+        Fault::Raw(
+            b"HTTP/1.1 304 Not Modified\r\nLast-Modified: Wed, 01 Jan 2025 00:00:02 GMT\r\n\
+              Cache-Control: max-age=100\r\n\r\n"
+                .to_vec(),
+        ),
+        1,
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let r = get(&n, "/lm.txt", "");
+    assert_eq!(r.status, 200);
+    assert!(r.body == v2, "the stored version was served as refreshed");
+    let last = o.seen().last().cloned().expect("a request");
+    assert_eq!(
+        last.header("If-Modified-Since"),
+        None,
+        "asked unconditionally"
+    );
+}
+
+/// Answers from the cache carry the origin's `Date` with an `Age` counted from it, so a
+/// downstream cache computes what is left of an `Expires` lifetime as the origin meant it
+/// (RFC 9111 §4.2); an answer without a Date gets the time it arrived, kept for every hit.
+#[test]
+fn answers_from_the_cache_keep_the_origin_date() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    let date = "Wed, 01 Jan 2025 00:00:00 GMT";
+    o.put(
+        "/d.txt",
+        Object::new(pattern(100, 1))
+            .cache_control("max-age=999999999")
+            .header("Date", date)
+            .header("Expires", "Wed, 01 Jan 2025 00:01:40 GMT"),
+    );
+    let miss = get(&n, "/d.txt", "");
+    assert_eq!(xcache(&miss), "MISS");
+    wait_committed(&n);
+    let hit = get(&n, "/d.txt", "");
+    assert_eq!(xcache(&hit), "HIT");
+    for r in [&miss, &hit] {
+        let dates: Vec<_> = r
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("date"))
+            .collect();
+        assert_eq!(dates.len(), 1, "{:?}", r.headers);
+        assert_eq!(r.header("Date"), Some(date));
+        let age: u64 = r.header("Age").and_then(|a| a.parse().ok()).expect("Age");
+        assert!(
+            age > 60 * 86_400,
+            "Age {age} not counted from the origin's Date"
+        );
+    }
+    let r = get(&n, "/d.txt", "If-None-Match: \"v1\"\r\n");
+    assert_eq!((r.status, r.header("Date")), (304, Some(date)));
+
+    o.put(
+        "/nd.txt",
+        Object::new(pattern(100, 2)).cache_control("max-age=100"),
+    );
+    assert_eq!(xcache(&get(&n, "/nd.txt", "")), "MISS");
+    wait_committed(&n);
+    let first = get(&n, "/nd.txt", "");
+    std::thread::sleep(Duration::from_millis(1100));
+    let later = get(&n, "/nd.txt", "");
+    assert_eq!(xcache(&later), "HIT");
+    assert!(first.header("Date").is_some());
+    assert_eq!(
+        first.header("Date"),
+        later.header("Date"),
+        "the time it arrived, kept"
+    );
+    assert_ne!(later.header("Age"), Some("0"));
+}
+
 /// `Cache-Control: only-if-cached` (RFC 9111 §5.2.1.7): answered from what is stored, or 504;
 /// the origin is never asked, not for a later slice either.
 #[test]
@@ -2789,6 +2922,33 @@ fn a_miss_does_not_wait_for_its_file_to_be_created() {
     assert_eq!((r.status, xcache(&r)), (200, "HIT"));
     assert!(r.body == body);
     assert_eq!(o.requests("/slow-disk.bin"), 1);
+}
+
+/// only-if-cached right after a miss whose bytes have all arrived, while its entry is still
+/// being written (every cache file operation taking 600 ms): answered from the fill (a hit),
+/// not 504 because the index has not got it yet.
+#[cfg(feature = "failpoints")]
+#[test]
+fn only_if_cached_right_after_a_miss_is_a_hit() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_write=sleep(600)")]);
+    let body = pattern(30_000, 7);
+    o.put(
+        "/o.bin",
+        Object::new(body.clone()).cache_control("max-age=100"),
+    );
+    assert_eq!(xcache(&get(&n, "/o.bin", "")), "MISS");
+    let r = get(&n, "/o.bin", "Cache-Control: only-if-cached\r\n");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == body);
+    assert_eq!(o.requests("/o.bin"), 1);
+    assert_eq!(
+        cache_files(&n.cache).1,
+        0,
+        "the entry was stored already: no window tested"
+    );
 }
 
 /// A stored slice whose file shrank while the node kept it open (a disk error, someone's

@@ -395,11 +395,16 @@ impl Fill {
         let now = unix_now_ms();
         if resp.status == 304 {
             if let Some(old) = &job.revalidate {
-                if !names_another_version(&resp.headers, old.meta.etag.as_deref()) {
+                if !names_another_version(
+                    &resp.headers,
+                    old.meta.etag.as_deref(),
+                    old.meta.last_modified.as_deref(),
+                ) {
                     return self.refreshed(cv, origin, &job, old, &resp, now).await;
                 }
-                // A 304 whose strong validator is not the stored one's refreshes nothing (RFC
-                // 9111 §4.3.4): ask for the object itself.
+                // A 304 that does not select the stored response (another strong ETag, or
+                // without one another Last-Modified) refreshes nothing (RFC 9111 §4.3.4): ask
+                // for the object itself.
                 tracing::warn!(volume = %cv.name, target = %job.target, "origin's 304 names another version than the stored one; fetching it unconditionally");
                 req.if_none_match = None;
                 req.if_modified_since = None;
@@ -476,7 +481,7 @@ impl Fill {
             stale_if_error_until_ms: later(fresh_until_ms, fresh.stale_if_error),
             etag: header(&resp, "etag"),
             last_modified: header(&resp, "last-modified"),
-            headers: stored_headers(&resp.headers, origin),
+            headers: kept_headers(&resp.headers, origin, now),
         };
         self.body(cv, origin, &job, meta, resp, strong).await;
     }
@@ -525,7 +530,10 @@ impl Fill {
         // (RFC 9111 §4.3.4): a field on two lines (`Cache-Control: max-age=2` and
         // `Cache-Control: must-revalidate`) keeps both.
         let mut merged = http::HeaderMap::new();
-        for (n, v) in &old.meta.headers {
+        // Not the stored Date: the 304's (or, without one, none: its age starts now) is the
+        // one the new age counts from.
+        let old_fields = old.meta.headers.iter();
+        for (n, v) in old_fields.filter(|(n, _)| !n.eq_ignore_ascii_case("date")) {
             if let (Ok(n), Ok(v)) = (
                 http::HeaderName::from_bytes(n.as_bytes()),
                 http::HeaderValue::from_str(v),
@@ -544,6 +552,20 @@ impl Fill {
         }
         let mut meta = (*old.meta).clone();
         meta.stored_at_ms = now;
+        // The stored response was selected by its strong ETag (or both Last-Modified agree):
+        // a newer Last-Modified the 304 sends is the stored one's from now on (§4.3.4).
+        if let Some(lm) = header(resp, "last-modified") {
+            let parsed = crate::http::date::parse(&lm);
+            if parsed.is_some()
+                && parsed
+                    != meta
+                        .last_modified
+                        .as_deref()
+                        .and_then(crate::http::date::parse)
+            {
+                meta.last_modified = Some(lm);
+            }
+        }
         let authorized = job.authorization.is_some();
         match freshness::evaluate(
             old.meta.status,
@@ -567,7 +589,7 @@ impl Fill {
                 meta.fresh_until_ms = now;
                 meta.stale_while_revalidate_until_ms = now;
                 meta.stale_if_error_until_ms = now;
-                meta.headers = stored_headers(&merged, origin);
+                meta.headers = kept_headers(&merged, origin, now);
                 self.publish(Progress::Refreshed(Arc::new(Stored {
                     id: old.id,
                     fd: old.fd.clone(),
@@ -589,7 +611,7 @@ impl Fill {
                 return;
             }
         }
-        meta.headers = stored_headers(&merged, origin);
+        meta.headers = kept_headers(&merged, origin, now);
         if !self.may_store() {
             // Purged meanwhile: answer the waiters from the old body, store nothing.
             let s = Arc::new(Stored {
@@ -934,8 +956,24 @@ fn header(resp: &OriginResponse, name: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-/// The response headers kept with an entry and sent with it.
-pub fn stored_headers(h: &http::HeaderMap, origin: &Origin) -> Vec<(String, String)> {
+/// The response headers kept with an entry and sent with it, `Date` included: the origin's
+/// (written as an IMF-fixdate), or `now_ms` for an answer without a valid one (RFC 9110
+/// §6.6.1). Answers from the entry carry it with an `Age` counted from it, so a downstream
+/// cache computes the lifetime the origin gave (`Expires` - `Date`) and the age alike (RFC 9111
+/// §4.2); a Date of the moment of sending would shorten what is left of it by the `Age`.
+fn kept_headers(h: &http::HeaderMap, origin: &Origin, now_ms: i64) -> Vec<(String, String)> {
+    let date = h
+        .get(http::header::DATE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::http::date::parse)
+        .unwrap_or(now_ms.div_euclid(1000));
+    let mut kept = stored_headers(h, origin);
+    kept.push(("Date".to_string(), crate::http::date::format(date)));
+    kept
+}
+
+/// The response headers kept with an entry and sent with it, but `Date` ([`kept_headers`]).
+fn stored_headers(h: &http::HeaderMap, origin: &Origin) -> Vec<(String, String)> {
     forwarded(h, origin)
         .filter(|(n, _)| !NOT_STORED.contains(&n.as_str()))
         .map(|(n, v)| (canonical(n.as_str()), v.to_string()))
@@ -975,19 +1013,26 @@ pub fn forwarded<'h>(
         })
 }
 
-/// Whether a 304's strong ETag differs from the stored response's: then it is not about the
-/// stored response and must not update it (RFC 9111 §4.3.4). A 304 without an ETag, or with a
-/// weak one, is taken for the stored response.
-fn names_another_version(h: &http::HeaderMap, stored: Option<&str>) -> bool {
-    let Some(new) = h.get(http::header::ETAG).and_then(|v| v.to_str().ok()) else {
-        return false;
-    };
-    let new = new.trim();
-    if new.starts_with("W/") {
-        return false;
+/// Whether a 304 does not select the stored response, so it must not update it (RFC 9111
+/// §4.3.4): a strong ETag both have decides; without one, a Last-Modified both have. A 304
+/// naming neither (or only weak ETags) is taken for the stored response.
+fn names_another_version(
+    h: &http::HeaderMap,
+    etag: Option<&str>,
+    last_modified: Option<&str>,
+) -> bool {
+    let field = |n| h.get(n).and_then(|v: &http::HeaderValue| v.to_str().ok());
+    let strong = |e: &&str| !e.starts_with("W/");
+    let new_etag = field(http::header::ETAG).map(str::trim).filter(strong);
+    if let (Some(new), Some(old)) = (new_etag, etag.map(str::trim).filter(strong)) {
+        return new != old;
     }
-    match stored.map(str::trim) {
-        Some(old) if !old.starts_with("W/") => old != new,
+    let date = |v: Option<&str>| v.and_then(crate::http::date::parse);
+    match (
+        date(field(http::header::LAST_MODIFIED)),
+        date(last_modified),
+    ) {
+        (Some(new), Some(old)) => new != old,
         _ => false,
     }
 }

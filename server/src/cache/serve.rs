@@ -19,7 +19,7 @@
 //! be shared, and never joins nor shares a fill: its fills forward the credentials, run for it
 //! alone, and store only what the origin allows to share. It must not read from the socket.
 
-use super::fill::{unix_now_ms, Fill, FillError, FillJob, FillReader, Progress};
+use super::fill::{unix_now_ms, Fill, FillError, FillHead, FillJob, FillReader, Progress};
 use super::key::{CacheKey, EntryId};
 use super::volume::{CacheStatus, CacheVolume, FillFor, Found, Stored};
 use crate::config::CachePolicy;
@@ -72,7 +72,7 @@ struct Ctx<'a> {
 enum Source {
     Stored(Arc<Stored>),
     /// A fill under way, this request registered as its reader from the start.
-    Fill(FillReader, Arc<super::fill::FillHead>),
+    Fill(FillReader, Arc<FillHead>),
 }
 
 impl Source {
@@ -240,6 +240,19 @@ fn range_start_hint(h: Option<&str>) -> Option<u64> {
     a.trim().parse().ok()
 }
 
+/// The head of an answer from a stored (or filling) entry: with the entry's own `Date`, which
+/// its `Age` counts from (entries stored before dates were kept get the time of sending).
+fn stored_head(code: u16, meta: &super::entry::EntryMeta) -> Head {
+    match meta
+        .headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("date"))
+    {
+        Some((_, date)) => Head::dated_as(code, date),
+        None => Head::new(code),
+    }
+}
+
 impl Ctx<'_> {
     fn job(&self, slice: u32, revalidate: Option<Arc<Stored>>) -> FillJob {
         FillJob {
@@ -330,6 +343,13 @@ impl Ctx<'_> {
                 .as_ref()
                 .is_none_or(|s| now_ms >= s.meta.stale_while_revalidate_until_ms)
         {
+            if let Some((fill, head)) = stored
+                .is_none()
+                .then(|| self.landed(slice, now_ms))
+                .flatten()
+            {
+                return First::Serve(Source::Fill(fill.reader(0), head), CacheStatus::Hit);
+            }
             return match self.past_end(slice, now_ms).await {
                 Some(s0) => First::PastEnd(s0),
                 None => First::Error(504, None),
@@ -391,6 +411,23 @@ impl Ctx<'_> {
             }
         }
         first
+    }
+
+    /// A fill of `slice` holding every byte of a fresh answer (being written to the disk, not
+    /// yet in the index): stored in all but name, so an only-if-cached request right after a
+    /// miss is answered from it (a hit) rather than 504. A fill for one user's credentials is
+    /// never found (it is not registered).
+    fn landed(&self, slice: u32, now_ms: i64) -> Option<(Arc<Fill>, Arc<FillHead>)> {
+        let fill = self.cv.fill_running(self.key.slice(slice))?;
+        let head = match &*fill.subscribe().borrow() {
+            Progress::Body { head, avail, .. }
+                if *avail == head.meta.body_len && now_ms < head.meta.fresh_until_ms =>
+            {
+                head.clone()
+            }
+            _ => return None,
+        };
+        Some((fill, head))
     }
 
     /// The object's first slice when it answers for `slice` (not stored): stored, fresh and
@@ -557,13 +594,15 @@ impl Ctx<'_> {
                 .collect(),
         };
         let now = self.cv.index.now();
+        let now_ms = unix_now_ms();
         spans
             .iter()
             .filter(|(_, len)| *len > 0)
             .all(|&(start, len)| {
                 ((start / s)..=((start + len - 1) / s)).all(|k| {
-                    self.cv.index.lookup(self.key.slice(k as u32), now)
-                        != super::index::Presence::No
+                    let slice = k as u32;
+                    self.cv.index.lookup(self.key.slice(slice), now) != super::index::Presence::No
+                        || self.landed(slice, now_ms).is_some()
                 })
             })
     }
@@ -812,7 +851,7 @@ impl Ctx<'_> {
                             .any(|f| n.eq_ignore_ascii_case(f))
                     })
                     .map(|(n, v)| (n.as_str(), v.as_str()));
-                let head = self.with_fields(Head::new(304), fields, ctype, now);
+                let head = self.with_fields(stored_head(304, &meta), fields, ctype, now);
                 let out = validators(head)
                     .header("Age", age.max(0) as u64)
                     .header("X-Cache", status.header())
@@ -862,7 +901,7 @@ impl Ctx<'_> {
             // Part of the body would have to come from the origin.
             return self.error(504, None, CacheStatus::Miss).await;
         }
-        let mut head = Head::new(code);
+        let mut head = stored_head(code, &meta);
         let (len, multipart_type) = match &body {
             Body::Multipart(m) => (m.content_length(), Some(m.content_type())),
             Body::Range { len, .. } => (*len, None),
@@ -955,6 +994,10 @@ impl Ctx<'_> {
         );
         let mut vary: Vec<&str> = Vec::new();
         for (n, v) in fields {
+            if n.eq_ignore_ascii_case("date") {
+                // In the head already ([`stored_head`]).
+                continue;
+            }
             if n.eq_ignore_ascii_case("vary") {
                 vary.push(v);
             } else if !d.replaces(n) {
@@ -1146,7 +1189,7 @@ impl Ctx<'_> {
     async fn send_filling(
         &self,
         reader: &FillReader,
-        head: &Arc<super::fill::FillHead>,
+        head: &Arc<FillHead>,
         a: u64,
         b: u64,
     ) -> Result<u64, (u64, &'static str)> {

@@ -143,6 +143,11 @@ impl Head {
         Head::start(status, |buf| super::date::push_date(buf, now))
     }
 
+    /// Status line plus `Server` and `Date` as given: a stored answer's own (an IMF-fixdate).
+    pub fn dated_as(status: u16, date: &str) -> Head {
+        Head::start(status, |buf| buf.push_str(date))
+    }
+
     fn start(status: u16, date: impl FnOnce(&mut String)) -> Head {
         let mut buf = String::with_capacity(320);
         buf.push_str("HTTP/1.1 ");
