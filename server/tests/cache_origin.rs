@@ -1600,11 +1600,25 @@ fn redirects_to_the_origin_itself_are_made_relative_to_the_node() {
             .header("Location", &format!("{}/p?q=1", o.url()))
             .cache_control("no-store"),
     );
+    // A path on the node starting `//` or `/\` would be another site to a browser (an open
+    // redirect): such a Location stays absolute, on the origin.
+    let other_site = format!("{}//evil.example/x/", o.url());
+    let backslash = format!("{}/\\evil.example/x/", o.url());
+    for (path, location) in [("/slashes", &other_site), ("/backslash", &backslash)] {
+        o.put(
+            path,
+            Object::new(Vec::new())
+                .status(301)
+                .header("Location", location),
+        );
+    }
     for (path, want, status) in [
         ("/dir", "/dir/", 301),
         ("/up", "/up/", 302),
         ("/away", "http://elsewhere.example/x", 302),
         ("/passed", "/p?q=1", 302),
+        ("/slashes", other_site.as_str(), 301),
+        ("/backslash", backslash.as_str(), 301),
     ] {
         for _ in 0..2 {
             let r = get(&n, path, "");
@@ -1614,6 +1628,27 @@ fn redirects_to_the_origin_itself_are_made_relative_to_the_node() {
         }
     }
     assert_eq!(xcache(&get(&n, "/dir", "")), "HIT");
+
+    // The Host sent to the origin names it too, with or without its scheme's default port.
+    let o = FaultOrigin::start();
+    let n = common::cache::temp_node(&[o.url()], "host = \"bucket.example\"", SLICED);
+    for (path, location) in [
+        ("/bare", "http://bucket.example/bare/"),
+        ("/port", "http://Bucket.example:80/port/"),
+    ] {
+        o.put(
+            path,
+            Object::new(Vec::new())
+                .status(301)
+                .header("Location", location),
+        );
+        let r = get(&n, path, "");
+        assert_eq!(
+            r.header("Location"),
+            Some(&*format!("{path}/")),
+            "{location}"
+        );
+    }
 }
 
 /// An answer of unknown length (chunked, no Content-Length) is stored when it ends within a

@@ -243,6 +243,18 @@ impl Origin {
             if by_host != bases[0] {
                 bases.push(by_host);
             }
+            // `http://h` and `http://h:80` are one server.
+            let default_port = if u.https { ":443" } else { ":80" };
+            for b in bases.clone() {
+                let other = match b.strip_suffix(default_port) {
+                    Some(bare) => bare.to_string(),
+                    None if !has_port(&b) => format!("{b}{default_port}"),
+                    None => continue,
+                };
+                if !bases.contains(&other) {
+                    bases.push(other);
+                }
+            }
             servers.push(Server {
                 bases,
                 url: s.clone(),
@@ -331,7 +343,12 @@ impl Origin {
             }
             match &v[base.len()..] {
                 "" => return "/",
-                rest if rest.starts_with('/') => return rest,
+                // Not `//host/...` or `/\host/...`: as a path on this node a browser reads
+                // those as another site (an open redirect); kept absolute, they stay on the
+                // origin.
+                rest if rest.starts_with('/') && !rest[1..].starts_with(['/', '\\']) => {
+                    return rest
+                }
                 _ => {}
             }
         }
@@ -356,6 +373,15 @@ impl Origin {
     pub fn idle_connections(&self) -> usize {
         self.inner.idle.len()
     }
+}
+
+/// Whether `scheme://authority` names a port.
+fn has_port(base: &str) -> bool {
+    let authority = base.split_once("://").map_or(base, |(_, a)| a);
+    let after_v6 = authority
+        .rsplit_once(']')
+        .map_or(authority, |(_, rest)| rest);
+    after_v6.contains(':')
 }
 
 /// `host:port` or `[v6]:port` -> host.
