@@ -835,6 +835,34 @@ fn an_https_origin_with_a_test_ca_and_host_sni_overrides() {
     );
 }
 
+/// A self-signed certificate that is a CA (what `openssl req -x509` makes by default) is
+/// refused as a server certificate even from `ca_file` (rustls): the log says why and what to
+/// issue instead, not a bare error code.
+#[test]
+fn a_ca_certificate_as_the_origin_certificate_is_refused_with_the_remedy() {
+    let (tls, pem) = TestCa::self_signed_ca_as_server(&["cdn.test"]);
+    let o = FaultOrigin::start_tls_with(tls);
+    o.put("/x", Object::new(pattern(100, 1)));
+    let d = common::tempdir();
+    let ca_file = d.path().join("self.pem");
+    std::fs::write(&ca_file, pem).unwrap();
+    let extra = format!(
+        "ca_file = {:?}\nsni = \"cdn.test\"",
+        ca_file.display().to_string()
+    );
+    let n = node(d.path(), &[o.url()], &extra, "");
+    assert_eq!(get(&n, "/x", "").status, 502);
+    assert_eq!(o.requests("/x"), 0);
+    assert!(
+        common::wait_until(Duration::from_secs(5), || n
+            .srv
+            .logs()
+            .contains("basicConstraints CA:FALSE")),
+        "{}",
+        n.srv.logs()
+    );
+}
+
 #[test]
 fn max_connections_caps_the_origin_connections_of_the_whole_node() {
     let o = FaultOrigin::start();

@@ -114,7 +114,7 @@ async fn connect_one(
                     .map_err(|source| OriginError::Tls {
                         origin: inner.name.clone(),
                         server: server.url.clone(),
-                        source,
+                        source: explained(source),
                     })?;
             handshake(stream, guard, inner, server).await
         }
@@ -160,3 +160,30 @@ where
 /// Idle connections are dropped after this long (below nginx's 75 s keepalive_timeout, so the
 /// origin rarely closes one just as a request goes out on it).
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A handshake error with what to do about it, where rustls' words name no remedy: a server
+/// certificate that is itself a CA (`basicConstraints CA:TRUE`, what `openssl req -x509` makes
+/// by default for a self-signed one) is refused even when `ca_file` holds it, where OpenSSL
+/// (nginx, curl) accepts it.
+fn explained(e: std::io::Error) -> std::io::Error {
+    let webpki = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .and_then(|r| match r {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::Other(o)) => {
+                o.0.downcast_ref::<webpki::Error>()
+            }
+            _ => None,
+        });
+    match webpki {
+        Some(webpki::Error::CaUsedAsEndEntity) => std::io::Error::new(
+            e.kind(),
+            "the origin's certificate is a CA certificate (basicConstraints CA:TRUE, as `openssl \
+             req -x509` makes a self-signed one by default) used as its server certificate, \
+             which is refused even when ca_file holds it: issue the server certificate with \
+             basicConstraints CA:FALSE (`-addext basicConstraints=critical,CA:FALSE`), or sign \
+             it with a CA certificate that ca_file holds",
+        ),
+        _ => e,
+    }
+}

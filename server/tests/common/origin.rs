@@ -187,6 +187,11 @@ impl FaultOrigin {
         FaultOrigin::spawn(Some(ca.server_config(names)))
     }
 
+    /// An HTTPS origin with the TLS configuration `tls`.
+    pub fn start_tls_with(tls: Arc<rustls::ServerConfig>) -> FaultOrigin {
+        FaultOrigin::spawn(Some(tls))
+    }
+
     fn spawn(tls: Option<Arc<rustls::ServerConfig>>) -> FaultOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind test origin");
         let addr = listener.local_addr().unwrap();
@@ -765,6 +770,27 @@ impl TestCa {
         let p = dir.join(name);
         std::fs::write(&p, &self.cert_pem).expect("write CA PEM");
         p
+    }
+
+    /// A rustls server configuration presenting a self-signed CA certificate (CA:TRUE) for
+    /// `names` as its own, as `openssl req -x509` makes one, and that certificate's PEM.
+    pub fn self_signed_ca_as_server(names: &[&str]) -> (Arc<rustls::ServerConfig>, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).expect("self-signed");
+        let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(
+            rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()),
+        );
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], key_der)
+            .expect("server certificate");
+        (Arc::new(cfg), cert.pem())
     }
 
     /// A rustls server configuration with a leaf certificate for `names`.
