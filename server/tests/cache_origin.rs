@@ -835,6 +835,40 @@ fn an_https_origin_with_a_test_ca_and_host_sni_overrides() {
     );
 }
 
+/// An object of more slices than an entry id numbers (a lying origin's total of 2^64 - 1) is
+/// never stored: a seek into its last numbered slice leaves no entry behind.
+#[test]
+fn an_object_of_more_slices_than_can_be_numbered_is_not_stored() {
+    let (o, n) = origin_and_node(SLICED);
+    let start = u64::from(u32::MAX) * SLICE as u64;
+    let end = start + SLICE as u64 - 1;
+    let mut raw = format!(
+        "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{end}/{}\r\n\
+         Content-Length: {SLICE}\r\nETag: \"v1\"\r\n\r\n",
+        u64::MAX
+    )
+    .into_bytes();
+    raw.extend(pattern(SLICE, 3));
+    o.put("/huge", Object::new(pattern(10, 1)));
+    o.fault("/huge", Fault::Raw(raw));
+    let r = common::cache::try_get(
+        &n,
+        "/huge",
+        &format!("Range: bytes={start}-{}\r\n", start + 99),
+    );
+    if let Ok(r) = &r {
+        assert_ne!(r.status, 200, "{:?}", r.headers);
+    }
+    assert!(o.requests("/huge") >= 1);
+    wait_committed(&n);
+    assert_eq!(
+        cache_files(&n.cache).1,
+        0,
+        "{:?}",
+        common::cache::walk(&n.cache)
+    );
+}
+
 /// A self-signed certificate that is a CA (what `openssl req -x509` makes by default) is
 /// refused as a server certificate even from `ca_file` (rustls): the log says why and what to
 /// issue instead, not a bare error code.
