@@ -286,7 +286,8 @@ def test_fields_passed_to_upstream_objects_are_as_strict_as_theirs(ours, kind, t
     mine = _field(_storage_schema(crd)["properties"]["spec"], ours)
     upstream = _field(_storage_schema(U.upstream_crds()[kind]), theirs)
     assert "pattern" in mine, f"spec.{'.'.join(ours)} has no pattern; upstream: {upstream.get('pattern')}"
-    samples = ["30s", "1m", "1min", "1h30m", "0", "5ms", "abc", "infra", "Infra_GW", "a-b", "-a",
+    samples = ["30s", "1m", "1min", "1h30m", "0", "5ms", "30s1m", "5m1h", "1s1s", "abc", "infra",
+               "Infra_GW", "a-b", "-a",
                "https", "HTTPS_Listener", "a.b", "a..b", "x" * 64]
     for s in samples:
         ok_mine = re.search(U.translate_pattern(mine["pattern"]), s) is not None \
@@ -294,3 +295,30 @@ def test_fields_passed_to_upstream_objects_are_as_strict_as_theirs(ours, kind, t
         ok_theirs = re.search(upstream["pattern"], s) is not None \
             and len(s) <= upstream.get("maxLength", 10**9)
         assert ok_mine == ok_theirs, (s, mine["pattern"], upstream["pattern"])
+
+
+# Chart values copied as they are into the chart's ServiceMonitor: (path in values.schema.json,
+# path in the ServiceMonitor's schema). Helm checks values against the chart's schema before it
+# renders; a value it takes that the CRD refuses fails the install half-way.
+CHART_PASSED_THROUGH = [
+    (["serviceMonitor", "interval"], ["spec", "endpoints", "items", "interval"]),
+    (["serviceMonitor", "scrapeTimeout"], ["spec", "endpoints", "items", "scrapeTimeout"]),
+]
+
+
+@pytest.mark.parametrize("ours,theirs", CHART_PASSED_THROUGH, ids=lambda x: ".".join(x))
+def test_chart_values_passed_to_upstream_objects_are_as_strict_as_theirs(ours, theirs) -> None:
+    import json
+    values = json.loads((CHART / "values.schema.json").read_text())
+    mine = _field(values, ours)
+    upstream = _field(_storage_schema(U.upstream_crds()[("monitoring.coreos.com", "ServiceMonitor")]),
+                      theirs)
+    for s in ["30s", "1m", "1min", "1h30m", "0", "5ms", "30s1m", "5m1h", "1s1s", "10s5s", "1d", "abc", ""]:
+        ok_mine = re.search(mine["pattern"], s) is not None
+        ok_theirs = re.search(upstream["pattern"], s) is not None
+        assert ok_mine == ok_theirs, (s, mine["pattern"], upstream["pattern"])
+
+
+def test_chart_kube_version_is_the_operators() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={U.K8S_VERSION}.0-0", chart["kubeVersion"]
