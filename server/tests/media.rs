@@ -40,6 +40,8 @@ fn site() -> Site {
     write(&root, "v/index.m3u8.br", &m3u8_br);
     write(&root, "v/index.m3u8.gz", &m3u8_gz);
     write(&root, "v/<b>&.ts", b"ts");
+    // Its name reads as a character reference in an HTML attribute unless escaped.
+    write(&root, "v/x&lt;y.txt", b"amp-lt");
     write(&root, "v/.hidden", b"x");
     write(&root, "v/sub.vtt", b"WEBVTT\n");
     write(&root, "v/aes.key", b"0123456789abcdef");
@@ -459,6 +461,32 @@ fn directories_redirect_and_list() {
         "{html}"
     );
     assert!(html.contains("&lt;b&gt;&amp;.ts"), "{html}");
+    // Every link, read as a browser reads an attribute (character references decoded), leads
+    // to the entry it names.
+    let hrefs: Vec<String> = html
+        .split("<a href=\"./")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(|h| {
+            h.replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&amp;", "&")
+        })
+        .collect();
+    let amp = hrefs
+        .iter()
+        .find(|h| h.starts_with('x'))
+        .expect("x&lt;y.txt listed");
+    let r = s.get(&format!("/v/{amp}"), &[]);
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (200, &b"amp-lt"[..]),
+        "{amp}"
+    );
+    for h in &hrefs {
+        assert_ne!(s.get(&format!("/v/{h}"), &[]).status, 404, "{h}");
+    }
     assert!(!html.contains("<b>") && !html.contains("hidden"), "{html}");
     let r = s.get("/v/?format=json", &[]);
     assert_eq!(r.header("Content-Type"), Some("application/json"));

@@ -68,7 +68,10 @@ pub fn html(path: &[u8], entries: &[Entry], truncated: bool) -> String {
         out.push_str("<tr><td><a href=\"../\">../</a></td><td></td><td></td></tr>\n");
     }
     for e in entries {
-        let mut href = uri::encode_segment(&e.name);
+        // Percent-encoded, then HTML-escaped: a browser decodes `&amp;` in an attribute, so a
+        // bare `&` of the name (`x&lt;y.txt`) would link to another file (`x<y.txt`).
+        let mut href = String::new();
+        escape_html(&uri::encode_segment(&e.name), &mut href);
         let mut text = String::new();
         escape_html(&String::from_utf8_lossy(&e.name), &mut text);
         if e.dir {
@@ -178,7 +181,7 @@ mod tests {
             "{page}"
         );
         assert!(
-            page.contains("<a href=\"./%3Cscript%3E&%22.ts\">&lt;script&gt;&amp;&quot;.ts</a>"),
+            page.contains("<a href=\"./%3Cscript%3E&amp;%22.ts\">&lt;script&gt;&amp;&quot;.ts</a>"),
             "{page}"
         );
         assert!(
