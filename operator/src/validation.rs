@@ -230,6 +230,35 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
             );
         }
     }
+    if let Some(e) = &spec.expose {
+        let hosts = e.http_route.iter().flat_map(|r| {
+            let f = |i| format!("spec.expose.httpRoute.hostnames[{i}]");
+            r.hostnames.iter().enumerate().map(move |(i, h)| (f(i), h))
+        });
+        let ingress = e.ingress.iter().flat_map(|g| {
+            let f = |i| format!("spec.expose.ingress.hosts[{i}]");
+            g.hosts.iter().enumerate().map(move |(i, h)| (f(i), h))
+        });
+        for (field, h) in hosts.chain(ingress) {
+            if h.0.parse::<std::net::Ipv4Addr>().is_ok() {
+                push(
+                    field,
+                    format!("{:?} must be a DNS name, not an IP address", h.0),
+                );
+            }
+        }
+        if e.http_route.is_some() {
+            for (i, r) in spec.routes.iter().enumerate() {
+                let n = crate::builders::expose::encoded_prefix(&r.prefix).len();
+                if n > HTTPROUTE_MAX_PATH {
+                    push(
+                        format!("spec.routes[{i}].prefix"),
+                        format!("is {n} characters percent-encoded, as the HTTPRoute carries it: the Gateway API allows {HTTPROUTE_MAX_PATH}"),
+                    );
+                }
+            }
+        }
+    }
     let mut unconverted = HashSet::new();
     for e in validate_cache(spec) {
         if e.field.ends_with(".maxSize") || e.field.ends_with(".sliceSize") {
@@ -257,6 +286,9 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
     }
     errs
 }
+
+/// Longest path value of an HTTPRoute match (the Gateway API's `maxLength`).
+pub const HTTPROUTE_MAX_PATH: usize = 1024;
 
 /// Longest ContentServer name: children are named `<name>-headless` (a 63-char DNS-1035 Service
 /// name) and StatefulSet pods carry `controller-revision-hash: <name>-<10 chars>` (a 63-char label).

@@ -975,6 +975,40 @@ fn validation_of_kubernetes_side_rules() {
     assert_invalid_fields(&cs.spec, &["spec.replicas"]);
 }
 
+/// What the CRD's patterns let through but the API server (an Ingress host) or the Gateway API
+/// (an HTTPRoute's path, at most 1024 characters percent-encoded) would refuse at apply time:
+/// refused first, naming the field.
+#[test]
+fn validation_of_what_kubernetes_refuses_in_exposed_objects() {
+    let mut cs = example("exposed.yaml");
+    assert_eq!(validate(&cs.spec), vec![]);
+    let e = cs.spec.expose.as_mut().unwrap();
+    e.ingress.as_mut().unwrap().hosts[0].0 = "10.0.0.1".into();
+    e.http_route.as_mut().unwrap().hostnames[0].0 = "192.168.1.20".into();
+    assert_invalid_fields(
+        &cs.spec,
+        &[
+            "spec.expose.httpRoute.hostnames[0]",
+            "spec.expose.ingress.hosts[0]",
+        ],
+    );
+    // Not addresses: names made of digits are DNS names.
+    let e = cs.spec.expose.as_mut().unwrap();
+    e.ingress.as_mut().unwrap().hosts[0].0 = "10.0.0.256".into();
+    e.http_route.as_mut().unwrap().hostnames[0].0 = "1.2.3".into();
+    assert_eq!(validate(&cs.spec), vec![]);
+
+    // 200 `é` are 400 bytes, 1200 characters as %C3%A9.
+    cs.spec.routes[1].prefix = format!("/{}/", "é".repeat(200));
+    let errs = validate(&cs.spec);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, "spec.routes[1].prefix");
+    assert!(errs[0].message.contains("1024"), "{}", errs[0].message);
+    // Without an HTTPRoute the same prefix is fine.
+    cs.spec.expose.as_mut().unwrap().http_route = None;
+    assert_eq!(validate(&cs.spec), vec![]);
+}
+
 #[test]
 fn spec_path_maps_server_fields() {
     assert_eq!(

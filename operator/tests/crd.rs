@@ -802,3 +802,34 @@ fn cel_rejects_a_zero_claim_size() {
     obj["spec"]["volumes"][i]["source"]["claimTemplate"]["size"] = json!("0.5Gi");
     assert_eq!(cel_errors(&obj), Vec::<String>::new());
 }
+
+/// An IP address as an Ingress host or HTTPRoute hostname is refused at admission (the API
+/// server refuses the Ingress, the Gateway API the hostname); names of digits are not.
+#[test]
+fn cel_rejects_ip_addresses_as_host_names() {
+    for (part, field) in [("ingress", "hosts"), ("httpRoute", "hostnames")] {
+        let mut obj = defaulted("exposed.yaml");
+        obj["spec"]["expose"][part][field][0] = json!("10.0.0.1");
+        assert_rejected(&obj, "must be a DNS name, not an IP address");
+        for fine in ["10.0.0.256", "1.2.3", "010.0.0.1", "cdn1.example.com"] {
+            obj["spec"]["expose"][part][field][0] = json!(fine);
+            assert_eq!(cel_errors(&obj), Vec::<String>::new(), "{fine}");
+        }
+    }
+}
+
+/// hostPath types other than the directory ones are refused by the schema (a volume is a
+/// directory of files; the kubelet would refuse an unknown type at pod creation).
+#[test]
+fn host_path_type_is_a_directory_type() {
+    let schema = root_schema();
+    let t = &schema["properties"]["spec"]["properties"]["volumes"]["items"]["properties"]["source"]
+        ["properties"]["hostPath"]["properties"]["type"];
+    let names: Vec<&str> = t["enum"]
+        .as_array()
+        .expect("an enum")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(names, ["Directory", "DirectoryOrCreate"], "{t}");
+}

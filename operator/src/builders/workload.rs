@@ -163,7 +163,7 @@ fn pod_volumes(cs: &ContentServer) -> Vec<Volume> {
                 name,
                 host_path: Some(HostPathVolumeSource {
                     path: hp.path.clone(),
-                    type_: hp.type_.clone(),
+                    type_: hp.type_.map(|t| t.as_str().to_string()),
                 }),
                 ..Volume::default()
             }

@@ -35,9 +35,18 @@ pub struct HttpRouteExpose {
     pub annotations: BTreeMap<String, String>,
 }
 
-/// A host name (RFC 1123; a leading `*.` wildcard label is allowed).
+/// A dotted-quad IPv4 address as Go's `net.ParseIP` reads one (no leading zeros).
+/// (`[.]`, not `\.`: the pattern sits in a CEL string literal, where `\.` is no escape.)
+pub const IPV4_PATTERN: &str = "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$";
+
+/// A host name (RFC 1123; a leading `*.` wildcard label is allowed), not an IP address: the
+/// API server refuses one as an Ingress host, and the Gateway API as an HTTPRoute hostname.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
 #[serde(transparent)]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": format!("!self.matches('{IPV4_PATTERN}')"),
+    "message": "must be a DNS name, not an IP address"
+}]))]
 pub struct Hostname(
     #[schemars(
         length(min = 1, max = 253),

@@ -147,9 +147,27 @@ pub struct HostPathSource {
     /// Absolute path on the node.
     #[schemars(regex(pattern = r"^/"))]
     pub path: String,
-    /// hostPath type, e.g. `Directory`.
+    /// What the kubelet checks before mounting: `Directory` (it must exist) or
+    /// `DirectoryOrCreate`; unset checks nothing. A volume is a directory of files, so the
+    /// file, socket and device types are refused.
     #[serde(rename = "type")]
-    pub type_: Option<String>,
+    pub type_: Option<HostPathType>,
+}
+
+/// The hostPath types a directory volume may have.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum HostPathType {
+    Directory,
+    DirectoryOrCreate,
+}
+
+impl HostPathType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostPathType::Directory => "Directory",
+            HostPathType::DirectoryOrCreate => "DirectoryOrCreate",
+        }
+    }
 }
 
 /// An OCI image volume: the image's filesystem, read-only. Its files often carry one constant
