@@ -2951,6 +2951,32 @@ fn only_if_cached_right_after_a_miss_is_a_hit() {
     );
 }
 
+/// The temporary directory removed while the node runs (an `rm -rf` of the cache's contents)
+/// is made again by the next fill: the volume keeps storing, not a miss forever.
+#[test]
+fn a_temporary_directory_removed_at_run_time_is_made_again() {
+    let (o, n) = origin_and_node(SLICED);
+    o.put("/a.bin", Object::new(pattern(1000, 1)));
+    assert_eq!(xcache(&get(&n, "/a.bin", "")), "MISS");
+    wait_committed(&n);
+    std::fs::remove_dir_all(n.cache.join(".tmp")).expect("remove .tmp");
+    let body = pattern(3000, 2);
+    o.put("/b.bin", Object::new(body.clone()));
+    let r = get(&n, "/b.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == body);
+    assert!(
+        common::wait_until(Duration::from_secs(5), || {
+            let r = get(&n, "/b.bin", "");
+            xcache(&r) == "HIT" && r.body == body
+        }),
+        "never stored: {}",
+        n.srv.logs()
+    );
+    assert_eq!(o.requests("/b.bin"), 1);
+    assert!(n.cache.join(".tmp").is_dir());
+}
+
 /// A stored slice whose file shrank while the node kept it open (a disk error, someone's
 /// `truncate`) cuts the response that meets it (never a complete wrong body), is dropped, and
 /// the next request fetches that slice again instead of being cut every time.

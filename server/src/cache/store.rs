@@ -242,12 +242,29 @@ impl Store {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let tmp = format!("{TMP_DIR}/{}.{}.{}", id.file_name(), std::process::id(), n);
         // O_NOATIME: reads of a filling entry are served from it (its creator may always set it).
-        let fd = rustix::fs::openat(
-            &self.root,
-            tmp.as_str(),
-            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOATIME,
-            Mode::from_raw_mode(0o644),
-        )
+        let open = || {
+            rustix::fs::openat(
+                &self.root,
+                tmp.as_str(),
+                OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOATIME,
+                Mode::from_raw_mode(0o644),
+            )
+        };
+        let fd = match open() {
+            // `.tmp` removed while the node runs (an `rm -rf` of the cache's contents): made
+            // again, as the levels are, rather than every fill of the volume failing.
+            Err(Errno::NOENT) => {
+                match rustix::fs::mkdirat(&self.root, TMP_DIR, Mode::from_raw_mode(0o755)) {
+                    Ok(()) => {
+                        tracing::warn!(path = %self.path.join(TMP_DIR).display(), "cache: the temporary directory was removed; made again");
+                    }
+                    Err(Errno::EXIST) => {}
+                    Err(e) => return Err(io_err(e)),
+                }
+                open()
+            }
+            r => r,
+        }
         .map_err(io_err)?;
         // Its bytes are served while it fills, and read back if evicted meanwhile.
         without_readahead(fd.as_fd());
