@@ -2951,6 +2951,43 @@ fn only_if_cached_right_after_a_miss_is_a_hit() {
     );
 }
 
+/// Entry files removed by hand while the node runs (`rm -rf` of the levels) are not served from
+/// their deleted files, though the node kept them open: each is fetched again, stored again,
+/// and the volume's entry count follows what is on the disk.
+#[test]
+fn entries_removed_by_hand_are_fetched_again_not_served_deleted() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    let paths: Vec<String> = (0..20).map(|i| format!("/rm/{i}.bin")).collect();
+    for (i, p) in paths.iter().enumerate() {
+        o.put(p, Object::new(pattern(2000, i as u8)));
+        assert_eq!(xcache(&get(&n, p, "")), "MISS");
+    }
+    wait_committed(&n);
+    for p in &paths {
+        assert_eq!(xcache(&get(&n, p, "")), "HIT", "{p}");
+    }
+    assert_eq!(volume_metric(&n, "contentserver_cache_entries", &[]), 20.0);
+    for d in std::fs::read_dir(&n.cache).unwrap() {
+        let d = d.unwrap().path();
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        if !name.starts_with('.') {
+            std::fs::remove_dir_all(&d).unwrap();
+        }
+    }
+    for (i, p) in paths.iter().enumerate() {
+        let r = get(&n, p, "");
+        assert_eq!(xcache(&r), "MISS", "{p} served from a deleted file");
+        assert!(r.body == pattern(2000, i as u8));
+        assert_eq!(o.requests(p), 2, "{p}");
+    }
+    wait_committed(&n);
+    assert_eq!(cache_files(&n.cache).1, 20);
+    assert_eq!(volume_metric(&n, "contentserver_cache_entries", &[]), 20.0);
+    for p in &paths {
+        assert_eq!(xcache(&get(&n, p, "")), "HIT", "{p}");
+    }
+}
+
 /// The temporary directory removed while the node runs (an `rm -rf` of the cache's contents)
 /// is made again by the next fill: the volume keeps storing, not a miss forever.
 #[test]

@@ -301,7 +301,10 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 Ok(Found::Stored(s))
             }
             Err(EntryError::Missing) => {
-                self.index.remove(id);
+                if self.index.remove(id).is_some() {
+                    tracing::debug!(volume = %self.name, entry = %id.rel_path(), "cache entry file removed from outside; forgotten");
+                    self.update_gauges();
+                }
                 Ok(Found::Absent)
             }
             Err(EntryError::Collision) => Ok(Found::Collision),
@@ -331,8 +334,24 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             .get(&id)
             .filter(|s| *s.meta.key == *key)
             .cloned()?;
+        // Removed from outside (`rm -rf` of the cache's contents): its link count is 0. An
+        // fstat of an open file reads no disk, so it may run on the event loop.
+        if rustix::fs::fstat(&*s.fd).is_ok_and(|st| st.st_nlink == 0) {
+            self.lost(&s);
+            return None;
+        }
         self.index.lookup(id, self.index.now());
         Some(s)
+    }
+
+    /// An open entry whose file is gone from the directory: out of the table, so the next
+    /// lookup opens its path on the pool, which finds what is there now (nothing: the index
+    /// forgets it and it is fetched again; or the entry a commit renamed over it just now).
+    fn lost(&self, s: &Arc<Stored>) {
+        let mut open = lock(&self.open);
+        if open.get(&s.id).is_some_and(|o| Arc::ptr_eq(o, s)) {
+            open.swap_remove(&s.id);
+        }
     }
 
     /// Keep `s` open for the next requests, in place of the entry open for its id (bounded; a
