@@ -188,7 +188,7 @@ impl Metrics {
             cache_size_bytes: reg(&r, IntGaugeVec::new(opts("cache_size_bytes", "Bytes of stored entries (4 KiB units)."), v).unwrap()),
             cache_max_bytes: reg(&r, IntGaugeVec::new(opts("cache_max_bytes", "Size the volume's entries are kept under (max_size, or 10% of the filesystem free)."), v).unwrap()),
             cache_entries: reg(&r, IntGaugeVec::new(opts("cache_entries", "Stored entries (one per object slice) in the index."), v).unwrap()),
-            cache_evictions_total: reg(&r, IntCounterVec::new(opts("cache_evictions_total", "Entries deleted, by reason (size, inactive, invalid)."), &["volume", "reason"]).unwrap()),
+            cache_evictions_total: reg(&r, IntCounterVec::new(opts("cache_evictions_total", "Entries deleted, by reason (size, inactive, invalid, replaced)."), &["volume", "reason"]).unwrap()),
             cache_purges_total: reg(&r, IntCounterVec::new(opts("cache_purges_total", "Entries deleted by POST /cache/purge."), v).unwrap()),
             log_lines_dropped_total: reg(&r, IntCounter::with_opts(opts("log_lines_dropped_total", "Log lines dropped because the log writer thread was behind (stderr slow or not drained); the server never waits for it.")).unwrap()),
             common_responses: Default::default(),
