@@ -780,17 +780,7 @@ impl TestCa {
         let mut params = rcgen::CertificateParams::new(names).expect("params");
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         let cert = params.self_signed(&key).expect("self-signed");
-        let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(
-            rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()),
-        );
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let cfg = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.der().clone()], key_der)
-            .expect("server certificate");
-        (Arc::new(cfg), cert.pem())
+        (tls_server(vec![cert.der().clone()], &key), cert.pem())
     }
 
     /// A rustls server configuration with a leaf certificate for `names`.
@@ -802,16 +792,24 @@ impl TestCa {
             .distinguished_name
             .push(rcgen::DnType::CommonName, "test origin");
         let leaf = params.signed_by(&key, &self.issuer).expect("sign leaf");
-        let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(
-            rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()),
-        );
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let cfg = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .with_no_client_auth()
-            .with_single_cert(vec![leaf.der().clone(), self.cert_der.clone()], key_der)
-            .expect("server certificate");
-        Arc::new(cfg)
+        tls_server(vec![leaf.der().clone(), self.cert_der.clone()], &key)
     }
+}
+
+/// A rustls server configuration presenting `chain` with the private key `key`.
+fn tls_server(
+    chain: Vec<rustls::pki_types::CertificateDer<'static>>,
+    key: &rcgen::KeyPair,
+) -> Arc<rustls::ServerConfig> {
+    let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(
+        rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()),
+    );
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key_der)
+        .expect("server certificate");
+    Arc::new(cfg)
 }
