@@ -23,12 +23,12 @@
 //!
 //! # Objects that do not decode
 //!
-//! kube's watcher LISTs and decodes the ContentServers as one list: an object the typed
-//! `ContentServer` cannot hold (an integer beyond its Rust type) fails the whole list, and no
-//! ContentServer in the watched scope is reconciled until it is fixed; the watcher retries with
-//! backoff. The CRD prevents it (every integer carries its type's bounds, `crd::bounds`); should
-//! it still happen (a CRD installed by hand), the failure is logged as one short warning
-//! ([`brief`]), and [`log_filter`] keeps kube's client from logging the whole response body.
+//! ContentServers are watched untyped and decoded one by one (`watch.rs`): one that the typed
+//! `ContentServer` cannot hold (an integer beyond its Rust type, a value an older CRD allowed)
+//! is reported on its own, a short warning naming the object and the field and a Warning Event
+//! on it, while the others are reconciled. The CRD prevents most of it (every integer carries
+//! its type's bounds, `crd::bounds`). [`log_filter`] keeps kube's client from logging whole
+//! response bodies.
 //!
 //! Server-side apply is a PATCH (`create` is listed because apply creates missing objects). Every
 //! child is read (`get`) before it is applied or deleted: the operator writes only objects it
@@ -45,7 +45,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::Api;
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{watcher, Controller};
 use kube::Client;
@@ -74,17 +74,7 @@ where
     }
 }
 
-/// Longest error text logged for a failed LIST or WATCH.
-pub const MAX_ERROR_LEN: usize = 300;
-
-/// An error's text cut to [`MAX_ERROR_LEN`] characters (a decode error quotes the response).
-pub fn brief(e: &dyn std::fmt::Display) -> String {
-    let text = e.to_string();
-    match text.char_indices().nth(MAX_ERROR_LEN) {
-        Some((cut, _)) => format!("{}...", &text[..cut]),
-        None => text,
-    }
-}
+pub use crate::watch::{brief, MAX_ERROR_LEN};
 
 /// The process's log filter: `RUST_LOG` (default `info`), with kube's HTTP client held to
 /// errors unless `RUST_LOG` names `kube_client` (its warning on a body that does not decode
@@ -109,12 +99,20 @@ pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: Strin
         instance: Some(instance),
     };
     let recorder = Recorder::new(client.clone(), reporter);
-    let ctx = Arc::new(Context::new(client.clone(), recorder, metrics.clone()));
-    let apis: Vec<(Api<ContentServer>, Option<String>)> = match scope {
-        Scope::All => vec![(Api::all(client.clone()), None)],
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        recorder.clone(),
+        metrics.clone(),
+    ));
+    let resource = ApiResource::erase::<ContentServer>(&());
+    let apis: Vec<(Api<DynamicObject>, Option<String>)> = match scope {
+        Scope::All => vec![(Api::all_with(client.clone(), &resource), None)],
         Scope::Namespaces(list) => list
             .into_iter()
-            .map(|ns| (Api::namespaced(client.clone(), &ns), Some(ns)))
+            .map(|ns| {
+                let api = Api::namespaced_with(client.clone(), &ns, &resource);
+                (api, Some(ns))
+            })
             .collect(),
     };
     let mut runs = Vec::new();
@@ -133,7 +131,12 @@ pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: Strin
             crate::builders::MANAGED_BY_LABEL,
             crate::builders::FIELD_MANAGER
         ));
-        let controller = Controller::new(api, watcher::Config::default().any_semantic())
+        let (contentservers, store) = crate::watch::contentservers(
+            api,
+            watcher::Config::default().any_semantic(),
+            recorder.clone(),
+        );
+        let controller = Controller::for_stream(contentservers, store)
             .owns(cms, owned.clone())
             .owns(deps, owned.clone())
             .owns(stss, owned.clone())

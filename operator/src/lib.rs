@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod reconcile;
 pub mod status;
 pub mod validation;
+pub mod watch;
 
 use kube::CustomResourceExt;
 

@@ -68,21 +68,26 @@ impl std::io::Write for LogBuf {
     }
 }
 
-/// A stored ContentServer that the typed LIST cannot decode (the CRD prevents it; a hand-made
-/// CRD may not): the failure is one short warning per retry, not kube's dump of the whole list.
+/// A stored ContentServer that the typed `ContentServer` cannot hold (the CRD prevents it; a
+/// CRD installed by hand or an older one may not) is reported on its own: one short warning
+/// naming the object and the field, a Warning Event on it, and never kube's dump of the whole
+/// list. Every other ContentServer in the scope is still reconciled.
 #[tokio::test(flavor = "current_thread")]
-async fn an_undecodable_contentserver_is_logged_briefly() {
+async fn an_undecodable_contentserver_is_reported_and_the_others_reconciled() {
     let fake = FakeApi::new();
-    let doc = example_docs("minimal.yaml")
-        .into_iter()
-        .find(|d| d["kind"] == "ContentServer")
-        .expect("ContentServer");
-    let mut bad =
+    let doc = |file: &str| {
+        let doc = example_docs(file)
+            .into_iter()
+            .find(|d| d["kind"] == "ContentServer")
+            .expect("ContentServer");
         serde_json::to_value(serde_json::from_value::<ContentServer>(doc).expect("typed"))
-            .expect("json");
+            .expect("json")
+    };
+    let mut bad = doc("minimal.yaml");
     bad["spec"]["replicas"] = serde_json::json!(3_000_000_000_i64);
     bad["spec"]["image"] = serde_json::json!("x".repeat(2000));
     fake.insert(&contentservers(), bad);
+    fake.insert(&contentservers(), doc("media-node.yaml"));
 
     let buf = LogBuf::default();
     let writer = buf.clone();
@@ -92,19 +97,28 @@ async fn an_undecodable_contentserver_is_logged_briefly() {
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    let metrics = Metrics::new();
     let task = tokio::spawn(controller::run(
         fake.client(),
         Scope::Namespaces(vec![NS.into()]),
-        Metrics::new(),
+        metrics.clone(),
         "test".into(),
     ));
     let log = || String::from_utf8_lossy(&buf.0.lock().expect("log buffer")).into_owned();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !log().contains("expected i32") {
+    while !(log().contains("expected i32")
+        && fake.get(&statefulsets(), "media").is_some()
+        && metrics.managed.get() == 1
+        && fake
+            .events()
+            .iter()
+            .any(|(_, r, _)| r == content_operator::watch::UNDECODABLE_REASON))
+    {
         assert!(
             Instant::now() < deadline,
-            "no decode warning within 20s:\n{}",
-            log()
+            "within 20s: no decode warning, no Event or media not reconciled:\n{}\nstatefulsets {:?}",
+            log(),
+            fake.names(&statefulsets())
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -115,10 +129,29 @@ async fn an_undecodable_contentserver_is_logged_briefly() {
         .find(|l| l.contains("expected i32"))
         .expect("warning line");
     assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains("spec.replicas"), "{line}");
+    assert!(line.contains("minimal"), "{line}");
     assert!(line.len() < 600, "not brief: {} characters", line.len());
     assert!(
         !text.contains("xxxxxxxxxx"),
         "the list body was logged:\n{}",
         &text[..text.len().min(3000)]
+    );
+    // Not reconciled, not counted (the gauge is 1: media); the other one is.
+    assert!(fake.get(&deployments(), "minimal").is_none());
+    let events = fake.events();
+    let (kind, reason, note) = events
+        .iter()
+        .find(|(_, r, _)| r == content_operator::watch::UNDECODABLE_REASON)
+        .unwrap_or_else(|| {
+            panic!(
+                "no {} Event: {events:?}",
+                content_operator::watch::UNDECODABLE_REASON
+            )
+        });
+    assert_eq!(kind, "Warning");
+    assert!(
+        note.contains("spec.replicas") && note.contains("expected i32"),
+        "{reason}: {note}"
     );
 }

@@ -1,0 +1,122 @@
+//! The stream of ContentServers the controller reconciles: watched as the API server stores
+//! them (untyped) and decoded one object at a time, so that one object the typed
+//! `ContentServer` cannot hold (stored under an older CRD, or with a CRD installed by hand
+//! without its schema) is reported on its own (a warning naming the object and the field, and a
+//! Warning Event on it) while every other ContentServer keeps being reconciled. A typed watch
+//! decodes a LIST as a whole: one such object would stop them all.
+//!
+//! Owns the decoding and the store of decoded objects; must not reconcile anything.
+
+use crate::crd::ContentServer;
+use futures::{Stream, StreamExt};
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Resource, ResourceExt};
+
+/// Longest error text logged for a failed LIST or WATCH or an object that does not decode.
+pub const MAX_ERROR_LEN: usize = 300;
+
+/// An error's text cut to [`MAX_ERROR_LEN`] characters (a decode error quotes the response).
+pub fn brief(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    match text.char_indices().nth(MAX_ERROR_LEN) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
+/// The Event reason on a ContentServer that does not decode.
+pub const UNDECODABLE_REASON: &str = "InvalidObject";
+
+/// What a ContentServer's stored JSON fails on: the field's path and serde's message, e.g.
+/// `spec.replicas: invalid value: integer `3000000000`, expected i32`.
+pub fn decode(obj: &DynamicObject) -> Result<ContentServer, String> {
+    let value = serde_json::to_value(obj).map_err(|e| e.to_string())?;
+    serde_path_to_error::deserialize::<_, ContentServer>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            inner.to_string()
+        } else {
+            format!("{path}: {inner}")
+        }
+    })
+}
+
+/// The ContentServers of `api`'s scope, decoded one by one, kept in the returned store; the
+/// stream yields each one applied (what the controller's trigger wants).
+pub fn contentservers(
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    recorder: Recorder,
+) -> (
+    impl Stream<Item = Result<ContentServer, watcher::Error>> + Send + 'static,
+    Store<ContentServer>,
+) {
+    let (reader, writer) = reflector::store();
+    let known = reader.clone();
+    let decoded = watcher(api, config).filter_map(move |ev| {
+        let known = known.clone();
+        let recorder = recorder.clone();
+        async move {
+            match ev {
+                Ok(ev) => typed(ev, &known, &recorder).await.map(Ok),
+                Err(e) => Some(Err(e)),
+            }
+        }
+    });
+    let stream = reflector::reflector(writer, decoded).applied_objects();
+    (stream, reader)
+}
+
+/// One watch event with its object decoded; None drops an event whose object does not decode
+/// (reported). Such an object's earlier version, if one decoded, stays in the store and keeps
+/// being reconciled as it was; its deletion still removes it.
+async fn typed(
+    ev: watcher::Event<DynamicObject>,
+    known: &Store<ContentServer>,
+    recorder: &Recorder,
+) -> Option<watcher::Event<ContentServer>> {
+    use watcher::Event::*;
+    Some(match ev {
+        Init => Init,
+        InitDone => InitDone,
+        Apply(o) => Apply(reported(o, recorder).await?),
+        InitApply(o) => InitApply(reported(o, recorder).await?),
+        Delete(o) => match decode(&o) {
+            Ok(cs) => Delete(cs),
+            Err(_) => {
+                let key = ObjectRef::new(&o.name_any()).within(&o.namespace().unwrap_or_default());
+                Delete(known.get(&key).map(|cs| (*cs).clone())?)
+            }
+        },
+    })
+}
+
+/// The decoded object, or None after a warning and a Warning Event on it.
+async fn reported(obj: DynamicObject, recorder: &Recorder) -> Option<ContentServer> {
+    match decode(&obj) {
+        Ok(cs) => Some(cs),
+        Err(why) => {
+            let name = format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any());
+            let why = brief(&why);
+            tracing::warn!(contentserver = %name, error = %why, "ContentServer does not decode; not reconciled until it is fixed (the others are)");
+            let ev = Event {
+                type_: EventType::Warning,
+                reason: UNDECODABLE_REASON.into(),
+                note: Some(format!(
+                    "the operator cannot read this object, so it is not reconciled: {why}"
+                )),
+                action: "Decode".into(),
+                secondary: None,
+            };
+            let reference = obj.object_ref(&ApiResource::erase::<ContentServer>(&()));
+            if let Err(e) = recorder.publish(&ev, &reference).await {
+                tracing::warn!(contentserver = %name, error = %e, "cannot publish event");
+            }
+            None
+        }
+    }
+}
