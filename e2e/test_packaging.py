@@ -263,6 +263,14 @@ def _cel_variants() -> dict[str, tuple[dict, str]]:
     d = _example("media-node.yaml")
     d["spec"]["volumes"][0]["source"]["claimTemplate"]["size"] = "0Gi"
     out["claim-size-zero"] = (d, "size must be more than 0")
+
+    d = _example("exposed.yaml")
+    d["spec"]["expose"]["ingress"]["hosts"] = ["10.0.0.1"]
+    out["ingress-host-ip"] = (d, "must be a DNS name, not an IP address")
+
+    d = _example("exposed.yaml")
+    d["spec"]["expose"]["httpRoute"]["hostnames"] = ["192.168.1.20"]
+    out["httproute-hostname-ip"] = (d, "must be a DNS name, not an IP address")
     return out
 
 
@@ -272,7 +280,8 @@ CEL_CASES = ["duplicate-volume-names", "route-to-unknown-volume", "two-volumes-n
              "rest-not-last", "volume-and-split", "autoscaling-min-above-max", "network-peer-empty",
              "cache-route-without-origin", "cache-route-on-plain-volume",
              "cache-volume-on-static-route", "origin-ca-two-sources",
-             "shared-claim-cache-replicas", "shared-claim-cache-autoscaling", "claim-size-zero"]
+             "shared-claim-cache-replicas", "shared-claim-cache-autoscaling", "claim-size-zero",
+             "ingress-host-ip", "httproute-hostname-ip"]
 
 
 def test_cel_cases_are_all_listed() -> None:

@@ -132,11 +132,17 @@ def code_access(src: Path) -> set[Triple]:
                     changed = True
 
     for f, text in files.items():
+        # An untyped Api built from a typed kind's resource (`ApiResource::erase::<K>`) is K's.
+        erased = re.findall(r"ApiResource::erase::<\s*(\w+)\s*>", text)
+
+        def typed(kind: str) -> str:
+            return erased[0] if kind == "DynamicObject" and erased else kind
+
         # Watched kinds: everything controller wiring names is listed and watched.
-        if re.search(r"Controller::new\(|\.owns\(|watcher\(", text):
+        if re.search(r"Controller::(?:new|for_stream)\(|\.owns\(|watcher\(", text):
             for kind in re.findall(r"Api<\s*(\w+)\s*>", text):
                 if not _type_param(kind):
-                    add(kind, {"list", "watch"})
+                    add(typed(kind), {"list", "watch"})
         if "Recorder::new(" in text:
             out.update({("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch")})
         for fn in _functions(text):
@@ -145,8 +151,8 @@ def code_access(src: Path) -> set[Triple]:
                 if _type_param(kind):
                     continue
                 verbs, status_verbs = _verbs_on(fn, var)
-                add(kind, verbs)
-                add(kind, status_verbs, status=True)
+                add(typed(kind), verbs)
+                add(typed(kind), status_verbs, status=True)
             # Helper calls on typed variables bound in this function.
             for helper, verbs in helpers.items():
                 for var in re.findall(rf"\b{helper}\(\s*&(\w+)", fn):
