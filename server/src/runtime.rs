@@ -245,12 +245,20 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 _ = usr2.recv() => ignored("SIGUSR2"),
             }
         };
-        drain(&server, sig).await;
+        // A second SIGTERM or SIGINT while draining (an operator's second Ctrl-C) stops the
+        // wait at once, like the shutdown timeout.
+        let again = async {
+            tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            }
+        };
+        drain(&server, sig, again).await;
         Ok(())
     })
 }
 
-async fn drain(server: &Server, signal: &str) {
+async fn drain(server: &Server, signal: &str, again: impl std::future::Future<Output = &str>) {
     let timeout = Duration::from_secs(server.shared.config.shutdown_timeout_secs);
     let lc = &server.lifecycle;
     tracing::info!(
@@ -271,11 +279,26 @@ async fn drain(server: &Server, signal: &str) {
             .map(|c| c.fills_in_flight())
             .sum()
     };
+    tokio::pin!(again);
+    let mut cut = None;
     while (lc.connections() > 0 || fills() > 0) && start.elapsed() < timeout {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            sig = &mut again => {
+                cut = Some(sig);
+                break;
+            }
+        }
     }
     let left = lc.connections();
-    if left > 0 {
+    if let Some(sig) = cut {
+        tracing::warn!(
+            signal = sig,
+            connections = left,
+            fills = fills(),
+            "second signal while draining; closing remaining connections now"
+        );
+    } else if left > 0 {
         tracing::warn!(
             connections = left,
             "shutdown timeout reached; closing remaining connections"

@@ -3143,6 +3143,27 @@ fn an_empty_object_is_asked_for_once_per_request() {
     }
 }
 
+/// An origin that refuses the first slice's range without a length (416, no Content-Range)
+/// does not make a request without a range answer 416: the node asks for the object whole.
+#[test]
+fn a_416_without_a_length_to_the_first_slice_is_not_given_to_a_request_without_a_range() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(1000, 7);
+    o.put("/odd.bin", Object::new(body.clone()));
+    o.fault_times(
+        "/odd.bin",
+        Fault::Raw(b"HTTP/1.1 416 Range Not Satisfiable\r\nContent-Length: 0\r\n\r\n".to_vec()),
+        1,
+    );
+    let r = get(&n, "/odd.bin", "");
+    assert_eq!(r.status, 200, "{:?}", r.headers);
+    assert_eq!(r.body, body);
+    assert_eq!(
+        o.ranges("/odd.bin"),
+        vec![Some("bytes=0-65535".to_string()), None]
+    );
+}
+
 /// A cache directory the node cannot write in stops it at start, naming what it tried (it
 /// would otherwise run "ready" and store nothing; the lock file is the first thing it writes,
 /// before the write probe in `.tmp`): here a read-only filesystem, mounted in a

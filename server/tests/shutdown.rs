@@ -117,6 +117,43 @@ fn shutdown_deadline_cuts_stuck_responses_and_still_exits_0() {
     assert!(busy.response(false).is_err());
 }
 
+/// A second SIGTERM or SIGINT while draining stops the wait for in-flight responses at once
+/// (an operator's second Ctrl-C), still exiting 0 and saying so.
+#[test]
+fn a_second_signal_while_draining_exits_at_once() {
+    for second in [SIGTERM, SIGINT] {
+        let (_d, mut s, _) = server(5000, 30);
+        let mut busy = s.connect();
+        busy.send(b"GET /slow/big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+        std::thread::sleep(Duration::from_millis(100));
+        s.signal(SIGTERM);
+        assert!(
+            s.wait_log("draining", Duration::from_secs(2)),
+            "{}",
+            s.logs()
+        );
+        // Still draining: the in-flight response holds the process.
+        assert!(s.wait_exit(Duration::from_millis(500)).is_none());
+        let t = Instant::now();
+        s.signal(second);
+        let st = s
+            .wait_exit(Duration::from_secs(3))
+            .expect("server did not exit on the second signal");
+        assert_eq!(st.code(), Some(0), "{}", s.logs());
+        assert!(
+            t.elapsed() < Duration::from_millis(2000),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(
+            s.logs().contains("second signal while draining"),
+            "{}",
+            s.logs()
+        );
+        assert!(busy.response(false).is_err());
+    }
+}
+
 #[test]
 fn idle_server_exits_at_once() {
     let (_d, mut s, _) = server(0, 30);

@@ -147,6 +147,12 @@ pub async fn respond(
         // The range starts past the object's end, but a failed If-Range means the whole
         // object (RFC 9110 §13.1.5): decide on the first slice's validators.
         First::Error(416, _) if first_slice > 0 && req.if_range.is_some() => (cx.first(0).await, 0),
+        // The origin refused the first slice's range without saying the object is empty (no
+        // `bytes */0`): a request without a range asked for no range, so it must not get a
+        // 416. Ask the origin for the object whole.
+        First::Error(416, _) if req.range.is_none() => {
+            (First::FetchThrough(CacheStatus::Bypass), 0)
+        }
         first => (first, first_slice),
     };
     match first {
