@@ -311,7 +311,7 @@ def test_cel_rule_rejects(crd: dict, case: str) -> None:
     (["spec", "pdb", "maxUnavailable"], 2, True),
 ])
 def test_schema_bounds_what_the_operator_can_read(crd: dict, path: list, value, ok: bool) -> None:
-    """An integer the operator's types cannot hold would stop its LIST of every ContentServer:
+    """An integer the operator's types cannot hold would leave its ContentServer unreconciled:
     the schema refuses it (and a maxUnavailable string that is not a percentage)."""
     d = _example("minimal.yaml")
     node = d

@@ -698,8 +698,8 @@ fn integer_nodes(node: &Value, path: &str, out: &mut Vec<(String, Value)>) {
 }
 
 /// Kubernetes stores every integer as an int64 and ignores `format`: a value the Rust type
-/// cannot hold would be accepted by the apiserver and then fail the operator's typed LIST of
-/// every ContentServer. So each integer field carries its type's bounds (or tighter ones).
+/// cannot hold would be accepted by the apiserver and leave that ContentServer unreadable to the
+/// operator, never reconciled. So each integer field carries its type's bounds (or tighter ones).
 #[test]
 fn every_integer_field_is_bounded_by_its_rust_type() {
     let mut ints = Vec::new();

@@ -3,9 +3,9 @@
 //! `int32`, `uint32`, `uint16`, ...), keeping a tighter bound a field sets itself.
 //!
 //! Why: Kubernetes stores every integer as an int64 and does not enforce `format`, so without
-//! bounds the apiserver accepts `replicas: 3000000000`, and the operator's typed LIST of
-//! ContentServers then fails to decode as a whole (kube's watcher decodes the list in one piece:
-//! one such object would stop the reconciliation of every ContentServer). It is applied on the
+//! bounds the apiserver accepts `replicas: 3000000000`, which the operator cannot decode: that
+//! ContentServer would not be reconciled at all (`watch.rs` reports it and goes on with the
+//! others). It is applied on the
 //! spec and status types (`#[schemars(transform = ...)]`), whose schemas hold every nested type
 //! inline (kube generates the CRD with `inline_subschemas`), k8s-openapi types included; a test
 //! walks the generated CRD and checks each integer. `int64` needs no bound (it is the
