@@ -57,8 +57,9 @@ struct RunArgs {
     /// This replica's identity in the Lease and on Events.
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
-    /// Lease duration in seconds.
-    #[arg(long, default_value_t = 15)]
+    /// Lease duration in seconds (3 to 3600): how long a replica waits for a leader that
+    /// stopped renewing before it takes over.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..=3600))]
     lease_duration_secs: u64,
     /// After SIGTERM/SIGINT, how long in-flight reconciles may take before the process exits
     /// anyway (an unreachable API server must not keep a terminating pod alive).
@@ -66,7 +67,19 @@ struct RunArgs {
     shutdown_grace_secs: u64,
 }
 
-fn main() -> anyhow::Result<()> {
+/// Exit 1 with one line (the error and its causes, no backtrace) on a failed start, like
+/// content-server; 2 for command-line syntax (clap).
+fn main() -> std::process::ExitCode {
+    match start() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("content-operator: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn start() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Crd) => {
@@ -82,23 +95,30 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
+    // Colours only for a terminal: a container's log is a file.
     tracing_subscriber::fmt()
         .with_env_filter(content_operator::controller::log_filter(
             std::env::var("RUST_LOG").ok().as_deref(),
         ))
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(async move {
         tokio::spawn(exit_after_grace(Duration::from_secs(
             args.shutdown_grace_secs,
         )));
+        let listener = metrics::bind(args.metrics_listen).await?;
         let client = Client::try_default()
             .await
             .context("connecting to the Kubernetes API (in-cluster or kubeconfig)")?;
         let metrics = Metrics::new();
         let m = metrics.clone();
-        let addr = args.metrics_listen;
-        let server = tokio::spawn(async move { metrics::serve(addr, m).await });
+        let server = tokio::spawn(async move {
+            if let Err(e) = metrics::serve(listener, m).await {
+                tracing::error!(error = %format!("{e:#}"), "metrics endpoint stopped");
+            }
+        });
         let identity = args
             .identity
             .clone()
@@ -120,7 +140,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         if args.no_leader_election {
             controller::run(client, scope, metrics, identity).await;
         } else {
-            let lease_duration = Duration::from_secs(args.lease_duration_secs.max(3));
+            let lease_duration = Duration::from_secs(args.lease_duration_secs);
             let elector = LeaderElector::new(
                 Api::<Lease>::namespaced(client.clone(), &args.lease_namespace),
                 &args.lease_name,

@@ -146,11 +146,16 @@ pub fn router(metrics: Metrics) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
 }
 
-/// Serve the router on `addr` until the process ends.
-pub async fn serve(addr: SocketAddr, metrics: Metrics) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
+/// The listener of `--metrics-listen`, bound before anything else starts: an address in use
+/// stops the process with its name (a pod without /healthz would be restarted in a loop).
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
         .await
-        .with_context(|| format!("binding the metrics listener on {addr}"))?;
+        .with_context(|| format!("cannot bind the metrics listener on {addr} (--metrics-listen)"))
+}
+
+/// Serve the router on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, metrics: Metrics) -> anyhow::Result<()> {
     axum::serve(listener, router(metrics))
         .await
         .context("metrics server")

@@ -1,0 +1,136 @@
+//! The operator binary's start-up: what it refuses and how it says so (one line, the exit code
+//! of the README: 1 for a failed start, 2 for command-line syntax), and logs without terminal
+//! colours when they go to a file or a pipe, as in a container.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A kubeconfig naming an API server on a port nothing listens on.
+fn unreachable_kubeconfig(dir: &std::path::Path) -> std::path::PathBuf {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let path = dir.join("kubeconfig");
+    let mut f = std::fs::File::create(&path).unwrap();
+    write!(
+        f,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\n\
+contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"
+    )
+    .unwrap();
+    path
+}
+
+/// Runs the operator with `args` until it exits (at most `within`; then it is killed).
+fn operator(args: &[&str], within: Duration) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_content-operator"))
+        .args(args)
+        .env("KUBECONFIG", unreachable_kubeconfig(dir.path()))
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() && t.elapsed() < within {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = child.wait_with_output().unwrap();
+    (
+        status.code(),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+/// A metrics address in use stops the start with a line naming it: running on without
+/// /healthz would get the pod restarted by its liveness probe with nothing said.
+#[test]
+fn a_metrics_address_in_use_stops_the_start_naming_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, _out, err) = operator(
+        &["run", "--no-leader-election", "--metrics-listen", &addr],
+        Duration::from_secs(10),
+    );
+    assert_eq!(code, Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "not one line:\n{err}");
+    assert!(
+        lines[0].starts_with("content-operator: cannot bind the metrics listener on ")
+            && lines[0].contains(&addr)
+            && lines[0].contains("--metrics-listen"),
+        "{err}"
+    );
+}
+
+/// A failed start is one line, no backtrace even with RUST_BACKTRACE set.
+#[test]
+fn a_failed_start_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _out, err) = {
+        let out = Command::new(env!("CARGO_BIN_EXE_content-operator"))
+            .args(["run", "--metrics-listen", "127.0.0.1:0"])
+            .env("KUBECONFIG", dir.path().join("missing-kubeconfig"))
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("HOME", dir.path())
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "not one line:\n{err}");
+    assert!(
+        err.starts_with("content-operator: connecting to the Kubernetes API"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("Caused by") && !err.contains("backtrace"),
+        "{err}"
+    );
+}
+
+/// A lease shorter than leader election can work with is refused as a flag error (exit 2),
+/// not raised without a word.
+#[test]
+fn a_lease_duration_out_of_range_is_a_flag_error() {
+    for bad in ["0", "2", "3601"] {
+        let (code, _out, err) = operator(
+            &["run", "--lease-duration-secs", bad],
+            Duration::from_secs(10),
+        );
+        assert_eq!(code, Some(2), "{bad}: {err}");
+        assert!(err.contains("--lease-duration-secs"), "{bad}: {err}");
+    }
+}
+
+/// Logs written to a pipe carry no terminal colour codes.
+#[test]
+fn logs_to_a_pipe_have_no_colour_codes() {
+    let (_code, out, err) = operator(
+        &[
+            "run",
+            "--no-leader-election",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+        Duration::from_millis(1500),
+    );
+    assert!(out.contains("INFO"), "no log lines:\n{out}\n{err}");
+    assert!(!out.contains('\u{1b}'), "colour codes in the log:\n{out:?}");
+}
