@@ -35,14 +35,14 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
+#[command(group(
+    // What to serve: a directory, a caching node or a configuration file (one is needed; the
+    // conflicts between them are on the arguments).
+    clap::ArgGroup::new("what").required(true).multiple(true).args(["root", "origin", "cache_dir", "config"])
+))]
 pub struct ServeArgs {
     /// Serve this directory with the embedded defaults (one volume `root`, port 8080).
-    #[arg(
-        long,
-        value_name = "DIR",
-        conflicts_with = "config",
-        required_unless_present_any = ["config", "origin", "cache_dir"]
-    )]
+    #[arg(long, value_name = "DIR", conflicts_with = "config")]
     pub root: Option<PathBuf>,
     /// Run a caching node in front of this origin (`http://HOST[:PORT]` or `https://…`):
     /// one origin `origin`, needs at least one --cache-dir.
@@ -61,7 +61,7 @@ pub struct ServeArgs {
     pub port: Option<u16>,
     /// Listen on ADDR, ADDR:PORT or [V6]:PORT: replaces the listeners with one socket; with a
     /// bare ADDR its port is --port's, or else the first configured listener's (8080 by default).
-    #[arg(long, value_name = "ADDR[:PORT]")]
+    #[arg(long, value_name = "ADDR[:PORT]", value_parser = check_listen)]
     pub listen: Option<String>,
     /// Pool threads of every volume.
     #[arg(long)]
@@ -132,6 +132,14 @@ fn parse_listen(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
     let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
     let ip: Ipv4Addr = host.parse().map_err(|_| bad())?;
     Ok((IpAddr::V4(ip), Some(plain_port(port).ok_or_else(bad)?)))
+}
+
+/// `--listen` checked when the command line is read (a syntax error: exit 2 like any other
+/// malformed flag value).
+fn check_listen(s: &str) -> Result<String, String> {
+    parse_listen(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// `--port`: [`plain_port`], with the reason when it is not one.

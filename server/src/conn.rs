@@ -192,8 +192,17 @@ async fn answer(
             let out = response::error(status, head_only, false, &[]);
             let _ = sock.write_all(&out, false).await;
             let len = out.len() as u64;
+            // GET and HEAD are named (a request line fine, a header not); other tokens are not
+            // known to be a method. The path of a bad head is never logged.
+            let method = if head_only {
+                "HEAD"
+            } else if pending.trim_ascii_start().starts_with(b"GET ") {
+                "GET"
+            } else {
+                "-"
+            };
             let asked = Asked {
-                method: "-",
+                method,
                 path: "-",
                 query: None,
                 peer: None,

@@ -103,6 +103,17 @@ fn serve_rejects_bad_input_cleanly() {
             "{args:?}: {err}"
         );
     }
+    // With nothing to serve, every way to say it is offered (exit 2, a command-line error).
+    let (code, _, err) = run(&["serve"]);
+    assert_eq!(code, 2, "{err}");
+    for mode in [
+        "--root <DIR>",
+        "--origin <URL>",
+        "--cache-dir <DIR>",
+        "--config <FILE>",
+    ] {
+        assert!(err.contains(mode), "{mode}: {err}");
+    }
     // The missing directory is named.
     let (_, _, err) = run(&missing_dir);
     assert!(err.contains("/nonexistent/dir"), "{err}");
@@ -621,7 +632,8 @@ fn serve_listen_and_port_override_only_what_they_name() {
         "localhost:80",
     ] {
         let (code, _, err) = run(&["serve", "--config", path.to_str().unwrap(), "--listen", bad]);
-        assert_eq!(code, 1, "{bad:?}: {err}");
+        // A malformed flag value: a command-line syntax error (exit 2), said with the value.
+        assert_eq!(code, 2, "{bad:?}: {err}");
         assert!(
             err.contains(&format!(
                 "--listen {bad:?} is not ADDR, ADDR:PORT or [V6]:PORT"

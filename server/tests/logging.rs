@@ -98,6 +98,31 @@ fn the_access_line_names_the_method_as_sent() {
     );
 }
 
+/// A GET whose head is refused past its request line (no Host) is logged and counted as a GET.
+#[test]
+fn a_bad_head_after_a_get_request_line_is_counted_as_a_get() {
+    let d = content_dir(1, 16);
+    let mut cfg = one_volume(1, volume("v", d.path()));
+    cfg.logging.access_log = true;
+    let s = Server::start(&cfg);
+    let mut c = s.connect();
+    c.send(b"GET /f0.bin HTTP/1.1\r\n\r\n");
+    assert_eq!(c.response(false).expect("an answer").status, 400);
+    assert!(
+        s.wait_log("method=\"GET\" path=\"-\"", Duration::from_secs(5)),
+        "{}",
+        s.logs()
+    );
+    let m = s.metrics();
+    assert_eq!(
+        m.get(
+            "contentserver_http_requests_total",
+            &[("method", "GET"), ("code", "400")]
+        ),
+        1.0
+    );
+}
+
 /// A download the client aborts is logged with the client's address (asked when the request
 /// came, not when the line is written: the kernel forgets a reset connection's peer).
 #[test]

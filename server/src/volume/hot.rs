@@ -201,8 +201,8 @@ fn cache_entries(cfg: &config::Config, volume: &str) -> usize {
     if want > share {
         tracing::warn!(
             volume,
-            max_entries = want,
-            used = share,
+            configured = want,
+            lowered_to = share,
             rlimit_nofile = limit,
             "open_file_cache.max_entries lowered to fit a quarter of the file descriptor limit"
         );
