@@ -1666,7 +1666,13 @@ fn redirects_to_the_origin_itself_are_made_relative_to_the_node() {
     // redirect): such a Location stays absolute, on the origin.
     let other_site = format!("{}//evil.example/x/", o.url());
     let backslash = format!("{}/\\evil.example/x/", o.url());
-    for (path, location) in [("/slashes", &other_site), ("/backslash", &backslash)] {
+    // Browsers drop tabs from a URL before reading it (WHATWG URL): `/<TAB>/host` is `//host`.
+    let tab = format!("{}/\t/evil.example/x/", o.url());
+    for (path, location) in [
+        ("/slashes", &other_site),
+        ("/backslash", &backslash),
+        ("/tab", &tab),
+    ] {
         o.put(
             path,
             Object::new(Vec::new())
@@ -1681,6 +1687,7 @@ fn redirects_to_the_origin_itself_are_made_relative_to_the_node() {
         ("/passed", "/p?q=1", 302),
         ("/slashes", other_site.as_str(), 301),
         ("/backslash", backslash.as_str(), 301),
+        ("/tab", tab.as_str(), 301),
     ] {
         for _ in 0..2 {
             let r = get(&n, path, "");

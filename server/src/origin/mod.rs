@@ -345,8 +345,12 @@ impl Origin {
                 "" => return "/",
                 // Not `//host/...` or `/\host/...`: as a path on this node a browser reads
                 // those as another site (an open redirect); kept absolute, they stay on the
-                // origin.
-                rest if rest.starts_with('/') && !rest[1..].starts_with(['/', '\\']) => {
+                // origin. Nor a path with control characters: browsers drop tabs before
+                // reading a URL, so `/<TAB>/host` is `//host` to them.
+                rest if rest.starts_with('/')
+                    && !rest[1..].starts_with(['/', '\\'])
+                    && !rest.bytes().any(|b| b.is_ascii_control()) =>
+                {
                     return rest
                 }
                 _ => {}
