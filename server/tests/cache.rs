@@ -1214,6 +1214,30 @@ fn a_stored_no_content_answer_has_no_length() {
     }
 }
 
+/// Query bytes a request target may not carry raw go to the origin percent-encoded, so
+/// `?w="x"` and `?w=%22x%22` are one URL there: one key here, one origin fetch, one purge.
+#[test]
+fn a_query_and_its_percent_encoded_spelling_are_one_key() {
+    let (o, n) = origin_and_purge_node(SLICED);
+    let sent = "/q.txt?w=%22x%22%7C%7B%7D";
+    o.put(sent, Object::new(pattern(1000, 3)));
+    assert_eq!(xcache(&get(&n, "/q.txt?w=\"x\"|{}", "")), "MISS");
+    wait_committed(&n);
+    assert_eq!(xcache(&get(&n, sent, "")), "HIT");
+    assert_eq!(o.requests(sent), 1);
+    // Purged by either spelling (the value is percent-decoded once from the admin query).
+    let r = admin(
+        &n,
+        "POST",
+        "/cache/purge?key=/q.txt%3Fw%3D%22x%22%7C%7B%7D",
+        PURGE_AUTH,
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(String::from_utf8_lossy(&r.body).contains("\"purged_files\":1"));
+    assert_eq!(xcache(&get(&n, "/q.txt?w=\"x\"|{}", "")), "MISS");
+    assert_eq!(o.requests(sent), 2);
+}
+
 #[test]
 fn purge_needs_the_bearer_token() {
     let (o, n) = origin_and_purge_node(SLICED);

@@ -40,7 +40,7 @@ impl Target {
     /// percent-decoded once from the query string: a request path (percent-encoded, as a client
     /// sends it) with `?query` if any. The path is put in its canonical form
     /// ([`crate::resolve::canonical`], as keys are), so every alias of a path is purged; the
-    /// query is kept as it is.
+    /// query as the origin is sent it ([`crate::origin::encode_target`], as keys are).
     pub fn parse(value: &str, prefix: bool) -> Result<Target, crate::resolve::ResolveError> {
         let (path, query) = match value.split_once('?') {
             Some((p, q)) => (p, Some(q)),
@@ -65,7 +65,7 @@ impl Target {
         let mut v = crate::resolve::canonical(path)?;
         if let Some(q) = query {
             v.push('?');
-            v.push_str(q);
+            v.push_str(&crate::origin::encode_target(q));
         }
         Ok(if prefix {
             Target::Prefix(v)

@@ -31,7 +31,7 @@ use crate::http::plan::{Body, Policy};
 use crate::http::range::{self, Ranges};
 use crate::http::response::Head;
 use crate::http::response::Served;
-use crate::origin::{Origin, OriginError, OriginRequest, OriginResponse};
+use crate::origin::{self, Origin, OriginError, OriginRequest, OriginResponse};
 use crate::socket::Socket;
 use crate::volume::{BodyError, Volume};
 use std::sync::Arc;
@@ -115,11 +115,13 @@ pub async fn respond(
     send_timeout: Duration,
 ) -> Served {
     // The key and the origin's target: the request's canonical path (`resolve::canonical`, the
-    // path it was routed by) and its query as sent.
+    // path it was routed by) and its query as the origin gets it (bytes a target may not carry
+    // as they are percent-encoded: `?w="x"` and `?w=%22x%22` are one URL to the origin, and so
+    // one key).
     let mut target = path.to_string();
     if let Some(q) = &req.query {
         target.push('?');
-        target.push_str(q);
+        target.push_str(&origin::encode_target(q));
     }
     let key = CacheKey::new(target.clone().into_bytes());
     let cx = Ctx {

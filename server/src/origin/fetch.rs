@@ -142,7 +142,7 @@ fn closed_unanswered(e: &hyper::Error) -> bool {
 /// an IP literal's host, RFC 3986 §3.2.2) and non-ASCII)
 /// percent-encoded, as browsers send them (RFC 9112 §3.2: a target is a URI); what an origin
 /// decodes is the same.
-fn encode_target(target: &str) -> std::borrow::Cow<'_, str> {
+pub fn encode_target(target: &str) -> std::borrow::Cow<'_, str> {
     let keep = |b: u8| b.is_ascii_graphic() && !b"\"<>\\^`{|}[]".contains(&b);
     if target.bytes().all(keep) {
         return std::borrow::Cow::Borrowed(target);

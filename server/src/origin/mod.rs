@@ -31,6 +31,7 @@ mod tls;
 
 pub use body::OriginResponse;
 pub use error::OriginError;
+pub use fetch::encode_target;
 pub use headers::{
     content_length, content_range, parse_content_range, unsatisfied_total, ContentRange, Validators,
 };
