@@ -310,6 +310,11 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
             // Forwarded to an origin as received: bytes that are not UTF-8 cannot be.
             let v = std::str::from_utf8(h.value)
                 .map_err(|_| ParseError::Bad("Authorization is not UTF-8"))?;
+            // One credential (RFC 9110 §11.6.2 has no list form); nginx refuses a second
+            // line too. Which one to forward would be a guess.
+            if r.authorization.is_some() {
+                return Err(ParseError::Bad("more than one Authorization"));
+            }
             r.authorization = Some(v.trim().to_owned());
         } else if name.eq_ignore_ascii_case("expect") {
             // RFC 9110 §10.1.1: only 100-continue is defined. The final answer is sent without
@@ -732,6 +737,12 @@ mod tests {
         assert_eq!(r.accept.as_deref(), Some("application/json"));
         assert_eq!(r.accept_encoding.as_deref(), Some("br, gzip"));
         assert_eq!(r.authorization.as_deref(), Some("Bearer  t0k"));
+        let two = b"GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer a\r\n\
+              Authorization: Bearer b\r\n\r\n";
+        assert!(matches!(
+            parse(two, 8192),
+            Err(ParseError::Bad("more than one Authorization"))
+        ));
         assert_eq!(r.query, None);
     }
 }
