@@ -1,6 +1,7 @@
-//! Running out of file descriptors: telling it from other errors, and the spare descriptor
+//! Running out of file descriptors: telling it from other errors, the spare descriptor
 //! (libev's "accept with a spare descriptor") that lets a listener still accept one connection
-//! then, to answer it (a 503, a health probe) instead of leaving it in the backlog.
+//! then, to answer it (a 503, a health probe) instead of leaving it in the backlog, and the
+//! share of RLIMIT_NOFILE each volume may keep open.
 //!
 //! Owns only that; what to answer is the listener's.
 
@@ -12,6 +13,16 @@ use std::sync::{Mutex, MutexGuard};
 /// EMFILE / ENFILE: the process's (or system's) limit, not a fault of what was opened.
 pub fn out_of_descriptors(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// Descriptors one of `volumes` volumes may keep open between requests (its open-file cache,
+/// or a cache volume's open entries): together a quarter of RLIMIT_NOFILE's soft limit, the
+/// share `runtime::connections_within` leaves them.
+pub fn volume_share(volumes: usize) -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    (limit / 4 / volumes.max(1) as u64).min(usize::MAX as u64) as usize
 }
 
 /// One descriptor (`/dev/null`) held back for the moment every other one is taken.

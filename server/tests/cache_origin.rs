@@ -703,6 +703,53 @@ fn out_of_descriptors_for_origin_connections_is_503_not_an_origin_error() {
     );
 }
 
+/// The open-entry table of a cache volume keeps at most its share of RLIMIT_NOFILE (with the
+/// open-file caches, a quarter of it): many stored slices on a node with a low limit leave
+/// descriptors for connections, fills and the origin, so it keeps answering and storing.
+#[test]
+fn open_cache_entries_stay_within_the_descriptor_limit() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", "slice_size = 4096");
+    let n = Node::new(
+        Server::start_with_nofile(d.path(), &cfg, 256),
+        d.path().join("cache"),
+    );
+    // Descriptors of files in the cache directory (the open entries; not the lock file).
+    let cache = std::fs::canonicalize(d.path().join("cache")).expect("cache dir");
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", n.srv.pid()))
+            .expect("the server's descriptors")
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|p| p.starts_with(&cache) && !p.ends_with(".lock") && p.is_file())
+            .count()
+    };
+    // 12 objects of 25 slices: 300 entries stored and served, more than the whole limit.
+    for i in 0..12 {
+        let body = pattern(100_000, i as u8);
+        let path = format!("/many/{i}");
+        o.put(&path, Object::new(body.clone()));
+        for want in ["MISS", "HIT"] {
+            let r = get(&n, &path, "");
+            assert_eq!((r.status, xcache(&r)), (200, want), "{path}");
+            assert!(r.body == body, "{path}");
+            wait_committed(&n);
+        }
+    }
+    let held = fds();
+    assert!(
+        (1..=256 / 4).contains(&held),
+        "{held} cache files open: not within a quarter of the limit (one volume)"
+    );
+    // New misses are still fetched and stored.
+    o.put("/after", Object::new(pattern(10_000, 99)));
+    for want in ["MISS", "HIT"] {
+        let r = get(&n, "/after", "");
+        assert_eq!((r.status, xcache(&r)), (200, want));
+        wait_committed(&n);
+    }
+}
+
 /// A listening socket whose accept queue is full (backlog 0, one connection waiting that is
 /// never accepted): a connect to it hangs until the client's timeout, as with a dead host.
 fn hanging_server() -> (String, Vec<impl Sized>) {

@@ -81,7 +81,7 @@ pub fn start(
     for (v, vol) in cfg.volumes.iter().zip(volumes) {
         caches.push(match &v.cache {
             Some(c) => {
-                let cv = CacheVolume::open(v, c, vol.pool().clone(), metrics)?;
+                let cv = CacheVolume::open(v, c, cfg.volumes.len(), vol.pool().clone(), metrics)?;
                 cv.spawn_upkeep().with_context(|| {
                     format!("cache volume {:?}: cannot start its upkeep thread", v.name)
                 })?;

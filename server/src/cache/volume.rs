@@ -23,7 +23,9 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Open entries kept per volume (descriptors + parsed headers of recently served slices).
+/// Open entries kept per volume (descriptors + parsed headers of recently served slices), at
+/// most: fewer when the volume's share of RLIMIT_NOFILE is smaller
+/// ([`crate::descriptors::volume_share`]).
 const OPEN_ENTRIES: usize = 1024;
 /// Entries examined per upkeep tick by the inactive sweep.
 const SWEEP_BUDGET: usize = 20_000;
@@ -134,6 +136,8 @@ pub struct CacheVolume<F> {
     /// Every fill running, joinable or not (a purge finds those of the objects it removes).
     running: Mutex<Vec<Arc<F>>>,
     open: Mutex<IndexMap<EntryId, Arc<Stored>>>,
+    /// How many entries `open` keeps.
+    open_max: usize,
     /// `max_size` as configured (None = keep 10% of the filesystem free).
     max_size: Option<u64>,
     /// Objects whose last answer was not storable (passed through for a while).
@@ -155,9 +159,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl<F: Send + Sync + 'static> CacheVolume<F> {
     /// Open the cache directory of volume `v` (removing temporary files of an earlier process)
     /// and create its metric series. The rebuild and upkeep start with [`CacheVolume::spawn_upkeep`].
+    /// `volumes` is how many volumes the server has (they share the descriptors kept open).
     pub fn open(
         v: &config::Volume,
         c: &config::VolumeCache,
+        volumes: usize,
         pool: Pool,
         metrics: &Metrics,
     ) -> anyhow::Result<Arc<Self>> {
@@ -224,9 +230,11 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             purges: metrics.cache_purges_total.with_label_values(&n),
         };
         m.max.set(limit as i64);
+        let open_max = OPEN_ENTRIES.min(crate::descriptors::volume_share(volumes));
         tracing::info!(
             volume = %v.name, path = %v.path.display(), max_bytes = limit,
-            slice_size = c.slice_size, temp_files_removed = removed, "cache volume ready"
+            slice_size = c.slice_size, open_entries = open_max, temp_files_removed = removed,
+            "cache volume ready"
         );
         Ok(Arc::new(CacheVolume {
             name: v.name.clone(),
@@ -238,6 +246,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             fills: Mutex::new(HashMap::new()),
             running: Mutex::new(Vec::new()),
             open: Mutex::new(IndexMap::new()),
+            open_max,
             max_size,
             passes: Passes::default(),
             last_disk_full_ms: std::sync::atomic::AtomicI64::new(0),
@@ -371,7 +380,10 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             if !replace && open.contains_key(&s.id) {
                 return;
             }
-            if open.len() >= OPEN_ENTRIES && !open.contains_key(&s.id) {
+            if self.open_max == 0 {
+                return;
+            }
+            if open.len() >= self.open_max && !open.contains_key(&s.id) {
                 let victim =
                     (xxhash_rust::xxh3::xxh3_64(&s.id.hash().to_le_bytes()) as usize) % open.len();
                 open.swap_remove_index(victim);
@@ -742,7 +754,7 @@ mod tests {
             cache: Some(c.clone()),
         };
         let pool = Pool::start("c1", 1, 16, &metrics).unwrap();
-        let cv: Arc<CacheVolume<u8>> = CacheVolume::open(&v, &c, pool, &metrics).unwrap();
+        let cv: Arc<CacheVolume<u8>> = CacheVolume::open(&v, &c, 1, pool, &metrics).unwrap();
         let id = CacheKey::new(b"/a".to_vec()).slice(0);
         // (fill number, joined), or None for the stored entry.
         let fill_for = |key: Option<&[u8]>, n: u8| match cv.fill_for(id, key, || Arc::new(n)) {

@@ -194,16 +194,12 @@ fn sent_lately(file: &Arc<OwnedFd>, offset: u64, now: Instant) -> bool {
 /// A per-volume share of the open-file cache that fits in a quarter of RLIMIT_NOFILE.
 fn cache_entries(cfg: &config::Config, volume: &str) -> usize {
     let want = cfg.open_file_cache.max_entries;
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-        .current
-        .unwrap_or(u64::MAX);
-    let share = (limit / 4 / cfg.volumes.len().max(1) as u64).min(usize::MAX as u64) as usize;
+    let share = crate::descriptors::volume_share(cfg.volumes.len());
     if want > share {
         tracing::warn!(
             volume,
             configured = want,
             lowered_to = share,
-            rlimit_nofile = limit,
             "open_file_cache.max_entries lowered to fit a quarter of the file descriptor limit"
         );
         share
