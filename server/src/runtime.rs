@@ -62,8 +62,9 @@ pub fn raise_nofile_limit() -> Option<u64> {
     old.maximum
 }
 
-/// Client connections that fit the descriptor limit `limit`: a quarter of it is the open-file
-/// cache's (`volume/hot.rs`), and up to another quarter (at most 1024) is kept for what the
+/// Client connections that fit the descriptor limit `limit`: a quarter of it is what volumes
+/// keep open (open-file caches, `volume/hot.rs`; cache entries, `cache/volume.rs`; see
+/// `descriptors::volume_share`), and up to another quarter (at most 1024) is kept for what the
 /// connections send, cache fills, origin connections, the admin listener and logs. Over it,
 /// accept() would fail and the admin port with it (health checks, metrics); nginx warns of the
 /// same ("worker_connections exceed open file resource limit").
