@@ -2533,6 +2533,18 @@ fn a_cache_route_sends_its_cors_and_configured_headers_like_a_static_one() {
     let r = get(&n, "/private.m3u8", origin);
     assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
     check(&r, "BYPASS");
+    // An origin that varies on Origin itself: each field is named once.
+    o.put(
+        "/vo.m3u8",
+        Object::new(body.clone()).header("Vary", "origin, Accept-Encoding"),
+    );
+    let r = get(&n, "/vo.m3u8", origin);
+    assert_eq!(
+        r.header("Vary"),
+        Some("origin, Accept-Encoding"),
+        "{:?}",
+        r.headers
+    );
     o.fault("/down.m3u8", Fault::Status(500));
     let r = get(&n, "/down.m3u8", origin);
     assert_eq!(r.status, 500);

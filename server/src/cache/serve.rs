@@ -1000,14 +1000,22 @@ impl Ctx<'_> {
             content_type,
             now,
         );
+        // The origin's Vary and the route's (CORS: Origin), each field named once.
         let mut vary: Vec<&str> = Vec::new();
+        let mut add_vary = |v: &'f str| {
+            for t in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                if !vary.iter().any(|x| x.eq_ignore_ascii_case(t)) {
+                    vary.push(t);
+                }
+            }
+        };
         for (n, v) in fields {
             if n.eq_ignore_ascii_case("date") {
                 // In the head already ([`stored_head`]).
                 continue;
             }
             if n.eq_ignore_ascii_case("vary") {
-                vary.push(v);
+                add_vary(v);
             } else if !d.replaces(n) {
                 head = head.header(n, v);
             }
@@ -1015,7 +1023,9 @@ impl Ctx<'_> {
         for (n, v) in &d.lines {
             head = head.header(n, v);
         }
-        vary.extend(d.vary.iter().copied());
+        for v in d.vary.iter().copied() {
+            add_vary(v);
+        }
         if !vary.is_empty() {
             head = head.header("Vary", vary.join(", "));
         }
