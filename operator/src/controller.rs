@@ -98,12 +98,8 @@ pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: Strin
         controller: CONTROLLER_NAME.into(),
         instance: Some(instance),
     };
-    let recorder = Recorder::new(client.clone(), reporter);
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        recorder.clone(),
-        metrics.clone(),
-    ));
+    let recorder = Recorder::new(client.clone(), reporter.clone());
+    let ctx = Arc::new(Context::new(client.clone(), reporter, metrics.clone()));
     let resource = ApiResource::erase::<ContentServer>(&());
     let apis: Vec<(Api<DynamicObject>, Option<String>)> = match scope {
         Scope::All => vec![(Api::all_with(client.clone(), &resource), None)],

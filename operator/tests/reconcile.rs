@@ -286,6 +286,46 @@ async fn invalid_spec_sets_condition_emits_event_and_leaves_children_untouched()
     );
 }
 
+/// Each invalid edit's Warning Event names what is wrong now: one invalid edit, fixed, then
+/// another one gets an Event of its own, not a repeat of the first Event's note.
+#[tokio::test]
+async fn each_invalid_edit_gets_an_event_naming_its_own_field() {
+    let (fake, ctx, name) = reconciled("minimal.yaml").await;
+    edit_and_run(&fake, &ctx, &name, |cs| {
+        cs["spec"]["server"]["logLevel"] = json!("verbose")
+    })
+    .await;
+    edit_and_run(&fake, &ctx, &name, |cs| {
+        cs["spec"]["server"]
+            .as_object_mut()
+            .expect("server")
+            .remove("logLevel");
+    })
+    .await;
+    assert_eq!(
+        condition(&run(&fake, &ctx, &name).await, "Reconciled").status,
+        "True"
+    );
+    edit_and_run(&fake, &ctx, &name, |cs| {
+        cs["spec"]["volumes"][0]["mountPath"] = json!("/tmp")
+    })
+    .await;
+    let invalid: Vec<String> = fake
+        .events()
+        .into_iter()
+        .filter(|(t, r, _)| t == "Warning" && r == "InvalidSpec")
+        .map(|(_, _, n)| n)
+        .collect();
+    assert!(
+        invalid.iter().any(|n| n.contains("logLevel")),
+        "{invalid:?}"
+    );
+    assert!(
+        invalid.iter().any(|n| n.contains("mountPath")),
+        "no Event names the second invalid field: {invalid:?}"
+    );
+}
+
 #[tokio::test]
 async fn paused_leaves_children_as_they_are() {
     let (fake, ctx, name) = reconciled("minimal.yaml").await;

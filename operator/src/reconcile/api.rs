@@ -23,7 +23,7 @@ use crate::crd::{ContentServer, ContentServerStatus};
 use crate::reconcile::{key, Context, Error};
 use crate::status;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -248,7 +248,10 @@ pub fn may_apply_to<K: Resource>(obj: &K, cs: &ContentServer) -> bool {
         && label(INSTANCE_LABEL) == Some(cs.name_any())
 }
 
-/// Publish an Event on the ContentServer (failures are logged, never fatal).
+/// Publish an Event on the ContentServer (failures are logged, never fatal). Every call is a
+/// new Event: they are published on transitions and new messages only, and kube's recorder
+/// would fold one into an earlier Event of the same reason and keep that one's note (an
+/// `InvalidSpec` naming a field fixed since, instead of the one wrong now).
 pub async fn publish(
     ctx: &Context,
     cs: &ContentServer,
@@ -268,7 +271,8 @@ pub async fn publish(
         action: action.into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &cs.object_ref(&())).await {
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    if let Err(e) = recorder.publish(&ev, &cs.object_ref(&())).await {
         tracing::warn!(contentserver = %key(cs), error = %e, "cannot publish event");
     }
 }

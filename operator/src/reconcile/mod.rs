@@ -25,7 +25,7 @@ use applied::Applied;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::Recorder;
+use kube::runtime::events::Reporter;
 use kube::{Client, Resource, ResourceExt};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -60,17 +60,18 @@ pub enum Error {
 /// Shared state of every reconcile.
 pub struct Context {
     pub client: Client,
-    pub recorder: Recorder,
+    /// Who publishes the Events (`api::publish`).
+    pub reporter: Reporter,
     pub metrics: Metrics,
     /// Consecutive failures per object, for the error policy's backoff.
     pub failures: Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
-    pub fn new(client: Client, recorder: Recorder, metrics: Metrics) -> Context {
+    pub fn new(client: Client, reporter: Reporter, metrics: Metrics) -> Context {
         Context {
             client,
-            recorder,
+            reporter,
             metrics,
             failures: Mutex::new(HashMap::new()),
         }

@@ -714,16 +714,13 @@ pub fn example_contentservers() -> Vec<(String, Value, ContentServer)> {
 /// The reconcile context of the operator over the fake's client.
 pub fn context(fake: &FakeApi) -> Arc<content_operator::reconcile::Context> {
     let client = fake.client();
-    let recorder = kube::runtime::events::Recorder::new(
-        client.clone(),
-        kube::runtime::events::Reporter {
-            controller: "content-operator".into(),
-            instance: Some("test".into()),
-        },
-    );
+    let reporter = kube::runtime::events::Reporter {
+        controller: "content-operator".into(),
+        instance: Some("test".into()),
+    };
     Arc::new(content_operator::reconcile::Context::new(
         client,
-        recorder,
+        reporter,
         content_operator::metrics::Metrics::new(),
     ))
 }
