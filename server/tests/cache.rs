@@ -3179,6 +3179,24 @@ fn an_empty_object_is_asked_for_once_per_request() {
     }
 }
 
+/// A whole object too large to hold in memory (over 16 MiB) that is not admitted yet (here
+/// `min_uses = 2`) is streamed through as a MISS and not marked as uncacheable: the next
+/// request stores it and the one after is a HIT (it used to be BYPASS for a minute, one whole
+/// origin fetch each).
+#[test]
+fn a_large_object_not_admitted_yet_is_stored_when_asked_again() {
+    let (o, n) = origin_and_node("slice_size = 0\nmin_uses = 2");
+    let body = pattern(17 << 20, 5);
+    o.put("/big.bin", Object::new(body.clone()));
+    for (i, want) in ["MISS", "MISS", "HIT"].into_iter().enumerate() {
+        let r = get(&n, "/big.bin", "");
+        assert_eq!((r.status, xcache(&r)), (200, want), "request {i}");
+        assert!(r.body == body, "request {i}");
+        wait_committed(&n);
+    }
+    assert_eq!(o.requests("/big.bin"), 2);
+}
+
 /// An origin that refuses the first slice's range without a length (416, no Content-Range)
 /// does not make a request without a range answer 416: the node asks for the object whole.
 #[test]

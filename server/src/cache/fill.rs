@@ -134,8 +134,10 @@ pub enum Progress {
     Refreshed(Arc<Stored>),
     /// Not storable (or not cacheable as slices), origin status `status`: the first request to
     /// [`Fill::take_response`] streams the origin's answer through, the others ask the origin
-    /// themselves (a private answer is never shared).
-    Bypass { status: u16 },
+    /// themselves (a private answer is never shared). `refused`: storable, but not stored this
+    /// time (not admitted, or the pool had no room to create it) and too large to hold for
+    /// waiters: the next request tries again.
+    Bypass { status: u16, refused: bool },
     /// The fill failed before or during the body.
     Failed(Arc<FillError>),
 }
@@ -516,9 +518,13 @@ impl Fill {
     }
 
     fn bypass(&self, resp: OriginResponse) {
+        self.hand_over(resp, false)
+    }
+
+    fn hand_over(&self, resp: OriginResponse, refused: bool) {
         let status = resp.status;
         *self.handoff.lock().unwrap_or_else(|p| p.into_inner()) = Some(resp);
-        self.publish(Progress::Bypass { status });
+        self.publish(Progress::Bypass { status, refused });
     }
 
     async fn refreshed(
@@ -685,8 +691,9 @@ impl Fill {
             }
         }
         if creating.is_none() && body_len > MEMORY_MAX {
-            // Too large to hold for the waiters: stream it through once, others fetch.
-            return self.bypass(resp);
+            // Too large to hold for the waiters: stream it through once, others fetch. Not a
+            // pass: its next request may be admitted.
+            return self.hand_over(resp, true);
         }
         let mut temp: Option<TempEntry> = None;
         let meta = Arc::new(meta);

@@ -88,7 +88,7 @@ impl Source {
 enum First {
     Serve(Source, CacheStatus),
     /// Stream this origin answer through unchanged (not storable).
-    PassThrough(Box<OriginResponse>),
+    PassThrough(Box<OriginResponse>, CacheStatus),
     /// Ask the origin directly and pass the answer through, said to be this (BYPASS: a private
     /// answer, a collision; MISS: an answer that was stale at once).
     FetchThrough(CacheStatus),
@@ -159,9 +159,9 @@ pub async fn respond(
     };
     match first {
         First::Serve(src, status) => cx.serve(src, first_slice, status).await,
-        First::PassThrough(resp) => {
-            cv.count(CacheStatus::Bypass);
-            cx.pass_through(*resp, CacheStatus::Bypass).await
+        First::PassThrough(resp, status) => {
+            cv.count(status);
+            cx.pass_through(*resp, status).await
         }
         First::FetchThrough(status) => {
             cv.count(status);
@@ -189,7 +189,9 @@ async fn filled(found: FillFor<Fill>) -> Result<Source, Unavailable> {
             Progress::Waiting => {}
             Progress::Body { head, .. } => return Ok(Source::Fill(fill.reader(0), head)),
             Progress::Refreshed(s) => return Ok(Source::Stored(s)),
-            Progress::Bypass { status } if status < 500 => return Err(Unavailable::NotASlice),
+            // A later slice stored nowhere and too large to hold: the next request retries.
+            Progress::Bypass { refused: true, .. } => return Err(Unavailable::Origin),
+            Progress::Bypass { status, .. } if status < 500 => return Err(Unavailable::NotASlice),
             Progress::Failed(e) if matches!(*e, FillError::NotSatisfiable { .. }) => {
                 return Err(Unavailable::PastTheEnd)
             }
@@ -289,10 +291,12 @@ impl Ctx<'_> {
 
     /// The bypassed answer of `fill`, streamed through when it answers this request; a slice's
     /// 206 does not (the client asked for something else): the object is then asked for itself.
-    fn handoff(&self, fill: &Fill) -> First {
+    /// The fill's answer streamed through to this request (`status` in X-Cache), or, taken by
+    /// another request already, asked for again.
+    fn handoff(&self, fill: &Fill, status: CacheStatus) -> First {
         match fill.take_response() {
-            Some(r) if r.status != 206 => First::PassThrough(Box::new(r)),
-            _ => First::FetchThrough(CacheStatus::Bypass),
+            Some(r) if r.status != 206 => First::PassThrough(Box::new(r), status),
+            _ => First::FetchThrough(status),
         }
     }
 
@@ -516,11 +520,13 @@ impl Ctx<'_> {
                 First::Serve(Source::Fill(fill.reader(0), head), status)
             }
             Progress::Refreshed(s) => First::Serve(Source::Stored(s), CacheStatus::Revalidated),
-            Progress::Bypass { status } if status >= 500 => match stale_ok(&stale) {
+            Progress::Bypass { status, .. } if status >= 500 => match stale_ok(&stale) {
                 Some(s) => First::Serve(Source::Stored(s), CacheStatus::Stale),
-                None => self.handoff(&fill),
+                None => self.handoff(&fill, CacheStatus::Bypass),
             },
-            Progress::Bypass { status } => {
+            // Storable but not stored this time (not admitted yet): a miss, no pass mark.
+            Progress::Bypass { refused: true, .. } => self.handoff(&fill, CacheStatus::Miss),
+            Progress::Bypass { status, .. } => {
                 if let (Some(s), None) = (&stale, self.auth) {
                     // The object is no longer cacheable: forget the stored version. (An answer
                     // for one user's credentials says nothing about the shared one.)
@@ -532,7 +538,7 @@ impl Ctx<'_> {
                     // slice (a 404, say) may still be storable as the first slice.
                     self.cv.passes.mark(self.key.hash(), unix_now_ms());
                 }
-                self.handoff(&fill)
+                self.handoff(&fill, CacheStatus::Bypass)
             }
             Progress::Failed(e) => match (&*e, stale_ok(&stale)) {
                 (FillError::Origin(_), Some(s)) => {
@@ -678,7 +684,10 @@ impl Ctx<'_> {
                 }
             };
             match p {
-                Progress::Bypass { status } if status < 500 && shared => {
+                Progress::Bypass {
+                    status,
+                    refused: false,
+                } if status < 500 && shared => {
                     tracing::debug!(volume = %cv.name, status, "background refresh: no longer storable; the stored object is dropped");
                     let _ = cv.remove_object(stale.id.hash()).await;
                     if stale.id.slice == 0 {
