@@ -1067,6 +1067,49 @@ fn a_restart_serves_from_disk_at_once_without_refetching() {
     assert_eq!(volume_metric(&n, "contentserver_cache_entries", &[]), 12.0);
 }
 
+/// A restart with `max_size` below an entry stored before drops that entry, not the ones that
+/// still fit (it used to stay, over the limit, and push out a fitting one).
+#[test]
+fn a_restart_with_a_smaller_max_size_drops_the_entry_that_no_longer_fits() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let small = pattern(40_000, 1);
+    let large = pattern(300_000, 2);
+    o.put("/small.bin", Object::new(small.clone()));
+    o.put("/large.bin", Object::new(large.clone()));
+    {
+        let mut n = Node::start(&config(
+            &[o.url()],
+            &d.path().join("cache"),
+            "",
+            "slice_size = 0",
+        ));
+        for (p, b) in [("/large.bin", &large), ("/small.bin", &small)] {
+            assert!(get(&n, p, "").body == *b);
+        }
+        n.srv.signal(common::SIGTERM);
+        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+    }
+    let cfg = config(
+        &[o.url()],
+        &d.path().join("cache"),
+        "",
+        "slice_size = 0\nmax_size = \"100K\"",
+    );
+    let n = Node::start(&cfg);
+    assert!(n
+        .srv
+        .wait_log("cache index rebuilt", Duration::from_secs(5)));
+    let r = get(&n, "/small.bin", "");
+    assert_eq!(xcache(&r), "HIT");
+    assert!(r.body == small);
+    assert_eq!(volume_metric(&n, "contentserver_cache_entries", &[]), 1.0);
+    assert!(volume_metric(&n, "contentserver_cache_size_bytes", &[]) <= 100.0 * 1024.0);
+    let r = get(&n, "/large.bin", "");
+    assert_ne!(xcache(&r), "HIT");
+    assert!(r.body == large);
+}
+
 #[test]
 fn kill_during_a_fill_leaves_nothing_served_truncated() {
     let o = FaultOrigin::start();

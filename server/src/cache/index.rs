@@ -234,6 +234,15 @@ impl Index {
         if self.found_raises_limit.load(Ordering::Relaxed) && !self.is_rebuilt() {
             st.max_units += units(bytes) as u64;
         }
+        // Larger than the whole limit (lowered since it was stored): it is the one to go, not
+        // entries that fit (a fill of it would not be admitted either).
+        if units(bytes) as u64 > st.max_units {
+            return vec![Victim {
+                id,
+                bytes: units(bytes) as u64 * UNIT,
+                reason: Reason::Size,
+            }];
+        }
         Self::insert_locked(&mut st, id, bytes, now)
     }
 
@@ -435,6 +444,22 @@ mod tests {
             .filter(|&i| ix.lookup(id(i), 999) == Presence::Yes)
             .count();
         assert!(recent >= 70, "only {recent} of the 100 newest survived");
+    }
+
+    /// After a restart with a lower `max_size`, an entry found larger than the whole limit is
+    /// the victim itself, not the entries that fit.
+    #[test]
+    fn a_found_entry_larger_than_the_limit_is_its_own_victim() {
+        let ix = Index::new(50 * MIB, Duration::from_secs(600), 1, 1000);
+        assert!(ix.insert_found(id(1), 20 * MIB, 0).is_empty());
+        let v = ix.insert_found(id(2), 100 * MIB, 0);
+        assert_eq!(v.len(), 1);
+        assert_eq!(
+            (v[0].id, v[0].bytes, v[0].reason),
+            (id(2), 100 * MIB, Reason::Size)
+        );
+        assert_eq!((ix.entries(), ix.size_bytes()), (1, 20 * MIB));
+        assert_eq!(ix.lookup(id(1), 1), Presence::Yes);
     }
 
     /// Without `max_size` the limit is computed from the free space, which leaves out what the
