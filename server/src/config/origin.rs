@@ -187,13 +187,20 @@ pub(super) fn check_origins<'a>(e: &mut Errors, cfg: &'a Config) -> HashSet<&'a 
         if o.servers.is_empty() {
             e.push(format!("{f}.servers"), "at least one server is required");
         }
+        // Whether the origin has an https:// server is known only when every server parses
+        // (an unparsable one is reported on its own, not as "no https server" too).
         let mut any_https = false;
+        let mut all_parsed = true;
         for (j, s) in o.servers.iter().enumerate() {
             match parse_server_url(s) {
                 Ok(u) => any_https |= u.https,
-                Err(msg) => e.push(format!("{f}.servers[{j}]"), msg),
+                Err(msg) => {
+                    all_parsed = false;
+                    e.push(format!("{f}.servers[{j}]"), msg)
+                }
             }
         }
+        let no_https = !any_https && all_parsed && !o.servers.is_empty();
         if let Some(h) = &o.host {
             if h.is_empty()
                 || h.chars()
@@ -212,7 +219,7 @@ pub(super) fn check_origins<'a>(e: &mut Errors, cfg: &'a Config) -> HashSet<&'a 
                     format!("{f}.sni"),
                     format!("{sni:?} is not a DNS name or IP address"),
                 );
-            } else if !any_https && !o.servers.is_empty() {
+            } else if no_https {
                 e.push(
                     format!("{f}.sni"),
                     "only applies to https:// servers, and this origin has none",
@@ -230,7 +237,7 @@ pub(super) fn check_origins<'a>(e: &mut Errors, cfg: &'a Config) -> HashSet<&'a 
                     format!("{f}.ca_file"),
                     format!("{} must be an absolute path", ca.display()),
                 );
-            } else if !any_https && !o.servers.is_empty() {
+            } else if no_https {
                 e.push(
                     format!("{f}.ca_file"),
                     "only applies to https:// servers, and this origin has none",

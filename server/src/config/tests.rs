@@ -553,3 +553,16 @@ fn size_errors_say_what_is_wrong() {
         "{e}"
     );
 }
+
+/// An https:// server with a bad port is reported as that, not also as an origin "without
+/// https servers" for its `ca_file` and `sni`.
+#[test]
+fn an_unparsable_https_server_is_not_also_an_origin_without_https() {
+    let c = parse(
+        "[[origins]]\nname = \"o\"\nservers = [\"https://o.example:0\"]\nca_file = \"/ca.pem\"\n\
+         sni = \"o.example\"\n[[volumes]]\nname = \"a\"\npath = \"/a\"\n",
+    );
+    let errors = c.field_errors();
+    let fields: Vec<String> = errors.iter().map(|e| e.field.to_string()).collect();
+    assert_eq!(fields, ["origins[0].servers[0]"], "{errors:?}");
+}
