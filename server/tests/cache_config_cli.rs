@@ -245,6 +245,24 @@ fn a_missing_cache_directory_is_created_but_not_its_parents() {
         "{err}"
     );
     assert!(!inside.exists(), "made inside the running node's cache");
+    // Nor a cache directory holding a running node's where its levels go (the parent of a
+    // node at `L1`, `L1/L2` or `.tmp`): refused too, naming the other.
+    let outer = d.path().join("outer");
+    let nested = outer.join("3");
+    std::fs::create_dir_all(&nested).unwrap();
+    let a = args(&nested);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let _nested = Server::spawn(&a, &[]);
+    let a = args(&outer);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let err = Server::try_spawn(&a, &[])
+        .err()
+        .expect("started around another node's cache directory");
+    assert!(
+        err.contains(&format!("holds {}", nested.display()))
+            && err.contains("the cache directory of another process"),
+        "{err}"
+    );
 
     // A bad purge token file stops the start before a cache directory is made.
     let later = d.path().join("cache2");

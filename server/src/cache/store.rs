@@ -475,11 +475,58 @@ pub fn not_inside_another_cache(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Refused (`WouldBlock`) when a running process's cache directory is inside `path` where this
+/// one puts files (a level directory, one level below it, or `.tmp`): its files and ours would
+/// mix, and our start would remove its temporary files. Each lock file found is tried and let
+/// go at once.
+pub fn no_other_cache_inside(path: &Path) -> io::Result<()> {
+    let subdirs = |dir: &Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.filter_map(Result::ok)
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut dirs = Vec::new();
+    for d1 in subdirs(path) {
+        dirs.extend(subdirs(&d1));
+        dirs.push(d1);
+    }
+    for dir in dirs {
+        let theirs = dir.join(LOCK_FILE);
+        let Ok(other) = rustix::fs::open(
+            &theirs,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        if let Err(Errno::WOULDBLOCK) =
+            rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockShared)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "cache directory {} holds {}, the cache directory of another process (it holds {}): their files would mix",
+                    path.display(),
+                    dir.display(),
+                    theirs.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Take the exclusive lock of cache directory `path` ([`LOCK_FILE`], created if needed) and
 /// write this process's pid into it. Refused (`WouldBlock`) when another process holds it, with
 /// a message naming the directory and the pid written by the holder.
 fn lock_dir(path: &Path) -> io::Result<OwnedFd> {
     not_inside_another_cache(path)?;
+    no_other_cache_inside(path)?;
     let file = path.join(LOCK_FILE);
     let ctx = |e: io::Error, what: &str| {
         io::Error::new(e.kind(), format!("cannot {what} {}: {e}", file.display()))
