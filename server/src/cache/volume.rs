@@ -670,6 +670,8 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                     found += n;
                     self.delete(victims);
                     level += 1;
+                    // The gauges follow the walk (not 0 until its end).
+                    self.update_gauges();
                 }
                 Some(Err(e)) => {
                     tracing::error!(volume = %self.name, level = l, error = %e, "cache index rebuild: cannot walk level");
@@ -681,7 +683,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         self.index.mark_rebuilt();
         self.update_gauges();
         tracing::info!(
-            volume = %self.name, entries = found, bytes = self.index.size_bytes(),
+            volume = %self.name, found, entries = self.index.entries(), bytes = self.index.size_bytes(),
             max_bytes = self.index.max_bytes(),
             elapsed_ms = started.elapsed().as_millis() as u64, "cache index rebuilt"
         );
