@@ -5,7 +5,7 @@
 mod common;
 
 use common::cache::{
-    admin, cache_files, config, get, node, origin_and_node, origin_and_purge_node, settle,
+    admin, cache_files, config, get, node, origin_and_node, origin_and_purge_node, settle, try_get,
     volume_metric, wait_committed, walk, xcache, Node, PURGE_AUTH, SLICE, SLICED,
 };
 use common::origin::{pattern, Fault, FaultOrigin, Object, Timing};
@@ -291,6 +291,38 @@ fn a_new_version_at_the_origin_is_never_mixed_with_the_old_one() {
     };
     assert_eq!(evicted("invalid"), 0.0);
     assert_eq!(evicted("replaced"), 1.0);
+}
+
+/// A version change found while the old first slice is still being committed (its body all
+/// there, the commit on the pool): the old slice is dropped once it lands, so the next request
+/// gets the new version whole, not the old first slice and then a cut.
+#[test]
+fn a_version_change_during_the_old_first_slice_commit_drops_it_once_committed() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_commit=sleep(400)")]);
+    let v1 = pattern(256 * 1024, 5);
+    let v2 = pattern(256 * 1024, 6);
+    o.put("/m.bin", Object::version(v1.clone(), 1));
+    let r = get(&n, "/m.bin", "Range: bytes=0-999\r\n");
+    assert!(r.body == v1[..1000]);
+    o.put("/m.bin", Object::version(v2.clone(), 2));
+    // Slice 0 (v1) is still committing; slice 1 comes as v2: cut, never mixed.
+    let r = try_get(&n, "/m.bin", "");
+    if let Ok(r) = &r {
+        assert!(
+            r.body == v1 || r.body == v2,
+            "a complete body must be one version"
+        );
+    }
+    let r = get(&n, "/m.bin", "");
+    assert!(
+        r.body == v2,
+        "the next response is not v2 whole ({} bytes)",
+        r.body.len()
+    );
+    assert_eq!(r.header("ETag"), Some("\"v2\""));
 }
 
 /// An older version's later slices still stored behind a first slice fetched anew (the first

@@ -120,6 +120,11 @@ pub(crate) fn failpoint_write() -> std::io::Result<()> {
 
 /// Failpoint `cache_opened`: runs on the pool right after an entry was opened for a request
 /// (`sleep(MS)` widens the window in which an eviction may delete it before it is kept open).
+/// `cache_commit` failpoint (e.g. `sleep(300)`): an entry's commit (on the pool) delayed.
+pub(crate) fn failpoint_commit() {
+    fail::fail_point!("cache_commit");
+}
+
 pub(crate) fn failpoint_opened() {
     fail::fail_point!("cache_opened");
 }

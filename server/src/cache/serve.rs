@@ -1526,18 +1526,33 @@ async fn drop_version(cv: &Arc<CacheVolume<Fill>>, key: &CacheKey, old: &super::
         s => old.total_size.div_ceil(s).min(u32::MAX as u64) as u32,
     };
     for k in 0..slices {
-        let Some(fill) = cv.fill_running(key.slice(k)) else {
+        let id = key.slice(k);
+        let Some(fill) = cv.fill_running(id) else {
             continue;
         };
         let mut rx = fill.subscribe();
+        let mut of_old = false;
         loop {
             let old_running = match &*rx.borrow_and_update() {
-                Progress::Body { head, done, .. } => !done && head.meta.same_version(old),
+                Progress::Body { head, done, .. } => {
+                    of_old = head.meta.same_version(old);
+                    !done && of_old
+                }
                 _ => false,
             };
             if !old_running || rx.changed().await.is_err() {
                 break;
             }
+        }
+        // Its body is all there, but the entry may not be committed yet (a pool task): until
+        // it is, the removal below would pass it over and it would land after it. Wait for
+        // the fill to leave the running ones (bounded: a stuck pool must not hold this).
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while of_old
+            && cv.fill_running(id).is_some_and(|f| Arc::ptr_eq(&f, &fill))
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
     // Slice by slice: one of the new version committed since (by the fill that found it) stays.

@@ -658,6 +658,7 @@ impl TempEntry {
     /// Publish the entry under its name (replacing any older file); fails, removing the
     /// temporary file, unless exactly `body_len` bytes were written. Returns the file length.
     pub fn commit(self) -> io::Result<u64> {
+        crate::cache::failpoint_commit();
         if self.written != self.meta.body_len {
             let e = io::Error::new(
                 io::ErrorKind::UnexpectedEof,
