@@ -29,6 +29,8 @@ use std::time::Duration;
 const OPEN_ENTRIES: usize = 1024;
 /// Entries examined per upkeep tick by the inactive sweep.
 const SWEEP_BUDGET: usize = 20_000;
+/// Files one pool task of the upkeep thread deletes (a few milliseconds of unlinks).
+const DELETE_CHUNK: usize = 128;
 
 /// A stored slice, open: serve `meta.body_len` bytes of `fd` from `meta.body_offset()`.
 #[derive(Debug)]
@@ -474,7 +476,40 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         if victims.is_empty() {
             return;
         }
-        for v in &victims {
+        self.account(&victims);
+        // Deletions are never refused (the space must come back), and nobody waits for them.
+        if self
+            .pool
+            .submit_continuation(PoolOp::Open, self.removal(victims))
+            .is_err()
+        {
+            tracing::warn!(volume = %self.name, "cannot queue cache deletions");
+        }
+    }
+
+    /// [`Self::delete`] for the upkeep thread, which may wait: in chunks of [`DELETE_CHUNK`],
+    /// each done before the next is queued, so a mass eviction (a restart with a lower
+    /// `max_size`, a long idle sweep) never queues more than one chunk ahead of the requests'
+    /// opens on the pool.
+    fn delete_paced(&self, victims: Vec<Victim>) {
+        for chunk in victims.chunks(DELETE_CHUNK) {
+            self.account(chunk);
+            let mut tries = 0;
+            while self.on_pool(self.removal(chunk.to_vec())).is_none() {
+                tries += 1;
+                if tries == 20 {
+                    // The pool keeps refusing (or is gone): queued like `delete`, unwaited.
+                    let _ =
+                        (self.pool).submit_continuation(PoolOp::Open, self.removal(chunk.to_vec()));
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Victims out of the open table, counted as evictions.
+    fn account(&self, victims: &[Victim]) {
+        for v in victims {
             self.forget(v.id);
             let i = match v.reason {
                 Reason::Size => 0,
@@ -484,9 +519,13 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             };
             self.m.evicted[i].inc();
         }
+    }
+
+    /// The pool job deleting `victims`' files.
+    fn removal(&self, victims: Vec<Victim>) -> impl FnOnce() + Send + 'static {
         let store = self.store.clone();
         let name = self.name.clone();
-        let job = move || {
+        move || {
             for v in victims {
                 if let Err(e) = store.remove(v.id) {
                     tracing::warn!(volume = %name, entry = %v.id.rel_path(), error = %e, "cannot delete cache entry");
@@ -494,10 +533,6 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             }
             // A kept mincore window of a deleted entry would hold its blocks on the disk.
             crate::fs::mincore::release_closed();
-        };
-        // Deletions are never refused (the space must come back), and nobody waits for them.
-        if self.pool.submit_continuation(PoolOp::Open, job).is_err() {
-            tracing::warn!(volume = %self.name, "cannot queue cache deletions");
         }
     }
 
@@ -668,7 +703,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             match self.on_pool(move || super::rebuild::rebuild_level(&store, &cv.index, l)) {
                 Some(Ok((victims, n))) => {
                     found += n;
-                    self.delete(victims);
+                    self.delete_paced(victims);
                     level += 1;
                     // The gauges follow the walk (not 0 until its end).
                     self.update_gauges();
@@ -692,7 +727,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             std::thread::sleep(Duration::from_secs(1));
             tick += 1;
             let v = self.index.expire_inactive(self.index.now(), SWEEP_BUDGET);
-            self.delete(v);
+            self.delete_paced(v);
             // Entries deleted while a response still held them: their space comes back now.
             crate::fs::mincore::release_closed();
             if tick.is_multiple_of(10) {
@@ -713,7 +748,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                     }
                 };
                 let v = self.index.set_max_bytes(limit);
-                self.delete(v);
+                self.delete_paced(v);
             }
             self.update_gauges();
         }
