@@ -437,6 +437,23 @@ impl Store {
     }
 }
 
+/// The lock file of `dir` when a running process holds it (tried with a shared lock, let go at
+/// once); None when there is none or nobody holds it.
+fn held_lock(dir: &Path) -> Option<std::path::PathBuf> {
+    let theirs = dir.join(LOCK_FILE);
+    let other = rustix::fs::open(
+        &theirs,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .ok()?;
+    matches!(
+        rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockShared),
+        Err(Errno::WOULDBLOCK)
+    )
+    .then_some(theirs)
+}
+
 /// Refused (`WouldBlock`) when `path`, which need not exist yet, is inside the cache directory
 /// of another running process (one of its levels, say): its files and ours would mix. Each
 /// ancestor's lock file, if any, is tried and let go at once.
@@ -450,17 +467,7 @@ pub fn not_inside_another_cache(path: &Path) -> io::Result<()> {
         },
     };
     for dir in real.ancestors().skip(1) {
-        let theirs = dir.join(LOCK_FILE);
-        let Ok(other) = rustix::fs::open(
-            &theirs,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
-            Mode::empty(),
-        ) else {
-            continue;
-        };
-        if let Err(Errno::WOULDBLOCK) =
-            rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockShared)
-        {
+        if let Some(theirs) = held_lock(dir) {
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
                 format!(
@@ -496,17 +503,7 @@ pub fn no_other_cache_inside(path: &Path) -> io::Result<()> {
         dirs.push(d1);
     }
     for dir in dirs {
-        let theirs = dir.join(LOCK_FILE);
-        let Ok(other) = rustix::fs::open(
-            &theirs,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY,
-            Mode::empty(),
-        ) else {
-            continue;
-        };
-        if let Err(Errno::WOULDBLOCK) =
-            rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockShared)
-        {
+        if let Some(theirs) = held_lock(&dir) {
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
                 format!(
