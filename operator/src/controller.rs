@@ -8,7 +8,7 @@
 //! |---|---|---|---|
 //! | contentserver.dev | contentservers | list, watch | the primary resource |
 //! | contentserver.dev | contentservers/status | patch | status and conditions |
-//! | "" (core) | configmaps | get, list, watch, create, patch | rendered server config (apply; garbage-collected via owner reference) |
+//! | "" (core) | configmaps | get, list, watch, create, patch, delete | rendered server config, one per config hash (earlier ones deleted after the rollout) |
 //! | "" (core) | services | get, list, watch, create, patch, delete | client + headless Services |
 //! | apps | deployments | get, list, watch, create, patch, delete | workload without per-pod claims |
 //! | apps | statefulsets | get, list, watch, create, patch, delete | workload with claim templates (orphan delete on immutable change) |

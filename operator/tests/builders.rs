@@ -55,7 +55,9 @@ fn minimal_renders_one_volume_and_a_deployment() {
     assert_eq!(rendered.hash.len(), 16);
 
     let cm = configmap(&cs, &rendered);
-    assert_eq!(cm.metadata.name.as_deref(), Some("minimal-config"));
+    let cm_name = format!("minimal-config-{}", rendered.hash);
+    assert_eq!(cm.metadata.name.as_deref(), Some(cm_name.as_str()));
+    assert_eq!(cm.immutable, Some(true), "a new config is a new ConfigMap");
     assert_eq!(cm.metadata.namespace.as_deref(), Some(NS));
     assert_eq!(
         cm.data.as_ref().and_then(|d| d.get("config.toml")),

@@ -90,9 +90,7 @@ async fn create_minimal_applies_configmap_deployment_service_and_status() {
     let cs = current(&fake, &name).await;
     let uid = cs.metadata.uid.clone().expect("uid");
 
-    let cm = fake
-        .get(&configmaps(), "minimal-config")
-        .expect("ConfigMap");
+    let cm = mounted_config(&fake, &name);
     let toml = cm["data"]["config.toml"].as_str().expect("config.toml");
     let mut cfg =
         content_server::config::Config::from_toml(toml).expect("server parses the config");
@@ -180,7 +178,7 @@ async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
     })
     .await;
     let before = fake.get(&deployments(), &name).expect("Deployment");
-    let cm_before = fake.get(&configmaps(), "web-config").expect("ConfigMap");
+    let cm_before = mounted_config(&fake, &name);
     assert!(fake.get(&pdbs(), &name).is_some(), "PDB for 2 replicas");
 
     // kubectl scale --replicas 5
@@ -191,10 +189,7 @@ async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
         scaled["spec"]["template"], before["spec"]["template"],
         "pod template untouched by a scale"
     );
-    assert_eq!(
-        fake.get(&configmaps(), "web-config").expect("ConfigMap")["data"],
-        cm_before["data"]
-    );
+    assert_eq!(mounted_config(&fake, &name)["data"], cm_before["data"]);
 
     // A config change (pool size) changes the ConfigMap and the pod template's hash.
     let cs = edit_and_run(&fake, &ctx, &name, |cs| {
@@ -211,7 +206,7 @@ async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
         rolled["spec"]["replicas"], 5,
         "a config change keeps the replica count"
     );
-    let toml = fake.get(&configmaps(), "web-config").expect("ConfigMap")["data"]["config.toml"]
+    let toml = mounted_config(&fake, &name)["data"]["config.toml"]
         .as_str()
         .expect("toml")
         .to_string();
@@ -230,7 +225,7 @@ async fn scale_changes_replicas_only_and_config_change_rolls_pods() {
 async fn invalid_spec_sets_condition_emits_event_and_leaves_children_untouched() {
     let (fake, ctx, name) = reconciled("media-node.yaml").await;
     let sts_before = fake.get(&statefulsets(), &name).expect("StatefulSet");
-    let cm_before = fake.get(&configmaps(), "media-config").expect("ConfigMap");
+    let cm_before = mounted_config(&fake, &name);
     let children_before: Vec<Vec<String>> = [configmaps(), statefulsets(), services(), pdbs()]
         .iter()
         .map(|c| fake.names(c))
@@ -243,7 +238,7 @@ async fn invalid_spec_sets_condition_emits_event_and_leaves_children_untouched()
     });
     let cs = run_without_child_writes(&fake, &ctx, &name, "invalid spec").await;
     assert_eq!(fake.get(&statefulsets(), &name), Some(sts_before));
-    assert_eq!(fake.get(&configmaps(), "media-config"), Some(cm_before));
+    assert_eq!(mounted_config(&fake, &name), cm_before);
     let children_after: Vec<Vec<String>> = [configmaps(), statefulsets(), services(), pdbs()]
         .iter()
         .map(|c| fake.names(c))
@@ -365,7 +360,7 @@ async fn a_contentserver_being_deleted_gets_no_writes() {
     });
     // The garbage collector already removed some children.
     for (collection, child) in [
-        (configmaps(), format!("{name}-config")),
+        (configmaps(), mounted_config_name(&fake, &name)),
         (services(), name.clone()),
     ] {
         assert!(fake.get(&collection, &child).is_some(), "{child} exists");
@@ -377,7 +372,7 @@ async fn a_contentserver_being_deleted_gets_no_writes() {
     run(&fake, &ctx, &name).await;
     let writes: Vec<_> = fake.log().into_iter().filter(|l| !l.is_read()).collect();
     assert!(writes.is_empty(), "writes while deleting: {writes:?}");
-    assert!(fake.get(&configmaps(), &format!("{name}-config")).is_none());
+    assert!(config_names(&fake, &name).is_empty());
     assert!(fake.get(&services(), &name).is_none());
     assert_eq!(fake.get(&deployments(), &name), Some(dep_before));
 }
@@ -808,7 +803,7 @@ async fn cache_config_change_restarts_pods_onto_the_same_claims() {
         json!({"whenDeleted": "Retain", "whenScaled": "Retain"})
     );
     assert!(fake.get(&pdbs(), &name).is_some(), "3 replicas get a PDB");
-    let cm = fake.get(&configmaps(), "edge-config").expect("ConfigMap");
+    let cm = mounted_config(&fake, &name);
     let toml = cm["data"]["config.toml"].as_str().expect("config");
     assert!(
         toml.contains("[[origins]]") && toml.contains("[volumes.cache]"),
@@ -1004,4 +999,133 @@ async fn switching_kinds_with_a_shared_claim_cache_removes_the_old_workload_at_o
     assert!(fake.get(&deployments(), &name).is_some());
     assert!(fake.get(&statefulsets(), &name).is_none());
     assert!(fake.get(&services(), "minimal-headless").is_none());
+}
+
+/// Each config has its own ConfigMap (named by its hash), so a pod that restarts during a
+/// rollout reads its own template's config; the earlier ones are deleted once the rollout is
+/// complete, along with the single `NAME-config` of earlier operator versions. A ConfigMap this
+/// ContentServer does not own is never deleted.
+#[tokio::test]
+async fn a_config_change_gets_a_new_configmap_and_the_old_one_goes_after_the_rollout() {
+    let (fake, ctx, name) = reconciled("minimal.yaml").await;
+    let uid = current(&fake, &name).await.metadata.uid.expect("uid");
+    let owner = json!([{"apiVersion": "contentserver.dev/v1alpha1", "kind": "ContentServer",
+                        "name": name, "uid": uid, "controller": true}]);
+    let labels = json!({"app.kubernetes.io/managed-by": "content-operator",
+                        "app.kubernetes.io/instance": name,
+                        "app.kubernetes.io/name": "content-server"});
+    fake.insert(
+        &configmaps(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": format!("{name}-config"), "labels": labels,
+                            "ownerReferences": owner},
+               "data": {"config.toml": "from an operator before per-hash names"}}),
+    );
+    let foreign = fake.insert(
+        &configmaps(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": format!("{name}-config-theirs"), "labels": labels},
+               "data": {"x": "y"}}),
+    );
+    let first = mounted_config_name(&fake, &name);
+    assert!(first.starts_with(&format!("{name}-config-")), "{first}");
+    assert_eq!(mounted_config(&fake, &name)["immutable"], true);
+
+    let cs = edit_and_run(&fake, &ctx, &name, |cs| {
+        cs["spec"]["volumes"][0]["pool"]["threads"] = json!(8)
+    })
+    .await;
+    let second = mounted_config_name(&fake, &name);
+    assert_ne!(first, second, "a new config is a new ConfigMap");
+    assert_eq!(
+        Some(format!(
+            "{name}-config-{}",
+            template_hash(&fake.get(&deployments(), &name).expect("Deployment"))
+        )),
+        Some(second.clone())
+    );
+    assert_eq!(
+        cs.status.and_then(|s| s.config_hash),
+        Some(second[name.len() + 8..].to_string())
+    );
+    let first_cm = fake.get(&configmaps(), &first).expect("first config kept");
+    let toml = first_cm["data"]["config.toml"].as_str().expect("toml");
+    let cfg = content_server::config::Config::from_toml(toml).expect("parses");
+    assert_ne!(
+        cfg.volumes[0].pool.threads, 8,
+        "the first config is as it was"
+    );
+
+    // Mid-rollout (the Deployment controller has not finished): old pods may restart, so
+    // the first config stays.
+    let gen =
+        fake.get(&deployments(), &name).expect("Deployment")["metadata"]["generation"].clone();
+    fake.set_status(
+        &deployments(),
+        &name,
+        json!({"replicas": 2, "readyReplicas": 1, "updatedReplicas": 1, "observedGeneration": gen}),
+    );
+    run(&fake, &ctx, &name).await;
+    assert!(
+        fake.get(&configmaps(), &first).is_some(),
+        "kept mid-rollout"
+    );
+    assert!(fake.get(&configmaps(), &format!("{name}-config")).is_some());
+
+    fake.set_rolled_out(&deployments(), &name, 1);
+    run(&fake, &ctx, &name).await;
+    let mut left = vec![format!("{name}-config-theirs"), second.clone()];
+    left.sort();
+    assert_eq!(config_names(&fake, &name), left);
+    assert!(
+        fake.get(&configmaps(), &first).is_none(),
+        "first config deleted"
+    );
+    assert!(
+        fake.get(&configmaps(), &format!("{name}-config")).is_none(),
+        "the ConfigMap of an earlier operator deleted"
+    );
+    assert_eq!(
+        fake.get(&configmaps(), &format!("{name}-config-theirs")),
+        Some(foreign),
+        "not ours: untouched"
+    );
+    assert_eq!(mounted_config_name(&fake, &name), second);
+}
+
+/// During a Deployment -> StatefulSet switch with a config change, the Deployment's pods keep
+/// their config until the Deployment is gone.
+#[tokio::test]
+async fn the_previous_workloads_config_stays_until_the_previous_workload_is_removed() {
+    let (fake, ctx, name) = reconciled("minimal.yaml").await;
+    fake.set_rolled_out(&deployments(), &name, 1);
+    run(&fake, &ctx, &name).await;
+    let first = mounted_config_name(&fake, &name);
+    edit_and_run(&fake, &ctx, &name, |cs| {
+        cs["spec"]["volumes"][0]["source"] =
+            json!({"claimTemplate": {"size": "10Gi", "accessModes": ["ReadWriteOnce"]}});
+        cs["spec"]["volumes"][0]["pool"]["threads"] = json!(8);
+    })
+    .await;
+    let sts = fake.get(&statefulsets(), &name).expect("StatefulSet");
+    let second = format!("{name}-config-{}", template_hash(&sts));
+    assert_ne!(first, second);
+    assert_eq!(
+        mounted_config_name(&fake, &name),
+        first,
+        "Deployment as it was"
+    );
+    assert!(fake.get(&configmaps(), &second).is_some());
+
+    // The Deployment is still rolled out (its status is complete): its config stays while it exists.
+    run(&fake, &ctx, &name).await;
+    assert!(
+        fake.get(&configmaps(), &first).is_some(),
+        "the Deployment's pods mount it"
+    );
+
+    fake.set_rolled_out(&statefulsets(), &name, 1);
+    run(&fake, &ctx, &name).await;
+    assert!(fake.get(&deployments(), &name).is_none());
+    assert_eq!(config_names(&fake, &name), vec![second]);
 }

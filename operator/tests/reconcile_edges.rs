@@ -185,9 +185,13 @@ async fn a_foreign_service_is_not_taken_over_and_an_own_orphan_is_adopted() {
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "minimal"},
                "spec": {"ports": [{"port": 8080}]}}),
     );
+    let hash = content_operator::builders::configmap::render(&example("minimal.yaml").spec)
+        .expect("render")
+        .hash;
+    let cm_name = format!("minimal-config-{hash}");
     fake.insert(
         &configmaps(),
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "minimal-config",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": cm_name,
                "labels": {"app.kubernetes.io/managed-by": "content-operator",
                           "app.kubernetes.io/instance": "minimal",
                           "app.kubernetes.io/name": "content-server"}},
@@ -204,9 +208,7 @@ async fn a_foreign_service_is_not_taken_over_and_an_own_orphan_is_adopted() {
         Some(svc),
         "their Service untouched"
     );
-    let cm = fake
-        .get(&configmaps(), "minimal-config")
-        .expect("ConfigMap");
+    let cm = fake.get(&configmaps(), &cm_name).expect("ConfigMap");
     let uid = current(&fake, &name).await.metadata.uid;
     assert_eq!(
         cm["metadata"]["ownerReferences"][0]["uid"].as_str(),

@@ -144,9 +144,11 @@ pub fn config_hash(text: &str) -> String {
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-/// The ConfigMap holding the rendered config.
+/// The ConfigMap holding the rendered config, named after its hash and immutable: a new config
+/// is a new ConfigMap (the old one goes after the rollout, `reconcile/configs.rs`).
 pub fn configmap(cs: &ContentServer, rendered: &RenderedConfig) -> ConfigMap {
-    let mut meta = child_meta(cs, crate::builders::configmap_name(cs));
+    let name = crate::builders::configmap_name(cs, &rendered.hash);
+    let mut meta = child_meta(cs, name);
     meta.annotations = Some(BTreeMap::from([(
         crate::builders::CONFIG_HASH_ANNOTATION.to_string(),
         rendered.hash.clone(),
@@ -157,6 +159,7 @@ pub fn configmap(cs: &ContentServer, rendered: &RenderedConfig) -> ConfigMap {
             CONFIG_KEY.to_string(),
             rendered.toml.clone(),
         )])),
+        immutable: Some(true),
         ..ConfigMap::default()
     }
 }

@@ -83,9 +83,15 @@ pub fn child_meta(cs: &ContentServer, name: String) -> ObjectMeta {
     }
 }
 
-/// Name of the ConfigMap.
-pub fn configmap_name(cs: &ContentServer) -> String {
-    format!("{}-config", cs.name_any())
+/// Name of the ConfigMap holding one version of the config: each rendered config (by its hash)
+/// has its own, so a pod always reads the config of its own template, also when it restarts in
+/// the middle of a rollout to another one.
+pub fn configmap_name(cs: &ContentServer, config_hash: &str) -> String {
+    format!("{}{config_hash}", configmap_prefix(cs))
+}
+/// What every config ConfigMap's name of this ContentServer starts with.
+pub fn configmap_prefix(cs: &ContentServer) -> String {
+    format!("{}-config-", cs.name_any())
 }
 /// Name of the Deployment or StatefulSet, the Service, the PDB, the ServiceMonitor, the HPA,
 /// the HTTPRoute, the Ingress and the NetworkPolicy.

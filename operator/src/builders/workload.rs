@@ -120,13 +120,14 @@ fn probe(path: &str, period: i32, failures: i32) -> Probe {
     }
 }
 
-/// Pod volumes for everything except claim templates (those come from the StatefulSet).
-fn pod_volumes(cs: &ContentServer) -> Vec<Volume> {
+/// Pod volumes for everything except claim templates (those come from the StatefulSet); the
+/// config is the ConfigMap of this config's hash.
+fn pod_volumes(cs: &ContentServer, config_hash: &str) -> Vec<Volume> {
     let mut vols = vec![
         Volume {
             name: "config".into(),
             config_map: Some(ConfigMapVolumeSource {
-                name: configmap_name(cs),
+                name: configmap_name(cs, config_hash),
                 ..ConfigMapVolumeSource::default()
             }),
             ..Volume::default()
@@ -221,7 +222,8 @@ pub fn claim_templates(cs: &ContentServer) -> Vec<PersistentVolumeClaim> {
         .collect()
 }
 
-/// The pod template; `config_hash` goes into an annotation so a config change rolls the pods.
+/// The pod template; `config_hash` names the mounted ConfigMap and goes into an annotation, so a
+/// config change rolls the pods.
 pub fn pod_template(cs: &ContentServer, config_hash: &str) -> PodTemplateSpec {
     let spec = &cs.spec;
     let mut labels = spec.pod.labels.clone();
@@ -301,7 +303,12 @@ pub fn pod_template(cs: &ContentServer, config_hash: &str) -> PodTemplateSpec {
         }),
         spec: Some(PodSpec {
             containers: vec![container],
-            volumes: Some(pod_volumes(cs).into_iter().chain(cache_vols).collect()),
+            volumes: Some(
+                pod_volumes(cs, config_hash)
+                    .into_iter()
+                    .chain(cache_vols)
+                    .collect(),
+            ),
             security_context: Some(
                 spec.pod
                     .security_context

@@ -19,6 +19,8 @@ pub struct Applied {
     pub missing_crds: Vec<String>,
     /// Ready pods of the workload of the other kind, still serving until the new one is ready.
     pub serving_elsewhere: i32,
+    /// The workload of the other kind still exists (its pods may mount an earlier config).
+    pub previous_workload_remains: bool,
 }
 
 impl Applied {

@@ -46,6 +46,7 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
         notes: Vec::new(),
         missing_crds: Vec::new(),
         serving_elsewhere: 0,
+        previous_workload_remains: false,
     };
     match applied.kind {
         WorkloadKind::StatefulSet => {

@@ -14,6 +14,7 @@
 mod api;
 mod applied;
 mod children;
+mod configs;
 mod gate;
 mod replace;
 
@@ -152,6 +153,7 @@ async fn reconcile_steps(
     }
     let mut applied = children::apply_all(&scope).await?;
     replace::remove_other_kind(&scope, &mut applied).await?;
+    configs::prune_old(&scope, &applied).await?;
     let action = write_applied_status(&scope, applied).await?;
     Ok((action, crate::metrics::result::OK))
 }

@@ -95,7 +95,7 @@ pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Resu
         WorkloadKind::StatefulSet => {
             let deps: Api<Deployment> = scope.api();
             let serving = |d: &Deployment| d.status.as_ref().and_then(|s| s.ready_replicas);
-            remove_when_ready(
+            applied.previous_workload_remains = remove_when_ready(
                 &deps,
                 scope,
                 why,
@@ -117,6 +117,7 @@ pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Resu
                 applied,
             )
             .await?;
+            applied.previous_workload_remains = sts_remains;
             if !sts_remains {
                 let svcs: Api<Service> = scope.api();
                 let headless = headless_service_name(scope.cs);

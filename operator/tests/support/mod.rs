@@ -788,3 +788,36 @@ pub fn assert_rendered_without(file: &str, absent: &[&str]) {
         assert!(!toml.contains(a), "{a} in\n{toml}");
     }
 }
+
+/// Name of the ConfigMap the pods of workload `name` (Deployment or StatefulSet) mount: the
+/// config of their template, named after its hash.
+pub fn mounted_config_name(fake: &FakeApi, name: &str) -> String {
+    let workload = fake
+        .get(&deployments(), name)
+        .or_else(|| fake.get(&statefulsets(), name))
+        .unwrap_or_else(|| panic!("no workload {name}"));
+    workload["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .expect("pod volumes")
+        .iter()
+        .find(|v| v["name"] == "config")
+        .and_then(|v| v["configMap"]["name"].as_str())
+        .expect("config volume from a ConfigMap")
+        .to_string()
+}
+
+/// The ConfigMap the pods of workload `name` mount ([`mounted_config_name`]).
+pub fn mounted_config(fake: &FakeApi, name: &str) -> Value {
+    let cm = mounted_config_name(fake, name);
+    fake.get(&configmaps(), &cm)
+        .unwrap_or_else(|| panic!("the mounted ConfigMap {cm} exists"))
+}
+
+/// The config ConfigMaps of ContentServer `name` (named `NAME-config-HASH`).
+pub fn config_names(fake: &FakeApi, name: &str) -> Vec<String> {
+    let prefix = format!("{name}-config-");
+    fake.names(&configmaps())
+        .into_iter()
+        .filter(|n| n.starts_with(&prefix))
+        .collect()
+}
