@@ -542,6 +542,92 @@ fn an_origin_whose_slices_disagree_is_passed_through() {
     }
 }
 
+/// An origin that honours Range only for the first slice and answers a later slice's range
+/// with the whole object (same version): the response is not cut, its rest comes from one
+/// whole answer; later requests are passed through whole. A range request that learns it
+/// first (its later slice answered whole) passes the next full read through too, uncut.
+#[test]
+fn an_origin_ignoring_range_past_the_first_slice_cuts_no_response() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(2 * SLICE + 1000, 5);
+    let whole = |body: &[u8]| {
+        let mut w = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nETag: \"v1\"\r\nLast-Modified: Wed, 01 Jan 2025 00:00:01 GMT\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        w.extend_from_slice(body);
+        w
+    };
+    // The first slice stored from a 206, then every later range answered whole.
+    let p = "/first-only.bin";
+    o.put(p, Object::version(body.clone(), 1));
+    assert_eq!(get(&n, p, "Range: bytes=0-99\r\n").status, 206);
+    wait_committed(&n);
+    o.fault(p, Fault::Raw(whole(&body)));
+    let r = get(&n, p, "");
+    assert_eq!(r.status, 200);
+    assert!(r.body == body, "the whole object, uncut");
+    settle(&n);
+    let before = o.requests(p);
+    let r = get(&n, p, "");
+    assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
+    assert!(r.body == body);
+    assert_eq!(
+        o.requests(p) - before,
+        1,
+        "passed through: one origin request"
+    );
+
+    // A range in a later slice meets it first.
+    let p = "/seek-first.bin";
+    o.put(p, Object::version(body.clone(), 1));
+    o.fault(p, Fault::Raw(whole(&body)));
+    let r = get(
+        &n,
+        p,
+        &format!("Range: bytes={}-{}\r\n", 2 * SLICE, 2 * SLICE + 9),
+    );
+    assert_eq!((r.status, xcache(&r)), (200, "BYPASS"), "the whole answer");
+    assert!(r.body == body);
+    settle(&n);
+    o.clear_fault(p);
+    let before = o.requests(p);
+    let r = get(&n, p, "");
+    assert_eq!((r.status, xcache(&r)), (200, "BYPASS"), "passed through");
+    assert!(r.body == body, "uncut");
+    assert_eq!(o.requests(p) - before, 1);
+}
+
+/// An origin whose ETag differs in every answer: each response that meets a later slice of
+/// another ETag is cut (versions never mix), and after the second such change within a minute
+/// the object is passed through whole, not cut for ever.
+#[test]
+fn an_origin_with_an_etag_per_answer_is_passed_through_after_two_changes() {
+    let (o, n) = origin_and_node(SLICED);
+    let p = "/etag-per-answer.bin";
+    let body = pattern(3 * SLICE, 6);
+    o.put(p, Object::version(body.clone(), 1));
+    o.fault(p, Fault::EtagPerAnswer);
+    let mut cut = 0;
+    for _ in 0..2 {
+        match try_get(&n, p, "") {
+            Ok(r) => assert!(r.body == body, "a complete wrong body"),
+            Err(e) => {
+                assert!(e.to_string().contains("body ended after"), "{e}");
+                cut += 1;
+            }
+        }
+        settle(&n);
+    }
+    assert!(cut >= 1, "versions would have been mixed");
+    for _ in 0..2 {
+        let r = get(&n, p, "");
+        assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
+        assert!(r.body == body);
+    }
+}
+
 /// A stale entry is served (STALE) for every kind of origin failure within stale-if-error, and
 /// a refresh that breaks mid-body replaces nothing.
 #[test]

@@ -959,7 +959,8 @@ fn whole_answer_status(status: u16) -> bool {
     (201..600).contains(&status) && status != 206 && config::never_stored(status).is_none()
 }
 
-fn header(resp: &OriginResponse, name: &str) -> Option<String> {
+/// A response header's value as stored with an entry (trimmed; None when empty or not text).
+pub(super) fn header(resp: &OriginResponse, name: &str) -> Option<String> {
     resp.headers
         .get(name)
         .and_then(|v| v.to_str().ok())

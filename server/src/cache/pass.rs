@@ -21,23 +21,46 @@ const MAX_MARKS: usize = 16_384;
 #[derive(Default)]
 pub struct Passes {
     until_ms: Mutex<HashMap<u128, i64>>,
+    /// Objects found changed at the origin in the middle of a response, until when that
+    /// counts (a second change before then passes the object through).
+    changed_until_ms: Mutex<HashMap<u128, i64>>,
+}
+
+/// Lock a table (a poisoned lock still holds a usable map).
+fn lock(m: &Mutex<HashMap<u128, i64>>) -> MutexGuard<'_, HashMap<u128, i64>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Set `hash` to `now_ms + PASS_MS` unless the table is full of unexpired entries.
+fn insert(m: &mut HashMap<u128, i64>, hash: u128, now_ms: i64) {
+    if m.len() >= MAX_MARKS && !m.contains_key(&hash) {
+        m.retain(|_, until| *until > now_ms);
+        if m.len() >= MAX_MARKS {
+            return;
+        }
+    }
+    m.insert(hash, now_ms.saturating_add(PASS_MS));
 }
 
 impl Passes {
     fn table(&self) -> MutexGuard<'_, HashMap<u128, i64>> {
-        self.until_ms.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.until_ms)
     }
 
     /// Pass object `hash` through until `now_ms + PASS_MS`.
     pub fn mark(&self, hash: u128, now_ms: i64) {
-        let mut m = self.table();
-        if m.len() >= MAX_MARKS && !m.contains_key(&hash) {
-            m.retain(|_, until| *until > now_ms);
-            if m.len() >= MAX_MARKS {
-                return;
-            }
-        }
-        m.insert(hash, now_ms.saturating_add(PASS_MS));
+        insert(&mut self.table(), hash, now_ms);
+    }
+
+    /// Object `hash` was found changed at the origin in the middle of a response: true when
+    /// that happened before within [`PASS_MS`] too. An origin whose validator changes with
+    /// every answer (an ETag per backend or per response) would otherwise cut every full
+    /// read after its first slice, for ever.
+    pub fn changed_again(&self, hash: u128, now_ms: i64) -> bool {
+        let mut m = lock(&self.changed_until_ms);
+        let again = m.get(&hash).is_some_and(|until| *until > now_ms);
+        insert(&mut m, hash, now_ms);
+        again
     }
 
     /// True while object `hash` is marked.
@@ -61,6 +84,7 @@ impl Passes {
     /// Forget every mark (a purge by prefix: marks keep hashes, not keys).
     pub fn clear(&self) {
         self.table().clear();
+        lock(&self.changed_until_ms).clear();
     }
 }
 
@@ -89,5 +113,17 @@ mod tests {
         // Once the marks expire, a new one is taken.
         p.mark(5, PASS_MS + 1);
         assert!(p.passing(5, PASS_MS + 2));
+    }
+
+    #[test]
+    fn a_second_change_within_pass_ms_is_told() {
+        let p = Passes::default();
+        assert!(!p.changed_again(7, 0));
+        assert!(p.changed_again(7, PASS_MS - 1));
+        assert!(!p.changed_again(8, 0), "per object");
+        assert!(
+            !p.changed_again(8, PASS_MS + 1),
+            "an old change does not count"
+        );
     }
 }

@@ -532,10 +532,12 @@ impl Ctx<'_> {
                     // for one user's credentials says nothing about the shared one.)
                     let _ = self.cv.remove_object(s.id.hash()).await;
                 }
-                if self.auth.is_none() && (fill.id.slice == 0 || status == 206) {
+                if self.auth.is_none() && (fill.id.slice == 0 || matches!(status, 200 | 206)) {
                     // Pass its next requests through at once. A later slice's 206 refused is
-                    // the object refused (Set-Cookie, private...); another answer to a later
-                    // slice (a 404, say) may still be storable as the first slice.
+                    // the object refused (Set-Cookie, private...), its 200 an origin ignoring
+                    // Range for it (a full read would stop after the first slice); another
+                    // answer to a later slice (a 404, say) may still be storable as the first
+                    // slice.
                     self.cv.passes.mark(self.key.hash(), unix_now_ms());
                 }
                 self.handoff(&fill, CacheStatus::Bypass)
@@ -1111,28 +1113,44 @@ impl Ctx<'_> {
                     None
                 }
             };
-            let src = match found {
-                Some(src) => src,
-                None => match self.source(k).await {
-                    Ok(src) => src,
-                    Err(why) => return Err((sent, self.unavailable(meta, k, why).await)),
-                },
+            let slice_start = if s == 0 { 0 } else { k as u64 * s };
+            let got = match found {
+                Some(src) => Ok(src),
+                None => self.source(k).await,
             };
-            let src = if src.meta().same_version(meta) {
-                src
-            } else {
-                match self.refetch(k, src).await {
-                    Ok(src) => src,
-                    Err(why) => return Err((sent, self.unavailable(meta, k, why).await)),
+            let got = match got {
+                Ok(src) if !src.meta().same_version(meta) => self.refetch(k, src).await,
+                other => other,
+            };
+            let src = match got {
+                Ok(src) => src,
+                Err(why) => {
+                    let note = self.unavailable(meta, k, why).await;
+                    if why != Unavailable::NotASlice {
+                        return Err((sent, note));
+                    }
+                    // The origin answered this slice's range with the whole object: the rest
+                    // of the response comes from one whole answer of the same version.
+                    let pos = start.max(slice_start);
+                    return match self.rest_from_whole(meta, pos, end).await {
+                        Ok(n) => Ok(sent + n),
+                        Err(n) => Err((sent + n, note)),
+                    };
                 }
             };
             if !src.meta().same_version(meta) {
                 // The object changed at the origin: never mix versions; drop the old slices so
-                // the next request fetches the new version whole.
+                // the next request fetches the new version whole. Changed again within a
+                // minute (an origin whose validator differs in every answer): pass it
+                // through whole for a while, or every full read would be cut here.
                 self.drop_version(meta).await;
+                let (hash, now_ms) = (self.key.hash(), unix_now_ms());
+                if self.auth.is_none() && self.cv.passes.changed_again(hash, now_ms) {
+                    tracing::warn!(volume = %self.cv.name, key = %self.target, slice = k, "the object changed at the origin mid-response twice within a minute (a validator per answer?); passed through from now on");
+                    self.cv.passes.mark(hash, now_ms);
+                }
                 return Err((sent, "object changed at the origin mid-response"));
             }
-            let slice_start = if s == 0 { 0 } else { k as u64 * s };
             let a = start.max(slice_start) - slice_start;
             let b = end.min(slice_start + src.meta().body_len) - slice_start;
             if b <= a {
@@ -1163,6 +1181,58 @@ impl Ctx<'_> {
         // The head announced `len` bytes: anything else breaks the connection's framing.
         if sent != len {
             return Err((sent, "slices do not add up to the range"));
+        }
+        Ok(sent)
+    }
+
+    /// Bytes `pos..end` of version `meta` of the object from a whole answer of the origin (for
+    /// an origin that ignores Range on a later slice): asked for anew (the fill's answer is
+    /// not kept), sent only when it is that version (200, the same ETag, Last-Modified and
+    /// size), the bytes before `pos` read and dropped; nothing stored. On error, how many
+    /// bytes went out.
+    async fn rest_from_whole(
+        &self,
+        meta: &super::entry::EntryMeta,
+        pos: u64,
+        end: u64,
+    ) -> Result<u64, u64> {
+        let mut r = OriginRequest::get(self.target.clone());
+        r.authorization = self.auth.map(str::to_string);
+        r.origin = self.req.origin.clone();
+        let mut resp = match self.route.origin.fetch(r).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::debug!(volume = %self.cv.name, key = %self.target, error = %e, "whole answer for the rest of a response failed");
+                return Err(0);
+            }
+        };
+        let same = resp.status == 200
+            && resp.expected == Some(meta.total_size)
+            && super::fill::header(&resp, "etag") == meta.etag
+            && super::fill::header(&resp, "last-modified") == meta.last_modified;
+        if !same {
+            tracing::debug!(volume = %self.cv.name, key = %self.target, status = resp.status, "whole answer is another version: the response ends here");
+            return Err(0);
+        }
+        let (mut skip, want) = (pos, end - pos);
+        let mut sent = 0u64;
+        while sent < want {
+            let b = match resp.chunk().await {
+                Ok(Some(b)) => b,
+                Ok(None) | Err(_) => return Err(sent),
+            };
+            let drop = skip.min(b.len() as u64);
+            skip -= drop;
+            let b = &b[drop as usize..];
+            let take = (want - sent).min(b.len() as u64) as usize;
+            if take == 0 {
+                continue;
+            }
+            if self.sock.write_all(&b[..take], true).await.is_err() {
+                return Err(sent);
+            }
+            sent += take as u64;
+            self.cv.m.served_origin.inc_by(take as u64);
         }
         Ok(sent)
     }

@@ -104,6 +104,9 @@ pub enum Fault {
     Chunked(Option<usize>),
     /// Write exactly these bytes as the answer, then close (a malformed or unusual head).
     Raw(Vec<u8>),
+    /// Answer as usual, with another ETag in every answer (a farm of backends with an ETag of
+    /// their own each, or an ETag made per response).
+    EtagPerAnswer,
 }
 
 /// One request as the origin saw it.
@@ -565,6 +568,12 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
             && (req.method == "HEAD" || stream.write_all(b"not found\n").is_ok());
         return ok && keep_alive;
     };
+    let mut obj = obj;
+    if let Some(Fault::EtagPerAnswer) = fault {
+        static ANSWERS: AtomicUsize = AtomicUsize::new(0);
+        let n = ANSWERS.fetch_add(1, Ordering::SeqCst);
+        obj.etag = Some(format!("\"per-answer-{n}\""));
+    }
     let len = obj.body.len() as u64;
     let mut head = String::new();
     let mut validators = String::new();
