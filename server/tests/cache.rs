@@ -2634,6 +2634,48 @@ fn a_cache_route_sends_its_cors_and_configured_headers_like_a_static_one() {
     );
 }
 
+/// Fields the client's `Connection` names are hop-by-hop (RFC 9110 §7.6.1): its `Origin` and
+/// `Authorization` are not forwarded to the origin then (an anonymous request: a shared
+/// answer); without `Connection` naming them, both are.
+#[test]
+fn fields_named_by_connection_are_not_forwarded_to_the_origin() {
+    let (o, n) = origin_and_node(SLICED);
+    o.put(
+        "/hop.bin",
+        Object::new(pattern(100, 1)).cache_control("private"),
+    );
+    let sent = |extra: &str| {
+        let before = o.seen().len();
+        let r = get(
+            &n,
+            "/hop.bin",
+            &format!("Origin: https://player.example\r\nAuthorization: Bearer t\r\n{extra}"),
+        );
+        assert_eq!(r.status, 200);
+        let seen = o.seen();
+        let s = seen[before..].last().expect("asked the origin").clone();
+        (
+            s.header("origin").map(str::to_string),
+            s.header("authorization").map(str::to_string),
+        )
+    };
+    assert_eq!(
+        sent(""),
+        (
+            Some("https://player.example".into()),
+            Some("Bearer t".into())
+        )
+    );
+    assert_eq!(
+        sent("Connection: keep-alive, Origin\r\n"),
+        (None, Some("Bearer t".into()))
+    );
+    assert_eq!(
+        sent("Connection: authorization\r\n"),
+        (Some("https://player.example".into()), None)
+    );
+}
+
 #[test]
 fn a_cached_304_repeats_cache_control_expires_and_vary() {
     let (o, n) = origin_and_node(SLICED);

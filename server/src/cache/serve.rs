@@ -272,7 +272,7 @@ impl Ctx<'_> {
             policy: self.route.policy.clone(),
             revalidate,
             authorization: self.auth.map(str::to_string),
-            client_origin: self.req.origin.clone(),
+            client_origin: self.req.origin_to_forward(),
         }
     }
 
@@ -1198,7 +1198,7 @@ impl Ctx<'_> {
     ) -> Result<u64, u64> {
         let mut r = OriginRequest::get(self.target.clone());
         r.authorization = self.auth.map(str::to_string);
-        r.origin = self.req.origin.clone();
+        r.origin = self.req.origin_to_forward();
         let mut resp = match self.route.origin.fetch(r).await {
             Ok(resp) => resp,
             Err(e) => {
@@ -1449,7 +1449,7 @@ impl Ctx<'_> {
             r.method = crate::origin::Method::Head;
         }
         r.authorization = self.auth.map(str::to_string);
-        r.origin = self.req.origin.clone();
+        r.origin = self.req.origin_to_forward();
         r.if_none_match = self.req.if_none_match.clone();
         r.if_modified_since = self.req.if_modified_since.clone();
         r.if_match = self.req.if_match.clone();

@@ -43,12 +43,16 @@ pub struct Request {
     pub range: Option<String>,
     pub if_range: Option<String>,
     pub origin: Option<String>,
+    /// The `Connection` field names `Origin` (RFC 9110 §7.6.1): it is for this hop only, used
+    /// here (CORS) but not forwarded to an origin ([`Request::origin_to_forward`]).
+    pub origin_hop_by_hop: bool,
     pub access_control_request_method: Option<String>,
     pub access_control_request_headers: Option<String>,
     pub accept: Option<String>,
     pub accept_encoding: Option<String>,
     /// `Authorization` (a cache route must not share answers to it; RFC 9111 §3.5), forwarded
-    /// to the origin as received.
+    /// to the origin as received; None when the `Connection` field names it (hop-by-hop: for
+    /// this server, which checks no credentials, so the request is an anonymous one).
     pub authorization: Option<String>,
     /// `Cache-Control: only-if-cached` (RFC 9111 §5.2.1.7): a cache route answers from what
     /// it has stored, or 504, never asking the origin. The request's other cache directives
@@ -62,6 +66,11 @@ impl Request {
     /// `OPTIONS *`: a question about the server, not about any resource (RFC 9110 §9.3.7).
     pub fn is_asterisk(&self) -> bool {
         self.path == "*"
+    }
+
+    /// The `Origin` to send an origin server: the client's, unless `Connection` named it.
+    pub fn origin_to_forward(&self) -> Option<String> {
+        self.origin.clone().filter(|_| !self.origin_hop_by_hop)
     }
 }
 
@@ -215,6 +224,7 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
         range: None,
         if_range: None,
         origin: None,
+        origin_hop_by_hop: false,
         access_control_request_method: None,
         access_control_request_headers: None,
         accept: None,
@@ -228,6 +238,7 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     let mut transfer_encoding: Option<String> = None;
     let mut content_length: Option<u64> = None;
     let mut close = false;
+    let mut authorization_hop_by_hop = false;
     let mut range_fields = 0;
     for h in req.headers.iter() {
         // Borrowed for the fields only looked at; owned for the ones the request keeps. A
@@ -249,6 +260,10 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
                     close = true;
                 } else if tok.eq_ignore_ascii_case("keep-alive") && minor == 0 {
                     r.keep_alive = true;
+                } else if tok.eq_ignore_ascii_case("origin") {
+                    r.origin_hop_by_hop = true;
+                } else if tok.eq_ignore_ascii_case("authorization") {
+                    authorization_hop_by_hop = true;
                 }
             }
         } else if name.eq_ignore_ascii_case("content-length") {
@@ -361,6 +376,9 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
     }
     if expect_unsupported {
         return Err(ParseError::Expectation);
+    }
+    if authorization_hop_by_hop {
+        r.authorization = None;
     }
     if r.has_body || close {
         r.keep_alive = false;
