@@ -441,6 +441,11 @@ async fn claim_template_change_replaces_statefulset_with_orphaning_delete() {
         sts_deletes[0].body["propagationPolicy"], "Orphan",
         "never a cascading delete"
     );
+    assert!(
+        sts_deletes[0].body["preconditions"]["uid"].is_string(),
+        "only the StatefulSet just read: {:?}",
+        sts_deletes[0].body
+    );
     for d in &deletes {
         assert_ne!(d.body["propagationPolicy"], "Foreground", "{d:?}");
         assert_ne!(d.body["propagationPolicy"], "Background", "{d:?}");
@@ -504,10 +509,21 @@ async fn switching_to_claim_templates_keeps_the_deployment_until_the_statefulset
         .contains("previous Deployment keeps serving"));
 
     fake.set_rolled_out(&statefulsets(), &name, 1);
+    let uid = fake.get(&deployments(), &name).expect("Deployment")["metadata"]["uid"].clone();
+    fake.clear_log();
     run(&fake, &ctx, &name).await;
     assert!(
         fake.get(&deployments(), &name).is_none(),
         "Deployment removed once the StatefulSet is ready"
+    );
+    let delete = fake
+        .log()
+        .into_iter()
+        .find(|l| l.method == "DELETE" && l.path.contains("/deployments/"))
+        .expect("Deployment deleted");
+    assert_eq!(
+        delete.body["preconditions"]["uid"], uid,
+        "only the Deployment just read: one made in between by someone else stays"
     );
 }
 
@@ -589,6 +605,11 @@ async fn switching_away_from_claim_templates_keeps_the_statefulset_and_its_headl
         .find(|l| l.method == "DELETE" && l.path.contains("/statefulsets/"))
         .expect("StatefulSet deleted");
     assert_eq!(sts_delete.body["propagationPolicy"], "Background");
+    assert!(
+        sts_delete.body["preconditions"]["uid"].is_string(),
+        "{:?}",
+        sts_delete.body
+    );
 }
 
 /// The HPA controller's write: spec.replicas through the ContentServer's scale subresource.

@@ -171,14 +171,21 @@ where
             "not deleting an object this ContentServer does not own");
         return Ok(false);
     }
-    let dp = DeleteParams {
+    delete_if_exists(api, name, &same_object(dp, &existing))
+        .await
+        .map_err(call(what))
+}
+
+/// `dp` conditional on `existing`'s uid: an object of the same name made in between by someone
+/// else (after the read that found `existing` ours) is not deleted (409, [`delete_if_exists`]).
+pub fn same_object<K: Resource>(dp: &DeleteParams, existing: &K) -> DeleteParams {
+    DeleteParams {
         preconditions: existing.meta().uid.clone().map(|uid| Preconditions {
             uid: Some(uid),
             resource_version: None,
         }),
         ..dp.clone()
-    };
-    delete_if_exists(api, name, &dp).await.map_err(call(what))
+    }
 }
 
 /// Delete `name`; Ok(false) when it does not exist (404) or no longer matches the delete's

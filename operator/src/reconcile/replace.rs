@@ -11,6 +11,7 @@ use crate::builders::workload::{
 use crate::builders::{self, headless_service_name};
 use crate::reconcile::api::{
     apply, call, delete_if_exists, delete_owned, may_apply_to, name_taken, owned_by, publish,
+    same_object,
 };
 use crate::reconcile::applied::{rollout_state, Applied};
 use crate::reconcile::{Error, Scope};
@@ -42,13 +43,20 @@ pub async fn apply_statefulset(scope: &Scope<'_>, applied: &mut Applied) -> Resu
             .push("waiting for the replaced StatefulSet to be removed (pods keep serving)".into());
         return Ok(());
     }
-    if let Some(what) = existing
+    if let Some((ours, what)) = existing
         .as_ref()
-        .and_then(|e| immutable_change(e, &desired))
+        .and_then(|e| immutable_change(e, &desired).map(|what| (e, what)))
     {
-        delete_if_exists(&stss, &name, &DeleteParams::orphan())
+        let deleted = delete_if_exists(&stss, &name, &same_object(&DeleteParams::orphan(), ours))
             .await
             .map_err(call(object))?;
+        if !deleted {
+            // Gone meanwhile, or replaced by someone else's: the next reconcile looks again.
+            applied.notes.push(format!(
+                "{what} changed; the StatefulSet changed meanwhile, looking again"
+            ));
+            return Ok(());
+        }
         publish(
             scope.ctx,
             cs,
@@ -172,9 +180,14 @@ where
             "{old} removed before the {new} is ready: their pods share a cache directory, which only one server may use"
         ),
     };
-    delete_if_exists(api, &existing.name_any(), &DeleteParams::background())
+    let dp = same_object(&DeleteParams::background(), &existing);
+    let deleted = delete_if_exists(api, &existing.name_any(), &dp)
         .await
         .map_err(call(what))?;
+    if !deleted {
+        // Gone meanwhile, or replaced by someone else's: not ours to remove or report.
+        return Ok(false);
+    }
     publish(
         scope.ctx,
         scope.cs,

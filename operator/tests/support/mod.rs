@@ -415,10 +415,23 @@ impl FakeApi {
                 st.objects.insert(key, obj.clone());
                 (200, obj)
             }
-            ("DELETE", Some(name)) => match st.objects.remove(&(collection, name.clone())) {
-                Some(v) => (200, v),
-                None => status_response(404, "NotFound", format!("{name} not found")),
-            },
+            ("DELETE", Some(name)) => {
+                let key = (collection, name.clone());
+                let want_uid = body_v["preconditions"]["uid"].as_str();
+                let uid = st.objects.get(&key).map(|o| o["metadata"]["uid"].clone());
+                match (uid, want_uid) {
+                    (None, _) => status_response(404, "NotFound", format!("{name} not found")),
+                    (Some(uid), Some(want)) if uid.as_str() != Some(want) => status_response(
+                        409,
+                        "Conflict",
+                        format!("Precondition failed: UID in precondition: {want}, UID in object meta: {uid}"),
+                    ),
+                    (Some(_), _) => match st.objects.remove(&key) {
+                        Some(v) => (200, v),
+                        None => status_response(404, "NotFound", format!("{name} not found")),
+                    },
+                }
+            }
             _ => status_response(405, "MethodNotAllowed", format!("{method} {path}")),
         }
     }
