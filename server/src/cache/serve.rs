@@ -644,12 +644,23 @@ impl Ctx<'_> {
             Unavailable::NotASlice => {
                 tracing::warn!(volume = %self.cv.name, key = %self.target, slice, "the origin's answer for a later slice contradicts the first; the object is passed through from now on");
                 self.drop_version(meta).await;
-                if self.auth.is_none() {
-                    self.cv.passes.mark(self.key.hash(), unix_now_ms());
-                }
+                self.pass_from_now_on().await;
                 "origin's slices disagree"
             }
         }
+    }
+
+    /// Pass this object through from now on (hit-for-pass): every stored slice of it goes
+    /// first, of any version (a seek answered from one would refresh it and store a first
+    /// slice again, and the next full read would be cut where that slice ends). Not for a
+    /// request with Authorization: its answers say nothing about the shared object.
+    async fn pass_from_now_on(&self) {
+        if self.auth.is_some() {
+            return;
+        }
+        let hash = self.key.hash();
+        let _ = self.cv.remove_object(hash).await;
+        self.cv.passes.mark(hash, unix_now_ms());
     }
 
     /// Drop the stored slices of version `old` of this object. A fill of `old` still under way
@@ -1147,7 +1158,7 @@ impl Ctx<'_> {
                 let (hash, now_ms) = (self.key.hash(), unix_now_ms());
                 if self.auth.is_none() && self.cv.passes.changed_again(hash, now_ms) {
                     tracing::warn!(volume = %self.cv.name, key = %self.target, slice = k, "the object changed at the origin mid-response twice within a minute (a validator per answer?); passed through from now on");
-                    self.cv.passes.mark(hash, now_ms);
+                    self.pass_from_now_on().await;
                 }
                 return Err((sent, "object changed at the origin mid-response"));
             }
@@ -1568,8 +1579,12 @@ impl Ctx<'_> {
     }
 }
 
-/// Start `job`'s fill (no Authorization) unless its slice is stored or being filled.
+/// Start `job`'s fill (no Authorization) unless its slice is stored or being filled, or the
+/// object is passed through for now (`cache/pass.rs`: storing a slice would bring it back).
 fn prefetch(cv: &Arc<CacheVolume<Fill>>, origin: &Arc<Origin>, key: &Arc<[u8]>, job: FillJob) {
+    if cv.passes.passing(job.key.hash(), unix_now_ms()) {
+        return;
+    }
     let id = job.key.slice(job.slice);
     if cv.index.lookup(id, cv.index.now()) == super::index::Presence::No
         && cv.fill_running(id).is_none()
