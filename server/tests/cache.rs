@@ -2634,6 +2634,35 @@ fn a_cache_route_sends_its_cors_and_configured_headers_like_a_static_one() {
     );
 }
 
+/// An answer passed through spells the origin's field names as stored and static answers do
+/// (`ETag`, `Last-Modified`, `Cache-Control`), for GET and HEAD alike.
+#[test]
+fn passed_through_answers_spell_field_names_as_stored_ones_do() {
+    let (o, n) = origin_and_node(SLICED);
+    o.put(
+        "/p.bin",
+        Object::new(pattern(100, 1)).cache_control("private"),
+    );
+    o.put("/s.bin", Object::new(pattern(100, 1)));
+    for (path, method, want) in [
+        ("/p.bin", "GET", "BYPASS"),
+        ("/p.bin", "HEAD", "BYPASS"),
+        ("/s.bin", "GET", "MISS"),
+        ("/s.bin", "GET", "HIT"),
+    ] {
+        let r = if method == "GET" {
+            get(&n, path, "")
+        } else {
+            common::http::request(n.srv.addr, "HEAD", path, &[])
+        };
+        assert_eq!(xcache(&r), want);
+        let names: Vec<&str> = r.headers.iter().map(|(k, _)| k.as_str()).collect();
+        for field in ["ETag", "Last-Modified"] {
+            assert!(names.contains(&field), "{method} {path}: {names:?}");
+        }
+    }
+}
+
 /// Fields the client's `Connection` names are hop-by-hop (RFC 9110 §7.6.1): its `Origin` and
 /// `Authorization` are not forwarded to the origin then (an anonymous request: a shared
 /// answer); without `Connection` naming them, both are.

@@ -1049,8 +1049,15 @@ fn names_another_version(
     }
 }
 
-/// `content-type` -> `Content-Type`.
-fn canonical(name: &str) -> String {
+/// A field name as clients are used to see it: `content-type` -> `Content-Type`, `etag` ->
+/// `ETag`, `www-authenticate` -> `WWW-Authenticate` (names are case-insensitive, RFC 9110
+/// §5.1; the origin client has them in lower case).
+pub(super) fn canonical(name: &str) -> String {
+    match name {
+        "etag" => return "ETag".into(),
+        "www-authenticate" => return "WWW-Authenticate".into(),
+        _ => {}
+    }
     let mut out = String::with_capacity(name.len());
     let mut up = true;
     for c in name.chars() {

@@ -1505,8 +1505,10 @@ impl Ctx<'_> {
             .headers
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok());
-        let fields =
-            super::fill::forwarded(&resp.headers, &self.route.origin).map(|(n, v)| (n.as_str(), v));
+        let named: Vec<(String, &str)> = super::fill::forwarded(&resp.headers, &self.route.origin)
+            .map(|(n, v)| (super::fill::canonical(n.as_str()), v))
+            .collect();
+        let fields = named.iter().map(|(n, v)| (n.as_str(), *v));
         let mut head =
             self.with_fields(Head::new(resp.status), fields, ctype, unix_now_ms() / 1000);
         // A HEAD answer's length is the one its GET would have (the origin's Content-Length);
