@@ -83,11 +83,13 @@ fn start() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Crd) => {
-            print!(
-                "{}",
-                content_operator::crd_yaml().context("rendering the CRD")?
-            );
-            Ok(())
+            use std::io::Write;
+            let yaml = content_operator::crd_yaml().context("rendering the CRD")?;
+            // A reader that stopped early (`| head`) is a one-line error, not a panic.
+            let mut out = std::io::stdout().lock();
+            out.write_all(yaml.as_bytes())
+                .and_then(|()| out.flush())
+                .context("writing the CRD to stdout")
         }
         Some(Command::Run(args)) => run(args),
         None => run(RunArgs::parse_from(["content-operator"])),

@@ -134,3 +134,29 @@ fn logs_to_a_pipe_have_no_colour_codes() {
     assert!(out.contains("INFO"), "no log lines:\n{out}\n{err}");
     assert!(!out.contains('\u{1b}'), "colour codes in the log:\n{out:?}");
 }
+
+/// `content-operator crd | head -1`: the reader stops early; the operator exits 1 with one
+/// line, never a panic.
+#[test]
+fn crd_to_a_closed_pipe_is_an_error_not_a_panic() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_content-operator"))
+        .arg("crd")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start content-operator crd");
+    let mut first = [0u8; 16];
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_exact(&mut first)
+        .expect("the CRD begins");
+    // The read end is dropped here: the rest of the CRD meets a closed pipe.
+    let out = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("writing the CRD"), "{err}");
+}

@@ -2,7 +2,7 @@
 //! `serve --config FILE` (with overrides) and `check-config FILE`. Turns arguments into a validated [`Config`] and hands it to
 //! [`crate::runtime::run`]; it must not contain server logic.
 
-use crate::config::{Config, ConfigError, Listener, Offload};
+use crate::config::{Config, Listener, Offload};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -284,19 +284,22 @@ impl ServeArgs {
 
 /// `check-config FILE`: print the normalized TOML, or the errors; the exit code says which.
 fn check_config(file: &std::path::Path) -> ExitCode {
+    use std::io::Write;
+    let fail = |what: &dyn std::fmt::Display| {
+        // Written, not printed: a closed stderr ends the run with the same exit code.
+        let _ = writeln!(std::io::stderr(), "{}: {what}", file.display());
+        ExitCode::FAILURE
+    };
     match Config::load(file).and_then(|c| c.to_toml()) {
         Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
+            // A reader that stopped early (`| head`) or a full disk is an exit code, not a panic.
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&format_args!("cannot write the normalized config: {e}")),
+            }
         }
-        Err(e @ ConfigError::Invalid(_)) => {
-            eprintln!("{}: {e}", file.display());
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("{}: {e}", file.display());
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(&e),
     }
 }
 

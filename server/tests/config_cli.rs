@@ -745,3 +745,31 @@ fn check_config_refuses_tables_written_as_arrays() {
         &["field http.media_headers.m3u8: a table is expected"],
     );
 }
+
+/// `check-config` whose output cannot be written (a reader that stopped early, a full disk)
+/// exits 1 with a one-line error, never a panic.
+#[test]
+fn check_config_with_an_unwritable_stdout_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[[volumes]]\nname = \"disk1\"\npath = \"/srv/disk1\"\n",
+    )
+    .expect("write");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_content-server"))
+        .arg("check-config")
+        .arg(&cfg)
+        .stdout(full)
+        .output()
+        .expect("run check-config");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("cannot write the normalized config"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
