@@ -773,3 +773,35 @@ fn check_config_with_an_unwritable_stdout_is_an_error_not_a_panic() {
     assert!(err.contains("cannot write the normalized config"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// Listeners whose sockets cannot both be bound (the same port on an address and on its
+/// family's unspecified address) are a config error naming both, as for the admin listener;
+/// IPv6 sockets are v6-only, so `::` and `0.0.0.0` on one port are fine.
+#[test]
+fn check_config_refuses_listeners_that_overlap_and_keeps_the_families_apart() {
+    let cfg = |a: &str, b: &str, admin: &str| {
+        format!(
+            "[[listeners]]\naddress = \"{a}\"\nport = 29395\n[[listeners]]\naddress = \"{b}\"\nport = 29395\n[admin]\nlisten = \"{admin}\"\n[[volumes]]\nname = \"d\"\npath = \"/srv/d\"\n"
+        )
+    };
+    for (a, b) in [("127.0.0.1", "0.0.0.0"), ("::", "::1")] {
+        check_config_fails(
+            &cfg(a, b, ""),
+            &[
+                "listeners[1]",
+                "overlaps listeners[0]",
+                &format!("{a}:29395"),
+            ],
+        );
+    }
+    check_config_ok(&cfg("::", "0.0.0.0", ""));
+    // The admin listener follows the same rule: 127.0.0.1 beside `::` on one port is fine.
+    check_config_ok(&cfg("::", "0.0.0.0", "127.0.0.2:29396"));
+    check_config_ok(&format!(
+        "[[listeners]]\naddress = \"::\"\nport = 29396\n[admin]\nlisten = \"127.0.0.1:29396\"\n[[volumes]]\nname = \"d\"\npath = \"/srv/d\"\n"
+    ));
+    check_config_fails(
+        "[[listeners]]\naddress = \"0.0.0.0\"\nport = 29397\n[admin]\nlisten = \"127.0.0.1:29397\"\n[[volumes]]\nname = \"d\"\npath = \"/srv/d\"\n",
+        &["admin.listen", "listeners[0]'s port"],
+    );
+}

@@ -67,6 +67,17 @@ impl Config {
                     format!("listeners[{i}]"),
                     format!("{}:{} is listed twice", l.address, l.port),
                 );
+            } else if let Some(j) = self.listeners[..i].iter().position(|o| {
+                l.port != 0 && o.port == l.port && addresses_clash(&o.address, &l.address)
+            }) {
+                let o = &self.listeners[j];
+                e.push(
+                    format!("listeners[{i}]"),
+                    format!(
+                        "{}:{} overlaps listeners[{j}] ({}:{}): an unspecified address (0.0.0.0, ::) takes the port on every address of its family",
+                        l.address, l.port, o.address, o.port
+                    ),
+                );
             }
         }
         if self.workers > 1024 {
@@ -159,10 +170,7 @@ impl Config {
             // The same port on an address a listener also takes (0.0.0.0 takes every one).
             Ok(a) if a.port() != 0 => {
                 let overlaps = |l: &super::Listener| {
-                    l.port == a.port()
-                        && l.address.parse::<IpAddr>().is_ok_and(|ip| {
-                            ip == a.ip() || ip.is_unspecified() || a.ip().is_unspecified()
-                        })
+                    l.port == a.port() && addresses_clash(&l.address, &a.ip().to_string())
                 };
                 if let Some(i) = self.listeners.iter().position(overlaps) {
                     e.push(
@@ -563,4 +571,16 @@ fn check_log_level(s: &str) -> Result<(), String> {
     tracing_subscriber::EnvFilter::try_new(s)
         .map(drop)
         .map_err(|err| format!("{s:?} is not a tracing filter ({err}): {}", accepted()))
+}
+
+/// Whether sockets on the same port at addresses `a` and `b` cannot both be bound: the same
+/// address, or one of them the unspecified address of the other's family (0.0.0.0 takes the
+/// port on every IPv4 address). IPv6 sockets are v6-only here, so `::` and `0.0.0.0` coexist.
+fn addresses_clash(a: &str, b: &str) -> bool {
+    match (a.parse::<IpAddr>(), b.parse::<IpAddr>()) {
+        (Ok(x), Ok(y)) => {
+            x.is_ipv4() == y.is_ipv4() && (x == y || x.is_unspecified() || y.is_unspecified())
+        }
+        _ => false,
+    }
 }
