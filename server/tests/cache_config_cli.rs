@@ -96,6 +96,39 @@ fn check_config_rejects_malformed_origin_servers() {
     );
 }
 
+/// An origin's `host` (the Host header it is sent) is a valid `host[:port]`: an IPv6 address
+/// in brackets, a port 1-65535; nginx answers 400 to `Host: ::1`, and an https origin would
+/// have derived a TLS name from it that no one wrote.
+#[test]
+fn check_config_rejects_origin_hosts_that_are_no_host_header() {
+    let toml = |host: &str| {
+        format!(
+            "[[origins]]\nname = \"o\"\nservers = [\"https://127.0.0.1:8443\"]\nhost = {host:?}\n[[volumes]]\nname = \"c\"\npath = \"/mnt/c\"\n[volumes.cache]\n"
+        )
+    };
+    for (host, why) in [
+        ("::1", "needs brackets"),
+        ("a:99999", "port must be 1-65535"),
+        ("a:0", "port must be 1-65535"),
+        ("a:", "port must be 1-65535"),
+        ("a b", "not a valid Host header value"),
+        ("[::1", "not a valid Host header value"),
+        ("[zz]:80", "not a valid Host header value"),
+        ("", "not a valid Host header value"),
+    ] {
+        check_config_fails(&toml(host), &["origins[0].host", &format!("{host:?}"), why]);
+    }
+    for host in [
+        "bucket.example",
+        "bucket.example:8443",
+        "[::1]",
+        "[::1]:8443",
+        "10.0.0.1:80",
+    ] {
+        check_config_ok(&toml(host));
+    }
+}
+
 /// `max_size` is at most 4 EiB: "16777215T" was accepted and exported as a negative
 /// `contentserver_cache_max_bytes`.
 #[test]

@@ -202,15 +202,8 @@ pub(super) fn check_origins<'a>(e: &mut Errors, cfg: &'a Config) -> HashSet<&'a 
         }
         let no_https = !any_https && all_parsed && !o.servers.is_empty();
         if let Some(h) = &o.host {
-            if h.is_empty()
-                || h.chars()
-                    .any(|c| c.is_whitespace() || c.is_control() || !c.is_ascii())
-                || h.contains(['/', '@', '?', '#'])
-            {
-                e.push(
-                    format!("{f}.host"),
-                    format!("{h:?} is not a valid Host header value (host[:port])"),
-                );
+            if let Err(why) = check_host_override(h) {
+                e.push(format!("{f}.host"), format!("{h:?} {why}"));
             }
         }
         if let Some(sni) = &o.sni {
@@ -270,4 +263,38 @@ pub(super) fn check_origins<'a>(e: &mut Errors, cfg: &'a Config) -> HashSet<&'a 
         }
     }
     names
+}
+
+/// An origin's `host` (the Host header it is sent): `name[:port]` or `[IPv6][:port]`, a port
+/// being 1-65535; an error says what is wrong.
+fn check_host_override(h: &str) -> Result<(), &'static str> {
+    const FORM: &str = "is not a valid Host header value (host[:port])";
+    let (host, port) =
+        if let Some(rest) = h.strip_prefix('[') {
+            let (inner, after) = rest.split_once(']').ok_or(FORM)?;
+            inner.parse::<std::net::Ipv6Addr>().map_err(|_| FORM)?;
+            match after {
+                "" => return Ok(()),
+                a => ("x", a.strip_prefix(':').ok_or(FORM)?),
+            }
+        } else {
+            match h.split_once(':') {
+                Some((_, p)) if p.contains(':') => return Err(
+                    "is not a valid Host header value: an IPv6 address needs brackets, like [::1]",
+                ),
+                Some((name, p)) => (name, p),
+                None => (h, "1"),
+            }
+        };
+    let name_ok = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+    if !name_ok {
+        return Err(FORM);
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
+        _ => Err("is not a valid Host header value: its port must be 1-65535"),
+    }
 }
