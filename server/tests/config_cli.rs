@@ -797,9 +797,9 @@ fn check_config_refuses_listeners_that_overlap_and_keeps_the_families_apart() {
     check_config_ok(&cfg("::", "0.0.0.0", ""));
     // The admin listener follows the same rule: 127.0.0.1 beside `::` on one port is fine.
     check_config_ok(&cfg("::", "0.0.0.0", "127.0.0.2:29396"));
-    check_config_ok(&format!(
-        "[[listeners]]\naddress = \"::\"\nport = 29396\n[admin]\nlisten = \"127.0.0.1:29396\"\n[[volumes]]\nname = \"d\"\npath = \"/srv/d\"\n"
-    ));
+    check_config_ok(
+        "[[listeners]]\naddress = \"::\"\nport = 29396\n[admin]\nlisten = \"127.0.0.1:29396\"\n[[volumes]]\nname = \"d\"\npath = \"/srv/d\"\n",
+    );
     check_config_fails(
         "[[listeners]]\naddress = \"0.0.0.0\"\nport = 29397\n[admin]\nlisten = \"127.0.0.1:29397\"\n[[volumes]]\nname = \"d\"\npath = \"/srv/d\"\n",
         &["admin.listen", "listeners[0]'s port"],
