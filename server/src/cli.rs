@@ -254,7 +254,12 @@ impl ServeArgs {
             cfg.logging.access_log = true;
         }
         cfg.normalize();
-        cfg.validate()?;
+        match (&self.config, &self.root, &self.origin) {
+            (Some(file), None, None) => cfg
+                .validate()
+                .with_context(|| format!("in {} with this command line", file.display()))?,
+            _ => cfg.validate()?,
+        }
         Ok(cfg)
     }
 }

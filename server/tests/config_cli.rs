@@ -436,6 +436,11 @@ fn check_config_rejects_log_levels_that_are_not_levels() {
     let (code, _, err) = run(&["serve", "--config", path.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(err.contains("logging.level"), "{err}");
+    // Naming the file, as its syntax errors do.
+    assert!(
+        err.contains(&format!("in {} with this command line", path.display())),
+        "{err}"
+    );
 }
 
 /// `[[volumes]]` TOML of volume `name` at `path`, a cache volume when `cache`.
