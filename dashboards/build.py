@@ -228,8 +228,9 @@ def cache_rows(lay, p):
     p.append(timeseries(
         lay, "Hit ratio by requests",
         "Share of the volume's cache-route requests answered from a stored entry (X-Cache HIT, "
-        "UPDATING, STALE or REVALIDATED), of those that could be (BYPASS, answers the origin "
-        "does not let be stored or that failed there, left out). Healthy: steady and high for your catalogue (often "
+        "UPDATING, STALE or REVALIDATED), of every answer but BYPASS (answers the origin does "
+        "not let be stored are left out; a miss whose origin request failed, a 502 or 504, "
+        "counts as a miss, so an origin outage lowers it too). Healthy: steady and high for your catalogue (often "
         "above 90% on a warm edge). Unhealthy: a drop that stays (a purge, a config change that "
         "changed the keys, a catalogue that outgrew max_size); a new replica starts at 0% and "
         "climbs as it fills.",
@@ -321,9 +322,11 @@ def cache_rows(lay, p):
     p.append(timeseries(
         lay, "Origin p99 latency",
         "Median and 99th percentile time from sending an origin request to its response head. "
+        "Only answers that arrived are in it: a read timeout is, a connect that failed or timed "
+        "out is not (see origin requests by code, error). "
         "Healthy: the origin's usual latency (tens of milliseconds nearby). Unhealthy: a p99 "
-        "near connect_timeout_ms or read_timeout_ms (misses wait that long, then answer 504 "
-        "or stale).",
+        "near read_timeout_ms (misses wait that long, then answer 504 or stale), or origin "
+        "errors rising while this stays flat.",
         "s",
         [(quantile(q, "contentserver_origin_request_duration_seconds", SEL, "origin"),
           f"{{{{origin}}}} p{int(q * 100)}") for q in (0.5, 0.99)], w=6))
