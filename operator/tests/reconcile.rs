@@ -1150,3 +1150,58 @@ async fn the_previous_workloads_config_stays_until_the_previous_workload_is_remo
     assert!(fake.get(&deployments(), &name).is_none());
     assert_eq!(config_names(&fake, &name), vec![second]);
 }
+
+/// A client Service published outside the cluster (LoadBalancer, NodePort) carries only
+/// `http`: the admin port (/metrics, /config, purges) goes on a ClusterIP `NAME-metrics`
+/// Service, which the ServiceMonitor scrapes; back to ClusterIP, that Service goes and the
+/// client Service carries the port again.
+#[tokio::test]
+async fn a_published_client_service_does_not_publish_the_admin_port() {
+    let (fake, ctx, name) = reconciled("media-node.yaml").await;
+    fake.insert(
+        &crds(),
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "servicemonitors.monitoring.coreos.com"}}),
+    );
+    let port_names = |svc: &Value| -> Vec<String> {
+        svc["spec"]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .map(|p| p["name"].as_str().expect("name").to_string())
+            .collect()
+    };
+    let role = |fake: &FakeApi| {
+        fake.get(&servicemonitors(), &name).expect("ServiceMonitor")["spec"]["selector"]
+            ["matchLabels"]["contentserver.dev/service"]
+            .clone()
+    };
+    let metrics_svc = format!("{name}-metrics");
+    for type_ in ["LoadBalancer", "NodePort"] {
+        edit_and_run(&fake, &ctx, &name, |cs| {
+            cs["spec"]["service"]["type"] = json!(type_)
+        })
+        .await;
+        let client = fake.get(&services(), &name).expect("client Service");
+        assert_eq!(client["spec"]["type"], type_);
+        assert_eq!(port_names(&client), ["http"], "{type_}");
+        let m = fake
+            .get(&services(), &metrics_svc)
+            .expect("metrics Service");
+        assert_eq!(m["spec"]["type"], "ClusterIP");
+        assert_eq!(port_names(&m), ["metrics"]);
+        assert_eq!(
+            m["metadata"]["labels"]["contentserver.dev/service"],
+            "metrics"
+        );
+        assert_eq!(role(&fake), "metrics", "the ServiceMonitor scrapes it");
+    }
+    edit_and_run(&fake, &ctx, &name, |cs| {
+        cs["spec"]["service"]["type"] = json!("ClusterIP")
+    })
+    .await;
+    let client = fake.get(&services(), &name).expect("client Service");
+    assert_eq!(port_names(&client), ["http", "metrics"]);
+    assert!(fake.get(&services(), &metrics_svc).is_none(), "pruned");
+    assert_eq!(role(&fake), "client");
+}

@@ -1,31 +1,74 @@
-//! The client-facing Service (and, for a StatefulSet, its headless governing Service).
-//! Both expose the `http` and `metrics` ports; the ServiceMonitor scrapes `metrics`. Pure.
+//! The client-facing Service (and, for a StatefulSet, its headless governing Service, and for
+//! a client Service published outside the cluster, a ClusterIP Service of the admin port).
+//! The `metrics` port (the admin listener: /metrics, /config, purges) is never published
+//! outside the cluster: a ClusterIP client Service carries it beside `http`, a NodePort or
+//! LoadBalancer one does not, and `NAME-metrics` carries it instead; the ServiceMonitor
+//! scrapes whichever has it ([`metrics_role`]). Pure.
 
 use crate::builders::{child_meta, headless_service_name, selector_labels, workload_name};
-use crate::crd::ContentServer;
+use crate::crd::{ContentServer, ServiceType};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// Label telling the client Service from the headless one (the ServiceMonitor selects `client`).
 pub const ROLE_LABEL: &str = "contentserver.dev/service";
 
+fn port(name: &str, port: i32) -> ServicePort {
+    ServicePort {
+        name: Some(name.into()),
+        port,
+        target_port: Some(IntOrString::String(name.into())),
+        protocol: Some("TCP".into()),
+        ..ServicePort::default()
+    }
+}
+
 fn ports(cs: &ContentServer, service_port: i32) -> Vec<ServicePort> {
     vec![
-        ServicePort {
-            name: Some("http".into()),
-            port: service_port,
-            target_port: Some(IntOrString::String("http".into())),
-            protocol: Some("TCP".into()),
-            ..ServicePort::default()
-        },
-        ServicePort {
-            name: Some("metrics".into()),
-            port: cs.spec.metrics.port,
-            target_port: Some(IntOrString::String("metrics".into())),
-            protocol: Some("TCP".into()),
-            ..ServicePort::default()
-        },
+        port("http", service_port),
+        port("metrics", cs.spec.metrics.port),
     ]
+}
+
+/// Whether the client Service is published outside the cluster (NodePort, LoadBalancer).
+fn published(cs: &ContentServer) -> bool {
+    !matches!(cs.spec.service.type_, ServiceType::ClusterIP)
+}
+
+/// The [`ROLE_LABEL`] value of the Service carrying the `metrics` port.
+pub fn metrics_role(cs: &ContentServer) -> &'static str {
+    if published(cs) {
+        "metrics"
+    } else {
+        "client"
+    }
+}
+
+/// Name of the ClusterIP Service of the admin port of a published client Service.
+pub fn metrics_service_name(cs: &ContentServer) -> String {
+    format!("{}-metrics", workload_name(cs))
+}
+
+/// The ClusterIP Service of the `metrics` port, when the client Service is published
+/// outside the cluster (else None: the client Service carries the port).
+pub fn metrics_service(cs: &ContentServer) -> Option<Service> {
+    if !published(cs) {
+        return None;
+    }
+    let mut meta = child_meta(cs, metrics_service_name(cs));
+    if let Some(l) = meta.labels.as_mut() {
+        l.insert(ROLE_LABEL.into(), "metrics".into());
+    }
+    Some(Service {
+        metadata: meta,
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(selector_labels(cs)),
+            ports: Some(vec![port("metrics", cs.spec.metrics.port)]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    })
 }
 
 /// The Service clients use.
@@ -42,7 +85,11 @@ pub fn service(cs: &ContentServer) -> Service {
         spec: Some(ServiceSpec {
             type_: Some(cs.spec.service.type_.as_str().into()),
             selector: Some(selector_labels(cs)),
-            ports: Some(ports(cs, cs.spec.service.port)),
+            ports: Some(if published(cs) {
+                vec![port("http", cs.spec.service.port)]
+            } else {
+                ports(cs, cs.spec.service.port)
+            }),
             ..ServiceSpec::default()
         }),
         ..Service::default()

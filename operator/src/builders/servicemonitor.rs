@@ -43,7 +43,10 @@ pub fn servicemonitor(cs: &ContentServer) -> Option<DynamicObject> {
         endpoint["interval"] = json!(interval);
     }
     let mut select = selector_labels(cs);
-    select.insert(ROLE_LABEL.into(), "client".into());
+    select.insert(
+        ROLE_LABEL.into(),
+        crate::builders::service::metrics_role(cs).into(),
+    );
     let mut obj = DynamicObject::new(&workload_name(cs), &api_resource());
     obj.metadata = meta;
     obj.data = json!({

@@ -67,6 +67,9 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
     }
 
     let name = builders::workload_name(cs);
+    let metrics_svc = service::metrics_service(cs);
+    let metrics_name = service::metrics_service_name(cs);
+    apply_or_delete(&svcs, cs, "Service", &metrics_name, metrics_svc).await?;
     let pdbs: Api<PodDisruptionBudget> = scope.api();
     apply_or_delete(&pdbs, cs, "PodDisruptionBudget", &name, pdb::pdb(cs)).await?;
     let hpas: Api<HorizontalPodAutoscaler> = scope.api();
