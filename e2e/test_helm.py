@@ -105,7 +105,10 @@ def test_lint_fails_on_a_broken_template(tmp_path: Path) -> None:
     copy = tmp_path / CHART.name
     shutil.copytree(CHART, copy)
     dep = copy / "templates" / "deployment.yaml"
-    dep.write_text(dep.read_text().replace("{{ include \"cso.fullname\" . }}", "{{ include \"cso.fullname\" . ", 1))
+    text = dep.read_text()
+    action = "{{ include \"cso.fullname\" . | quote }}"
+    assert action in text
+    dep.write_text(text.replace(action, action[:-2], 1))  # an action left open
     res = helm_native.lint(copy)
     assert not res.ok
     assert any(m.severity == "ERROR" and m.path.startswith("templates") for m in res.messages), describe(res)
@@ -520,3 +523,233 @@ def test_pod_labels_cannot_override_the_selector_labels() -> None:
     assert selector and all(labels[k] == v for k, v in selector.items()), (selector, labels)
     assert labels["team"] == "media"
     assert labels["app.kubernetes.io/component"] == "ctl", "other chart labels may be overridden"
+
+
+# ---------------------------------------------------------------------------------------------
+# Values that YAML reads as numbers, booleans or null when written unquoted: every template line
+# that puts a user value, a name or the release namespace into a manifest quotes it.
+
+def walk_strings(obj: object, path: str = "") -> list[tuple[str, object]]:
+    """(path, value) of every metadata name/namespace, label and annotation key/value, selector
+    label and string-typed spec field of the chart that is not a string."""
+    bad: list[tuple[str, object]] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            here = f"{path}.{k}"
+            if not isinstance(k, str):
+                bad.append((here, k))
+            if k in ("labels", "annotations", "matchLabels", "selector", "nodeSelector") and isinstance(v, dict):
+                bad += [(f"{here}.{lk}", lv) for lk, lv in v.items()
+                        if not isinstance(lk, str) or (not isinstance(lv, str) and not isinstance(lv, dict))]
+            if k in ("name", "namespace", "serviceAccountName", "priorityClassName", "interval",
+                     "scrapeTimeout", "type", "imagePullPolicy", "image", "cidr") and not isinstance(v, (str, dict)):
+                bad.append((here, v))
+            if k in ("args", "matchNames", "policyTypes"):
+                bad += [(f"{here}[{i}]", a) for i, a in enumerate(v) if not isinstance(a, str)]
+            bad += walk_strings(v, here)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            bad += walk_strings(v, f"{path}[{i}]")
+    return bad
+
+
+def assert_all_strings(manifests: list[dict]) -> None:
+    for m in manifests:
+        bad = walk_strings(m, f"{m['kind']}/{m['metadata'].get('name')}")
+        assert not bad, bad
+
+
+@pytest.mark.parametrize("namespace", ["2024", "1e3", "true", "null", "0x1a"])
+def test_a_release_namespace_yaml_reads_as_a_scalar_installs(namespace: str) -> None:
+    """`helm install -n 2024`: every object in the release namespace, the RBAC subjects and the
+    ServiceMonitor's namespaceSelector carry the namespace as a string (unquoted, Helm refused the
+    install: "cannot unmarshal number into ... metadata.namespace")."""
+    values = load(ALL_ENABLED)
+    manifests = helm_native.render(CHART, values, namespace=namespace, release=RELEASE)
+    assert_all_strings(manifests)
+    for kind in ("Deployment", "ServiceAccount", "Service", "NetworkPolicy"):
+        assert one(manifests, kind)["metadata"]["namespace"] == namespace, kind
+    self_roles = [m for m in by_kind(manifests, "Role") + by_kind(manifests, "RoleBinding")
+                  if m["metadata"]["name"] == f"{FULLNAME}-self"]
+    assert len(self_roles) == 2 and all(m["metadata"]["namespace"] == namespace for m in self_roles)
+    for binding in by_kind(manifests, "RoleBinding") + by_kind(manifests, "ClusterRoleBinding"):
+        assert [s["namespace"] for s in binding["subjects"]] == [namespace], binding
+    assert one(manifests, "ServiceMonitor")["spec"]["namespaceSelector"] == {"matchNames": [namespace]}
+    # Cluster-wide RBAC and default namespaces for the optional objects.
+    cluster = helm_native.render(CHART, {"watchNamespaces": [], "serviceMonitor": {"enabled": True},
+                                         "prometheusRule": {"enabled": True},
+                                         "prometheusAdapter": {"rules": {"enabled": True}}},
+                                 namespace=namespace, release=RELEASE)
+    assert_all_strings(cluster)
+    assert one(cluster, "ClusterRoleBinding")["subjects"][0]["namespace"] == namespace
+    for m in cluster:
+        if m["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert m["metadata"]["namespace"] == namespace, (m["kind"], m["metadata"])
+
+
+# A values file whose strings YAML 1.1 would read as numbers, booleans or null when unquoted.
+SCALAR_LOOKALIKE_VALUES = """
+watchNamespaces: ["2024", "1e3", "true", "null"]
+serviceAccount:
+  name: "1000"
+priorityClassName: "100"
+logLevel: "1"
+metrics:
+  service:
+    labels:
+      team: "1"
+      tier: "true"
+    annotations:
+      example.com/port: "8080"
+serviceMonitor:
+  enabled: true
+  namespace: "null"
+  interval: "0"
+  scrapeTimeout: "0"
+  labels:
+    release: "2024"
+prometheusRule:
+  enabled: true
+  namespace: "0x1a"
+  labels:
+    release: "on"
+prometheusAdapter:
+  rules:
+    enabled: true
+    name: "1e3"
+    namespace: "2025"
+    labels:
+      team: "yes"
+dashboards:
+  namespace: "true"
+  labels:
+    grafana_dashboard: "1"
+  annotations:
+    grafana_folder: "123"
+podLabels:
+  team: "007"
+podAnnotations:
+  example.com/audit: "true"
+networkPolicy:
+  enabled: true
+  egress:
+    enabled: true
+    apiServerCIDRs: ["10.96.0.1/32", "::1/128"]
+"""
+
+
+def test_values_yaml_reads_as_scalars_stay_strings() -> None:
+    """Names, namespaces, durations and labels given as "2024", "1000", "1e3", "true", "null",
+    "0" stay strings in the manifests (unquoted, the install failed or the objects were invalid:
+    a numeric namespace, serviceAccountName or priorityClassName, interval: 0)."""
+    values = yaml.safe_load(SCALAR_LOOKALIKE_VALUES)
+    assert values["serviceAccount"]["name"] == "1000" and values["dashboards"]["namespace"] == "true"
+    manifests = helm_native.render(CHART, values, namespace=NS, release=RELEASE)
+    assert_all_strings(manifests)
+
+    sa = one(manifests, "ServiceAccount")
+    assert sa["metadata"]["name"] == "1000"
+    pod = one(manifests, "Deployment")["spec"]["template"]
+    assert pod["spec"]["serviceAccountName"] == "1000"
+    assert pod["spec"]["priorityClassName"] == "100"
+    assert pod["metadata"]["labels"]["team"] == "007"
+    assert pod["metadata"]["annotations"]["example.com/audit"] == "true"
+    (c,) = pod["spec"]["containers"]
+    assert "--namespaces=2024,1e3,true,null" in c["args"], c["args"]
+    assert {"name": "RUST_LOG", "value": "1"} in c["env"]
+
+    roles = {m["metadata"]["namespace"] for m in by_kind(manifests, "Role") if m["metadata"]["name"] == FULLNAME}
+    bindings = [m for m in by_kind(manifests, "RoleBinding") if m["metadata"]["name"] == FULLNAME]
+    assert roles == {m["metadata"]["namespace"] for m in bindings} == {"2024", "1e3", "true", "null"}
+    for b in bindings + [m for m in by_kind(manifests, "RoleBinding") if m["metadata"]["name"].endswith("-self")]:
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": "1000", "namespace": NS}]
+
+    svc = one(manifests, "Service")
+    assert svc["metadata"]["labels"]["team"] == "1" and svc["metadata"]["labels"]["tier"] == "true"
+    assert svc["metadata"]["annotations"]["example.com/port"] == "8080"
+    sm = one(manifests, "ServiceMonitor")
+    assert sm["metadata"]["namespace"] == "null"
+    assert sm["metadata"]["labels"]["release"] == "2024"
+    assert sm["spec"]["endpoints"][0]["interval"] == "0" and sm["spec"]["endpoints"][0]["scrapeTimeout"] == "0"
+    rule = one(manifests, "PrometheusRule")
+    assert rule["metadata"]["namespace"] == "0x1a" and rule["metadata"]["labels"]["release"] == "on"
+    (adapter,) = [cm for cm in by_kind(manifests, "ConfigMap") if cm["metadata"]["name"] == "1e3"]
+    assert adapter["metadata"]["namespace"] == "2025" and adapter["metadata"]["labels"]["team"] == "yes"
+    cms = dashboard_configmaps(manifests)
+    assert cms and all(cm["metadata"]["namespace"] == "true" for cm in cms)
+    assert all(cm["metadata"]["annotations"]["grafana_folder"] == "123" for cm in cms)
+    cidrs = [t["ipBlock"]["cidr"] for r in one(manifests, "NetworkPolicy")["spec"]["egress"] for t in r.get("to", [])]
+    assert cidrs == ["10.96.0.1/32", "::1/128"]
+
+
+@pytest.mark.parametrize("fullname", ["12345", "1e3", "0x1a"])
+def test_a_numeric_fullname_override_stays_a_string(fullname: str) -> None:
+    """fullnameOverride "12345" (the metrics Service off: its name must start with a letter) names
+    every object "12345", the string, and the leader-election Lease too."""
+    values = {"fullnameOverride": fullname, "metrics": {"service": {"enabled": False}},
+              "networkPolicy": {"enabled": True}, "prometheusRule": {"enabled": True}}
+    manifests = helm_native.render(CHART, values, namespace=NS, release=RELEASE)
+    assert_all_strings(manifests)
+    names = {(m["kind"], m["metadata"]["name"]) for m in manifests if "-dashboard-" not in m["metadata"]["name"]}
+    assert names == {("ServiceAccount", fullname), ("ClusterRole", fullname), ("ClusterRoleBinding", fullname),
+                     ("Role", f"{fullname}-self"), ("RoleBinding", f"{fullname}-self"), ("Deployment", fullname),
+                     ("NetworkPolicy", fullname), ("PrometheusRule", fullname)}, names
+    binding = one(manifests, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == fullname and binding["subjects"][0]["name"] == fullname
+    assert one(manifests, "RoleBinding")["roleRef"]["name"] == f"{fullname}-self"
+    pod = one(manifests, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == fullname
+    assert f"--lease-name={fullname}" in pod["containers"][0]["args"]
+
+
+# ---------------------------------------------------------------------------------------------
+# User label maps are merged into the chart's labels (no YAML key twice); like podLabels they may
+# add labels and override the chart's other labels, never the selector labels.
+
+SELECTOR_KEYS = ("app.kubernetes.io/name", "app.kubernetes.io/instance")
+HOSTILE_LABELS = {"app.kubernetes.io/name": "x", "app.kubernetes.io/instance": "y",
+                  "app.kubernetes.io/component": "metrics", "team": "media"}
+
+
+def test_user_labels_cannot_take_the_selector_labels_away() -> None:
+    """metrics.service.labels with app.kubernetes.io/name used to replace the Service's label (a
+    duplicate YAML key, the last one wins), so the ServiceMonitor selected nothing."""
+    values = {
+        "metrics": {"service": {"labels": HOSTILE_LABELS}},
+        "serviceMonitor": {"enabled": True, "labels": {**HOSTILE_LABELS, "release": "kps"}},
+        "prometheusRule": {"enabled": True, "labels": {**HOSTILE_LABELS, "release": "kps"}},
+        "prometheusAdapter": {"rules": {"enabled": True, "labels": HOSTILE_LABELS}},
+        "dashboards": {"labels": {**HOSTILE_LABELS, "grafana_dashboard": "1"}},
+        "podLabels": HOSTILE_LABELS,
+    }
+    manifests = render(values)
+    dep = one(manifests, "Deployment")
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    svc = one(manifests, "Service")
+    sm = one(manifests, "ServiceMonitor")
+    selector = sm["spec"]["selector"]["matchLabels"]
+    assert selector == {"app.kubernetes.io/name": "contentserver-operator", "app.kubernetes.io/instance": RELEASE}
+    # The ServiceMonitor selects the metrics Service, which selects the operator pod.
+    assert selector.items() <= svc["metadata"]["labels"].items(), svc["metadata"]["labels"]
+    assert svc["spec"]["selector"] == selector
+    assert selector.items() <= pod_labels.items()
+    assert dep["spec"]["selector"]["matchLabels"] == selector
+    user_labelled = [svc, sm, one(manifests, "PrometheusRule"), dep["spec"]["template"]] + [
+        cm for cm in by_kind(manifests, "ConfigMap")]
+    for m in user_labelled:
+        labels = m["metadata"]["labels"]
+        assert {k: labels[k] for k in SELECTOR_KEYS} == selector, (m.get("kind"), labels)
+        assert labels["team"] == "media", labels
+        # As for podLabels: the chart's other labels may be overridden.
+        assert labels["app.kubernetes.io/component"] == "metrics", labels
+    assert sm["metadata"]["labels"]["release"] == "kps"
+    assert all(cm["metadata"]["labels"]["grafana_dashboard"] == "1" for cm in dashboard_configmaps(manifests))
+
+
+@pytest.mark.parametrize("template", ["service.yaml", "servicemonitor.yaml", "prometheusrule.yaml",
+                                      "prometheus-adapter-rules.yaml", "dashboards.yaml", "deployment.yaml"])
+def test_user_labels_are_merged_not_appended(template: str) -> None:
+    """No template writes a user label map after the chart's labels (duplicate YAML keys)."""
+    text = (CHART / "templates" / template).read_text()
+    assert re.search(r'include "cso\.labels".*\n\s*\{\{-? *with [^}]*[lL]abels', text) is None, template
+    assert "cso.labelsWith" in text, template

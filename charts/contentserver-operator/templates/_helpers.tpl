@@ -40,12 +40,25 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end }}
 
 {{- define "cso.labels" -}}
-helm.sh/chart: {{ include "cso.chart" . }}
+helm.sh/chart: {{ include "cso.chart" . | quote }}
 {{ include "cso.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/component: operator
 app.kubernetes.io/part-of: content-platform
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+{{- end }}
+
+{{/*
+The chart's labels with a user label map (podLabels, metrics.service.labels, serviceMonitor.labels,
+...) as one YAML map, so no key appears twice. User labels may add labels and override the other
+chart labels, never the selector labels (app.kubernetes.io/name, app.kubernetes.io/instance): the
+Deployment, the metrics Service, the ServiceMonitor and the NetworkPolicy select by them. Usage:
+include "cso.labelsWith" (list . .Values.metrics.service.labels).
+*/}}
+{{- define "cso.labelsWith" -}}
+{{- $ctx := index . 0 }}
+{{- $user := index . 1 | default dict }}
+{{- toYaml (merge (include "cso.selectorLabels" $ctx | fromYaml) (deepCopy $user) (include "cso.labels" $ctx | fromYaml)) }}
 {{- end }}
 
 {{- define "cso.serviceAccountName" -}}
@@ -80,9 +93,9 @@ compare them with the operator's code. Usage: include "cso.rules" (list . "watch
 {{/* content-operator's command line (operator/src/main.rs: `content-operator run ...`). */}}
 {{- define "cso.operatorArgs" -}}
 - run
-- --metrics-listen=0.0.0.0:{{ .Values.metrics.port }}
-- --lease-name={{ include "cso.fullname" . }}
+- {{ printf "--metrics-listen=0.0.0.0:%v" .Values.metrics.port | quote }}
+- {{ printf "--lease-name=%s" (include "cso.fullname" .) | quote }}
 {{- with .Values.watchNamespaces }}
-- --namespaces={{ join "," . }}
+- {{ printf "--namespaces=%s" (join "," .) | quote }}
 {{- end }}
 {{- end }}
