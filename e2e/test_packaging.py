@@ -271,6 +271,26 @@ def _cel_variants() -> dict[str, tuple[dict, str]]:
     d = _example("exposed.yaml")
     d["spec"]["expose"]["httpRoute"]["hostnames"] = ["192.168.1.20"]
     out["httproute-hostname-ip"] = (d, "must be a DNS name, not an IP address")
+
+    d = _example("exposed.yaml")
+    d["spec"]["expose"]["httpRoute"]["parentRefs"] = [{"name": "gw"},
+                                                      {"name": "gw", "sectionName": "https"}]
+    out["httproute-parent-without-section"] = (
+        d, "sectionName must be specified when parentRefs includes 2 or more references to the "
+           "same parent")
+
+    d = _example("exposed.yaml")
+    d["spec"]["expose"]["httpRoute"]["parentRefs"] = [{"name": "gw"}, {"name": "gw"}]
+    out["httproute-parent-duplicate"] = (
+        d, "sectionName must be unique when parentRefs includes 2 or more references to the "
+           "same parent")
+
+    d = _example("hpa.yaml")
+    assert "targetCPUUtilization" in d["spec"]["autoscaling"]
+    d["spec"]["resources"]["requests"].pop("cpu")
+    out["cpu-target-without-request"] = (
+        d, "autoscaling.targetCPUUtilization: autoscaling.targetCPUUtilization needs "
+           "resources.requests.cpu above 0")
     return out
 
 
@@ -281,7 +301,8 @@ CEL_CASES = ["duplicate-volume-names", "route-to-unknown-volume", "two-volumes-n
              "cache-route-without-origin", "cache-route-on-plain-volume",
              "cache-volume-on-static-route", "origin-ca-two-sources",
              "shared-claim-cache-replicas", "shared-claim-cache-autoscaling", "claim-size-zero",
-             "ingress-host-ip", "httproute-hostname-ip"]
+             "ingress-host-ip", "httproute-hostname-ip", "httproute-parent-without-section",
+             "httproute-parent-duplicate", "cpu-target-without-request"]
 
 
 def test_cel_cases_are_all_listed() -> None:

@@ -251,6 +251,47 @@ def test_a_broken_httproute_is_rejected(children: dict, path: str, value, words:
     assert any(words in p for p in problems), problems
 
 
+# parentRefs lists and whether the Gateway API refuses them (two references to one Gateway must
+# each name a different listener; `port` does not count; another namespace is another Gateway).
+PARENT_REFS = [
+    ([{"name": "gw"}, {"name": "gw"}], True),
+    ([{"name": "gw"}, {"name": "gw", "sectionName": "https"}], True),
+    ([{"name": "gw", "sectionName": "a", "port": 443},
+      {"name": "gw", "sectionName": "a", "port": 8443}], True),
+    ([{"name": "gw", "port": 443}, {"name": "gw", "port": 8443}], True),
+    ([{"name": "gw", "namespace": "n", "sectionName": "a"}, {"name": "gw", "namespace": "n"}], True),
+    ([{"name": "gw", "sectionName": "a"}, {"name": "gw", "sectionName": "b"}], False),
+    ([{"name": "gw", "sectionName": "a", "port": 443},
+      {"name": "gw", "sectionName": "b", "port": 443}], False),
+    ([{"name": "gw"}, {"name": "other"}], False),
+    ([{"name": "gw", "namespace": "a"}, {"name": "gw", "namespace": "b"}], False),
+    ([{"name": "gw"}, {"name": "gw", "namespace": "n"}], False),
+]
+
+
+def _parent_ref_messages(errors: list[str]) -> set[str]:
+    return {m for m in ("sectionName must be specified", "sectionName must be unique")
+            if any(m in e for e in errors)}
+
+
+@pytest.mark.parametrize("refs,refused", PARENT_REFS, ids=[str(i) for i in range(len(PARENT_REFS))])
+def test_parent_refs_are_refused_as_the_gateway_api_refuses_them(children: dict, refs: list,
+                                                                 refused: bool) -> None:
+    """Our CRD refuses the parentRefs the released HTTPRoute CRD refuses, with its messages, and
+    takes the others: the ContentServer is refused at admission instead of its HTTPRoute at
+    apply time."""
+    from lib import crd_schema
+    crd = yaml.safe_load((ROOT / "crds" / "contentservers.contentserver.dev.yaml").read_text())
+    (cs,) = [copy.deepcopy(d) for d in docs(ROOT / "examples" / "exposed.yaml")
+             if d["kind"] == "ContentServer"]
+    cs["spec"]["expose"]["httpRoute"]["parentRefs"] = refs
+    ours = _parent_ref_messages(crd_schema.errors(crd, cs))
+    route = set_path(first_of("HTTPRoute", children, {"all-enabled": []}), "spec.parentRefs", refs)
+    theirs = _parent_ref_messages(U.errors(route))
+    assert bool(theirs) == refused, U.errors(route)
+    assert ours == theirs
+
+
 def test_a_kind_without_schema_is_an_error_not_a_pass() -> None:
     with pytest.raises(U.NoSchema):
         U.errors({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})

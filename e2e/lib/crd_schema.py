@@ -11,8 +11,10 @@ enforces with strict field validation (kubectl's default):
 
 CEL rules (`x-kubernetes-validations`) are evaluated separately, as the API server does: after
 structural defaulting (`default`), on each node with `self` bound to the node's value (rules on
-`oldSelf`, i.e. transition rules, only apply to updates and are skipped). The CEL runtime is the
-`common-expression-language` package plus the Kubernetes list extension `sum()`.
+`oldSelf`, i.e. transition rules, only apply to updates and are skipped), declared property names
+escaped as the API server escapes them (`namespace` is `__namespace__` in a rule, `a.b` is
+`a__dot__b`; see `escape_field_name`). The CEL runtime is the `common-expression-language` package
+plus the Kubernetes list extension `sum()`.
 
 It must not fetch anything or know about a particular CRD.
 """
@@ -129,15 +131,69 @@ def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
     return value
 
 
+# CEL reserved words the API server escapes as `__word__` when they name a property.
+_CEL_RESERVED = {"true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
+                 "function", "if", "import", "let", "loop", "package", "namespace", "return",
+                 "var", "void", "while"}
+
+
+def escape_field_name(name: str) -> str | None:
+    """A declared property's name as a CEL rule spells it (the API server's `cel.Escape`): a
+    reserved word becomes `__word__`; `__`, `.`, `-` and `/` become `__underscores__`, `__dot__`,
+    `__dash__` and `__slash__`. None when the name cannot be reached from CEL (a leading digit,
+    another character outside `[a-zA-Z0-9_]`)."""
+    if not name or name[0].isdigit():
+        return None
+    if name in _CEL_RESERVED:
+        return f"__{name}__"
+    out, i = [], 0
+    while i < len(name):
+        if name.startswith("__", i):
+            out.append("__underscores__")
+            i += 2
+            continue
+        c = name[i]
+        if c in "./-":
+            out.append({".": "__dot__", "-": "__dash__", "/": "__slash__"}[c])
+        elif c == "_" or (c.isascii() and c.isalnum()):
+            out.append(c)
+        else:
+            return None
+        i += 1
+    return "".join(out)
+
+
+def cel_value(schema: dict[str, Any], value: Any) -> Any:
+    """`value` as a rule sees it: the keys of declared properties escaped (recursively); the keys
+    of a map (`additionalProperties`) or of unknown fields are kept as they are."""
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        out = {}
+        for k, v in value.items():
+            if k in props:
+                name = escape_field_name(k)
+                if name is not None:
+                    out[name] = cel_value(props[k], v)
+            else:
+                out[k] = cel_value(extra, v) if isinstance(extra, dict) else v
+        return out
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [cel_value(schema["items"], x) for x in value]
+    return value
+
+
 def cel_errors(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
     """Every failing `x-kubernetes-validations` rule, as `path: message`."""
     import cel  # common-expression-language
 
     out: list[str] = []
-    for r in schema.get("x-kubernetes-validations", []):
+    rules_here = schema.get("x-kubernetes-validations", [])
+    seen = cel_value(schema, value) if rules_here else value
+    for r in rules_here:
         if "oldSelf" in r["rule"]:
             continue
-        ctx = cel.Context({"self": value}, {"sum": lambda xs: sum(xs)})
+        ctx = cel.Context({"self": seen}, {"sum": lambda xs: sum(xs)})
         try:
             ok = cel.evaluate(r["rule"], ctx)
         except Exception as e:  # a rule that cannot run is a failure too

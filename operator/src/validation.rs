@@ -5,12 +5,14 @@
 //! `Config::field_errors()` (the server's rules, defined once), whose field paths are mapped back
 //! to spec paths (`volumes[1].pool.max_queue` -> `spec.volumes[1].pool.maxQueue`), plus the
 //! Kubernetes-side rules the server cannot know (one volume source, hostPath opt-in, ports,
-//! quantities). Pure: no API calls.
+//! quantities, the Gateway API's rules for HTTPRoute parents, a CPU request for a CPU target).
+//! Pure: no API calls.
 
 use crate::builders::configmap::server_config;
 use crate::builders::configmap::CONFIG_DIR;
 use crate::crd::{
-    quantity_bytes, ContentServerSpec, MAX_VOLUME_NAME, ORIGIN_CA_DIR, PURGE_TOKEN_DIR,
+    quantity_bytes, ContentServerSpec, GatewayParentRef, MAX_VOLUME_NAME, ORIGIN_CA_DIR,
+    PURGE_TOKEN_DIR,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::HashSet;
@@ -199,6 +201,12 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
                 ),
             );
         }
+        if a.target_cpu_utilization.is_some() && !has_cpu_request(spec) {
+            push(
+                "spec.autoscaling.targetCPUUtilization".into(),
+                "needs spec.resources.requests.cpu above 0 (or spec.resources.limits.cpu, which the request defaults to): the HPA measures CPU utilization against the request and, while that metric is missing, does not scale down".into(),
+            );
+        }
         if a.min_replicas > a.max_replicas {
             push(
                 "spec.autoscaling.minReplicas".into(),
@@ -247,6 +255,16 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
                 );
             }
         }
+        for (i, message) in e
+            .http_route
+            .iter()
+            .flat_map(|r| parent_ref_errors(&r.parent_refs))
+        {
+            push(
+                format!("spec.expose.httpRoute.parentRefs[{i}]"),
+                message.into(),
+            );
+        }
         if e.http_route.is_some() {
             for (i, r) in spec.routes.iter().enumerate() {
                 let n = crate::builders::expose::encoded_prefix(&r.prefix).len();
@@ -283,6 +301,51 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
             continue;
         }
         push(field, e.message);
+    }
+    errs
+}
+
+/// The CPU request the pods get, above 0: `resources.requests.cpu`, or without one
+/// `resources.limits.cpu` (the API server defaults the request to the limit). The HPA's CPU
+/// utilization is usage over it; a missing or zero request gives no metric.
+fn has_cpu_request(spec: &ContentServerSpec) -> bool {
+    let r = spec.resources.as_ref();
+    let request = r
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|m| m.get("cpu"));
+    let limit = r.and_then(|r| r.limits.as_ref()).and_then(|m| m.get("cpu"));
+    // Any digit 1-9 in a quantity makes it more than 0 (`0`, `0m`, `0.0` are 0).
+    request
+        .or(limit)
+        .is_some_and(|q| q.0.contains(|c: char| ('1'..='9').contains(&c)))
+}
+
+/// The Gateway API's two rules for an HTTPRoute's `parentRefs` (CEL in its CRD, the same in
+/// ours): references to the same Gateway (name and namespace; unset is a value of its own) must
+/// all set `sectionName`, and no two may name the same one (`port` does not count). Each
+/// offending later reference, with the upstream message.
+fn parent_ref_errors(refs: &[GatewayParentRef]) -> Vec<(usize, &'static str)> {
+    // Set and not empty (the Gateway API reads an empty namespace or sectionName as unset).
+    fn given(s: &Option<String>) -> Option<&str> {
+        s.as_deref().filter(|s| !s.is_empty())
+    }
+    let mut errs = Vec::new();
+    for (i, p) in refs.iter().enumerate() {
+        let same_parent =
+            |q: &&GatewayParentRef| q.name == p.name && given(&q.namespace) == given(&p.namespace);
+        let earlier: Vec<_> = refs[..i].iter().filter(same_parent).collect();
+        if earlier
+            .iter()
+            .any(|q| given(&q.section_name).is_some() != given(&p.section_name).is_some())
+        {
+            errs.push((i, "sectionName must be specified when parentRefs includes 2 or more references to the same parent"));
+        }
+        if earlier
+            .iter()
+            .any(|q| given(&q.section_name) == given(&p.section_name))
+        {
+            errs.push((i, "sectionName must be unique when parentRefs includes 2 or more references to the same parent"));
+        }
     }
     errs
 }

@@ -1304,3 +1304,155 @@ fn a_cache_size_beyond_u64_is_one_clear_error() {
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].field, format!("spec.volumes[{i}].cache.sliceSize"));
 }
+
+/// A CPU target without a CPU request (a limit alone defaults it) is refused: the HPA would find
+/// no utilization to compute and, with a metric missing, never scale down.
+#[test]
+fn validation_refuses_a_cpu_target_without_a_cpu_request() {
+    let mut cs = example("hpa.yaml");
+    assert_eq!(
+        cs.spec.autoscaling.as_ref().unwrap().target_cpu_utilization,
+        Some(80)
+    );
+    assert_eq!(validate(&cs.spec), vec![]);
+    let resources = cs.spec.resources.as_mut().expect("resources");
+    resources.requests.as_mut().expect("requests").remove("cpu");
+    let (field, message) = only_error(&cs);
+    assert_eq!(field, "spec.autoscaling.targetCPUUtilization");
+    assert!(message.contains("spec.resources.requests.cpu"), "{message}");
+    for (request, limit, ok) in [
+        (Some("0"), None, false),
+        (Some("0m"), Some("2"), false),
+        (None, Some("0.0"), false),
+        (Some("250m"), None, true),
+        (Some("0.1"), None, true),
+        (None, Some("1"), true),
+    ] {
+        let r = cs.spec.resources.as_mut().expect("resources");
+        let set = |m: &mut Option<std::collections::BTreeMap<String, Quantity>>,
+                   q: Option<&str>| {
+            let m = m.get_or_insert_with(Default::default);
+            match q {
+                Some(q) => m.insert("cpu".into(), Quantity(q.into())),
+                None => m.remove("cpu"),
+            };
+        };
+        set(&mut r.requests, request);
+        set(&mut r.limits, limit);
+        let errs = validate(&cs.spec);
+        assert_eq!(errs.is_empty(), ok, "{request:?} {limit:?}: {errs:?}");
+    }
+    // No CPU target: no request needed.
+    cs.spec.resources = None;
+    cs.spec.autoscaling.as_mut().unwrap().target_cpu_utilization = None;
+    assert_eq!(validate(&cs.spec), vec![]);
+}
+
+/// The messages of the Gateway API's two parentRefs rules found in `errs`.
+fn parent_ref_messages<'a>(errs: impl IntoIterator<Item = &'a str>) -> Vec<&'static str> {
+    const RULES: [&str; 2] = [
+        "sectionName must be specified when parentRefs includes 2 or more references to the same parent",
+        "sectionName must be unique when parentRefs includes 2 or more references to the same parent",
+    ];
+    let errs: Vec<&str> = errs.into_iter().collect();
+    RULES
+        .into_iter()
+        .filter(|r| errs.iter().any(|e| e.contains(r)))
+        .collect()
+}
+
+/// Our CEL rules on `spec.expose.httpRoute.parentRefs`, the operator's own check and the released
+/// Gateway API CRD's rules on the HTTPRoute the operator renders refuse exactly the same lists,
+/// with the same messages (the route would otherwise be refused only at apply time).
+#[test]
+fn parent_refs_are_refused_exactly_as_the_gateway_api_refuses_them() {
+    use kube::CustomResourceExt;
+    let upstream = gateway_route_schema();
+    let ours = serde_json::to_value(content_operator::crd::ContentServer::crd()).expect("CRD")
+        ["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        .clone();
+    let cel = |schema: &serde_json::Value, o: &serde_json::Value| match kube_cel::validate(
+        schema, o, None,
+    ) {
+        Ok(()) => Vec::new(),
+        Err(errs) => errs.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+    };
+    use serde_json::json as j;
+    for (refs, refused) in [
+        (j!([{"name": "gw"}, {"name": "gw"}]), true),
+        (
+            j!([{"name": "gw"}, {"name": "gw", "sectionName": "https"}]),
+            true,
+        ),
+        (
+            j!([{"name": "gw", "sectionName": "a", "port": 443},
+                {"name": "gw", "sectionName": "a", "port": 8443}]),
+            true,
+        ),
+        (
+            j!([{"name": "gw", "port": 443}, {"name": "gw", "port": 8443}]),
+            true,
+        ),
+        (
+            j!([{"name": "gw", "namespace": "n", "sectionName": "a"},
+                {"name": "gw", "namespace": "n"}]),
+            true,
+        ),
+        (
+            j!([{"name": "gw"}, {"name": "gw"}, {"name": "gw", "sectionName": "a"}]),
+            true,
+        ),
+        (
+            j!([{"name": "gw", "sectionName": "a"}, {"name": "gw", "sectionName": "b"}]),
+            false,
+        ),
+        (
+            j!([{"name": "gw", "sectionName": "a", "port": 443},
+                {"name": "gw", "sectionName": "b", "port": 443}]),
+            false,
+        ),
+        (j!([{"name": "gw"}, {"name": "other"}]), false),
+        (
+            j!([{"name": "gw", "namespace": "a"}, {"name": "gw", "namespace": "b"}]),
+            false,
+        ),
+        (
+            j!([{"name": "gw"}, {"name": "gw", "namespace": "n"}]),
+            false,
+        ),
+        (j!([{"name": "gw", "sectionName": "a"}]), false),
+    ] {
+        let mut cs = example("exposed.yaml");
+        cs.spec
+            .expose
+            .as_mut()
+            .unwrap()
+            .http_route
+            .as_mut()
+            .unwrap()
+            .parent_refs = serde_json::from_value(refs.clone()).expect("parentRefs");
+        let mut route =
+            serde_json::to_value(expose::http_route(&cs).expect("route")).expect("json");
+        route.as_object_mut().expect("object").remove("metadata");
+        let theirs_errs = cel(&upstream, &route);
+        let theirs = parent_ref_messages(theirs_errs.iter().map(String::as_str));
+        let crd_errs = cel(&ours, &serde_json::to_value(&cs).expect("json"));
+        let crd = parent_ref_messages(crd_errs.iter().map(String::as_str));
+        let op_errs = validate(&cs.spec);
+        assert!(
+            op_errs
+                .iter()
+                .all(|e| e.field.starts_with("spec.expose.httpRoute.parentRefs[")),
+            "{op_errs:?}"
+        );
+        let operator = parent_ref_messages(op_errs.iter().map(|e| e.message.as_str()));
+        assert_eq!(
+            !theirs.is_empty(),
+            refused,
+            "{refs}: upstream says {theirs_errs:?}"
+        );
+        assert_eq!(crd, theirs, "{refs}: our CEL says {crd_errs:?}");
+        assert_eq!(operator, theirs, "{refs}: the operator says {op_errs:?}");
+        assert_eq!(op_errs.is_empty(), !refused, "{refs}: {op_errs:?}");
+    }
+}

@@ -833,3 +833,112 @@ fn host_path_type_is_a_directory_type() {
         .collect();
     assert_eq!(names, ["Directory", "DirectoryOrCreate"], "{t}");
 }
+
+const SECTION_REQUIRED: &str =
+    "sectionName must be specified when parentRefs includes 2 or more references to the same parent";
+const SECTION_UNIQUE: &str =
+    "sectionName must be unique when parentRefs includes 2 or more references to the same parent";
+
+/// Two references to one Gateway must each name a different listener: the Gateway API's CEL
+/// rules for an HTTPRoute's parentRefs, on ours, so the route is refused at admission and not at
+/// apply time (`port` does not tell references apart, as upstream).
+#[test]
+fn cel_refuses_parent_refs_the_gateway_api_refuses() {
+    let mut obj = defaulted("exposed.yaml");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    for (refs, message) in [
+        (json!([{"name": "gw"}, {"name": "gw"}]), SECTION_UNIQUE),
+        (
+            json!([{"name": "gw"}, {"name": "gw", "sectionName": "https"}]),
+            SECTION_REQUIRED,
+        ),
+        (
+            json!([{"name": "gw", "sectionName": "a", "port": 443},
+                   {"name": "gw", "sectionName": "a", "port": 8443}]),
+            SECTION_UNIQUE,
+        ),
+        (
+            json!([{"name": "gw", "namespace": "infra", "sectionName": "a"},
+                   {"name": "gw", "namespace": "infra", "sectionName": "a"}]),
+            SECTION_UNIQUE,
+        ),
+        (
+            json!([{"name": "gw", "port": 443}, {"name": "gw", "port": 8443}]),
+            SECTION_UNIQUE,
+        ),
+    ] {
+        obj["spec"]["expose"]["httpRoute"]["parentRefs"] = refs.clone();
+        let errs = cel_errors(&obj);
+        assert!(
+            errs.iter()
+                .any(|e| e.contains(message) && e.contains("spec.expose.httpRoute.parentRefs")),
+            "{refs}: expected {message:?}, got {errs:?}"
+        );
+    }
+    for refs in [
+        json!([{"name": "gw", "sectionName": "http"}, {"name": "gw", "sectionName": "https"}]),
+        json!([{"name": "gw", "sectionName": "a", "port": 443},
+               {"name": "gw", "sectionName": "b", "port": 443}]),
+        json!([{"name": "gw"}, {"name": "other"}]),
+        // Another namespace is another Gateway; so is an unset one (the route's own namespace,
+        // which upstream does not resolve either).
+        json!([{"name": "gw", "namespace": "a"}, {"name": "gw", "namespace": "b"}]),
+        json!([{"name": "gw"}, {"name": "gw", "namespace": "infra"}]),
+        json!([{"name": "gw", "sectionName": "a"}, {"name": "gw", "namespace": "infra"},
+               {"name": "gw", "sectionName": "b"}]),
+    ] {
+        obj["spec"]["expose"]["httpRoute"]["parentRefs"] = refs.clone();
+        assert_eq!(cel_errors(&obj), Vec::<String>::new(), "{refs}");
+    }
+}
+
+/// A CPU target needs a CPU request above 0 (a CPU limit alone defaults it): the HPA measures
+/// utilization against it and, with the metric missing, does not scale down.
+#[test]
+fn cel_refuses_a_cpu_target_without_a_cpu_request() {
+    let mut obj = defaulted("hpa.yaml");
+    assert_eq!(obj["spec"]["autoscaling"]["targetCPUUtilization"], 80);
+    assert_eq!(obj["spec"]["resources"]["requests"]["cpu"], "500m");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    let message = "autoscaling.targetCPUUtilization needs resources.requests.cpu above 0";
+    for resources in [
+        json!({"requests": {"memory": "256Mi"}, "limits": {"memory": "512Mi"}}),
+        json!({"requests": {"cpu": "0"}}),
+        json!({"requests": {"cpu": 0}}),
+        json!({"requests": {"cpu": "0m"}, "limits": {"cpu": "2"}}),
+        json!({"limits": {"memory": "512Mi"}}),
+        json!({}),
+    ] {
+        obj["spec"]["resources"] = resources.clone();
+        let errs = cel_errors(&obj);
+        assert!(
+            errs.iter().any(|e| e.contains(message)
+                && e.contains("spec.autoscaling.targetCPUUtilization")),
+            "{resources}: {errs:?}"
+        );
+    }
+    obj["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("resources");
+    assert_rejected(&obj, message);
+    for resources in [
+        json!({"requests": {"cpu": "500m"}}),
+        json!({"requests": {"cpu": 1}}),
+        json!({"requests": {"cpu": "0.1"}}),
+        json!({"limits": {"cpu": "1"}}),
+    ] {
+        obj["spec"]["resources"] = resources.clone();
+        assert_eq!(cel_errors(&obj), Vec::<String>::new(), "{resources}");
+    }
+    // Without a CPU target, no request is needed.
+    obj["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("resources");
+    obj["spec"]["autoscaling"]
+        .as_object_mut()
+        .expect("autoscaling")
+        .remove("targetCPUUtilization");
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+}

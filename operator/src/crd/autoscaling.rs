@@ -29,7 +29,9 @@ pub struct AutoscalingSpec {
     #[serde(default = "default_target_pool_utilization")]
     #[schemars(range(min = 1, max = 85))]
     pub target_pool_utilization: i32,
-    /// Optional CPU target in percent of the container's CPU request.
+    /// Optional CPU target in percent of the container's CPU request: needs
+    /// spec.resources.requests.cpu (or limits.cpu, which the request defaults to) above 0, as
+    /// the HPA cannot compute the utilization otherwise (and then does not scale down).
     #[serde(rename = "targetCPUUtilization")]
     #[schemars(range(min = 1, max = 100))]
     pub target_cpu_utilization: Option<i32>,

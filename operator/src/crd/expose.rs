@@ -23,8 +23,24 @@ pub struct ExposeSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpRouteExpose {
-    /// Gateways (or listeners of them) the route attaches to.
-    #[schemars(length(min = 1, max = 32))]
+    /// Gateways (or listeners of them) the route attaches to. Two references to the same Gateway
+    /// must both set sectionName, each a different one (the Gateway API's rule; port does not
+    /// tell them apart).
+    #[schemars(
+        length(min = 1, max = 32),
+        extend("x-kubernetes-validations" = [
+            {
+                "rule": "self.all(p1, self.all(p2, p1.name == p2.name && ((!has(p1.__namespace__) && !has(p2.__namespace__)) || (has(p1.__namespace__) && has(p2.__namespace__) && p1.__namespace__ == p2.__namespace__)) ? has(p1.sectionName) == has(p2.sectionName) : true))",
+                "message": "sectionName must be specified when parentRefs includes 2 or more references to the same parent",
+                "reason": "FieldValueRequired"
+            },
+            {
+                "rule": "self.all(p1, self.exists_one(p2, p1.name == p2.name && ((!has(p1.__namespace__) && !has(p2.__namespace__)) || (has(p1.__namespace__) && has(p2.__namespace__) && p1.__namespace__ == p2.__namespace__)) && ((!has(p1.sectionName) && !has(p2.sectionName)) || (has(p1.sectionName) && has(p2.sectionName) && p1.sectionName == p2.sectionName))))",
+                "message": "sectionName must be unique when parentRefs includes 2 or more references to the same parent",
+                "reason": "FieldValueDuplicate"
+            }
+        ])
+    )]
     pub parent_refs: Vec<GatewayParentRef>,
     /// Host names the route answers; empty = the Gateway listener's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -136,6 +136,11 @@ pub const MAX_VOLUME_NAME: usize = 59;
         "message": "autoscaling.maxReplicas must be at most 1 while a cache volume is an existing persistentVolumeClaim: every pod mounts that claim and only one server may use a cache directory (use claimTemplate for a cache per pod)",
         "fieldPath": ".autoscaling.maxReplicas",
         "reason": "FieldValueForbidden"
+    },
+    {
+        "rule": "!has(self.autoscaling) || !has(self.autoscaling.targetCPUUtilization) || (has(self.resources) && (has(self.resources.requests) && 'cpu' in self.resources.requests ? string(self.resources.requests.cpu).matches('[1-9]') : has(self.resources.limits) && 'cpu' in self.resources.limits && string(self.resources.limits.cpu).matches('[1-9]')))",
+        "message": "autoscaling.targetCPUUtilization needs resources.requests.cpu above 0 (or resources.limits.cpu, which the request defaults to): the HPA measures CPU utilization against the request and, while that metric is missing, does not scale down",
+        "fieldPath": ".autoscaling.targetCPUUtilization"
     }
 ]))]
 pub struct ContentServerSpec {
