@@ -36,10 +36,14 @@ pub fn init(cfg: &Logging) -> Option<WorkerGuard> {
         || EnvFilter::try_new(with_access(&cfg.level)).unwrap_or_else(|_| EnvFilter::new("info"));
     let mut bad_env = None;
     let filter = match std::env::var("RUST_LOG") {
-        Ok(v) if !v.trim().is_empty() => match EnvFilter::try_new(with_access(&v)) {
+        // The rule of `logging.level`: a bare word that is no level (`warning`) would be
+        // a target name to the filter and silence every line.
+        Ok(v) if !v.trim().is_empty() => match crate::config::check_log_level(&v)
+            .and_then(|()| EnvFilter::try_new(with_access(&v)).map_err(|e| e.to_string()))
+        {
             Ok(f) => f,
             Err(e) => {
-                bad_env = Some((v, e.to_string()));
+                bad_env = Some((v, e));
                 from_config()
             }
         },

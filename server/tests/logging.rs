@@ -183,3 +183,25 @@ fn a_fatal_error_is_said_once_in_the_logs_format() {
         }
     }
 }
+
+/// `RUST_LOG=warning` (a bare word that is no level) would be a target name to the filter and
+/// silence every line; it is refused like the same `logging.level`: reported, and the
+/// configured level used.
+#[test]
+fn a_rust_log_that_is_no_level_is_reported_and_the_configured_level_used() {
+    let root = tempdir();
+    let s = Server::spawn(
+        &["serve", "--root", root.path().to_str().expect("utf-8")],
+        &[("RUST_LOG", "warning")],
+    );
+    assert!(
+        s.wait_log("RUST_LOG is not a valid filter", Duration::from_secs(5)),
+        "{}",
+        s.logs()
+    );
+    assert!(
+        s.wait_log("listening", Duration::from_secs(5)),
+        "info lines still logged:\n{}",
+        s.logs()
+    );
+}

@@ -25,6 +25,7 @@ pub use errors::{ConfigError, FieldError};
 pub use headers::HeaderRule;
 pub use origin::{parse_server_url, Origin, ServerUrl, DEFAULT_ORIGIN};
 pub use route_http::{Precompressed, RouteHttp};
+pub use validate::check_log_level;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

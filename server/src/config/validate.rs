@@ -539,8 +539,8 @@ const LOG_LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"]
 /// `logging.level`: comma-separated directives, each a level or `TARGET=LEVEL`. A bare word
 /// that is not a level would be read by the filter as a target name, silencing every other
 /// line (`warning` logged nothing at all), so it is refused, as is a directive whose level is
-/// not one of [`LOG_LEVELS`].
-fn check_log_level(s: &str) -> Result<(), String> {
+/// not one of [`LOG_LEVELS`]. `RUST_LOG` is held to the same rule (`logging::init`).
+pub fn check_log_level(s: &str) -> Result<(), String> {
     let accepted = || {
         format!(
             "use one of {} (any case), optionally with TARGET=LEVEL directives after commas, such as \"info,content_server::cache=debug\"",
