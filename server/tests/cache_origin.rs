@@ -655,6 +655,39 @@ fn an_origin_with_an_etag_per_answer_is_passed_through_after_two_changes() {
     }
 }
 
+/// The later slice whose other ETag makes an object passed through is being fetched when the
+/// mark is set (a slow origin here): it stores nothing, so no slice of the marked object is
+/// served (a seek into it is passed through too) and none is left to cut a full read once
+/// the mark expires.
+#[test]
+fn the_slice_that_marks_an_object_passed_through_is_not_stored() {
+    let (o, n) = origin_and_node(SLICED);
+    let p = "/etag-per-answer-slow.bin";
+    let body = pattern(3 * SLICE, 7);
+    o.put(
+        p,
+        Object::version(body.clone(), 1).cache_control("max-age=60"),
+    );
+    o.fault(p, Fault::EtagPerAnswer);
+    o.set_timing(Timing {
+        rate: 512 * 1024,
+        ..Timing::default()
+    });
+    for _ in 0..3 {
+        let _ = try_get(&n, p, "");
+        settle(&n);
+    }
+    let seek = format!("Range: bytes={}-{}\r\n", SLICE + 5, SLICE + 14);
+    let r = get(&n, p, &seek);
+    assert_eq!(r.status, 206);
+    assert_eq!(
+        xcache(&r),
+        "BYPASS",
+        "no slice of a marked object is served"
+    );
+    assert!(r.body[..] == body[SLICE + 5..SLICE + 15]);
+}
+
 /// A stale entry is served (STALE) for every kind of origin failure within stale-if-error, and
 /// a refresh that breaks mid-body replaces nothing.
 #[test]

@@ -659,6 +659,13 @@ impl Ctx<'_> {
             return;
         }
         let hash = self.key.hash();
+        // Marked first, so no prefetch starts a fill meanwhile; the fills still running (the
+        // later slice that showed the disagreement, a refresh) store nothing (their readers
+        // get their bytes); then the files go, which forgets the mark: set again.
+        self.cv.passes.mark(hash, unix_now_ms());
+        for fill in self.cv.take_fills(|f| f.id.hash() == hash) {
+            fill.purge().await;
+        }
         let _ = self.cv.remove_object(hash).await;
         self.cv.passes.mark(hash, unix_now_ms());
     }
