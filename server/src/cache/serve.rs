@@ -643,8 +643,7 @@ impl Ctx<'_> {
             }
             Unavailable::NotASlice => {
                 tracing::warn!(volume = %self.cv.name, key = %self.target, slice, "the origin's answer for a later slice contradicts the first; the object is passed through from now on");
-                self.drop_version(meta).await;
-                self.pass_from_now_on().await;
+                self.pass_from_now_on(meta).await;
                 "origin's slices disagree"
             }
         }
@@ -653,10 +652,11 @@ impl Ctx<'_> {
     /// Pass this object through from now on (hit-for-pass): every stored slice of it goes
     /// first, of any version (a seek answered from one would refresh it and store a first
     /// slice again, and the next full read would be cut where that slice ends). Not for a
-    /// request with Authorization: its answers say nothing about the shared object.
-    async fn pass_from_now_on(&self) {
+    /// request with Authorization: its answers say nothing about the shared object, so only
+    /// the slices of version `meta` are dropped ([`Self::drop_version`]).
+    async fn pass_from_now_on(&self, meta: &super::entry::EntryMeta) {
         if self.auth.is_some() {
-            return;
+            return self.drop_version(meta).await;
         }
         let hash = self.key.hash();
         // Marked first, so no prefetch starts a fill meanwhile; the fills still running (the
@@ -1161,11 +1161,12 @@ impl Ctx<'_> {
                 // the next request fetches the new version whole. Changed again within a
                 // minute (an origin whose validator differs in every answer): pass it
                 // through whole for a while, or every full read would be cut here.
-                self.drop_version(meta).await;
                 let (hash, now_ms) = (self.key.hash(), unix_now_ms());
                 if self.auth.is_none() && self.cv.passes.changed_again(hash, now_ms) {
                     tracing::warn!(volume = %self.cv.name, key = %self.target, slice = k, "the object changed at the origin mid-response twice within a minute (a validator per answer?); passed through from now on");
-                    self.pass_from_now_on().await;
+                    self.pass_from_now_on(meta).await;
+                } else {
+                    self.drop_version(meta).await;
                 }
                 return Err((sent, "object changed at the origin mid-response"));
             }
