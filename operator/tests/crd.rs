@@ -69,7 +69,9 @@ fn names_subresources_and_printer_columns() {
             .and_then(|c| c.iter().find(|c| c["name"] == name).cloned())
             .expect("column")
     };
-    assert_eq!(col("Hosts")["jsonPath"], ".status.hostnames");
+    // Every element of the array, so kubectl joins them with commas (`a.example,b.example`),
+    // as Gateway API's Address column does; the bare array printed as `["a","b"]`.
+    assert_eq!(col("Hosts")["jsonPath"], ".status.hostnames[*]");
     assert_eq!(
         (
             col("URL")["jsonPath"].clone(),
@@ -104,9 +106,33 @@ fn names_subresources_and_printer_columns() {
     for p in paths {
         let mut node = &schema;
         for seg in p.trim_start_matches('.').split('.') {
-            node = &node["properties"][seg];
+            let (field, each) = match seg.strip_suffix("[*]") {
+                Some(f) => (f, true),
+                None => (seg, false),
+            };
+            node = &node["properties"][field];
             assert!(!node.is_null(), "{p}: no such field in the schema");
+            if each {
+                assert_eq!(node["type"], "array", "{p}: [*] on a non-array");
+                node = &node["items"];
+            }
         }
+    }
+    // A column prints a value of its own type: a string column over an array field printed the
+    // array's JSON.
+    for c in v["additionalPrinterColumns"].as_array().expect("columns") {
+        let p = c["jsonPath"].as_str().expect("path");
+        if p.starts_with(".metadata") {
+            continue;
+        }
+        let mut node = &schema;
+        for seg in p.trim_start_matches('.').split('.') {
+            match seg.strip_suffix("[*]") {
+                Some(f) => node = &node["properties"][f]["items"],
+                None => node = &node["properties"][seg],
+            }
+        }
+        assert_eq!(node["type"], c["type"], "column {}: {p}", c["name"]);
     }
     // Scale paths must be integer / string fields.
     assert_eq!(
