@@ -7,7 +7,7 @@ by the real content-server in front of a real origin, scraped by a real Promethe
   is small (so the load evicts), and its ports are free ones.
 - The config.toml of the ConfigMap it applies is run as the StatefulSet's container would run it
   (the container's args): each volumeMount of the pod becomes a temporary directory (the claims,
-  the purge token Secret, the ConfigMap), the pod's 0.0.0.0 listeners become 127.0.0.1, and
+  the purge token Secret, the ConfigMap), the pod's `*` listeners (every address) become 127.0.0.1, and
   nothing else of the rendered config changes (checked).
 - The origin is Debian's nginx serving a temporary directory (lib/nginx_origin.py).
 - Bounded load from Python: misses that fill and evict, hits, a fill that others join, an entry
@@ -107,8 +107,8 @@ def map_paths(text, mounts):
 def local_config(toml_text, mounts):
     """The rendered config with the pod's mounts and listeners made local; asserts that nothing
     else changed."""
-    text = map_paths(toml_text, mounts).replace('address = "0.0.0.0"', 'address = "127.0.0.1"')
-    text = re.sub(r'listen = "0\.0\.0\.0:', 'listen = "127.0.0.1:', text)
+    text = map_paths(toml_text, mounts).replace('address = "*"', 'address = "127.0.0.1"')
+    text = text.replace('listen = "*:', 'listen = "127.0.0.1:')
 
     def expect(v):
         if isinstance(v, dict):
@@ -117,7 +117,7 @@ def local_config(toml_text, mounts):
             return [expect(x) for x in v]
         if isinstance(v, str):
             v = map_paths(f'"{v}"', mounts)[1:-1]
-            return re.sub(r"^0\.0\.0\.0(:|$)", r"127.0.0.1\1", v)
+            return re.sub(r"^\*(:|$)", r"127.0.0.1\1", v)
         return v
 
     assert tomllib.loads(text) == expect(tomllib.loads(toml_text))

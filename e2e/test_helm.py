@@ -256,7 +256,7 @@ def test_operator_pod_is_locked_down(default_manifests: list[dict]) -> None:
     dep = one(default_manifests, "Deployment")
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "run" and not any(a.startswith("--namespaces") for a in args)
-    assert f"--metrics-listen=0.0.0.0:{load(CHART / 'values.yaml')['metrics']['port']}" in args
+    assert f"--metrics-listen=*:{load(CHART / 'values.yaml')['metrics']['port']}" in args
     pod = dep["spec"]["template"]["spec"]
     assert dep["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     assert pod["securityContext"]["runAsNonRoot"] is True

@@ -10,7 +10,6 @@ use content_operator::metrics::{self, Metrics};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::Client;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
@@ -43,8 +42,9 @@ struct RunArgs {
     )]
     namespaces: Vec<String>,
     /// Address of the /metrics and /healthz endpoint.
-    #[arg(long, env = "METRICS_LISTEN", default_value = "0.0.0.0:8080")]
-    metrics_listen: SocketAddr,
+    /// `ADDR:PORT`, `[V6]:PORT` or `*:PORT` (every IPv4 and IPv6 address).
+    #[arg(long, env = "METRICS_LISTEN", default_value = "*:8080", value_parser = metrics::parse_listen)]
+    metrics_listen: metrics::Listen,
     /// Disable Lease-based leader election (only for a single replica).
     #[arg(long, env = "NO_LEADER_ELECTION")]
     no_leader_election: bool,

@@ -6,11 +6,11 @@
 
 use anyhow::Context as _;
 use axum::{routing::get, Router};
+use content_server::config::listen::ListenIp;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramTimer, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,
 };
-use std::net::SocketAddr;
 
 /// Result label values of `contentoperator_reconciles_total`.
 pub mod result {
@@ -148,10 +148,39 @@ pub fn router(metrics: Metrics) -> Router {
 
 /// The listener of `--metrics-listen`, bound before anything else starts: an address in use
 /// stops the process with its name (a pod without /healthz would be restarted in a loop).
-pub async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot bind the metrics listener on {addr} (--metrics-listen)"))
+pub async fn bind(listen: Listen) -> anyhow::Result<tokio::net::TcpListener> {
+    let Listen(ip, port) = listen;
+    let target = content_server::bind::Target::of(ip, port);
+    let bound = target.listen_std().and_then(|l| {
+        l.set_nonblocking(true)?;
+        tokio::net::TcpListener::from_std(l)
+    });
+    bound.with_context(|| {
+        format!(
+            "cannot bind the metrics listener on {} (--metrics-listen {listen})",
+            target.addr
+        )
+    })
+}
+
+/// `--metrics-listen`: an address (`*` for every IPv4 and IPv6 address) and a port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listen(pub ListenIp, pub u16);
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            ListenIp::Ip(ip) => std::net::SocketAddr::new(ip, self.1).fmt(f),
+            ListenIp::Any => write!(f, "*:{}", self.1),
+        }
+    }
+}
+
+/// Parse `--metrics-listen` (a malformed value is a usage error, exit 2).
+pub fn parse_listen(s: &str) -> Result<Listen, String> {
+    content_server::config::listen::parse_socket(s)
+        .map(|(ip, port)| Listen(ip, port))
+        .ok_or_else(|| format!("{s:?} is not ADDR:PORT, [V6]:PORT or *:PORT"))
 }
 
 /// Serve the router on `listener` until the process ends.

@@ -36,10 +36,11 @@ fn minimal_renders_one_volume_and_a_deployment() {
         cfg.volumes[0].pool.threads,
         content_server::config::DEFAULT_THREADS
     );
-    assert_eq!(cfg.listeners[0].address, "0.0.0.0");
+    // Every IPv4 and IPv6 address: IPv4, IPv6-only and dual-stack clusters alike.
+    assert_eq!(cfg.listeners[0].address, "*");
     assert_eq!(cfg.listeners[0].port, 8080);
     assert_eq!(
-        cfg.admin.listen, "0.0.0.0:9190",
+        cfg.admin.listen, "*:9190",
         "admin reachable by kubelet probes"
     );
     assert!(

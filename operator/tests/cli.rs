@@ -74,6 +74,30 @@ fn a_metrics_address_in_use_stops_the_start_naming_it() {
     );
 }
 
+/// The default `*:PORT` takes the port on IPv4 too (one dual-stack socket: the operator's
+/// probes work in IPv4, IPv6-only and dual-stack clusters), so a port taken on 127.0.0.1 stops
+/// it; a malformed address is a usage error.
+#[test]
+fn metrics_listen_star_takes_both_families() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let star = format!("*:{}", taken.local_addr().unwrap().port());
+    let (code, _out, err) = operator(
+        &["run", "--no-leader-election", "--metrics-listen", &star],
+        Duration::from_secs(10),
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("cannot bind the metrics listener") && err.contains(&star),
+        "{err}"
+    );
+    for bad in ["*", "localhost:8080", "*:99999"] {
+        let (code, _out, err) =
+            operator(&["run", "--metrics-listen", bad], Duration::from_secs(10));
+        assert_eq!(code, Some(2), "{bad}: {err}");
+        assert!(err.contains("*:PORT"), "{bad}: {err}");
+    }
+}
+
 /// A failed start is one line, no backtrace even with RUST_BACKTRACE set.
 #[test]
 fn a_failed_start_is_one_line() {

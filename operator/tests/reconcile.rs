@@ -96,7 +96,7 @@ async fn create_minimal_applies_configmap_deployment_service_and_status() {
         content_server::config::Config::from_toml(toml).expect("server parses the config");
     cfg.normalize();
     cfg.validate().expect("server accepts the config");
-    assert_eq!(cfg.admin.listen, "0.0.0.0:9190");
+    assert_eq!(cfg.admin.listen, "*:9190");
     assert_eq!(cfg.volumes[0].path.to_str(), Some("/srv/content/content"));
 
     let dep = fake.get(&deployments(), "minimal").expect("Deployment");

@@ -11,6 +11,8 @@
 //! cannot be accepted for want of descriptors, which is accepted with a spare one held for that
 //! and answered 503 at once. It must not parse HTTP.
 
+use crate::bind::Target;
+use crate::config::listen::ListenIp;
 use crate::config::{Config, Listener};
 use crate::conn;
 use crate::descriptors::SpareDescriptor;
@@ -18,8 +20,8 @@ use crate::shared::Shared;
 use crate::socket::Socket;
 use anyhow::Context;
 use rustix::io::Errno;
-use rustix::net::{AddressFamily, SocketFlags, SocketType};
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use rustix::net::SocketFlags;
+use std::net::TcpListener;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -31,8 +33,9 @@ use tokio::io::unix::AsyncFd;
 /// effort: a kernel that refuses one is logged and the listener works without it), and
 /// TCP_CONGESTION of `l.congestion_control` when set (not best effort: a listener asked for an
 /// algorithm the kernel lacks or refuses is an error that says which are there).
-pub fn bind(addr: SocketAddr, l: &Listener) -> std::io::Result<TcpListener> {
-    let fd = tcp_socket(addr, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)?;
+pub fn bind(t: Target, l: &Listener) -> std::io::Result<TcpListener> {
+    let addr = t.addr;
+    let fd = t.socket(SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)?;
     rustix::net::sockopt::set_socket_reuseport(&fd, true)?;
     rustix::net::bind(&fd, &addr)?;
     if let Some(cc) = &l.congestion_control {
@@ -103,28 +106,12 @@ fn set_congestion_control(fd: &OwnedFd, name: &str) -> std::io::Result<()> {
     Err(std::io::Error::new(e.kind(), why))
 }
 
-/// A TCP socket for `addr`'s family with SO_REUSEADDR (connections of an earlier run in
-/// TIME_WAIT do not block the bind) and, for IPv6, IPV6_V6ONLY.
-fn tcp_socket(addr: SocketAddr, flags: SocketFlags) -> std::io::Result<OwnedFd> {
-    let family = if addr.is_ipv4() {
-        AddressFamily::INET
-    } else {
-        AddressFamily::INET6
-    };
-    let fd = rustix::net::socket_with(family, SocketType::STREAM, flags, None)?;
-    rustix::net::sockopt::set_socket_reuseaddr(&fd, true)?;
-    if addr.is_ipv6() {
-        rustix::net::sockopt::set_ipv6_v6only(&fd, true)?;
-    }
-    Ok(fd)
-}
-
 /// Fail when a socket already listens on `addr`. The workers' SO_REUSEPORT sockets would
 /// otherwise join it without a word (another copy of this server, any SO_REUSEPORT program of
 /// the same user) and the kernel would split the connections between the two.
-fn ensure_free(addr: SocketAddr) -> std::io::Result<()> {
-    let fd = tcp_socket(addr, SocketFlags::CLOEXEC)?;
-    match rustix::net::bind(&fd, &addr) {
+fn ensure_free(t: Target) -> std::io::Result<()> {
+    let fd = t.socket(SocketFlags::CLOEXEC)?;
+    match rustix::net::bind(&fd, &t.addr) {
         Err(Errno::ADDRINUSE) => Err(std::io::Error::new(
             std::io::ErrorKind::AddrInUse,
             "address already in use: another socket listens on it (sharing it through SO_REUSEPORT would split the connections with that program)",
@@ -139,24 +126,29 @@ fn ensure_free(addr: SocketAddr) -> std::io::Result<()> {
 pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Vec<Vec<TcpListener>>> {
     let mut out: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
     for (i, l) in cfg.listeners.iter().enumerate() {
-        let ip: IpAddr = l
-            .address
-            .parse()
-            .with_context(|| format!("listeners[{i}].address {:?}", l.address))?;
-        let mut addr = SocketAddr::new(ip, l.port);
+        let ip: ListenIp = l.address.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "listeners[{i}].address {:?} is not an IP address (or *)",
+                l.address
+            )
+        })?;
+        let mut t = Target::of(ip, l.port);
         if l.port != 0 {
-            ensure_free(addr)
-                .with_context(|| format!("cannot listen on {addr} (listeners[{i}])"))?;
+            ensure_free(t)
+                .with_context(|| format!("cannot listen on {} (listeners[{i}])", t.addr))?;
         }
         for (w, slot) in out.iter_mut().enumerate() {
-            let sock = bind(addr, l)
-                .with_context(|| format!("cannot listen on {addr} (listeners[{i}], worker {w})"))?;
+            let sock = bind(t, l).with_context(|| {
+                format!("cannot listen on {} (listeners[{i}], worker {w})", t.addr)
+            })?;
             if w == 0 {
-                addr = sock
+                let port = sock
                     .local_addr()
-                    .context("local_addr of a bound listener")?;
+                    .context("local_addr of a bound listener")?
+                    .port();
+                t = t.with_port(port);
                 tracing::info!(
-                    addr = %addr, workers, backlog = l.backlog,
+                    addr = %t.addr, dual_stack = t.dual, workers, backlog = l.backlog,
                     defer_accept_secs = l.defer_accept_secs,
                     notsent_lowat_bytes = l.notsent_lowat_bytes,
                     congestion_control = l.congestion_control.as_deref().unwrap_or("(host default)"),

@@ -2,6 +2,7 @@
 //! `serve --config FILE` (with overrides) and `check-config FILE`. Turns arguments into a validated [`Config`] and hands it to
 //! [`crate::runtime::run`]; it must not contain server logic.
 
+use crate::config::listen::{plain_port, ListenIp};
 use crate::config::{Config, Listener, Offload};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -59,8 +60,8 @@ pub struct ServeArgs {
     /// --listen's address, or else on the first configured listener's (0.0.0.0 by default).
     #[arg(long, value_parser = parse_port)]
     pub port: Option<u16>,
-    /// Listen on ADDR, ADDR:PORT or [V6]:PORT: replaces the listeners with one socket; with a
-    /// bare ADDR its port is --port's, or else the first configured listener's (8080 by default).
+    /// Listen on ADDR, ADDR:PORT or [V6]:PORT (ADDR `*`: every IPv4 and IPv6 address):
+    /// replaces the listeners with one socket; with a bare ADDR its port is --port's, or else the first configured listener's (8080 by default).
     #[arg(long, value_name = "ADDR[:PORT]", value_parser = check_listen)]
     pub listen: Option<String>,
     /// Pool threads of every volume.
@@ -109,12 +110,13 @@ pub struct ServeArgs {
     pub access_log: bool,
 }
 
-/// Parse a `--listen` value: `ADDR:PORT` (IPv4), `[V6]:PORT`, or a bare address (IPv4, IPv6
-/// with or without brackets). PORT is 0-65535 in plain digits.
-fn parse_listen(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
+/// Parse a `--listen` value: `ADDR:PORT` (IPv4), `[V6]:PORT`, `*:PORT`, or a bare address
+/// (IPv4, IPv6 with or without brackets, `*` for both families). PORT is 0-65535 in plain
+/// digits.
+fn parse_listen(s: &str) -> anyhow::Result<(ListenIp, Option<u16>)> {
     let bad = || {
         anyhow::anyhow!(
-            "--listen {s:?} is not ADDR, ADDR:PORT or [V6]:PORT (an IP address, IPv6 in brackets when a port follows, the port 0-65535 in plain digits)"
+            "--listen {s:?} is not ADDR, ADDR:PORT or [V6]:PORT (an IP address or * for every IPv4 and IPv6 address, IPv6 in brackets when a port follows, the port 0-65535 in plain digits)"
         )
     };
     if let Some(rest) = s.strip_prefix('[') {
@@ -124,14 +126,17 @@ fn parse_listen(s: &str) -> anyhow::Result<(IpAddr, Option<u16>)> {
             "" => None,
             p => Some(plain_port(p.strip_prefix(':').ok_or_else(bad)?).ok_or_else(bad)?),
         };
-        return Ok((IpAddr::V6(ip), port));
+        return Ok((ListenIp::Ip(IpAddr::V6(ip)), port));
     }
-    if let Ok(ip) = s.parse::<IpAddr>() {
+    if let Ok(ip) = s.parse::<ListenIp>() {
         return Ok((ip, None));
     }
     let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
-    let ip: Ipv4Addr = host.parse().map_err(|_| bad())?;
-    Ok((IpAddr::V4(ip), Some(plain_port(port).ok_or_else(bad)?)))
+    let ip = match host {
+        "*" => ListenIp::Any,
+        h => ListenIp::Ip(IpAddr::V4(h.parse::<Ipv4Addr>().map_err(|_| bad())?)),
+    };
+    Ok((ip, Some(plain_port(port).ok_or_else(bad)?)))
 }
 
 /// `--listen` checked when the command line is read (a syntax error: exit 2 like any other
@@ -147,16 +152,6 @@ fn parse_port(p: &str) -> Result<u16, String> {
     plain_port(p).ok_or_else(|| {
         format!("{p:?} is not a port: 0-65535 in plain digits (no sign, no leading zero)")
     })
-}
-
-/// A port written as plain decimal digits without leading zeros (`0` itself allowed).
-fn plain_port(p: &str) -> Option<u16> {
-    let plain =
-        !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && (p == "0" || !p.starts_with('0'));
-    if !plain {
-        return None;
-    }
-    p.parse().ok()
 }
 
 impl ServeArgs {

@@ -250,10 +250,15 @@ struct Peer<'a>(&'a Socket);
 impl std::fmt::Display for Peer<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0.stream().peer_addr() {
-            Ok(a) => a.fmt(f),
+            Ok(a) => shown(a).fmt(f),
             Err(_) => f.write_str("-"),
         }
     }
+}
+
+/// A client of a dual-stack (`*`) listener as it is: `::ffff:10.0.0.7` is IPv4's `10.0.0.7`.
+fn shown(a: std::net::SocketAddr) -> std::net::SocketAddr {
+    std::net::SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
 /// The address known at the request's start, else the socket's now.
@@ -262,7 +267,7 @@ struct PeerAt<'a>(Option<std::net::SocketAddr>, &'a Socket);
 impl std::fmt::Display for PeerAt<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 {
-            Some(a) => a.fmt(f),
+            Some(a) => shown(a).fmt(f),
             None => Peer(self.1).fmt(f),
         }
     }

@@ -22,7 +22,7 @@ pub const LAYERS: &[&[&str]] = &[
     &["cache"],
     &["volume"],
     &["logging", "origin", "pool", "resolve"],
-    &["fs", "http"],
+    &["bind", "fs", "http"],
     &[
         "config",
         "descriptors",

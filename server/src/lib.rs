@@ -11,6 +11,7 @@
 
 pub mod accept;
 pub mod admin;
+pub mod bind;
 pub mod cache;
 pub mod cli;
 pub mod config;

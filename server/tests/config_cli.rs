@@ -337,6 +337,58 @@ fn serve_config_file_with_ipv6_listener() {
     assert_eq!(s.get("/f.txt").body, b"six");
 }
 
+/// `*` listens on every IPv4 and IPv6 address with one socket (what a pod of an IPv6-only or
+/// dual-stack cluster needs): the listener and the admin listener answer on 127.0.0.1 and ::1,
+/// and the access log shows an IPv4 client as IPv4, not as `::ffff:127.0.0.1`.
+#[test]
+fn star_listens_on_both_families_and_logs_ipv4_clients_as_ipv4() {
+    let d = tempdir();
+    std::fs::write(d.path().join("f.txt"), b"both").unwrap();
+    let s = Server::spawn(
+        &[
+            "serve",
+            "--root",
+            d.path().to_str().unwrap(),
+            "--listen",
+            "*:0",
+            "--admin-listen",
+            "*:0",
+            "--access-log",
+        ],
+        &[],
+    );
+    assert!(
+        s.logs().contains("dual_stack=true"),
+        "this kernel has IPv6: * is one dual-stack socket\n{}",
+        s.logs()
+    );
+    for host in ["127.0.0.1", "::1"] {
+        let ip: std::net::IpAddr = host.parse().unwrap();
+        let at = |port| std::net::SocketAddr::new(ip, port);
+        assert_eq!(get(at(s.addr.port()), "/f.txt").body, b"both", "{host}");
+        assert_eq!(get(at(s.admin().port()), "/healthz").status, 200, "{host}");
+    }
+    assert!(
+        s.wait_log("peer=127.0.0.1:", std::time::Duration::from_secs(5)),
+        "{}",
+        s.logs()
+    );
+    assert!(!s.logs().contains("::ffff:"), "{}", s.logs());
+    // A second server cannot take the same port on any address of either family.
+    let port = s.addr.port().to_string();
+    let (code, _, err) = run(&[
+        "serve",
+        "--root",
+        d.path().to_str().unwrap(),
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--admin-listen",
+        "",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("already in use"), "{err}");
+}
+
 /// Every duration field has an upper bound (one day for the connection timeouts, ten years for
 /// cache lifetimes): 18446744073709551615 seconds passed check-config and then panicked each
 /// worker at its first connection ("overflow when adding duration to instant").
@@ -800,6 +852,22 @@ fn check_config_refuses_listeners_that_overlap_and_keeps_the_families_apart() {
         );
     }
     check_config_ok(&cfg("::", "0.0.0.0", ""));
+    // `*` takes the port on every address of both families.
+    for other in ["0.0.0.0", "::1"] {
+        check_config_fails(
+            &cfg("*", other, ""),
+            &[
+                "listeners[1]",
+                "overlaps listeners[0]",
+                "* on every address",
+            ],
+        );
+    }
+    check_config_fails(
+        &cfg("127.0.0.1", "::1", "*:29395"),
+        &["admin.listen", "listeners[0]'s port"],
+    );
+    check_config_fails(&cfg("*", "127.0.0.1", "*"), &["admin.listen", "*:PORT"]);
     // The admin listener follows the same rule: 127.0.0.1 beside `::` on one port is fine.
     check_config_ok(&cfg("::", "0.0.0.0", "127.0.0.2:29396"));
     check_config_ok(

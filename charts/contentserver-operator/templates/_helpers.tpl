@@ -93,7 +93,7 @@ compare them with the operator's code. Usage: include "cso.rules" (list . "watch
 {{/* content-operator's command line (operator/src/main.rs: `content-operator run ...`). */}}
 {{- define "cso.operatorArgs" -}}
 - run
-- {{ printf "--metrics-listen=0.0.0.0:%v" .Values.metrics.port | quote }}
+- {{ printf "--metrics-listen=*:%v" .Values.metrics.port | quote }}
 - {{ printf "--lease-name=%s" (include "cso.fullname" .) | quote }}
 {{- with .Values.watchNamespaces }}
 - {{ printf "--namespaces=%s" (join "," .) | quote }}

@@ -1,8 +1,10 @@
 //! Renders the server configuration of a ContentServer and the ConfigMap holding it.
 //!
 //! The file format is `content_server::config::Config`, rendered with `Config::to_toml()`: this
-//! module maps spec fields onto that type and never writes TOML by hand. The admin listener
-//! binds 0.0.0.0:<metrics.port> so kubelet probes and Prometheus reach it.
+//! module maps spec fields onto that type and never writes TOML by hand. Both listeners bind
+//! `*` (every IPv4 and IPv6 address: one dual-stack socket, IPv4 alone on a node without IPv6),
+//! so kubelet probes, Services and Prometheus reach the pod in IPv4, IPv6-only and dual-stack
+//! clusters alike.
 
 use crate::builders::child_meta;
 use crate::crd::{ContentServer, ContentServerSpec, HeaderRuleSpec, LogFormatSpec, RouteHttpSpec};
@@ -31,7 +33,7 @@ pub fn server_config(spec: &ContentServerSpec) -> Config {
     let mut cfg = Config::for_root("/");
     let s = &spec.server;
     if let Some(l) = cfg.listeners.first_mut() {
-        l.address = "0.0.0.0".into();
+        l.address = "*".into();
         l.port = u16::try_from(s.port).unwrap_or(0);
         l.backlog = s.backlog;
         l.congestion_control = s.congestion_control.clone();
@@ -49,7 +51,7 @@ pub fn server_config(spec: &ContentServerSpec) -> Config {
     cfg.http.listing_max_entries = s.http.listing_max_entries as usize;
     cfg.http.media_types = s.http.media_types.clone();
     cfg.http.media_headers = header_rules(&s.http.media_headers);
-    cfg.admin.listen = format!("0.0.0.0:{}", spec.metrics.port);
+    cfg.admin.listen = format!("*:{}", spec.metrics.port);
     cfg.logging.format = match s.log_format {
         LogFormatSpec::Text => LogFormat::Text,
         LogFormatSpec::Json => LogFormat::Json,

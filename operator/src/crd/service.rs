@@ -57,7 +57,8 @@ pub struct PdbSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MetricsSpec {
-    /// Admin port (/metrics, /healthz, /readyz) bound on 0.0.0.0 so kubelet probes reach it.
+    /// Admin port (/metrics, /healthz, /readyz), bound on every address (IPv4 and IPv6) so
+    /// kubelet probes reach it.
     #[serde(default = "default_metrics_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,

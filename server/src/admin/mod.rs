@@ -62,7 +62,7 @@ impl ServingState for crate::lifecycle::Lifecycle {
 /// Errors starting the admin listener.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    #[error("admin.listen {0:?} is not an ADDR:PORT socket address")]
+    #[error("admin.listen {0:?} is not an ADDR:PORT, [V6]:PORT or *:PORT socket address")]
     Address(String),
     #[error("cannot bind the admin listener on {addr} (admin.listen)")]
     Bind {
@@ -120,11 +120,13 @@ pub fn start(state: AdminState) -> Result<Option<AdminServer>, AdminError> {
     if listen.is_empty() {
         return Ok(None);
     }
-    let addr: SocketAddr = listen
-        .parse()
-        .map_err(|_| AdminError::Address(listen.to_string()))?;
-    let listener =
-        std::net::TcpListener::bind(addr).map_err(|source| AdminError::Bind { addr, source })?;
+    let (ip, port) = crate::config::listen::parse_socket(listen)
+        .ok_or_else(|| AdminError::Address(listen.to_string()))?;
+    let target = crate::bind::Target::of(ip, port);
+    let addr = target.addr;
+    let listener = target
+        .listen_std()
+        .map_err(|source| AdminError::Bind { addr, source })?;
     let bound = listener
         .local_addr()
         .map_err(|source| AdminError::Bind { addr, source })?;

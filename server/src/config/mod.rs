@@ -10,6 +10,7 @@ mod cache;
 mod cors;
 mod errors;
 mod headers;
+pub mod listen;
 mod media;
 mod origin;
 mod route_http;
@@ -74,7 +75,9 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Listener {
-    /// IP address to bind (IPv4 or IPv6 literal).
+    /// IP address to bind (IPv4 or IPv6 literal; `0.0.0.0` or `::` for every address of that
+    /// family), or `*` for every IPv4 and IPv6 address (one dual-stack socket; IPv4 alone where
+    /// the kernel has no IPv6).
     pub address: String,
     /// TCP port.
     pub port: u16,
@@ -182,7 +185,8 @@ pub struct OpenFileCache {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Admin {
-    /// `ADDR:PORT` of the admin listener; an empty string disables it.
+    /// `ADDR:PORT` (`[V6]:PORT`, `*:PORT` for every IPv4 and IPv6 address) of the admin
+    /// listener; an empty string disables it.
     pub listen: String,
     /// Absolute path of a file holding the bearer token of `POST /cache/purge` (one line),
     /// read again by every purge; empty = purge disabled. Needs the admin listener and a cache

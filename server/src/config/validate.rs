@@ -3,10 +3,10 @@
 //! operator can run the same checks on a ContentServer before rendering it.
 
 use super::errors::{check_unique_name, has_nul, ConfigError, Errors, FieldError};
+use super::listen::ListenIp;
 use super::{Config, Route};
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
-use std::net::IpAddr;
 use std::path::{Component, Path, PathBuf};
 
 /// Largest connection-side duration: `limits.*_timeout_secs`, `limits.idle_park_ms`,
@@ -33,10 +33,13 @@ impl Config {
         }
         let mut seen_sockets = HashSet::new();
         for (i, l) in self.listeners.iter().enumerate() {
-            if l.address.parse::<IpAddr>().is_err() {
+            if l.address.parse::<ListenIp>().is_err() {
                 e.push(
                     format!("listeners[{i}].address"),
-                    format!("{:?} is not an IP address", l.address),
+                    format!(
+                        "{:?} is not an IP address (or * for every IPv4 and IPv6 address)",
+                        l.address
+                    ),
                 );
             }
             if l.backlog == 0 {
@@ -74,7 +77,7 @@ impl Config {
                 e.push(
                     format!("listeners[{i}]"),
                     format!(
-                        "{}:{} overlaps listeners[{j}] ({}:{}): an unspecified address (0.0.0.0, ::) takes the port on every address of its family",
+                        "{}:{} overlaps listeners[{j}] ({}:{}): an unspecified address (0.0.0.0, ::) takes the port on every address of its family, * on every address",
                         l.address, l.port, o.address, o.port
                     ),
                 );
@@ -158,19 +161,19 @@ impl Config {
         }
         super::media::check(&mut e, "http.media_types", &self.http.media_types);
         super::headers::check_media_headers(&mut e, "http.media_headers", &self.http.media_headers);
-        match self.admin.listen.parse::<std::net::SocketAddr>() {
+        match super::listen::parse_socket(&self.admin.listen) {
             _ if self.admin.listen.is_empty() => {}
-            Err(_) => e.push(
+            None => e.push(
                 "admin.listen",
                 format!(
-                    "{:?} is not ADDR:PORT (empty disables the admin listener)",
+                    "{:?} is not ADDR:PORT, [V6]:PORT or *:PORT (empty disables the admin listener)",
                     self.admin.listen
                 ),
             ),
             // The same port on an address a listener also takes (0.0.0.0 takes every one).
-            Ok(a) if a.port() != 0 => {
+            Some((ip, port)) if port != 0 => {
                 let overlaps = |l: &super::Listener| {
-                    l.port == a.port() && addresses_clash(&l.address, &a.ip().to_string())
+                    l.port == port && l.address.parse().is_ok_and(|a: ListenIp| a.clashes(ip))
                 };
                 if let Some(i) = self.listeners.iter().position(overlaps) {
                     e.push(
@@ -182,7 +185,7 @@ impl Config {
                     );
                 }
             }
-            Ok(_) => {}
+            Some(_) => {}
         }
         self.check_purge_token_file(&mut e);
         if let Err(msg) = check_log_level(&self.logging.level) {
@@ -573,14 +576,11 @@ pub fn check_log_level(s: &str) -> Result<(), String> {
         .map_err(|err| format!("{s:?} is not a tracing filter ({err}): {}", accepted()))
 }
 
-/// Whether sockets on the same port at addresses `a` and `b` cannot both be bound: the same
-/// address, or one of them the unspecified address of the other's family (0.0.0.0 takes the
-/// port on every IPv4 address). IPv6 sockets are v6-only here, so `::` and `0.0.0.0` coexist.
+/// Whether sockets on the same port at addresses `a` and `b` cannot both be bound
+/// ([`ListenIp::clashes`]; an address that is none is reported on its own).
 fn addresses_clash(a: &str, b: &str) -> bool {
-    match (a.parse::<IpAddr>(), b.parse::<IpAddr>()) {
-        (Ok(x), Ok(y)) => {
-            x.is_ipv4() == y.is_ipv4() && (x == y || x.is_unspecified() || y.is_unspecified())
-        }
+    match (a.parse::<ListenIp>(), b.parse::<ListenIp>()) {
+        (Ok(x), Ok(y)) => x.clashes(y),
         _ => false,
     }
 }
