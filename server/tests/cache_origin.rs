@@ -2013,3 +2013,65 @@ fn idle_origin_connections_are_closed_when_they_expire() {
     assert_eq!(open(), 0.0, "still open after {:?}", t.elapsed());
     assert!(t.elapsed() >= Duration::from_secs(29), "{:?}", t.elapsed());
 }
+
+/// An origin that sends more after a complete answer (a stray response, on a keep-alive
+/// connection with no request out): the connection is closed, not reused, and it is said at
+/// warn, as nginx says "upstream sent more data than specified". The next request gets its own
+/// answer. (Bytes that arrive only after the next request went out cannot be told from its
+/// answer, in HTTP/1.1, by us or nginx: the warning is what names the origin to fix.)
+#[test]
+fn bytes_after_a_complete_answer_close_the_origin_connection_with_a_warning() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        for c in listener.incoming() {
+            let Ok(mut c) = c else { return };
+            std::thread::spawn(move || {
+                let _ = c.set_nodelay(true);
+                let mut buf = Vec::new();
+                let mut b = [0u8; 4096];
+                loop {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match c.read(&mut b) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&b[..n]),
+                        }
+                    }
+                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 4;
+                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                    buf.drain(..end);
+                    let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+                    let body = format!("ok {path}");
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: max-age=600\r\nETag: \"v\"\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if c.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                    if path.starts_with("/early") {
+                        std::thread::sleep(Duration::from_millis(20));
+                        let _ = c.write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nCache-Control: max-age=600\r\n\r\nPOISONED",
+                        );
+                    }
+                }
+            });
+        }
+    });
+    let d = common::tempdir();
+    let n = node(d.path(), &[url], "", "");
+    assert_eq!(get(&n, "/early", "").body, b"ok /early");
+    assert!(
+        n.srv.wait_log(
+            "origin sent bytes after a complete answer",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        n.srv.logs()
+    );
+    let next = get(&n, "/next", "");
+    assert_eq!(next.body, b"ok /next", "{}", n.srv.logs());
+    assert_eq!(get(&n, "/next", "").body, b"ok /next", "stored right");
+}

@@ -151,8 +151,19 @@ where
 {
     tokio::spawn(async move {
         let _guard = guard;
-        if let Err(e) = conn.await {
-            tracing::debug!(origin, server, error = %e, "origin connection closed with an error");
+        match conn.await {
+            // Bytes on a connection with no request out (hyper's "unexpected message"): the
+            // origin sent more than its last answer. Closed; but had they come just after the
+            // next request went out, they would have been taken for its answer (HTTP/1.1
+            // cannot tell them apart; nginx neither), so it is the origin's to fix: said at
+            // warn, as nginx's "upstream sent more data than specified".
+            Err(e) if e.to_string().contains("unexpected message") => {
+                tracing::warn!(origin, server, "origin sent bytes after a complete answer, with no request out: connection closed (bytes arriving after the next request went out would be taken for its answer: fix the origin)");
+            }
+            Err(e) => {
+                tracing::debug!(origin, server, error = %e, "origin connection closed with an error")
+            }
+            Ok(()) => {}
         }
     });
 }
