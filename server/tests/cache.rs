@@ -82,6 +82,33 @@ fn miss_then_hit_with_ranges_conditionals_and_head() {
     assert_eq!(volume_metric(&n, "contentserver_cache_entries", &[]), 5.0);
 }
 
+/// A range that starts past the end but inside the last slice's span (an object of 2.5 slices,
+/// `bytes=SIZE-`) is a 416 from the stored first slice, like one past the last slice: the
+/// origin was asked for the last slice, which holds none of the range's bytes, and it was a
+/// MISS.
+#[test]
+fn a_range_past_the_end_inside_the_last_slice_is_answered_from_the_first() {
+    let (o, n) = origin_and_node(SLICED);
+    let size = SLICE * 5 / 2;
+    o.put("/h.bin", Object::new(pattern(size, 4)));
+    let r = get(&n, "/h.bin", "Range: bytes=0-10\r\n");
+    assert_eq!((r.status, xcache(&r)), (206, "MISS"));
+    wait_committed(&n);
+    let asked = o.requests("/h.bin");
+    for range in [format!("{size}-"), format!("{}-{}", size + 10, size + 20)] {
+        let r = get(&n, "/h.bin", &format!("Range: bytes={range}\r\n"));
+        assert_eq!((r.status, xcache(&r)), (416, "HIT"), "{range}");
+        assert_eq!(
+            r.header("Content-Range"),
+            Some(format!("bytes */{size}").as_str())
+        );
+    }
+    assert_eq!(o.requests("/h.bin"), asked, "the origin was asked");
+    // A range that does reach into the last slice still gets its bytes.
+    let r = get(&n, "/h.bin", &format!("Range: bytes={}-\r\n", size - 5));
+    assert_eq!((r.status, r.body.len()), (206, 5));
+}
+
 #[test]
 fn head_miss_is_fetched_with_get_and_then_cached() {
     let (o, n) = origin_and_node("slice_size = 0");

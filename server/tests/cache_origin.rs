@@ -58,6 +58,16 @@ fn faults_then_retry(slice_size: usize) {
         // A 206 for another span than the slice asked for (shorter, longer).
         faults.push(Fault::RangeBytes(1000));
         faults.push(Fault::RangeBytes(slice_size as u64 + 5000));
+        // Two Content-Range lines that disagree (RFC 9110 §5.3), the first one right: which
+        // one is meant would be a guess, as with two Content-Lengths.
+        let mut raw = format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-{}/200000\r\n\
+             Content-Range: bytes 0-2/3\r\nContent-Length: {slice_size}\r\nETag: \"v1\"\r\n\r\n",
+            slice_size - 1
+        )
+        .into_bytes();
+        raw.extend_from_slice(&body[..slice_size]);
+        faults.push(Fault::Raw(raw));
     }
     for (i, fault) in faults.iter().cloned().enumerate() {
         let p = format!("/f{i}.bin");

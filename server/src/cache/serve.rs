@@ -444,9 +444,10 @@ impl Ctx<'_> {
 
     /// The object's first slice when it answers for `slice` (not stored): stored, fresh and
     /// usable, and either another status's whole answer (a 404, a redirect: there are no
-    /// other slices) or an object that ends before `slice` starts. A range there is then
-    /// answered without asking the origin for a slice that does not exist (it would answer 416
-    /// or the same 404 every time).
+    /// other slices) or an object that ends before the requested range starts (before `slice`,
+    /// or inside it: the last slice's span past the end). A range there is then answered
+    /// without asking the origin for a slice that does not exist (it would answer 416 or the
+    /// same 404 every time), or for the last slice, which holds none of the range's bytes.
     async fn past_end(&self, slice: u32, now_ms: i64) -> Option<Arc<Stored>> {
         let size = self.cv.slice_size;
         if slice == 0 || size == 0 {
@@ -456,7 +457,10 @@ impl Ctx<'_> {
             Ok(Found::Stored(s0)) => s0,
             _ => return None,
         };
-        let ends_before = s0.meta.whole_answer() || s0.meta.total_size <= u64::from(slice) * size;
+        let start = range_start_hint(self.req.range.as_deref())
+            .unwrap_or(0)
+            .max(u64::from(slice) * size);
+        let ends_before = s0.meta.whole_answer() || s0.meta.total_size <= start;
         (ends_before && now_ms < s0.meta.fresh_until_ms && self.usable(&s0)).then_some(s0)
     }
 

@@ -304,7 +304,11 @@ fn parse_http1(buf: &[u8], max: usize) -> Result<Option<Request>, ParseError> {
         } else if name.eq_ignore_ascii_case("if-unmodified-since") {
             r.if_unmodified_since = Some(value());
         } else if name.eq_ignore_ascii_case("origin") {
-            r.origin = Some(value());
+            // Forwarded to an origin as received (and echoed by CORS): bytes that are not
+            // UTF-8 cannot be, and U+FFFD in their place would show it another Origin.
+            let v =
+                std::str::from_utf8(h.value).map_err(|_| ParseError::Bad("Origin is not UTF-8"))?;
+            r.origin = Some(v.trim().to_owned());
         } else if name.eq_ignore_ascii_case("access-control-request-method") {
             r.access_control_request_method = Some(value());
         } else if name.eq_ignore_ascii_case("access-control-request-headers") {
@@ -691,12 +695,24 @@ mod tests {
         .unwrap();
         assert_eq!(r.if_none_match.as_deref(), Some("\"caf\u{fffd}\""));
         assert!(r.keep_alive);
-        // Where the value is checked (Host) or forwarded as is (Authorization): 400.
+        // Where the value is checked (Host) or forwarded as is (Authorization, Origin): 400.
         assert_eq!(status(b"GET / HTTP/1.1\r\nHost: h\xe9\r\n\r\n"), 400);
         assert_eq!(
             status(b"GET / HTTP/1.1\r\nHost: h\r\nAuthorization: Basic \xe9\r\n\r\n"),
             400
         );
+        assert_eq!(
+            status(b"GET / HTTP/1.1\r\nHost: h\r\nOrigin: http://\xe9\r\n\r\n"),
+            400
+        );
+        // UTF-8 goes through as it came.
+        let r = parse(
+            "GET / HTTP/1.1\r\nHost: h\r\nOrigin: http://\u{e9}.example\r\n\r\n".as_bytes(),
+            8192,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.origin.as_deref(), Some("http://\u{e9}.example"));
     }
 
     #[test]

@@ -134,6 +134,7 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (sender, conn) = http1::Builder::new()
+        .max_buf_size(READ_BUFFER_MAX)
         .handshake(TokioIo::new(io))
         .await
         .map_err(|e| OriginError::Protocol {
@@ -167,6 +168,13 @@ where
         }
     });
 }
+
+/// Most bytes hyper reads from an origin connection at once (its default is ~400 KiB): the
+/// body chunks it hands out are slices of that read buffer, so each chunk held (a slow
+/// client's pass-through read-ahead, a fill's unwritten tail) kept a whole buffer of up to
+/// 400 KiB alive — about 2 MiB per slowly read pass-through whatever `pass_buffer_bytes` said.
+/// Also the most an answer's head may take (nginx: 4-8 KiB, `proxy_buffer_size`).
+pub(crate) const READ_BUFFER_MAX: usize = 64 * 1024;
 
 /// Idle connections are dropped after this long (below nginx's 75 s keepalive_timeout, so the
 /// origin rarely closes one just as a request goes out on it).

@@ -44,9 +44,19 @@ pub fn parse_content_range(v: &str) -> Option<ContentRange> {
     Some(ContentRange { start, end, total })
 }
 
+/// The one value of a field that must appear once (RFC 9110 §5.3): None when it is missing,
+/// not text, or repeated with another value (which one is meant would be a guess; two equal
+/// lines are one value).
+fn singleton(headers: &HeaderMap, name: http::header::HeaderName) -> Option<&str> {
+    let mut all = headers.get_all(name).iter();
+    let first = all.next()?.to_str().ok()?;
+    all.all(|v| v.to_str().is_ok_and(|v| v.trim() == first.trim()))
+        .then_some(first)
+}
+
 /// The total size from an unsatisfied range answer (`Content-Range: bytes */N` of a 416).
 pub fn unsatisfied_total(headers: &HeaderMap) -> Option<u64> {
-    let v = headers.get(CONTENT_RANGE)?.to_str().ok()?;
+    let v = singleton(headers, CONTENT_RANGE)?;
     digits(v.trim().strip_prefix("bytes */")?)
 }
 
@@ -63,9 +73,9 @@ pub fn content_length(headers: &HeaderMap) -> Option<u64> {
     digits(headers.get(CONTENT_LENGTH)?.to_str().ok()?)
 }
 
-/// `Content-Range` of the head, parsed.
+/// `Content-Range` of the head, parsed (None when two lines disagree).
 pub fn content_range(headers: &HeaderMap) -> Option<ContentRange> {
-    parse_content_range(headers.get(CONTENT_RANGE)?.to_str().ok()?)
+    parse_content_range(singleton(headers, CONTENT_RANGE)?)
 }
 
 /// What identifies one version of an object at the origin.
