@@ -23,10 +23,7 @@ fn freed_heap_goes_back_to_the_kernel_after_a_burst_of_misses() {
     const SIZE: usize = 1 << 20;
     let (o, n) = origin_and_node("slice_size = 0");
     for i in 0..CLIENTS * EACH {
-        o.put(
-            &format!("/m/{i}.bin"),
-            Object::new(pattern(SIZE, i as u8)),
-        );
+        o.put(&format!("/m/{i}.bin"), Object::new(pattern(SIZE, i as u8)));
     }
     let pid = n.srv.pid();
     let base = rss_anon(pid);
