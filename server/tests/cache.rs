@@ -109,6 +109,64 @@ fn a_range_past_the_end_inside_the_last_slice_is_answered_from_the_first() {
     assert_eq!((r.status, r.body.len()), (206, 5));
 }
 
+/// An origin that compresses whatever it is asked (nginx `gzip_static always` with
+/// `gzip_vary`): its `Vary: Accept-Encoding` answer in gzip, chosen by the fill's request
+/// without Accept-Encoding, is served from the cache to clients that accept gzip (and to
+/// those that send none), never to one whose Accept-Encoding refuses it (RFC 9111 §4.1): that
+/// one is passed through with its own Accept-Encoding.
+#[test]
+fn a_coded_answer_varying_by_accept_encoding_goes_only_to_clients_that_accept_it() {
+    let (o, n) = origin_and_node("");
+    let gz = pattern(5000, 9);
+    o.put(
+        "/app.js",
+        Object::new(gz.clone())
+            .cache_control("max-age=600")
+            .header("Content-Encoding", "gzip")
+            .header("Vary", "Accept-Encoding"),
+    );
+    let r = get(&n, "/app.js", "Accept-Encoding: gzip, br\r\n");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert_eq!(r.header("Content-Encoding"), Some("gzip"));
+    wait_committed(&n);
+    for ae in ["Accept-Encoding: gzip\r\n", ""] {
+        let r = get(&n, "/app.js", ae);
+        assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{ae:?}");
+        assert!(r.body == gz);
+    }
+    let asked = o.requests("/app.js");
+    for ae in ["identity", "br", "gzip;q=0, *"] {
+        let r = get(&n, "/app.js", &format!("Accept-Encoding: {ae}\r\n"));
+        assert_eq!(xcache(&r), "BYPASS", "{ae}");
+        let seen = o.seen();
+        let last = seen.last().expect("the origin was asked");
+        assert_eq!(last.path, "/app.js");
+        assert_eq!(
+            last.header("accept-encoding"),
+            Some(ae),
+            "forwarded as sent"
+        );
+    }
+    assert_eq!(o.requests("/app.js"), asked + 3);
+    // Fills still ask without one (their answer is for every client), and an answer in no
+    // coding is for everyone.
+    o.put(
+        "/plain.js",
+        Object::new(pattern(4000, 2))
+            .cache_control("max-age=600")
+            .header("Vary", "Accept-Encoding"),
+    );
+    get(&n, "/plain.js", "Accept-Encoding: gzip\r\n");
+    wait_committed(&n);
+    let r = get(&n, "/plain.js", "Accept-Encoding: identity\r\n");
+    assert_eq!(xcache(&r), "HIT");
+    assert!(o
+        .seen()
+        .iter()
+        .filter(|s| s.path == "/plain.js")
+        .all(|s| s.header("accept-encoding").is_none()));
+}
+
 #[test]
 fn head_miss_is_fetched_with_get_and_then_cached() {
     let (o, n) = origin_and_node("slice_size = 0");

@@ -158,6 +158,17 @@ pub async fn respond(
         first => (first, first_slice),
     };
     match first {
+        // An answer that varies by Accept-Encoding in a coding this client does not accept
+        // (an origin that compresses whatever it is asked, `gzip_static always`): not this
+        // client's (RFC 9111 §4.1); the origin is asked with its Accept-Encoding.
+        First::Serve(src, _) if !cx.takes_coding(&src.meta().headers) => {
+            cv.count(CacheStatus::Bypass);
+            cx.fetch_through(CacheStatus::Bypass).await
+        }
+        First::PassThrough(resp, _) if !cx.takes_coding(&header_pairs(&resp.headers)) => {
+            cv.count(CacheStatus::Bypass);
+            cx.fetch_through(CacheStatus::Bypass).await
+        }
         First::Serve(src, status) => cx.serve(src, first_slice, status).await,
         First::PassThrough(resp, status) => {
             cv.count(status);
@@ -233,6 +244,13 @@ fn single_byte_range(v: &str) -> bool {
     v.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("bytes="))
         && !v.contains(',')
         && v[6..].trim().contains('-')
+}
+
+/// A head's fields as text pairs (values that are not text left out).
+fn header_pairs(h: &http::HeaderMap) -> Vec<(String, String)> {
+    h.iter()
+        .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect()
 }
 
 /// The first byte a `Range` header asks for, when it names one (`bytes=X-` / `bytes=X-Y`);
@@ -1462,6 +1480,31 @@ impl Ctx<'_> {
         }
     }
 
+    /// Whether this client may have an answer with `headers`: unless it says `Vary:
+    /// Accept-Encoding` and has a Content-Encoding the client's Accept-Encoding refuses (the
+    /// stored answer was chosen by a request without one, which accepts every coding).
+    fn takes_coding(&self, headers: &[(String, String)]) -> bool {
+        let named = |n: &'static str| {
+            headers
+                .iter()
+                .filter(move |(k, _)| k.eq_ignore_ascii_case(n))
+                .map(|(_, v)| v.as_str())
+        };
+        let varies = named("vary").any(|v| {
+            v.split(',')
+                .any(|f| f.trim().eq_ignore_ascii_case("accept-encoding"))
+        });
+        if !varies {
+            return true;
+        }
+        let codings: Vec<&str> = named("content-encoding").collect();
+        codings.is_empty()
+            || crate::http::encoding::accepts(
+                self.req.accept_encoding.as_deref(),
+                &codings.join(","),
+            )
+    }
+
     /// Ask the origin ourselves (GET, or HEAD for HEAD) and pass the answer through. The
     /// client's preconditions go along, and a single byte range with its If-Range, so a
     /// revalidating client gets the origin's 304 and a seek its 206 (several ranges would come
@@ -1473,6 +1516,7 @@ impl Ctx<'_> {
         }
         r.authorization = self.auth.map(str::to_string);
         r.origin = self.req.origin_to_forward();
+        r.accept_encoding = self.req.accept_encoding.clone();
         r.if_none_match = self.req.if_none_match.clone();
         r.if_modified_since = self.req.if_modified_since.clone();
         r.if_match = self.req.if_match.clone();

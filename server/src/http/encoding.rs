@@ -1,6 +1,7 @@
-//! `Accept-Encoding` negotiation for precompressed siblings (RFC 9110 §12.5.3): which of a
-//! route's configured codings a request accepts, best first (client q-value, then the route's
-//! order). Nothing is compressed on the fly; the caller tries the sibling files in this order.
+//! `Accept-Encoding` negotiation (RFC 9110 §12.5.3): which of a route's configured codings a
+//! request accepts, best first (client q-value, then the route's order), for precompressed
+//! siblings; and whether a request accepts a stored answer's `Content-Encoding`. Nothing is
+//! compressed on the fly; the caller tries the sibling files in this order.
 
 use crate::config::Precompressed;
 
@@ -30,6 +31,20 @@ fn q_for(accept: &str, coding: &str) -> f32 {
         }
     }
     star.unwrap_or(0.0)
+}
+
+/// Whether a request with `accept` (its Accept-Encoding) accepts a body of `content_encoding`
+/// (a Content-Encoding value, codings in the order applied): no Accept-Encoding accepts any
+/// coding; `identity` is no coding.
+pub fn accepts(accept: Option<&str>, content_encoding: &str) -> bool {
+    let Some(accept) = accept else {
+        return true;
+    };
+    content_encoding
+        .split(',')
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
+        .all(|c| q_for(accept, &c.to_ascii_lowercase()) > 0.0)
 }
 
 /// The configured codings the request accepts, best first; empty when none (or no header).
@@ -66,6 +81,20 @@ mod tests {
         );
         assert_eq!(acceptable(Some("gzip"), ALL), vec![Gzip]);
         assert_eq!(acceptable(Some("x-gzip"), ALL), vec![Gzip]);
+    }
+
+    #[test]
+    fn accepts_a_stored_coding() {
+        assert!(accepts(None, "gzip"));
+        assert!(accepts(Some("gzip, br"), "gzip"));
+        assert!(accepts(Some("GZIP"), "Gzip"));
+        assert!(accepts(Some("*"), "br"));
+        assert!(accepts(Some("identity"), "identity"));
+        assert!(!accepts(Some("identity"), "gzip"));
+        assert!(!accepts(Some(""), "gzip"));
+        assert!(!accepts(Some("gzip;q=0, br"), "gzip"));
+        assert!(!accepts(Some("gzip"), "gzip, br"));
+        assert!(accepts(Some("gzip, br"), "gzip, br"));
     }
 
     #[test]

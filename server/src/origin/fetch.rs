@@ -223,6 +223,13 @@ fn build(
             .map_err(|_| bad(format!("Origin: {v:?} is not a header value")))?;
         b = b.header(http::header::ORIGIN, v);
     }
+    if let Some(v) = &req.accept_encoding {
+        // The client's value came lossily decoded; one that is no header value is left out
+        // (no Accept-Encoding: any coding), not a failed request.
+        if let Ok(v) = HeaderValue::from_str(v) {
+            b = b.header(http::header::ACCEPT_ENCODING, v);
+        }
+    }
     if let Some(v) = &req.authorization {
         let mut v = HeaderValue::from_str(v)
             .map_err(|_| bad("Authorization is not a header value".to_string()))?;

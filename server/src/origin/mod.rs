@@ -76,6 +76,9 @@ pub struct OriginRequest {
     /// The client's `Origin` (CORS), forwarded as received: an origin answering per Origin
     /// says `Vary: Origin`, which keeps its answer out of the cache.
     pub origin: Option<String>,
+    /// The client's `Accept-Encoding`, forwarded as received by a pass-through (a fill asks
+    /// without one: its answer is for every client).
+    pub accept_encoding: Option<String>,
 }
 
 impl OriginRequest {
@@ -92,6 +95,7 @@ impl OriginRequest {
             authorization: None,
             client_range: None,
             origin: None,
+            accept_encoding: None,
         }
     }
 }
