@@ -534,7 +534,9 @@ impl Ctx<'_> {
                     }
                 }
                 // Joining a fill that already has every byte asks the origin nothing: a hit.
-                let status = if joined && avail == head.meta.body_len {
+                // One that waited for the origin's answer is a miss, however fast the body
+                // came after it (whether it woke before the last byte was a race).
+                let status = if joined && !before_head && avail == head.meta.body_len {
                     CacheStatus::Hit
                 } else {
                     CacheStatus::Miss
