@@ -1539,6 +1539,48 @@ fn an_entry_evicted_while_it_is_opened_is_not_kept_open() {
     assert!(held.is_empty(), "deleted entries still open: {held:?}");
 }
 
+/// A stored entry that cannot be opened for want of descriptors (EMFILE) stays stored: the
+/// request is a 503 and the next one a HIT. It was deleted as unusable (an ulimit of 128 and a
+/// burst of misses evicted 13 good entries, refetched from the origin).
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_entry_that_cannot_be_opened_for_want_of_descriptors_is_kept() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", "");
+    let a = pattern(100_000, 1);
+    o.put("/a.bin", Object::new(a.clone()));
+    {
+        let mut n = Node::start(&cfg);
+        assert!(get(&n, "/a.bin", "").body == a);
+        wait_committed(&n);
+        n.srv.signal(common::SIGTERM);
+        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+    }
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_open=1*return(emfile)")]);
+    assert!(n
+        .srv
+        .wait_log("cache index rebuilt", Duration::from_secs(5)));
+    let r = get(&n, "/a.bin", "");
+    assert_eq!(r.status, 503, "{}", n.srv.logs());
+    assert!(n
+        .srv
+        .logs()
+        .contains("cannot open a cache entry now (kept)"));
+    let r = get(&n, "/a.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{}", n.srv.logs());
+    assert!(r.body == a);
+    assert_eq!(o.requests("/a.bin"), 1, "the entry was fetched again");
+    assert_eq!(
+        volume_metric(
+            &n,
+            "contentserver_cache_evictions_total",
+            &[("reason", "invalid")]
+        ),
+        0.0
+    );
+}
+
 /// A purge whose files cannot be deleted says so (500, naming the file and the error), and
 /// the object it named is not served from the disk afterwards: the next request goes to the
 /// origin.

@@ -118,13 +118,19 @@ pub(crate) fn failpoint_write() -> std::io::Result<()> {
     failpoint_errno("cache_write", "enospc", libc::ENOSPC)
 }
 
-/// Failpoint `cache_opened`: runs on the pool right after an entry was opened for a request
-/// (`sleep(MS)` widens the window in which an eviction may delete it before it is kept open).
+/// Failpoint `cache_open`: `return(emfile)` fails the opening of an entry for a request with
+/// EMFILE, as a process out of descriptors would (`1*return(emfile)`: the next one only).
+pub(crate) fn failpoint_open() -> std::io::Result<()> {
+    failpoint_errno("cache_open", "emfile", libc::EMFILE)
+}
+
 /// `cache_commit` failpoint (e.g. `sleep(300)`): an entry's commit (on the pool) delayed.
 pub(crate) fn failpoint_commit() {
     fail::fail_point!("cache_commit");
 }
 
+/// Failpoint `cache_opened`: runs on the pool right after an entry was opened for a request
+/// (`sleep(MS)` widens the window in which an eviction may delete it before it is kept open).
 pub(crate) fn failpoint_opened() {
     fail::fail_point!("cache_opened");
 }

@@ -361,6 +361,9 @@ impl Ctx<'_> {
         };
         let stored = match found {
             Found::Collision => return First::FetchThrough(CacheStatus::Bypass),
+            // Out of descriptors or memory: a 503 like the other shortages of the node (the
+            // origin would need a descriptor as well).
+            Found::Unavailable => return First::Error(503, None),
             Found::Absent => None,
             Found::Stored(s) => Some(s).filter(|s| self.usable(s)),
         };
@@ -601,7 +604,9 @@ impl Ctx<'_> {
         match self.cv.find(id, &self.key_bytes).await {
             Ok(Found::Stored(s)) if self.usable(&s) => return Ok(Source::Stored(s)),
             Ok(Found::Stored(_) | Found::Absent) => {}
-            Ok(Found::Collision) | Err(_) => return Err(Unavailable::Origin),
+            // (A stored slice that cannot be opened now cuts the response like an origin
+            // failure; it stays stored.)
+            Ok(Found::Collision | Found::Unavailable) | Err(_) => return Err(Unavailable::Origin),
         }
         filled(self.fill(slice, None, false)).await
     }

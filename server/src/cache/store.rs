@@ -207,6 +207,7 @@ impl Store {
     /// Open the entry `id` and check it belongs to `key` (collision) and is whole (length and
     /// header checksum). The returned descriptor serves the body from `meta.body_offset()`.
     pub fn open_entry(&self, id: EntryId, key: &[u8]) -> Result<(OwnedFd, EntryMeta), EntryError> {
+        super::failpoint_open()?;
         let fd = match self.open_read(id) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Err(EntryError::Missing),

@@ -90,6 +90,9 @@ pub enum Found {
     Absent,
     /// A valid entry of another key has this hash: never served, never overwritten.
     Collision,
+    /// The entry could not be opened for want of descriptors or memory (EMFILE, ENFILE,
+    /// ENOMEM): it stays, and the request is answered 503 rather than sent to the origin.
+    Unavailable,
 }
 
 /// What [`CacheVolume::fill_for`] found.
@@ -319,6 +322,11 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 Ok(Found::Absent)
             }
             Err(EntryError::Collision) => Ok(Found::Collision),
+            // The node's own shortage says nothing of the file: it is not deleted.
+            Err(EntryError::Io(e)) if transient(&e) => {
+                tracing::warn!(volume = %self.name, entry = %id.rel_path(), error = %e, "cannot open a cache entry now (kept)");
+                Ok(Found::Unavailable)
+            }
             Err(e) => {
                 tracing::warn!(volume = %self.name, entry = %id.rel_path(), error = %e, "dropping unusable cache entry");
                 if let Some(bytes) = self.index.remove(id) {
@@ -767,6 +775,11 @@ fn ten_percent_free_limit(store: &Store, used: u64) -> u64 {
         }
         Err(_) => used,
     }
+}
+
+/// An error of this node's resources, not of the file: out of descriptors or memory.
+fn transient(e: &std::io::Error) -> bool {
+    crate::descriptors::out_of_descriptors(e) || e.raw_os_error() == Some(libc::ENOMEM)
 }
 
 #[cfg(test)]
