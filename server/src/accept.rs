@@ -5,8 +5,9 @@
 //! `defer_accept_secs = 0` (nginx `deferred`: the kernel hands over a connection once its request
 //! arrived, so it is answered in the accept loop's turn without waiting). Accept never blocks:
 //! accept4 with SOCK_NONBLOCK on a non-blocking listener driven by epoll, up to
-//! [`ACCEPT_BATCH`] per turn. Over `limits.max_connections`
-//! (counted across all workers) a new connection is closed at once, counted in
+//! [`ACCEPT_BATCH`] per turn. At `limits.max_connections` (counted across all workers) up to
+//! [`RECLAIM_BATCH`] idle connections parked on this worker are closed to make room (nginx
+//! reuses keep-alive connections so); with none, a new connection is closed at once, counted in
 //! `connections_refused_total` and logged (at most once per second); so is a connection that
 //! cannot be accepted for want of descriptors, which is accepted with a spare one held for that
 //! and answered 503 at once. It must not parse HTTP.
@@ -170,6 +171,27 @@ pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Vec<Vec<TcpListe
 const ACCEPT_BATCH: usize = 4096;
 
 static LAST_REFUSAL_LOG: AtomicU64 = AtomicU64::new(0);
+static LAST_REUSE_LOG: AtomicU64 = AtomicU64::new(0);
+
+/// Idle connections closed at once to make room at `max_connections` (nginx: 32).
+const RECLAIM_BATCH: usize = 32;
+
+/// At `max_connections`: close idle connections of this worker ([`idle::reclaim`]) and take
+/// the new one's place; false when it has none (the new one is refused).
+fn make_room(shared: &Shared, max: usize) -> bool {
+    let closed = crate::idle::reclaim(RECLAIM_BATCH);
+    if closed == 0 {
+        return false;
+    }
+    if crate::logging::once_a_second(&LAST_REUSE_LOG) {
+        tracing::warn!(
+            max_connections = max,
+            closed,
+            "max_connections reached: closed idle keep-alive connections to make room"
+        );
+    }
+    shared.lifecycle.try_add_connection(max)
+}
 static LAST_EMFILE_LOG: AtomicU64 = AtomicU64::new(0);
 
 /// Held back for when accept fails for want of descriptors: let go so that the waiting
@@ -236,7 +258,7 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::
                 SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
             ) {
                 Ok(fd) => {
-                    if !shared.lifecycle.try_add_connection(max) {
+                    if !shared.lifecycle.try_add_connection(max) && !make_room(&shared, max) {
                         drop(fd);
                         shared.metrics.connections_refused_total.inc();
                         if crate::logging::once_a_second(&LAST_REFUSAL_LOG) {

@@ -56,11 +56,57 @@ pub fn park(w: Waiting) -> Result<(), Waiting> {
     }
 }
 
+/// Close up to `max` of this worker's parked connections that wait for a request with nothing
+/// of one received (keep-alive ones first, the longest idle first), to make room for a new
+/// connection at `max_connections` (nginx reuses its keep-alive connections the same way:
+/// "worker_connections are not enough, reusing connections"). One whose request bytes have
+/// just arrived is left to be woken. Returns how many were closed.
+pub fn reclaim(max: usize) -> usize {
+    let Some(set) = SET.with_borrow(|s| s.clone()) else {
+        return 0;
+    };
+    let candidates: Vec<Due> = {
+        let st = set.state.borrow();
+        let quiet = |d: &&Due| {
+            let s = &st.slots[d.slot as usize];
+            s.token == d.token && s.fd.is_some() && s.head.1 == 0
+        };
+        st.keepalive
+            .iter()
+            .filter(quiet)
+            .chain(st.header.iter().filter(quiet))
+            .take(max)
+            .copied()
+            .collect()
+    };
+    let mut closed = 0;
+    for d in candidates {
+        let Some(w) = set.take(d.slot, d.token) else {
+            continue;
+        };
+        let mut probe = [0u8; 1];
+        let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+        match rustix::net::recv(&w.fd, &mut probe, flags) {
+            // Its request is arriving: it goes back to be woken (or, failing that, resumed).
+            Ok((n, _)) if n > 0 => {
+                if let Err(w) = set.insert(w) {
+                    set.settle(w, set.resume);
+                }
+            }
+            _ => {
+                set.close(w);
+                closed += 1;
+            }
+        }
+    }
+    closed
+}
+
 /// Create this worker's set (inside its runtime); the returned driver must run on this thread
 /// for as long as the worker (the worker's own `block_on` future: the set is not `Send`).
 /// Parking stays off on this worker when it fails (logged) and the driver just waits.
 pub fn start(shared: Arc<Shared>, resume: Resume) -> impl std::future::Future<Output = ()> {
-    let set = match Set::new(shared) {
+    let set = match Set::new(shared, resume) {
         Ok(s) => Some(Rc::new(s)),
         Err(e) => {
             tracing::warn!(error = %e, "cannot create the idle set; idle connections keep their tasks");
@@ -146,6 +192,8 @@ impl State {
 
 struct Set {
     shared: Arc<Shared>,
+    /// Hands a connection back to a task (see [`Resume`]).
+    resume: Resume,
     epoll: AsyncFd<OwnedFd>,
     epoch: Instant,
     /// Wakes the driver when a new entry became the earliest deadline.
@@ -168,7 +216,7 @@ const TRIM_QUIET: std::time::Duration = std::time::Duration::from_millis(200);
 const BATCH: usize = 256;
 
 impl Set {
-    fn new(shared: Arc<Shared>) -> std::io::Result<Set> {
+    fn new(shared: Arc<Shared>, resume: Resume) -> std::io::Result<Set> {
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         // SAFETY: the OwnedFd owns the epoll descriptor, which stays open and unchanged until
         // the AsyncFd (its only owner) is dropped.
@@ -176,6 +224,7 @@ impl Set {
             .map_err(std::io::Error::from)?;
         Ok(Set {
             shared,
+            resume,
             epoll,
             epoch: Instant::now(),
             rearm: Notify::new(),

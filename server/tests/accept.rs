@@ -407,3 +407,57 @@ fn out_of_descriptors_is_503_for_content_and_the_admin_port_answers() {
         spares()
     );
 }
+
+/// At `max_connections`, a new client is not locked out by idle keep-alive connections for
+/// their whole `keepalive_timeout` (75 s): parked ones are closed to make room, as nginx reuses
+/// its keep-alive connections. A connection in the middle of a request is never one of them.
+#[test]
+fn idle_keep_alive_connections_make_room_for_new_ones_at_max_connections() {
+    let (_d, s) = server(|c| {
+        c.workers = 1;
+        c.limits.max_connections = 4;
+        c.limits.idle_park_ms = 100;
+    });
+    let mut held: Vec<std::net::TcpStream> = (0..4)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+            c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                .expect("request");
+            let mut buf = [0u8; 4096];
+            let n = c.read(&mut buf).expect("answer");
+            assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+            c
+        })
+        .collect();
+    // One of them has sent half a request head: it is not idle, and must keep its place.
+    held[3]
+        .write_all(b"GET /hello.txt HTTP/1.1\r\n")
+        .expect("half a head");
+    assert!(wait_until(Duration::from_secs(5), || s
+        .metrics()
+        .get("contentserver_connections_parked", &[])
+        == 4.0));
+    let r = get(s.addr, "/hello.txt");
+    assert_eq!(r.status, 200, "a new client was refused");
+    assert!(s.wait_log(
+        "closed idle keep-alive connections to make room",
+        Duration::from_secs(5)
+    ));
+    held[3]
+        .write_all(b"Host: t\r\n\r\n")
+        .expect("rest of the head");
+    let mut buf = [0u8; 4096];
+    let n = held[3]
+        .read(&mut buf)
+        .expect("answer to the half-sent request");
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    assert_eq!(
+        s.metrics()
+            .get("contentserver_connections_refused_total", &[]),
+        0.0
+    );
+}
