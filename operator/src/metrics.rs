@@ -155,12 +155,16 @@ pub async fn bind(listen: Listen) -> anyhow::Result<tokio::net::TcpListener> {
         l.set_nonblocking(true)?;
         tokio::net::TcpListener::from_std(l)
     });
-    bound.with_context(|| {
+    let listener = bound.with_context(|| {
         format!(
             "cannot bind the metrics listener on {} (--metrics-listen {listen})",
             target.addr
         )
-    })
+    })?;
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, dual_stack = target.dual, "metrics listening (/metrics, /healthz)");
+    }
+    Ok(listener)
 }
 
 /// `--metrics-listen`: an address (`*` for every IPv4 and IPv6 address) and a port.
@@ -169,18 +173,20 @@ pub struct Listen(pub ListenIp, pub u16);
 
 impl std::fmt::Display for Listen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            ListenIp::Ip(ip) => std::net::SocketAddr::new(ip, self.1).fmt(f),
-            ListenIp::Any => write!(f, "*:{}", self.1),
-        }
+        f.write_str(&self.0.with_port(self.1))
     }
 }
 
 /// Parse `--metrics-listen` (a malformed value is a usage error, exit 2).
 pub fn parse_listen(s: &str) -> Result<Listen, String> {
-    content_server::config::listen::parse_socket(s)
-        .map(|(ip, port)| Listen(ip, port))
-        .ok_or_else(|| format!("{s:?} is not ADDR:PORT, [V6]:PORT or *:PORT"))
+    let (ip, port) = content_server::config::listen::parse_socket(s)
+        .ok_or_else(|| format!("{s:?} is not ADDR:PORT, [V6]:PORT or *:PORT"))?;
+    if let Some(v4) = ip.mapped_v4() {
+        return Err(format!(
+            "{s:?} is an IPv4-mapped IPv6 address, which an IPv6-only socket cannot bind: write {v4}:{port}"
+        ));
+    }
+    Ok(Listen(ip, port))
 }
 
 /// Serve the router on `listener` until the process ends.

@@ -96,6 +96,15 @@ fn metrics_listen_star_takes_both_families() {
         assert_eq!(code, Some(2), "{bad}: {err}");
         assert!(err.contains("*:PORT"), "{bad}: {err}");
     }
+    let (code, _out, err) = operator(
+        &["run", "--metrics-listen", "[::ffff:127.0.0.1]:8080"],
+        Duration::from_secs(10),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("IPv4-mapped") && err.contains("127.0.0.1:8080"),
+        "{err}"
+    );
 }
 
 /// A failed start is one line, no backtrace even with RUST_BACKTRACE set.

@@ -5,9 +5,9 @@
 //! `defer_accept_secs = 0` (nginx `deferred`: the kernel hands over a connection once its request
 //! arrived, so it is answered in the accept loop's turn without waiting). Accept never blocks:
 //! accept4 with SOCK_NONBLOCK on a non-blocking listener driven by epoll, up to
-//! [`ACCEPT_BATCH`] per turn. At `limits.max_connections` (counted across all workers) up to
-//! [`RECLAIM_BATCH`] idle connections parked on this worker are closed to make room (nginx
-//! reuses keep-alive connections so); with none, a new connection is closed at once, counted in
+//! [`ACCEPT_BATCH`] per turn. At `limits.max_connections` (counted across all workers) an
+//! eighth (1 to [`RECLAIM_BATCH`]) of the idle connections parked on this worker are closed to
+//! make room (nginx reuses keep-alive connections so); with none, a new connection is closed at once, counted in
 //! `connections_refused_total` and logged (at most once per second); so is a connection that
 //! cannot be accepted for want of descriptors, which is accepted with a spare one held for that
 //! and answered 503 at once. It must not parse HTTP.
@@ -134,13 +134,21 @@ pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Vec<Vec<TcpListe
             )
         })?;
         let mut t = Target::of(ip, l.port);
+        // As written (`*:80`), with the socket it means when that differs (`[::]:80`).
+        let named = |t: &Target| match ip {
+            ListenIp::Any => format!("{} ({})", ip.with_port(t.addr.port()), t.addr),
+            ListenIp::Ip(_) => t.addr.to_string(),
+        };
         if l.port != 0 {
             ensure_free(t)
-                .with_context(|| format!("cannot listen on {} (listeners[{i}])", t.addr))?;
+                .with_context(|| format!("cannot listen on {} (listeners[{i}])", named(&t)))?;
         }
         for (w, slot) in out.iter_mut().enumerate() {
             let sock = bind(t, l).with_context(|| {
-                format!("cannot listen on {} (listeners[{i}], worker {w})", t.addr)
+                format!(
+                    "cannot listen on {} (listeners[{i}], worker {w})",
+                    named(&t)
+                )
             })?;
             if w == 0 {
                 let port = sock
@@ -173,7 +181,7 @@ const ACCEPT_BATCH: usize = 4096;
 static LAST_REFUSAL_LOG: AtomicU64 = AtomicU64::new(0);
 static LAST_REUSE_LOG: AtomicU64 = AtomicU64::new(0);
 
-/// Idle connections closed at once to make room at `max_connections` (nginx: 32).
+/// Most idle connections closed at once to make room at `max_connections` (nginx: 32).
 const RECLAIM_BATCH: usize = 32;
 
 /// At `max_connections`: close idle connections of this worker ([`idle::reclaim`]) and take

@@ -56,17 +56,18 @@ pub fn park(w: Waiting) -> Result<(), Waiting> {
     }
 }
 
-/// Close up to `max` of this worker's parked connections that wait for a request with nothing
-/// of one received (keep-alive ones first, the longest idle first), to make room for a new
-/// connection at `max_connections` (nginx reuses its keep-alive connections the same way:
-/// "worker_connections are not enough, reusing connections"). One whose request bytes have
-/// just arrived is left to be woken. Returns how many were closed.
+/// Close an eighth of this worker's parked connections that wait for a request with nothing
+/// of one received, at least one and at most `max` (keep-alive ones first, the longest idle
+/// first), to make room for a new connection at `max_connections`: nginx's rule for reusing
+/// its keep-alive connections ("worker_connections are not enough, reusing connections"). One
+/// whose request bytes have just arrived is left to be woken. Returns how many were closed.
 pub fn reclaim(max: usize) -> usize {
     let Some(set) = SET.with_borrow(|s| s.clone()) else {
         return 0;
     };
     let candidates: Vec<Due> = {
         let st = set.state.borrow();
+        let max = (st.live / 8).clamp(1, max.max(1));
         let quiet = |d: &&Due| {
             let s = &st.slots[d.slot as usize];
             s.token == d.token && s.fd.is_some() && s.head.1 == 0

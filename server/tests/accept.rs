@@ -439,6 +439,17 @@ fn idle_keep_alive_connections_make_room_for_new_ones_at_max_connections() {
         == 4.0));
     let r = get(s.addr, "/hello.txt");
     assert_eq!(r.status, 200, "a new client was refused");
+    // nginx's rule: an eighth of the idle ones, at least one (here one of three).
+    let closed = held[..3]
+        .iter_mut()
+        .map(|c| {
+            c.set_read_timeout(Some(Duration::from_millis(300)))
+                .expect("timeout");
+            matches!(c.read(&mut [0u8; 16]), Ok(0))
+        })
+        .filter(|&eof| eof)
+        .count();
+    assert_eq!(closed, 1, "idle connections closed for one newcomer");
     assert!(s.wait_log(
         "closed idle keep-alive connections to make room",
         Duration::from_secs(5)

@@ -387,6 +387,21 @@ fn star_listens_on_both_families_and_logs_ipv4_clients_as_ipv4() {
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("already in use"), "{err}");
+    // `*` is named as written, with the socket it means.
+    let (code, _, err) = run(&[
+        "serve",
+        "--root",
+        d.path().to_str().unwrap(),
+        "--listen",
+        &format!("*:{port}"),
+        "--admin-listen",
+        "",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("cannot listen on *:{port} ([::]:{port})")),
+        "{err}"
+    );
 }
 
 /// Every duration field has an upper bound (one day for the connection timeouts, ten years for
@@ -841,14 +856,13 @@ fn check_config_refuses_listeners_that_overlap_and_keeps_the_families_apart() {
             "[[listeners]]\naddress = \"{a}\"\nport = 29395\n[[listeners]]\naddress = \"{b}\"\nport = 29395\n[admin]\nlisten = \"{admin}\"\n[[volumes]]\nname = \"d\"\npath = \"/srv/d\"\n"
         )
     };
-    for (a, b) in [("127.0.0.1", "0.0.0.0"), ("::", "::1")] {
+    for (a, b, written) in [
+        ("127.0.0.1", "0.0.0.0", "127.0.0.1:29395"),
+        ("::", "::1", "[::]:29395"),
+    ] {
         check_config_fails(
             &cfg(a, b, ""),
-            &[
-                "listeners[1]",
-                "overlaps listeners[0]",
-                &format!("{a}:29395"),
-            ],
+            &["listeners[1]", "overlaps listeners[0]", written],
         );
     }
     check_config_ok(&cfg("::", "0.0.0.0", ""));
@@ -868,6 +882,21 @@ fn check_config_refuses_listeners_that_overlap_and_keeps_the_families_apart() {
         &["admin.listen", "listeners[0]'s port"],
     );
     check_config_fails(&cfg("*", "127.0.0.1", "*"), &["admin.listen", "*:PORT"]);
+    // IPv6 addresses are written with brackets when a port follows.
+    check_config_fails(
+        &cfg("::", "::1", ""),
+        &["[::1]:29395 overlaps listeners[0] ([::]:29395)"],
+    );
+    // An IPv4-mapped address can never be bound on an IPv6-only socket: its IPv4 is meant.
+    check_config_fails(
+        &cfg("::ffff:127.0.0.1", "127.0.0.2", "[::ffff:127.0.0.1]:29399"),
+        &[
+            "listeners[0].address",
+            "IPv4-mapped",
+            "write 127.0.0.1",
+            "admin.listen",
+        ],
+    );
     // The admin listener follows the same rule: 127.0.0.1 beside `::` on one port is fine.
     check_config_ok(&cfg("::", "0.0.0.0", "127.0.0.2:29396"));
     check_config_ok(

@@ -68,7 +68,7 @@ pub const MAX_VOLUME_NAME: usize = 59;
     printcolumn = r#"{"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas", "description": "Pods ready"}"#,
     printcolumn = r#"{"name": "Volumes", "type": "integer", "jsonPath": ".status.volumes", "description": "Mounted volumes"}"#,
     printcolumn = r#"{"name": "Status", "type": "string", "jsonPath": ".status.phase", "description": "Ready, Progressing, Degraded, Unavailable, Invalid, Paused or Error"}"#,
-    printcolumn = r#"{"name": "Hosts", "type": "string", "jsonPath": ".status.hostnames[*]", "description": "External host names (HTTPRoute, Ingress)"}"#,
+    printcolumn = r#"{"name": "Hosts", "type": "string", "jsonPath": ".status.hostnames", "description": "External host names (HTTPRoute, Ingress)"}"#,
     printcolumn = r#"{"name": "URL", "type": "string", "jsonPath": ".status.url", "description": "In-cluster URL of the Service", "priority": 1}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]

@@ -42,6 +42,24 @@ impl fmt::Display for ListenIp {
 }
 
 impl ListenIp {
+    /// `ADDR:PORT` as written in `admin.listen` and messages: `*:80`, `10.0.0.1:80`,
+    /// `[::1]:80`.
+    pub fn with_port(self, port: u16) -> String {
+        match self {
+            ListenIp::Any => format!("*:{port}"),
+            ListenIp::Ip(ip) => SocketAddr::new(ip, port).to_string(),
+        }
+    }
+
+    /// An IPv4-mapped IPv6 address (`::ffff:10.0.0.1`): an IPv6 socket here is IPv6-only, so
+    /// it can never be bound (EINVAL); the IPv4 address itself is meant.
+    pub fn mapped_v4(self) -> Option<std::net::Ipv4Addr> {
+        match self {
+            ListenIp::Ip(IpAddr::V6(v6)) => v6.to_ipv4_mapped(),
+            _ => None,
+        }
+    }
+
     /// Whether sockets on one port at `self` and `other` cannot both be bound: the same
     /// address, one of them the unspecified address of the other's family, or either `*`.
     pub fn clashes(self, other: ListenIp) -> bool {
@@ -91,6 +109,19 @@ mod tests {
         assert_eq!(parse_socket("*:+80"), None);
         assert_eq!(parse_socket("*"), None);
         assert_eq!(parse_socket("*:70000"), None);
+    }
+
+    #[test]
+    fn written_with_their_port() {
+        let ip = |s: &str| ListenIp::Ip(s.parse().expect("ip"));
+        assert_eq!(ListenIp::Any.with_port(80), "*:80");
+        assert_eq!(ip("10.0.0.1").with_port(80), "10.0.0.1:80");
+        assert_eq!(ip("::1").with_port(80), "[::1]:80");
+        assert_eq!(
+            ip("::ffff:10.0.0.1").mapped_v4(),
+            Some([10, 0, 0, 1].into())
+        );
+        assert_eq!(ip("::1").mapped_v4(), None);
     }
 
     #[test]

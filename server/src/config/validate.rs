@@ -33,14 +33,22 @@ impl Config {
         }
         let mut seen_sockets = HashSet::new();
         for (i, l) in self.listeners.iter().enumerate() {
-            if l.address.parse::<ListenIp>().is_err() {
-                e.push(
+            match l.address.parse::<ListenIp>() {
+                Err(_) => e.push(
                     format!("listeners[{i}].address"),
                     format!(
                         "{:?} is not an IP address (or * for every IPv4 and IPv6 address)",
                         l.address
                     ),
-                );
+                ),
+                Ok(ip) => {
+                    if let Some(v4) = ip.mapped_v4() {
+                        e.push(
+                            format!("listeners[{i}].address"),
+                            format!("{:?} is an IPv4-mapped IPv6 address, which an IPv6 socket here (IPv6-only) cannot bind: write {v4}", l.address),
+                        );
+                    }
+                }
             }
             if l.backlog == 0 {
                 e.push(format!("listeners[{i}].backlog"), "must be at least 1");
@@ -68,7 +76,7 @@ impl Config {
             if !seen_sockets.insert((l.address.clone(), l.port)) {
                 e.push(
                     format!("listeners[{i}]"),
-                    format!("{}:{} is listed twice", l.address, l.port),
+                    format!("{} is listed twice", written(&l.address, l.port)),
                 );
             } else if let Some(j) = self.listeners[..i].iter().position(|o| {
                 l.port != 0 && o.port == l.port && addresses_clash(&o.address, &l.address)
@@ -77,8 +85,9 @@ impl Config {
                 e.push(
                     format!("listeners[{i}]"),
                     format!(
-                        "{}:{} overlaps listeners[{j}] ({}:{}): an unspecified address (0.0.0.0, ::) takes the port on every address of its family, * on every address",
-                        l.address, l.port, o.address, o.port
+                        "{} overlaps listeners[{j}] ({}): an unspecified address (0.0.0.0, ::) takes the port on every address of its family, * on every address",
+                        written(&l.address, l.port),
+                        written(&o.address, o.port)
                     ),
                 );
             }
@@ -168,6 +177,14 @@ impl Config {
                 format!(
                     "{:?} is not ADDR:PORT, [V6]:PORT or *:PORT (empty disables the admin listener)",
                     self.admin.listen
+                ),
+            ),
+            Some((ip, _)) if ip.mapped_v4().is_some() => e.push(
+                "admin.listen",
+                format!(
+                    "{:?} is an IPv4-mapped IPv6 address, which an IPv6 socket here (IPv6-only) cannot bind: write {}",
+                    self.admin.listen,
+                    ip.mapped_v4().map(|v| v.to_string()).unwrap_or_default()
                 ),
             ),
             // The same port on an address a listener also takes (0.0.0.0 takes every one).
@@ -574,6 +591,15 @@ pub fn check_log_level(s: &str) -> Result<(), String> {
     tracing_subscriber::EnvFilter::try_new(s)
         .map(drop)
         .map_err(|err| format!("{s:?} is not a tracing filter ({err}): {}", accepted()))
+}
+
+/// A listener's `ADDR:PORT` as messages write it (`[::1]:80`; an address that does not parse
+/// as it was written).
+fn written(address: &str, port: u16) -> String {
+    match address.parse::<ListenIp>() {
+        Ok(ip) => ip.with_port(port),
+        Err(_) => format!("{address}:{port}"),
+    }
 }
 
 /// Whether sockets on the same port at addresses `a` and `b` cannot both be bound
