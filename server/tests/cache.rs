@@ -148,6 +148,37 @@ fn a_coded_answer_varying_by_accept_encoding_goes_only_to_clients_that_accept_it
         );
     }
     assert_eq!(o.requests("/app.js"), asked + 3);
+    // Nor are its length and validators this client's: a range past the coded length (which
+    // the first slice would answer 416), with or without an If-Range that does not match (the
+    // whole coded object), goes to the origin too.
+    let (o2, n2) = origin_and_node(SLICED);
+    let size = SLICE * 5 / 2;
+    o2.put(
+        "/v.bin",
+        Object::new(pattern(size, 3))
+            .cache_control("max-age=600")
+            .header("Content-Encoding", "gzip")
+            .header("Vary", "Accept-Encoding"),
+    );
+    assert_eq!(xcache(&get(&n2, "/v.bin", "Range: bytes=0-9\r\n")), "MISS");
+    wait_committed(&n2);
+    let past = format!("Range: bytes={}-\r\n", size + 100);
+    for extra in [past.clone(), format!("{past}If-Range: \"v0\"\r\n")] {
+        let before = o2.requests("/v.bin");
+        let r = get(
+            &n2,
+            "/v.bin",
+            &format!("Accept-Encoding: identity\r\n{extra}"),
+        );
+        assert_eq!(xcache(&r), "BYPASS", "{extra:?}: {}", r.status);
+        assert_eq!(o2.requests("/v.bin"), before + 1, "{extra:?}");
+        let r = get(&n2, "/v.bin", &format!("Accept-Encoding: gzip\r\n{extra}"));
+        assert_ne!(
+            xcache(&r),
+            "BYPASS",
+            "{extra:?}: a gzip client is the cache's"
+        );
+    }
     // Fills still ask without one (their answer is for every client), and an answer in no
     // coding is for everyone.
     o.put(

@@ -157,18 +157,15 @@ pub async fn respond(
         }
         first => (first, first_slice),
     };
+    // An answer that varies by Accept-Encoding in a coding this client does not accept (an
+    // origin that compresses whatever it is asked): not this client's (RFC 9111 §4.1), nor
+    // are its length (a 416) or validators (If-Range); the origin is asked with the client's
+    // Accept-Encoding.
+    if cx.refuses_coding(&first).await {
+        cv.count(CacheStatus::Bypass);
+        return cx.fetch_through(CacheStatus::Bypass).await;
+    }
     match first {
-        // An answer that varies by Accept-Encoding in a coding this client does not accept
-        // (an origin that compresses whatever it is asked, `gzip_static always`): not this
-        // client's (RFC 9111 §4.1); the origin is asked with its Accept-Encoding.
-        First::Serve(src, _) if !cx.takes_coding(&src.meta().headers) => {
-            cv.count(CacheStatus::Bypass);
-            cx.fetch_through(CacheStatus::Bypass).await
-        }
-        First::PassThrough(resp, _) if !cx.takes_coding(&header_pairs(&resp.headers)) => {
-            cv.count(CacheStatus::Bypass);
-            cx.fetch_through(CacheStatus::Bypass).await
-        }
         First::Serve(src, status) => cx.serve(src, first_slice, status).await,
         First::PassThrough(resp, status) => {
             cv.count(status);
@@ -1484,6 +1481,26 @@ impl Ctx<'_> {
             status: 304,
             bytes: if ok { out.len() as u64 } else { 0 },
             keep_alive: self.keep_alive && ok,
+        }
+    }
+
+    /// Whether what `first` would answer comes from a coding this client refuses
+    /// ([`Self::takes_coding`]): a stored or filling source, the first slice that decides a
+    /// range past the end, a passed-through answer, or a 416 (decided on a coded length: the
+    /// stored first slice tells). Free for a request without Accept-Encoding (any coding).
+    async fn refuses_coding(&self, first: &First) -> bool {
+        if self.req.accept_encoding.is_none() {
+            return false;
+        }
+        match first {
+            First::Serve(src, _) => !self.takes_coding(&src.meta().headers),
+            First::PastEnd(s0) => !self.takes_coding(&s0.meta.headers),
+            First::PassThrough(resp, _) => !self.takes_coding(&header_pairs(&resp.headers)),
+            First::Error(416, _) => match self.cv.find(self.key.slice(0), &self.key_bytes).await {
+                Ok(Found::Stored(s0)) => !self.takes_coding(&s0.meta.headers),
+                _ => false,
+            },
+            _ => false,
         }
     }
 
