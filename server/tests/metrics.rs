@@ -328,6 +328,8 @@ fn refused_connections_are_counted_and_active_follows_open_connections() {
             .pool(2, 4),
     );
     cfg.limits.max_connections = 1;
+    // Never parked, so never closed to make room for the extra ones.
+    cfg.limits.idle_park_ms = 0;
     let server = Server::start(&cfg);
     // One keep-alive connection holds the only slot.
     let mut held = std::net::TcpStream::connect(server.addr).expect("connect");
