@@ -1457,3 +1457,43 @@ fn parent_refs_are_refused_exactly_as_the_gateway_api_refuses_them() {
         assert_eq!(op_errs.is_empty(), !refused, "{refs}: {op_errs:?}");
     }
 }
+
+/// `spec.service.ipFamilyPolicy` reaches every Service (client, the separate metrics one of a
+/// published client Service, headless), so a dual-stack cluster serves both families; unset,
+/// none says one (the cluster's default, and a policy patched in by hand is left alone by the
+/// operator's server-side apply, which then owns no such field).
+#[test]
+fn ip_family_policy_reaches_every_service() {
+    let mut cs = example("minimal.yaml");
+    let policies = |cs: &content_operator::crd::ContentServer| {
+        let mut out = vec![
+            service::service(cs).spec.expect("svc").ip_family_policy,
+            service::headless_service(cs)
+                .spec
+                .expect("headless")
+                .ip_family_policy,
+        ];
+        if let Some(m) = service::metrics_service(cs) {
+            out.push(m.spec.expect("metrics svc").ip_family_policy);
+        }
+        out
+    };
+    assert!(policies(&cs).iter().all(Option::is_none));
+    cs.spec.service.ip_family_policy = Some(content_operator::crd::IpFamilyPolicy::PreferDualStack);
+    cs.spec.service.type_ = content_operator::crd::ServiceType::LoadBalancer;
+    let got = policies(&cs);
+    assert_eq!(
+        got.len(),
+        3,
+        "a published Service has a metrics Service beside it"
+    );
+    assert!(
+        got.iter().all(|p| p.as_deref() == Some("PreferDualStack")),
+        "{got:?}"
+    );
+    // The CRD field takes Kubernetes' spelling only.
+    let v: serde_json::Value = serde_json::to_value(&cs.spec.service).expect("json");
+    assert_eq!(v["ipFamilyPolicy"], "PreferDualStack");
+    let bad = serde_json::json!({"ipFamilyPolicy": "DualStack"});
+    assert!(serde_json::from_value::<content_operator::crd::ServiceSpec>(bad).is_err());
+}

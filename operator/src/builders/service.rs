@@ -65,10 +65,16 @@ pub fn metrics_service(cs: &ContentServer) -> Option<Service> {
             type_: Some("ClusterIP".into()),
             selector: Some(selector_labels(cs)),
             ports: Some(vec![port("metrics", cs.spec.metrics.port)]),
+            ip_family_policy: ip_family_policy(cs),
             ..ServiceSpec::default()
         }),
         ..Service::default()
     })
+}
+
+/// `spec.service.ipFamilyPolicy`, for every Service (unset: the cluster's default).
+fn ip_family_policy(cs: &ContentServer) -> Option<String> {
+    cs.spec.service.ip_family_policy.map(|p| p.as_str().into())
 }
 
 /// The Service clients use.
@@ -90,6 +96,7 @@ pub fn service(cs: &ContentServer) -> Service {
             } else {
                 ports(cs, cs.spec.service.port)
             }),
+            ip_family_policy: ip_family_policy(cs),
             ..ServiceSpec::default()
         }),
         ..Service::default()
@@ -109,6 +116,7 @@ pub fn headless_service(cs: &ContentServer) -> Service {
             publish_not_ready_addresses: Some(true),
             selector: Some(selector_labels(cs)),
             ports: Some(ports(cs, cs.spec.server.port)),
+            ip_family_policy: ip_family_policy(cs),
             ..ServiceSpec::default()
         }),
         ..Service::default()

@@ -18,6 +18,29 @@ pub struct ServiceSpec {
     pub port: i32,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// IP families of the Services (client, metrics, headless): `PreferDualStack` or
+    /// `RequireDualStack` for both families in a dual-stack cluster; unset leaves the
+    /// cluster's default (one family). The pods listen on both whatever it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_family_policy: Option<IpFamilyPolicy>,
+}
+
+/// Service `ipFamilyPolicy` (Kubernetes' values).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum IpFamilyPolicy {
+    SingleStack,
+    PreferDualStack,
+    RequireDualStack,
+}
+
+impl IpFamilyPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpFamilyPolicy::SingleStack => "SingleStack",
+            IpFamilyPolicy::PreferDualStack => "PreferDualStack",
+            IpFamilyPolicy::RequireDualStack => "RequireDualStack",
+        }
+    }
 }
 
 /// Service type.
@@ -100,6 +123,7 @@ impl Default for ServiceSpec {
             type_: ServiceType::default(),
             port: default_service_port(),
             annotations: BTreeMap::new(),
+            ip_family_policy: None,
         }
     }
 }
