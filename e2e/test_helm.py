@@ -179,6 +179,15 @@ def test_values_schema_is_strict_and_matches_values_yaml() -> None:
                 walk(sub, f"{where}.{k}")
 
     walk(schema, "values")
+    # The operator's metrics address: `*`, IPv4 or bare IPv6; a host name cannot be bound.
+    for good in ["*", "0.0.0.0", "::", "fd00::1"]:
+        jsonschema.validate({**defaults, "metrics": {**defaults["metrics"], "address": good}}, schema)
+    for bad in ["localhost", "", "[::]", "*:8080"]:
+        try:
+            jsonschema.validate({**defaults, "metrics": {**defaults["metrics"], "address": bad}}, schema)
+        except jsonschema.ValidationError:
+            continue
+        raise AssertionError(f"metrics.address {bad!r} passed the schema")
     # values.yaml documents a default for every key the schema knows, and nothing else.
     assert schema_paths(schema) == value_paths(defaults, schema)
 
@@ -257,6 +266,10 @@ def test_operator_pod_is_locked_down(default_manifests: list[dict]) -> None:
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "run" and not any(a.startswith("--namespaces") for a in args)
     assert f"--metrics-listen=*:{load(CHART / 'values.yaml')['metrics']['port']}" in args
+    # Another address: an IPv6 one gets its brackets, a bad one is refused by the schema.
+    for addr, flag in [("::", "--metrics-listen=[::]:8080"), ("10.0.0.1", "--metrics-listen=10.0.0.1:8080")]:
+        dep = one(render({"metrics": {"address": addr}}), "Deployment")
+        assert flag in dep["spec"]["template"]["spec"]["containers"][0]["args"], addr
     pod = dep["spec"]["template"]["spec"]
     assert dep["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     assert pod["securityContext"]["runAsNonRoot"] is True

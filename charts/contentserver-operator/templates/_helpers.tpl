@@ -93,7 +93,9 @@ compare them with the operator's code. Usage: include "cso.rules" (list . "watch
 {{/* content-operator's command line (operator/src/main.rs: `content-operator run ...`). */}}
 {{- define "cso.operatorArgs" -}}
 - run
-- {{ printf "--metrics-listen=*:%v" .Values.metrics.port | quote }}
+{{- $addr := .Values.metrics.address | default "*" }}
+{{- if contains ":" $addr }}{{ $addr = printf "[%s]" $addr }}{{ end }}
+- {{ printf "--metrics-listen=%s:%v" $addr .Values.metrics.port | quote }}
 - {{ printf "--lease-name=%s" (include "cso.fullname" .) | quote }}
 {{- with .Values.watchNamespaces }}
 - {{ printf "--namespaces=%s" (join "," .) | quote }}
