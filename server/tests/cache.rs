@@ -308,8 +308,9 @@ fn concurrent_misses_share_one_fetch_and_stream_before_it_ends() {
 #[test]
 fn requests_that_waited_for_the_origin_are_misses() {
     let (o, n) = origin_and_node("");
+    // Long enough that every client has joined before the origin answers, on a busy machine.
     o.set_timing(Timing {
-        head_delay: Duration::from_millis(400),
+        head_delay: Duration::from_millis(1500),
         ..Timing::default()
     });
     for round in 0..3 {
