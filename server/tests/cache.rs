@@ -307,8 +307,10 @@ fn concurrent_misses_share_one_fetch_and_stream_before_it_ends() {
 /// MISS in others.) One that comes once the fill has every byte is a HIT.
 #[test]
 fn requests_that_waited_for_the_origin_are_misses() {
-    let (o, n) = origin_and_node("");
-    // Long enough that every client has joined before the origin answers, on a busy machine.
+    let o = FaultOrigin::start();
+    let n = common::cache::temp_node(&[o.url()], "read_timeout_ms = 10000", "");
+    // Long enough that every client has joined before the origin answers, on a busy machine
+    // (within the origin's read timeout).
     o.set_timing(Timing {
         head_delay: Duration::from_millis(1500),
         ..Timing::default()
