@@ -14,13 +14,34 @@ fn rss_anon(pid: u32) -> u64 {
     common::proc_status_bytes(pid, "RssAnon")
 }
 
+/// A client that asks for `path` (with `extra` header lines), reads the first 1024 bytes of
+/// the answer and no more: a 4 KiB receive buffer set before connect, so the node holds the
+/// answer, not the kernel. Returns the stream and those bytes.
+fn slow_reader(
+    addr: std::net::SocketAddr,
+    path: &str,
+    extra: &str,
+) -> (std::net::TcpStream, Vec<u8>) {
+    use rustix::net::{sockopt, AddressFamily, SocketType};
+    use std::io::{Read, Write};
+    let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
+    sockopt::set_socket_recv_buffer_size(&fd, 4096).expect("SO_RCVBUF");
+    rustix::net::connect(&fd, &addr).expect("connect");
+    let mut c = std::net::TcpStream::from(fd);
+    c.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n{extra}\r\n").as_bytes())
+        .expect("request");
+    let mut start = vec![0u8; 1024];
+    c.read_exact(&mut start).expect("the answer starts");
+    (c, start)
+}
+
 /// Readers that hold `pass_buffer_bytes` each while they do not read (a burst of slow
 /// clients on answers passed through), then read to the end: the heap they held is freed, and
 /// given back. (A burst of misses was the test's burst before; with 64 KiB origin reads it
 /// leaves too little heap behind to tell, whereas these readers hold a known amount.)
 #[test]
 fn freed_heap_goes_back_to_the_kernel_after_a_burst() {
-    use std::io::{Read, Write};
+    use std::io::Read;
     const READERS: usize = 40;
     const SIZE: usize = 4 << 20;
     let o = common::origin::FaultOrigin::start();
@@ -36,22 +57,7 @@ fn freed_heap_goes_back_to_the_kernel_after_a_burst() {
     let base = rss_anon(pid);
     let addr = n.srv.addr;
     let mut readers: Vec<(std::net::TcpStream, Vec<u8>)> = (0..READERS)
-        .map(|i| {
-            // A small receive buffer before connect, so the node holds the answer, not the kernel.
-            use rustix::net::{sockopt, AddressFamily, SocketType};
-            let fd =
-                rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
-            sockopt::set_socket_recv_buffer_size(&fd, 4096).expect("SO_RCVBUF");
-            rustix::net::connect(&fd, &addr).expect("connect");
-            let mut c = std::net::TcpStream::from(fd);
-            c.write_all(
-                format!("GET /p/{i} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
-            )
-            .expect("request");
-            let mut start = vec![0u8; 1024];
-            c.read_exact(&mut start).expect("the answer starts");
-            (c, start)
-        })
+        .map(|i| slow_reader(addr, &format!("/p/{i}"), "Connection: close\r\n"))
         .collect();
     // Held: about pass_buffer_bytes per reader (80 MiB together).
     let held = wait_until(Duration::from_secs(10), || {
@@ -90,7 +96,6 @@ fn freed_heap_goes_back_to_the_kernel_after_a_burst() {
 /// 65536` (42 MB for 20 slow readers); with a 64 KiB buffer, about 0.4 MiB.
 #[test]
 fn a_slowly_read_pass_through_holds_about_its_pass_buffer() {
-    use std::io::{Read, Write};
     const READERS: usize = 16;
     let o = common::origin::FaultOrigin::start();
     for i in 0..READERS {
@@ -106,20 +111,7 @@ fn a_slowly_read_pass_through_holds_about_its_pass_buffer() {
     let base = rss_anon(pid);
     let addr = n.srv.addr;
     let readers: Vec<std::net::TcpStream> = (0..READERS)
-        .map(|i| {
-            // A small receive buffer before connect, so the kernel holds little of the answer.
-            use rustix::net::{sockopt, AddressFamily, SocketType};
-            let fd =
-                rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
-            sockopt::set_socket_recv_buffer_size(&fd, 4096).expect("SO_RCVBUF");
-            rustix::net::connect(&fd, &addr).expect("connect");
-            let mut c = std::net::TcpStream::from(fd);
-            c.write_all(format!("GET /p/{i} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
-                .expect("request");
-            let mut head = [0u8; 1024];
-            c.read_exact(&mut head).expect("the answer starts");
-            c
-        })
+        .map(|i| slow_reader(addr, &format!("/p/{i}"), "").0)
         .collect();
     // Each answer is now held at its origin connection (read-ahead full, client not reading).
     std::thread::sleep(Duration::from_secs(3));
