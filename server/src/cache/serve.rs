@@ -243,11 +243,19 @@ fn single_byte_range(v: &str) -> bool {
         && v[6..].trim().contains('-')
 }
 
-/// A head's fields as text pairs (values that are not text left out).
-fn header_pairs(h: &http::HeaderMap) -> Vec<(String, String)> {
+/// The values of field `name` among a stored entry's fields.
+fn stored_values<'h>(
+    h: &'h [(String, String)],
+    name: &'static str,
+) -> impl Iterator<Item = &'h str> {
     h.iter()
-        .filter_map(|(n, v)| Some((n.as_str().to_string(), v.to_str().ok()?.to_string())))
-        .collect()
+        .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// The values of field `name` of an origin's head that are text.
+fn head_values<'h>(h: &'h http::HeaderMap, name: &'static str) -> impl Iterator<Item = &'h str> {
+    h.get_all(name).iter().filter_map(|v| v.to_str().ok())
 }
 
 /// The first byte a `Range` header asks for, when it names one (`bytes=X-` / `bytes=X-Y`);
@@ -1493,40 +1501,50 @@ impl Ctx<'_> {
             return false;
         }
         match first {
-            First::Serve(src, _) => !self.takes_coding(&src.meta().headers),
-            First::PastEnd(s0) => !self.takes_coding(&s0.meta.headers),
-            First::PassThrough(resp, _) => !self.takes_coding(&header_pairs(&resp.headers)),
+            First::Serve(src, _) => !self.takes_stored_coding(&src.meta().headers),
+            First::PastEnd(s0) => !self.takes_stored_coding(&s0.meta.headers),
+            First::PassThrough(resp, _) => !self.takes_coding(
+                head_values(&resp.headers, "vary"),
+                head_values(&resp.headers, "content-encoding"),
+            ),
             First::Error(416, _) => match self.cv.find(self.key.slice(0), &self.key_bytes).await {
-                Ok(Found::Stored(s0)) => !self.takes_coding(&s0.meta.headers),
+                Ok(Found::Stored(s0)) => !self.takes_stored_coding(&s0.meta.headers),
                 _ => false,
             },
             _ => false,
         }
     }
 
-    /// Whether this client may have an answer with `headers`: unless it says `Vary:
-    /// Accept-Encoding` and has a Content-Encoding the client's Accept-Encoding refuses (the
-    /// stored answer was chosen by a request without one, which accepts every coding).
-    fn takes_coding(&self, headers: &[(String, String)]) -> bool {
-        let named = |n: &'static str| {
-            headers
-                .iter()
-                .filter(move |(k, _)| k.eq_ignore_ascii_case(n))
-                .map(|(_, v)| v.as_str())
-        };
-        let varies = named("vary").any(|v| {
+    /// Whether this client may have an answer with these `Vary` and `Content-Encoding`
+    /// values: unless it varies by Accept-Encoding and has a coding the client's
+    /// Accept-Encoding refuses (the answer was chosen by a request without one, which accepts
+    /// every coding).
+    fn takes_coding<'h>(
+        &self,
+        mut vary: impl Iterator<Item = &'h str>,
+        encodings: impl Iterator<Item = &'h str>,
+    ) -> bool {
+        let varies = vary.any(|v| {
             v.split(',')
                 .any(|f| f.trim().eq_ignore_ascii_case("accept-encoding"))
         });
         if !varies {
             return true;
         }
-        let codings: Vec<&str> = named("content-encoding").collect();
+        let codings: Vec<&str> = encodings.collect();
         codings.is_empty()
             || crate::http::encoding::accepts(
                 self.req.accept_encoding.as_deref(),
                 &codings.join(","),
             )
+    }
+
+    /// [`Self::takes_coding`] for a stored entry's fields.
+    fn takes_stored_coding(&self, fields: &[(String, String)]) -> bool {
+        self.takes_coding(
+            stored_values(fields, "vary"),
+            stored_values(fields, "content-encoding"),
+        )
     }
 
     /// Ask the origin ourselves (GET, or HEAD for HEAD) and pass the answer through. The
