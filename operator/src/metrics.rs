@@ -182,9 +182,8 @@ pub fn parse_listen(s: &str) -> Result<Listen, String> {
     let (ip, port) = content_server::config::listen::parse_socket(s)
         .ok_or_else(|| format!("{s:?} is not ADDR:PORT, [V6]:PORT or *:PORT"))?;
     if let Some(v4) = ip.mapped_v4() {
-        return Err(format!(
-            "{s:?} is an IPv4-mapped IPv6 address, which an IPv6-only socket cannot bind: write {v4}:{port}"
-        ));
+        let instead = ListenIp::Ip(v4.into()).with_port(port);
+        return Err(format!("{s:?} {}", ListenIp::mapped_v4_error(instead)));
     }
     Ok(Listen(ip, port))
 }

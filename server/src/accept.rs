@@ -180,6 +180,7 @@ const ACCEPT_BATCH: usize = 4096;
 
 static LAST_REFUSAL_LOG: AtomicU64 = AtomicU64::new(0);
 static LAST_REUSE_LOG: AtomicU64 = AtomicU64::new(0);
+static LAST_EMFILE_LOG: AtomicU64 = AtomicU64::new(0);
 
 /// Most idle connections closed at once to make room at `max_connections` (nginx: 32).
 const RECLAIM_BATCH: usize = 32;
@@ -200,7 +201,6 @@ fn make_room(shared: &Shared, max: usize) -> bool {
     }
     shared.lifecycle.try_add_connection(max)
 }
-static LAST_EMFILE_LOG: AtomicU64 = AtomicU64::new(0);
 
 /// Held back for when accept fails for want of descriptors: let go so that the waiting
 /// connection can be accepted and told 503 at once, instead of waiting in the backlog until its

@@ -60,6 +60,12 @@ impl ListenIp {
         }
     }
 
+    /// What is wrong with an address [`Self::mapped_v4`] finds, and what to write instead
+    /// (`instead`: the IPv4 address, with the port where the value had one).
+    pub fn mapped_v4_error(instead: impl fmt::Display) -> String {
+        format!("is an IPv4-mapped IPv6 address, which an IPv6 socket here (IPv6-only) cannot bind: write {instead}")
+    }
+
     /// Whether sockets on one port at `self` and `other` cannot both be bound: the same
     /// address, one of them the unspecified address of the other's family, or either `*`.
     pub fn clashes(self, other: ListenIp) -> bool {

@@ -45,7 +45,7 @@ impl Config {
                     if let Some(v4) = ip.mapped_v4() {
                         e.push(
                             format!("listeners[{i}].address"),
-                            format!("{:?} is an IPv4-mapped IPv6 address, which an IPv6 socket here (IPv6-only) cannot bind: write {v4}", l.address),
+                            format!("{:?} {}", l.address, ListenIp::mapped_v4_error(v4)),
                         );
                     }
                 }
@@ -179,12 +179,14 @@ impl Config {
                     self.admin.listen
                 ),
             ),
-            Some((ip, _)) if ip.mapped_v4().is_some() => e.push(
+            Some((ip, port)) if ip.mapped_v4().is_some() => e.push(
                 "admin.listen",
                 format!(
-                    "{:?} is an IPv4-mapped IPv6 address, which an IPv6 socket here (IPv6-only) cannot bind: write {}",
+                    "{:?} {}",
                     self.admin.listen,
-                    ip.mapped_v4().map(|v| v.to_string()).unwrap_or_default()
+                    ip.mapped_v4().map_or_else(String::new, |v4| {
+                        ListenIp::mapped_v4_error(ListenIp::Ip(v4.into()).with_port(port))
+                    })
                 ),
             ),
             // The same port on an address a listener also takes (0.0.0.0 takes every one).
