@@ -73,9 +73,10 @@ impl ByteSize {
             "M" | "MB" | "MI" | "MIB" => 20,
             "G" | "GB" | "GI" | "GIB" => 30,
             "T" | "TB" | "TI" | "TIB" => 40,
-            other => {
+            _ => {
                 return Err(format!(
-                    "{s:?}: unknown size unit {other:?} (use B, K, M, G or T, also as KB, Ki or KiB: all binary)"
+                    "{s:?}: unknown size unit {:?} (use B, K, M, G or T, also as KB, Ki or KiB: all binary)",
+                    unit.trim()
                 ))
             }
         };

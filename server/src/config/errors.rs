@@ -34,6 +34,8 @@ pub enum ConfigError {
     },
     #[error("invalid TOML: {0}")]
     Parse(String),
+    #[error("{path} is not UTF-8 text: the first bad byte is at {at}")]
+    NotUtf8 { path: PathBuf, at: String },
     #[error("cannot render configuration: {0}")]
     Render(String),
     #[error("invalid configuration:\n{}", .0.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
@@ -49,6 +51,98 @@ impl Errors {
             message: message.into(),
         });
     }
+}
+
+/// A serde type error in words: `expected u64` (Rust's type names) becomes `expected a whole
+/// number from 0 to 18446744073709551615`, and so on for every integer and float type a config
+/// field has.
+pub(super) fn plain_types(message: &str) -> String {
+    const NAMES: [(&str, &str); 10] = [
+        ("expected u8", "expected a whole number from 0 to 255"),
+        ("expected u16", "expected a whole number from 0 to 65535"),
+        (
+            "expected u32",
+            "expected a whole number from 0 to 4294967295",
+        ),
+        (
+            "expected u64",
+            "expected a whole number from 0 to 18446744073709551615",
+        ),
+        (
+            "expected usize",
+            "expected a whole number from 0 to 18446744073709551615",
+        ),
+        (
+            "expected i32",
+            "expected a whole number from -2147483648 to 2147483647",
+        ),
+        ("expected i64", "expected a whole number"),
+        ("expected f32", "expected a number"),
+        ("expected f64", "expected a number"),
+        ("expected a boolean", "expected true or false"),
+    ];
+    let mut out = message.to_owned();
+    for (rust, words) in NAMES {
+        // Only the whole word: `expected u8` must not match inside `expected u8x`.
+        let mut from = 0;
+        while let Some(at) = out[from..].find(rust).map(|i| i + from) {
+            let end = at + rust.len();
+            let whole = !out[end..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+            if whole {
+                out.replace_range(at..end, words);
+                from = at + words.len();
+            } else {
+                from = end;
+            }
+        }
+    }
+    out
+}
+
+/// The longest line of a TOML error's excerpt kept whole: a 5,000-character value is shown by
+/// its start (the error's line and column still say where it is).
+const EXCERPT_LINE_MAX: usize = 160;
+/// The longest line of the message itself (which may quote the value too); long enough for
+/// the list of a table's known fields.
+const MESSAGE_LINE_MAX: usize = 600;
+
+/// `message` with every excerpt line over [`EXCERPT_LINE_MAX`] characters, and every other
+/// line over [`MESSAGE_LINE_MAX`], cut there and ending in `…`.
+pub(super) fn shorten_lines(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(4096));
+    for (i, line) in message.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        // Excerpt lines are `N | text` and `  | ^^^`; the message's own lines stay whole.
+        let excerpt = line
+            .trim_start_matches(|c: char| c.is_ascii_digit() || c == ' ')
+            .starts_with('|');
+        let max = if excerpt {
+            EXCERPT_LINE_MAX
+        } else {
+            MESSAGE_LINE_MAX
+        };
+        match line.char_indices().nth(max) {
+            Some((cut, _)) => {
+                out.push_str(&line[..cut]);
+                out.push('…');
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
+/// Where the first byte that is not UTF-8 is: `line L, column C (byte B)`, counted as an
+/// editor does (columns in characters, from 1).
+pub(super) fn utf8_position(bytes: &[u8], e: &std::str::Utf8Error) -> String {
+    let at = e.valid_up_to();
+    // Valid up to `at`, so this slice is text.
+    let before = std::str::from_utf8(&bytes[..at]).unwrap_or_default();
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {column} (byte {at})")
 }
 
 /// `FIELD.name` must be a valid name, not used by an earlier entry of the same `kind`.

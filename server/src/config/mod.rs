@@ -498,12 +498,13 @@ impl Config {
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
         shape::check(text).map_err(ConfigError::Parse)?;
         // The field's path is named too (the TOML error alone shows the line).
-        let de = toml::Deserializer::parse(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| ConfigError::Parse(errors::shorten_lines(&e.to_string())))?;
         serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
-            let inner = e.into_inner();
+            let inner = errors::shorten_lines(&errors::plain_types(&e.into_inner().to_string()));
             if path.is_empty() || path == "." {
-                ConfigError::Parse(inner.to_string())
+                ConfigError::Parse(inner)
             } else {
                 ConfigError::Parse(format!("field {path}: {inner}"))
             }
@@ -512,11 +513,15 @@ impl Config {
 
     /// Read, parse and validate a file; the result is normalized (see [`Config::normalize`]).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+        let bytes = std::fs::read(path).map_err(|e| ConfigError::Read {
             path: path.to_owned(),
             source: e,
         })?;
-        let mut cfg = Config::from_toml(&text)?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| ConfigError::NotUtf8 {
+            path: path.to_owned(),
+            at: errors::utf8_position(&bytes, &e),
+        })?;
+        let mut cfg = Config::from_toml(text)?;
         cfg.normalize();
         cfg.validate()?;
         Ok(cfg)

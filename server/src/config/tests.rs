@@ -542,10 +542,65 @@ fn a_type_error_names_the_field_and_the_line() {
     assert!(e.contains("field volumes[0].pool.threads"), "{e}");
 }
 
+/// A TOML error's excerpt of a huge line is cut, and a file that is not UTF-8 is named with
+/// where its first bad byte is.
+#[test]
+fn errors_show_a_huge_line_by_its_start_and_place_a_bad_byte() {
+    let text = format!("x = \"{}\n", "a".repeat(5000));
+    let e = Config::from_toml(&text)
+        .expect_err("unterminated")
+        .to_string();
+    assert!(
+        e.len() < 1000 && e.contains("…") && e.contains("line 1"),
+        "{e}"
+    );
+    // The message's own lines stay whole (here the list of known fields).
+    let text = format!("x = \"{}\"\n", "a".repeat(5000));
+    let e = Config::from_toml(&text).expect_err("unknown").to_string();
+    assert!(e.len() < 2000 && e.contains("`routes`"), "{e}");
+    let text = format!("[limits]\nmax_connections = \"{}\"\n", "9".repeat(5000));
+    let e = Config::from_toml(&text).expect_err("a string").to_string();
+    assert!(e.len() < 1500 && e.contains("line 2"), "{e}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, b"[limits]\nmax_conn\xc3\xa9ctions = 5 # \xff\n").expect("write");
+    let e = Config::load(&path).expect_err("not UTF-8").to_string();
+    assert!(
+        e.contains("bad.toml is not UTF-8") && e.contains("line 2, column 23 (byte 32)"),
+        "{e}"
+    );
+}
+
+/// Type errors say what is expected in words, not in Rust's type names.
+#[test]
+fn a_type_error_names_no_rust_type() {
+    let e = Config::from_toml("shutdown_timeout_secs = -5\n")
+        .expect_err("negative")
+        .to_string();
+    assert!(
+        e.contains("expected a whole number from 0 to 18446744073709551615") && !e.contains("u64"),
+        "{e}"
+    );
+    let e = Config::from_toml("[[listeners]]\nport = 8080\nbacklog = \"x\"\n")
+        .expect_err("a string for a number")
+        .to_string();
+    assert!(
+        e.contains("expected a whole number from 0 to 4294967295") && !e.contains("u32"),
+        "{e}"
+    );
+    assert_eq!(
+        super::errors::plain_types("expected u8x; expected u16"),
+        "expected u8x; expected a whole number from 0 to 65535"
+    );
+}
+
 #[test]
 fn size_errors_say_what_is_wrong() {
     let e = ByteSize::parse("1.5M").expect_err("a fraction");
     assert!(e.contains("fractions are not accepted"), "{e}");
+    let e = ByteSize::parse("10 gbytes").expect_err("no such unit");
+    assert!(e.contains("unknown size unit \"gbytes\""), "{e}");
     let text = "[[listeners]]\nport = 8080\nnotsent_lowat_bytes = \"8G\"\n[[volumes]]\nname = \"a\"\npath = \"/a\"\n";
     let e = Config::from_toml(text).expect_err("too large").to_string();
     assert!(
