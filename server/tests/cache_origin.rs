@@ -52,6 +52,14 @@ fn faults_then_retry(slice_size: usize) {
         Fault::Status(500),
         Fault::Status(503),
     ];
+    // A head far over the origin client's 64 KiB read buffer (README: refused as a fault).
+    let mut raw = format!(
+        "HTTP/1.1 200 OK\r\nX-Big: {}\r\nContent-Length: 200000\r\n\r\n",
+        "a".repeat(300_000)
+    )
+    .into_bytes();
+    raw.extend_from_slice(&body);
+    faults.push(Fault::Raw(raw));
     if slice_size > 0 {
         // Shorter than the object: wrong only against the slice's Content-Range.
         faults.push(Fault::ContentLength(50_000));
