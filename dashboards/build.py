@@ -551,10 +551,16 @@ def operator():
         [(f"sum by (result) ({rate('contentoperator_reconciles_total', sel)})", "{{result}}")],
         w=18, h=6))
     p.append(timeseries(
-        lay, "Reconcile errors/s",
-        "Reconciliations that failed per second; the operator retries them with backoff.",
+        lay, "Reconcile and watch errors/s",
+        "Reconciliations that failed per second, and failed lists or watches of ContentServers "
+        "and their children (API server unreachable, access refused): while watches fail, "
+        "nothing is reconciled and the managed count is what was last seen. Both are retried "
+        "with backoff.",
         "ops",
-        [(f"sum by (pod) ({rate('contentoperator_reconcile_errors_total', sel)})", "{{pod}}")],
+        [(f"sum by (pod) ({rate('contentoperator_reconcile_errors_total', sel)})",
+          "reconcile {{pod}}"),
+         (f"sum by (pod) ({rate('contentoperator_watch_errors_total', sel)})",
+          "watch {{pod}}")],
         w=12))
     p.append(timeseries(
         lay, "Reconcile duration p50 / p99",

@@ -27,6 +27,8 @@ REQUIRED_ALERTS = {
     "ContentServerCacheHitRatioCollapsed",
     "ContentServerCacheFull",
     "ContentServerCacheServingStale",
+    # The operator.
+    "ContentOperatorCannotWatch",
 }
 
 

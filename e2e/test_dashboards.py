@@ -220,15 +220,17 @@ def test_metric_rule_catches_a_renamed_metric(server_metrics):
     assert L.missing_metrics(d, server_metrics) == ["contentserver_pool_busy"]
 
 
-def test_alert_metrics_exist(server_metrics):
-    exposed = D.exposition_sample_names(server_metrics) | {"up"}
+def test_alert_metrics_exist(server_metrics, operator_metrics):
+    exposed = (D.exposition_sample_names(server_metrics)
+               | D.exposition_sample_names(operator_metrics) | {"up"})
     doc = yaml.safe_load(D.ALERTS.read_text())
     names = set()
     for g in doc["groups"]:
         for r in g["rules"]:
             names |= D.metric_names(r["expr"]) | set(D.bare_identifiers(r["expr"]))
     assert len(names) >= 8
-    assert not (names - exposed), f"alerts name metrics the server does not export: {names - exposed}"
+    assert not (names - exposed), \
+        f"alerts name metrics neither the server nor the operator exports: {names - exposed}"
 
 
 @pytest.fixture(scope="module")

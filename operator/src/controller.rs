@@ -144,19 +144,24 @@ pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: Strin
             .shutdown_on_signal();
         stores.push(controller.store());
         let ctx = ctx.clone();
+        let watch_errors = metrics.watch_errors.clone();
         runs.push(async move {
             controller
                 .run(reconcile, error_policy, ctx)
-                .for_each(|res| async move {
-                    match res {
-                        Err(kube::runtime::controller::Error::QueueError(e)) => {
-                            tracing::warn!(
-                                error = %brief(&e),
-                                "watching ContentServers or their children failed (retrying)"
-                            );
+                .for_each(|res| {
+                    let watch_errors = watch_errors.clone();
+                    async move {
+                        match res {
+                            Err(kube::runtime::controller::Error::QueueError(e)) => {
+                                watch_errors.inc();
+                                tracing::warn!(
+                                    error = %brief(&e),
+                                    "watching ContentServers or their children failed (retrying)"
+                                );
+                            }
+                            Err(e) => tracing::debug!(error = %e, "controller event"),
+                            Ok(_) => {}
                         }
-                        Err(e) => tracing::debug!(error = %e, "controller event"),
-                        Ok(_) => {}
                     }
                 })
                 .await;

@@ -1,8 +1,9 @@
 //! The operator's own Prometheus metrics (prefix `contentoperator_`) and its HTTP endpoint
 //! (`/metrics`, `/healthz`). The names are a contract with the dashboards:
 //! `contentoperator_reconciles_total{result}`, `contentoperator_reconcile_errors_total`,
-//! `contentoperator_reconcile_duration_seconds` (histogram) and
-//! `contentoperator_managed_contentservers` (gauge). Must not reconcile anything.
+//! `contentoperator_reconcile_duration_seconds` (histogram),
+//! `contentoperator_managed_contentservers` (gauge) and `contentoperator_watch_errors_total`.
+//! Must not reconcile anything.
 
 use anyhow::Context as _;
 use axum::{routing::get, Router};
@@ -28,6 +29,9 @@ pub struct Metrics {
     pub errors: IntCounter,
     pub duration: Histogram,
     pub managed: IntGauge,
+    /// Failed lists and watches: with the API server unreachable the gauge above cannot say
+    /// how many ContentServers there are (it reads what was last seen, 0 at start).
+    pub watch_errors: IntCounter,
 }
 
 impl Metrics {
@@ -61,11 +65,19 @@ impl Metrics {
             "ContentServer resources currently watched.",
         )
         .expect("static metric definition");
+        let watch_errors = IntCounter::new(
+            "contentoperator_watch_errors_total",
+            "Failed lists or watches of ContentServers or their children (API server unreachable, \
+             access refused, a watched kind missing); retried with backoff, nothing is reconciled \
+             meanwhile.",
+        )
+        .expect("static metric definition");
         for c in [
             Box::new(reconciles.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(errors.clone()),
             Box::new(duration.clone()),
             Box::new(managed.clone()),
+            Box::new(watch_errors.clone()),
         ] {
             registry.register(c).expect("unique metric names");
         }
@@ -78,6 +90,7 @@ impl Metrics {
             errors,
             duration,
             managed,
+            watch_errors,
         }
     }
 

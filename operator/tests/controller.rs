@@ -54,6 +54,56 @@ async fn controller_reconciles_listed_contentservers() {
     assert!(cs["status"]["configHash"].is_string(), "{cs}");
 }
 
+/// While the ContentServers cannot be listed (the API server answers 503), nothing is
+/// reconciled and `contentoperator_watch_errors_total` counts the failures, so a dashboard
+/// can tell "none managed" from "cannot see them"; once the API server answers, the
+/// ContentServer is reconciled and the counter stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_watches_are_counted_until_the_api_server_answers() {
+    let fake = FakeApi::new();
+    let doc = example_docs("minimal.yaml")
+        .into_iter()
+        .find(|d| d["kind"] == "ContentServer")
+        .expect("ContentServer");
+    let typed: ContentServer = serde_json::from_value(doc).expect("typed");
+    fake.insert(
+        &contentservers(),
+        serde_json::to_value(&typed).expect("json"),
+    );
+    fake.fail("GET", "contentservers", 503);
+    let metrics = Metrics::new();
+    let task = tokio::spawn(controller::run(
+        fake.client(),
+        Scope::Namespaces(vec![NS.into()]),
+        metrics.clone(),
+        "test".into(),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metrics.watch_errors.get() == 0 {
+        assert!(Instant::now() < deadline, "no watch error counted in 20s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(fake.get(&deployments(), "minimal").is_none());
+    assert_eq!(metrics.managed.get(), 0);
+
+    fake.heal();
+    while fake.get(&deployments(), "minimal").is_none() || metrics.managed.get() != 1 {
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(20),
+            "not reconciled after the API server came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = metrics.watch_errors.get();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        metrics.watch_errors.get(),
+        after,
+        "still counting after healing"
+    );
+    task.abort();
+}
+
 /// A `Write` into a shared buffer, for capturing the log.
 #[derive(Clone, Default)]
 struct LogBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);

@@ -121,6 +121,7 @@ async fn metrics_endpoint_serves_the_contract_names_and_healthz() {
         "contentoperator_reconcile_errors_total 1",
         "contentoperator_reconcile_duration_seconds_count 1",
         "contentoperator_managed_contentservers 3",
+        "contentoperator_watch_errors_total 0",
     ] {
         assert!(
             metrics_text.contains(line),

@@ -524,6 +524,11 @@ impl FakeApi {
         ));
     }
 
+    /// Drop every failure injected by [`FakeApi::fail`] (the API server is back).
+    pub fn heal(&self) {
+        self.state.lock().expect("fake state").failures.clear();
+    }
+
     /// Make every `method` request whose path contains `path_part` fail with `code` and `body`
     /// as text/html (not a Kubernetes Status), as a proxy's error page would.
     pub fn fail_with_body(&self, method: &str, path_part: &str, code: u16, body: &str) {
