@@ -93,8 +93,15 @@ fn month(s: &str) -> Option<u32> {
     MONTHS.iter().position(|m| *m == s).map(|i| i as u32 + 1)
 }
 
+/// Exactly `min..=max` ASCII digits (no sign, no space), as a number.
+fn digits(s: &str, min: usize, max: usize) -> Option<i64> {
+    let ok = (min..=max).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit());
+    ok.then(|| s.parse().ok()).flatten()
+}
+
+/// `HH:MM:SS`, two digits each (a leap second is allowed).
 fn hms(s: &str) -> Option<i64> {
-    let mut it = s.split(':').map(|p| p.parse::<i64>().ok());
+    let mut it = s.split(':').map(|p| digits(p, 2, 2));
     let (h, m, sec) = (it.next()??, it.next()??, it.next()??);
     if it.next().is_some() || h > 23 || m > 59 || sec > 60 {
         return None;
@@ -102,38 +109,57 @@ fn hms(s: &str) -> Option<i64> {
     Some(h * 3600 + m * 60 + sec)
 }
 
-fn assemble(y: i64, m: u32, d: u32, t: i64) -> Option<i64> {
-    if !(1..=31).contains(&d) {
-        return None;
-    }
-    Some(days_from_civil(y, m, d) * 86_400 + t)
+fn leap(y: i64) -> bool {
+    y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
 }
 
-/// Parse an HTTP date to seconds since the epoch; None when malformed.
+/// Seconds since the epoch of a date whose parts are checked: the day exists in its month
+/// (no 31 February) and the year has four digits (so nothing overflows).
+fn assemble(y: i64, m: u32, d: i64, t: i64) -> Option<i64> {
+    let days_in_month = match m {
+        2 if leap(y) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if !(0..=9999).contains(&y) || !(1..=days_in_month).contains(&d) {
+        return None;
+    }
+    Some(days_from_civil(y, m, d as u32) * 86_400 + t)
+}
+
+/// Parse an HTTP date to seconds since the epoch; None when malformed (then a `Date` counts
+/// as absent and an `Expires` as already past, RFC 9111 §5.3).
 pub fn parse(s: &str) -> Option<i64> {
+    parse_at(s, unix_now_ms() / 1000)
+}
+
+/// [`parse`] with the clock given: an RFC 850 date's two-digit year is the one of its century
+/// and the last that is not more than 50 years after `now` (RFC 9110 §5.6.7).
+fn parse_at(s: &str, now: i64) -> Option<i64> {
     let s = s.trim();
     let parts: Vec<&str> = s.split_ascii_whitespace().collect();
     match parts.as_slice() {
         // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
         [_wd, d, mon, y, t, "GMT"] => {
-            assemble(y.parse().ok()?, month(mon)?, d.parse().ok()?, hms(t)?)
+            assemble(digits(y, 4, 4)?, month(mon)?, digits(d, 2, 2)?, hms(t)?)
         }
         // RFC 850: Sunday, 06-Nov-94 08:49:37 GMT
         [_wd, dmy, t, "GMT"] => {
             let mut it = dmy.split('-');
             let (d, mon, y) = (it.next()?, it.next()?, it.next()?);
-            let y: i64 = y.parse().ok()?;
-            let y = if y < 70 {
-                2000 + y
-            } else if y < 100 {
-                1900 + y
-            } else {
-                y
-            };
-            assemble(y, month(mon)?, d.parse().ok()?, hms(t)?)
+            if it.next().is_some() {
+                return None;
+            }
+            let this_year = civil_from_days(now.div_euclid(86_400)).0;
+            let mut y = this_year - this_year % 100 + digits(y, 2, 2)?;
+            if y > this_year + 50 {
+                y -= 100;
+            }
+            assemble(y, month(mon)?, digits(d, 2, 2)?, hms(t)?)
         }
         // asctime: Sun Nov  6 08:49:37 1994
-        [_wd, mon, d, t, y] => assemble(y.parse().ok()?, month(mon)?, d.parse().ok()?, hms(t)?),
+        [_wd, mon, d, t, y] => assemble(digits(y, 4, 4)?, month(mon)?, digits(d, 1, 2)?, hms(t)?),
         _ => None,
     }
 }
@@ -192,6 +218,41 @@ mod tests {
         assert_eq!(parse("Sun Nov  6 08:49:37 1994"), Some(784_111_777));
         assert_eq!(parse("yesterday"), None);
         assert_eq!(parse("Sun, 06 Nov 1994 25:49:37 GMT"), None);
+    }
+
+    /// What is not a date is None, never a wrapped or shifted one.
+    #[test]
+    fn refuses_dates_that_do_not_exist_or_do_not_fit() {
+        for bad in [
+            "Fri, 31 Dec 9223372036854775807 23:59:59 GMT",
+            "Sun, 06 Nov 94 08:49:37 GMT",
+            "Sat, 05 Dec 2026 -3:00:00 GMT",
+            "Sat, 05 Dec 2026 +3:00:00 GMT",
+            "Sat, 31 Feb 2026 00:00:00 GMT",
+            "Sat, 29 Feb 2025 00:00:00 GMT",
+            "Sat, 05 Dec 12026 00:00:00 GMT",
+            "Sat, +5 Dec 2026 00:00:00 GMT",
+            "Sat, 05 Dec 2026 0:00:00 GMT",
+            "Sunday, 06-Nov-1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94-1 08:49:37 GMT",
+            "Sun Nov 31 08:49:37 1994",
+            "Sun Nov  6 08:49:37 99999999999999",
+        ] {
+            assert_eq!(parse(bad), None, "{bad}");
+        }
+        assert_eq!(parse("Thu, 29 Feb 2024 00:00:00 GMT"), Some(1_709_164_800));
+    }
+
+    /// RFC 850's two-digit years: the latest year not more than 50 years ahead.
+    #[test]
+    fn two_digit_years_are_read_against_the_clock() {
+        let now = parse("Sat, 05 Dec 2026 00:00:00 GMT").expect("date");
+        let year = |s: &str| civil_from_days(parse_at(s, now).expect(s).div_euclid(86_400)).0;
+        assert_eq!(year("Friday, 01-Jan-75 00:00:00 GMT"), 2075);
+        assert_eq!(year("Friday, 01-Jan-76 00:00:00 GMT"), 2076);
+        assert_eq!(year("Friday, 01-Jan-77 00:00:00 GMT"), 1977);
+        assert_eq!(year("Friday, 01-Jan-94 00:00:00 GMT"), 1994);
+        assert_eq!(year("Friday, 01-Jan-00 00:00:00 GMT"), 2000);
     }
 
     #[test]

@@ -94,14 +94,15 @@ struct Directives {
 
 /// Parse every Cache-Control header (comma-separated, case-insensitive names, optional
 /// `=value` possibly quoted). A malformed delta-seconds counts as 0 (RFC 9111 §1.2.2: treat
-/// invalid freshness as stale).
+/// invalid freshness as stale). A line with bytes outside ASCII (allowed in a quoted string,
+/// RFC 9110 §5.6.4) is read with them replaced: its `private` or `no-store` still counts.
 fn directives(headers: &HeaderMap) -> Directives {
-    parse_directives(
-        headers
-            .get_all(CACHE_CONTROL)
-            .iter()
-            .filter_map(|v| v.to_str().ok()),
-    )
+    let lines: Vec<std::borrow::Cow<'_, str>> = headers
+        .get_all(CACHE_CONTROL)
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()))
+        .collect();
+    parse_directives(lines.iter().map(|l| l.as_ref()))
 }
 
 /// The directives of these Cache-Control header values.
@@ -120,19 +121,27 @@ fn parse_directives<'a>(values: impl IntoIterator<Item = &'a str>) -> Directives
                 "private" => d.private = true,
                 "public" => d.public = true,
                 "must-revalidate" | "proxy-revalidate" => d.must_revalidate = true,
-                "max-age" => d.max_age = Some(d.max_age.map_or(secs(), |m| m.min(secs()))),
+                // A directive given twice counts by its smallest value: RFC 9111 §4.2.1 has
+                // the first one used or the response taken as stale; the smallest lies between
+                // those two, never fresher than the first.
+                "max-age" => smallest(&mut d.max_age, secs()),
                 // It also means proxy-revalidate for a shared cache (RFC 9111 §5.2.2.10).
                 "s-maxage" => {
-                    d.s_maxage = Some(d.s_maxage.map_or(secs(), |m| m.min(secs())));
+                    smallest(&mut d.s_maxage, secs());
                     d.must_revalidate = true;
                 }
-                "stale-while-revalidate" => d.swr = Some(secs()),
-                "stale-if-error" => d.sie = Some(secs()),
+                "stale-while-revalidate" => smallest(&mut d.swr, secs()),
+                "stale-if-error" => smallest(&mut d.sie, secs()),
                 _ => {}
             }
         }
     }
     d
+}
+
+/// `slot` becomes `v` when empty or larger.
+fn smallest(slot: &mut Option<u64>, v: u64) {
+    *slot = Some(slot.map_or(v, |m| m.min(v)));
 }
 
 impl Directives {
@@ -170,12 +179,18 @@ fn split_list(v: &str) -> Vec<&str> {
         .collect()
 }
 
-/// delta-seconds: digits, saturating (RFC 9111 §1.2.2: a too-large value means "very long").
+/// The largest delta-seconds taken: RFC 9111 §1.2.2 has a larger value, or one that overflows,
+/// count as 2^31 (68 years: "very long", and an `Age` that grows from there never wraps).
+const DELTA_SECONDS_MAX: u64 = 1 << 31;
+
+/// delta-seconds: digits, at most [`DELTA_SECONDS_MAX`].
 fn delta_seconds(s: &str) -> u64 {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return 0;
     }
-    s.parse().unwrap_or(u64::MAX)
+    s.parse::<u64>()
+        .unwrap_or(DELTA_SECONDS_MAX)
+        .min(DELTA_SECONDS_MAX)
 }
 
 fn header_str(headers: &HeaderMap, name: http::header::HeaderName) -> Option<&str> {
@@ -647,6 +662,31 @@ mod tests {
         assert_eq!((s.stale_while_revalidate, s.stale_if_error), (5, 7));
     }
 
+    /// Bytes outside ASCII in a quoted string (UTF-8 or Latin-1) do not hide the line's other
+    /// directives.
+    #[test]
+    fn a_line_with_non_ascii_bytes_still_counts() {
+        let with = |line: &[u8]| {
+            let mut m = HeaderMap::new();
+            m.append(CACHE_CONTROL, http::HeaderValue::from_static("max-age=600"));
+            m.append(
+                CACHE_CONTROL,
+                http::HeaderValue::from_bytes(line).expect("obs-text is a valid value"),
+            );
+            evaluate(200, &m, &CachePolicy::default(), false, NOW)
+        };
+        assert_eq!(
+            refused(with("private, x-note=\"café\"".as_bytes())),
+            NotStorable::Private
+        );
+        assert_eq!(
+            refused(with(b"no-store, x-note=\"caf\xe9\"")),
+            NotStorable::NoStore
+        );
+        let s = storable(with("no-cache, x=\"é\"".as_bytes()));
+        assert!(s.no_cache && s.fresh_for == 0, "{s:?}");
+    }
+
     #[test]
     fn malformed_and_huge_values() {
         assert_eq!(
@@ -663,13 +703,28 @@ mod tests {
                 &[("cache-control", "max-age=99999999999999999999999")]
             ))
             .fresh_for,
-            u64::MAX
+            1 << 31
         );
-        // Duplicate max-age: the smaller (more conservative) one.
+        // An Age past 2^31 counts as 2^31 (RFC 9111 §1.2.2), so one that grows never wraps.
+        let s = storable(eval(
+            200,
+            &[("cache-control", "max-age=60"), ("age", "4294967296")],
+        ));
+        assert_eq!((s.age, s.fresh_for), (1 << 31, 0));
+        // Duplicate directives: the smaller (more conservative) one, every directive alike.
         assert_eq!(
             storable(eval(200, &[("cache-control", "max-age=50, max-age=10")])).fresh_for,
             10
         );
+        let s = storable(eval(
+            200,
+            &[(
+                "cache-control",
+                "max-age=1, stale-while-revalidate=1, stale-while-revalidate=100, \
+                 stale-if-error=9, stale-if-error=3",
+            )],
+        ));
+        assert_eq!((s.stale_while_revalidate, s.stale_if_error), (1, 3));
         // Quoted commas do not split directives.
         let s = storable(eval(
             200,
