@@ -75,6 +75,20 @@ impl EntryMeta {
             && self.total_size == other.total_size
     }
 
+    /// This slice as the object's first slice `first` (the same version) says it is now: its
+    /// freshness, age and stored fields, with this slice's bytes.
+    pub fn vouched_by(&self, first: &EntryMeta) -> EntryMeta {
+        EntryMeta {
+            stored_at_ms: first.stored_at_ms,
+            initial_age: first.initial_age,
+            fresh_until_ms: first.fresh_until_ms,
+            stale_while_revalidate_until_ms: first.stale_while_revalidate_until_ms,
+            stale_if_error_until_ms: first.stale_if_error_until_ms,
+            headers: first.headers.clone(),
+            ..self.clone()
+        }
+    }
+
     /// True for another status's answer (a 404, a redirect): stored whole as slice 0 and sent
     /// whole, without ranges or preconditions; false for the object's bytes (200).
     pub fn whole_answer(&self) -> bool {

@@ -213,8 +213,8 @@ async fn filled(found: FillFor<Fill>) -> Result<Source, Unavailable> {
 
 /// A stored later slice against the object's first slice ([`Ctx::against_first_slice`]).
 enum Agreement {
-    /// The same version, or no first slice to compare with.
-    Same,
+    /// The same version (with the first slice's metadata), or no first slice to compare with.
+    Same(Option<Arc<super::entry::EntryMeta>>),
     /// Another version, known later than this slice's: this slice is outdated.
     FirstIsNewer,
     /// Another version, older than this slice's: the first slice is outdated.
@@ -316,8 +316,13 @@ impl Ctx<'_> {
     /// 206 does not (the client asked for something else): the object is then asked for itself.
     /// The fill's answer streamed through to this request (`status` in X-Cache), or, taken by
     /// another request already, asked for again.
+    /// A whole object's 200 does not either when the client asked for one byte range: the
+    /// origin is asked for that range (a seek into a 2 GiB object not stored on a whole-object
+    /// volume gets its 206, not the 2 GiB).
     fn handoff(&self, fill: &Fill, status: CacheStatus) -> First {
+        let ranged = !self.head_only && self.req.range.as_deref().is_some_and(single_byte_range);
         match fill.take_response() {
+            Some(r) if r.status == 200 && ranged => First::FetchThrough(status),
             Some(r) if r.status != 206 => First::PassThrough(Box::new(r), status),
             _ => First::FetchThrough(status),
         }
@@ -406,9 +411,20 @@ impl Ctx<'_> {
             self.check_first_slice(slice, &first).await;
             return first;
         };
+        let mut s = s;
         if slice > 0 && self.auth.is_none() {
             match self.against_first_slice(&s).await {
-                Agreement::Same => {}
+                // The object's freshness is its first slice's: one revalidated (a 304 for the
+                // same strong validator) vouches for this slice's bytes as a full read of it
+                // does, and this slice's answer carries its fields and age.
+                Agreement::Same(Some(first)) if first.fresh_until_ms > s.meta.fresh_until_ms => {
+                    s = Arc::new(Stored {
+                        id: s.id,
+                        fd: s.fd.clone(),
+                        meta: Arc::new(s.meta.vouched_by(&first)),
+                    });
+                }
+                Agreement::Same(_) => {}
                 // Stored before the first slice's version was known: the origin is asked
                 // (conditionally) before it is served, so a seek never splices versions
                 // across requests.
@@ -808,11 +824,11 @@ impl Ctx<'_> {
             Some(m) => m,
             None => match self.cv.find(id0, &self.key_bytes).await {
                 Ok(Found::Stored(s0)) => s0.meta.clone(),
-                _ => return Agreement::Same,
+                _ => return Agreement::Same(None),
             },
         };
         if first.same_version(&s.meta) {
-            Agreement::Same
+            Agreement::Same(Some(first))
         } else if first.stored_at_ms >= s.meta.stored_at_ms {
             Agreement::FirstIsNewer
         } else {

@@ -368,7 +368,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     /// forgets it and it is fetched again; or the entry a commit renamed over it just now).
     fn lost(&self, s: &Arc<Stored>) {
         let mut open = lock(&self.open);
-        if open.get(&s.id).is_some_and(|o| Arc::ptr_eq(o, s)) {
+        if open.get(&s.id).is_some_and(|o| Arc::ptr_eq(&o.fd, &s.fd)) {
             open.swap_remove(&s.id);
         }
     }
@@ -415,7 +415,9 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         {
             let mut open = lock(&self.open);
             match open.get(&s.id) {
-                Some(o) if !Arc::ptr_eq(&o.meta, &s.meta) => return,
+                // (The open file tells entries apart: a slice served with its first slice's
+                // freshness is the same entry.)
+                Some(o) if !Arc::ptr_eq(&o.fd, &s.fd) => return,
                 Some(_) => {
                     open.swap_remove(&s.id);
                 }
