@@ -577,6 +577,53 @@ fn a_304_replaces_stored_fields_with_all_their_lines() {
     assert_eq!(r.status, 504, "{:?}", r.headers);
 }
 
+/// The object's freshness is its first slice's: once a full read revalidated it (a 304 for
+/// the same strong ETag), a seek into a later slice is served as fresh as the full read served
+/// it, with the first slice's age, not revalidated again (with `must-revalidate` and the
+/// origin failing, that was a 504 for bytes a full read had just served).
+#[test]
+fn a_revalidated_first_slice_vouches_for_the_later_ones() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(3 * SLICE, 6);
+    o.put(
+        "/v.bin",
+        Object::new(body.clone()).cache_control("max-age=2, must-revalidate"),
+    );
+    let r = get(&n, "/v.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    wait_committed(&n);
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = get(&n, "/v.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"));
+    assert!(r.body == body);
+    // Only the first slice was asked about.
+    assert_eq!(o.requests("/v.bin"), 4, "{:?}", o.ranges("/v.bin"));
+    o.fault("/v.bin", Fault::Status(503));
+    let r = get(
+        &n,
+        "/v.bin",
+        &format!("Range: bytes={}-{}\r\n", SLICE + 10, SLICE + 19),
+    );
+    assert_eq!((r.status, xcache(&r)), (206, "HIT"), "{:?}", r.headers);
+    assert!(r.body == body[SLICE + 10..SLICE + 20]);
+    let age: u64 = common::http::header(&r.headers, "age")
+        .and_then(|a| a.parse().ok())
+        .expect("an Age");
+    assert!(
+        age <= 1,
+        "the first slice's age, not the slice's own: {age}"
+    );
+    assert_eq!(o.requests("/v.bin"), 4, "the origin was asked");
+    // Past the first slice's lifetime too, must-revalidate holds: no stale bytes.
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = get(
+        &n,
+        "/v.bin",
+        &format!("Range: bytes={}-{}\r\n", SLICE + 10, SLICE + 19),
+    );
+    assert_eq!(r.status, 503, "{:?}", r.headers);
+}
+
 /// A 304 whose strong ETag is not the stored one's is about another response: it refreshes
 /// nothing (RFC 9111 §4.3.4); the object is fetched unconditionally instead.
 #[test]
@@ -1185,11 +1232,18 @@ fn private_and_varying_answers_are_passed_through_not_stored() {
         "/vary",
         Object::new(pattern(100, 3)).header("Vary", "Cookie"),
     );
+    // Bytes outside ASCII in a quoted string do not hide the line's `private`.
+    o.put(
+        "/private8",
+        Object::new(pattern(100, 5))
+            .cache_control("max-age=600")
+            .header("Cache-Control", "private, x-note=\"café\""),
+    );
     o.put(
         "/gzip",
         Object::new(pattern(100, 4)).header("Vary", "Accept-Encoding"),
     );
-    for p in ["/cookie", "/nostore", "/vary"] {
+    for p in ["/cookie", "/nostore", "/vary", "/private8"] {
         for _ in 0..2 {
             let r = get(&n, p, "");
             assert_eq!((r.status, xcache(&r)), (200, "BYPASS"), "{p}");
@@ -2682,6 +2736,34 @@ fn an_object_larger_than_max_size_is_served_but_never_stored() {
     assert!(size <= (1 << 20) as f64, "cache size {size} over max_size");
     let on_disk: u64 = walk(&n.cache).iter().map(|(_, len)| len).sum();
     assert!(on_disk <= 1 << 20, "{on_disk} bytes of files over max_size");
+}
+
+/// A seek into an object a whole-object volume does not store this time (over `max_size`, and
+/// too large for a fill to hold for its waiters: its answer is streamed through) is answered
+/// with the range asked for, fetched as that range: not the whole object.
+#[test]
+fn a_seek_into_a_large_object_not_stored_gets_its_range() {
+    let (o, n) = origin_and_node("slice_size = 0\nmax_size = \"1M\"");
+    let big = pattern((17 << 20) + 5, 3);
+    o.put("/big.bin", Object::new(big.clone()));
+    let at = 16 << 20;
+    let r = get(&n, "/big.bin", &format!("Range: bytes={at}-{}\r\n", at + 9));
+    assert_eq!((r.status, xcache(&r)), (206, "MISS"), "{:?}", r.headers);
+    assert_eq!(
+        common::http::header(&r.headers, "content-range"),
+        Some(format!("bytes {at}-{}/{}", at + 9, big.len()).as_str())
+    );
+    assert!(r.body == big[at..at + 10], "the range's bytes differ");
+    let ranges = o.ranges("/big.bin");
+    assert!(
+        ranges.contains(&Some(format!("bytes={at}-{}", at + 9))),
+        "{ranges:?}"
+    );
+    // A full read still streams the whole object.
+    settle(&n);
+    let r = get(&n, "/big.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == big, "the object's bytes differ");
 }
 
 /// A `valid` rule of 0 seconds (nginx `proxy_cache_valid ... 0`) means every use is checked with

@@ -426,7 +426,7 @@ fn every_byte_size_takes_the_same_forms() {
     }
     check_config_fails(
         &toml("\"10Gx\"", "0", "1048576"),
-        &["unknown size unit \"GX\" (use B, K, M, G or T, also as KB, Ki or KiB: all binary)"],
+        &["unknown size unit \"Gx\" (use B, K, M, G or T, also as KB, Ki or KiB: all binary)"],
     );
     check_config_fails(
         &toml("\"10G\"", "\"1.5M\"", "1048576"),
