@@ -418,6 +418,64 @@ async fn media_node_statefulset_headless_pdb_and_servicemonitor_when_crd_exists(
     assert!(fake.get(&servicemonitors(), &name).is_none());
 }
 
+/// The volumes' order in the spec is free: the claim templates are rendered in name order, so
+/// a reorder changes nothing (the API server compares the list in order and would refuse the
+/// apply, for ever). A StatefulSet whose templates are in another order (written by an older
+/// operator) is replaced, naming every immutable field that differs.
+#[tokio::test]
+async fn claim_templates_in_another_order_are_no_change_or_a_replacement() {
+    let (fake, ctx, name) = reconciled("media-node.yaml").await;
+    let templates = |fake: &FakeApi| -> Vec<String> {
+        fake.get(&statefulsets(), &name).expect("StatefulSet")["spec"]["volumeClaimTemplates"]
+            .as_array()
+            .expect("templates")
+            .iter()
+            .map(|t| {
+                t["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    };
+    let before = templates(&fake);
+    let mut sorted = before.clone();
+    sorted.sort();
+    assert_eq!(before, sorted, "rendered in name order");
+
+    fake.edit(&contentservers(), &name, |cs| {
+        let vols = cs["spec"]["volumes"].as_array_mut().expect("volumes");
+        vols.reverse();
+    });
+    fake.clear_log();
+    run(&fake, &ctx, &name).await;
+    assert!(
+        !fake.log().iter().any(|l| l.method == "DELETE"),
+        "a reorder replaced something: {:?}",
+        fake.log()
+    );
+    assert_eq!(templates(&fake), before);
+
+    fake.edit(&statefulsets(), &name, |sts| {
+        let t = sts["spec"]["volumeClaimTemplates"]
+            .as_array_mut()
+            .expect("templates");
+        t.reverse();
+        sts["spec"]["serviceName"] = json!("elsewhere");
+    });
+    run(&fake, &ctx, &name).await;
+    assert!(
+        fake.events()
+            .iter()
+            .any(|(_, r, n)| r == "StatefulSetReplaced"
+                && n.contains("volumeClaimTemplates, serviceName changed")),
+        "{:?}",
+        fake.events()
+    );
+    run(&fake, &ctx, &name).await;
+    assert_eq!(templates(&fake), before);
+}
+
 #[tokio::test]
 async fn claim_template_change_replaces_statefulset_with_orphaning_delete() {
     let (fake, ctx, name) = reconciled("media-node.yaml").await;

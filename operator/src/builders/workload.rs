@@ -188,7 +188,8 @@ fn pod_volumes(cs: &ContentServer, config_hash: &str) -> Vec<Volume> {
 
 /// The StatefulSet volumeClaimTemplates (empty for a Deployment).
 pub fn claim_templates(cs: &ContentServer) -> Vec<PersistentVolumeClaim> {
-    cs.spec
+    let mut templates: Vec<PersistentVolumeClaim> = cs
+        .spec
         .volumes
         .iter()
         .filter_map(|v| {
@@ -219,7 +220,11 @@ pub fn claim_templates(cs: &ContentServer) -> Vec<PersistentVolumeClaim> {
                 ..PersistentVolumeClaim::default()
             })
         })
-        .collect()
+        .collect();
+    // In name order: the API server compares the list in order, so the spec's order of
+    // volumes (which a user may change freely) must not reorder it.
+    templates.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    templates
 }
 
 /// The pod template; `config_hash` names the mounted ConfigMap and goes into an annotation, so a
@@ -453,11 +458,13 @@ pub fn statefulset(cs: &ContentServer, config_hash: &str) -> StatefulSet {
     }
 }
 
-/// A comparable summary of claim templates: what the API server forbids changing. Sizes are
-/// compared in bytes: the API server stores a quantity in its canonical form (`1024Mi` comes
-/// back as `1Gi`), which must not read as a change.
+/// A comparable summary of claim templates: what the API server forbids changing, in order
+/// (it compares the list in order: a StatefulSet whose templates are in another order than
+/// rendered is replaced, not applied and refused). Sizes are compared in bytes: the API server
+/// stores a quantity in its canonical form (`1024Mi` comes back as `1Gi`), which must not read
+/// as a change.
 pub fn claim_template_signature(templates: &[PersistentVolumeClaim]) -> Vec<String> {
-    let mut sig: Vec<String> = templates
+    templates
         .iter()
         .map(|t| {
             let spec = t.spec.clone().unwrap_or_default();
@@ -480,7 +487,5 @@ pub fn claim_template_signature(templates: &[PersistentVolumeClaim]) -> Vec<Stri
                 size
             )
         })
-        .collect();
-    sig.sort();
-    sig
+        .collect()
 }

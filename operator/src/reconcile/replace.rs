@@ -200,27 +200,26 @@ where
     Ok(false)
 }
 
-/// What immutable StatefulSet field differs, if any.
+/// The immutable StatefulSet fields that differ (`a, b`), if any.
 pub fn immutable_change(existing: &StatefulSet, desired: &StatefulSet) -> Option<String> {
     let e = existing.spec.clone().unwrap_or_default();
     let d = desired.spec.clone().unwrap_or_default();
-    if claim_template_signature(&e.volume_claim_templates.unwrap_or_default())
-        != claim_template_signature(&d.volume_claim_templates.unwrap_or_default())
-    {
-        return Some("volumeClaimTemplates".into());
-    }
-    if e.pod_management_policy
-        .unwrap_or_else(|| "OrderedReady".into())
-        != d.pod_management_policy
-            .unwrap_or_else(|| "OrderedReady".into())
-    {
-        return Some("podManagementPolicy".into());
-    }
-    if e.service_name != d.service_name {
-        return Some("serviceName".into());
-    }
-    if e.selector != d.selector {
-        return Some("selector".into());
-    }
-    None
+    let policy = |p: Option<String>| p.unwrap_or_else(|| "OrderedReady".into());
+    let changed: Vec<&str> = [
+        (
+            claim_template_signature(&e.volume_claim_templates.unwrap_or_default())
+                != claim_template_signature(&d.volume_claim_templates.unwrap_or_default()),
+            "volumeClaimTemplates",
+        ),
+        (
+            policy(e.pod_management_policy) != policy(d.pod_management_policy),
+            "podManagementPolicy",
+        ),
+        (e.service_name != d.service_name, "serviceName"),
+        (e.selector != d.selector, "selector"),
+    ]
+    .into_iter()
+    .filter_map(|(differs, field)| differs.then_some(field))
+    .collect();
+    (!changed.is_empty()).then(|| changed.join(", "))
 }
