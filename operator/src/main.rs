@@ -73,10 +73,27 @@ fn main() -> std::process::ExitCode {
     match start() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("content-operator: {e:#}");
+            eprintln!("content-operator: {}", one_line(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `e` and its causes joined by `: `, leaving out a cause whose text is already there (kube's
+/// errors print their sources themselves: `{e:#}` said the missing kubeconfig three times).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn start() -> anyhow::Result<()> {

@@ -136,6 +136,8 @@ fn a_failed_start_is_one_line() {
         !err.contains("Caused by") && !err.contains("backtrace"),
         "{err}"
     );
+    // Each cause once (kube's errors print their sources themselves).
+    assert_eq!(err.matches("missing-kubeconfig").count(), 1, "{err}");
 }
 
 /// A lease shorter than leader election can work with is refused as a flag error (exit 2),

@@ -336,6 +336,12 @@ impl EntryError {
 /// page, more only for a header larger than one page; fstat for the length).
 pub fn read_meta(fd: impl AsFd) -> Result<EntryMeta, EntryError> {
     let fd = fd.as_fd();
+    // A FIFO or a device put where an entry belongs is no entry (a FIFO's read would wait for
+    // a writer for ever, holding a pool thread).
+    let st = rustix::fs::fstat(fd).map_err(io::Error::from)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(EntryError::Corrupt("not a regular file"));
+    }
     let mut buf = vec![0u8; ALIGN as usize];
     let n = pread_full(fd, &mut buf, 0)?;
     buf.truncate(n);

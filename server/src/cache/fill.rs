@@ -600,11 +600,7 @@ impl Fill {
                 meta.stale_while_revalidate_until_ms = now;
                 meta.stale_if_error_until_ms = now;
                 meta.headers = kept_headers(&merged, origin, now);
-                self.publish(Progress::Refreshed(Arc::new(Stored {
-                    id: old.id,
-                    fd: old.fd.clone(),
-                    meta: Arc::new(meta),
-                })));
+                self.publish(Progress::Refreshed(Arc::new(old.with_meta(Arc::new(meta)))));
                 if !authorized {
                     // Its first slice (and this one) go, and its next requests are passed
                     // through; later slices stay for the requests reading the validated body
@@ -624,11 +620,7 @@ impl Fill {
         meta.headers = kept_headers(&merged, origin, now);
         if !self.may_store() {
             // Purged meanwhile: answer the waiters from the old body, store nothing.
-            let s = Arc::new(Stored {
-                id: old.id,
-                fd: old.fd.clone(),
-                meta: Arc::new(meta),
-            });
+            let s = Arc::new(old.with_meta(Arc::new(meta)));
             return self.publish(Progress::Refreshed(s));
         }
         let store = cv.store.clone();
@@ -638,11 +630,7 @@ impl Fill {
             .await;
         let stored = match written {
             Ok(Ok((fd, len))) => {
-                let s = Arc::new(Stored {
-                    id,
-                    fd,
-                    meta: Arc::new(meta),
-                });
+                let s = Arc::new(Stored::new(id, fd, Arc::new(meta)));
                 cv.committed(s.clone(), len);
                 s
             }
@@ -653,11 +641,7 @@ impl Fill {
                     }
                 }
                 // Serve the old body with the new freshness; the file keeps the old header.
-                let s = Arc::new(Stored {
-                    id,
-                    fd: old.fd.clone(),
-                    meta: Arc::new(meta),
-                });
+                let s = Arc::new(old.with_meta(Arc::new(meta)));
                 cv.remember(s.clone());
                 s
             }
@@ -880,14 +864,8 @@ impl Fill {
                 .await
             {
                 Ok(Ok(len)) => {
-                    cv.committed(
-                        Arc::new(Stored {
-                            id,
-                            fd,
-                            meta: meta.clone(),
-                        }),
-                        len,
-                    );
+                    // (Made after the rename, which changes the file's change time.)
+                    cv.committed(Arc::new(Stored::new(id, fd, meta.clone())), len);
                 }
                 Ok(Err(e)) => self.store_failed(cv, &e),
                 Err(e) => tracing::warn!(volume = %cv.name, error = %e, "fill: cannot commit"),
@@ -988,7 +966,7 @@ fn kept_headers(h: &http::HeaderMap, origin: &Origin, now_ms: i64) -> Vec<(Strin
 fn stored_headers(h: &http::HeaderMap, origin: &Origin) -> Vec<(String, String)> {
     forwarded(h, origin)
         .filter(|(n, _)| !NOT_STORED.contains(&n.as_str()))
-        .map(|(n, v)| (canonical(n.as_str()), v.to_string()))
+        .map(|(n, v)| (canonical(n.as_str()), v.into_owned()))
         .collect()
 }
 
@@ -996,12 +974,14 @@ fn stored_headers(h: &http::HeaderMap, origin: &Origin) -> Vec<(String, String)>
 /// nor named by its `Connection` field, RFC 9110 §7.6.1: a proxy removes those before
 /// forwarding), values that are UTF-8 (any visible ASCII, and raw UTF-8 such as a download's
 /// file name in `Content-Disposition`, byte for byte; other bytes cannot be carried and drop
-/// the field), a `Location` on the origin itself made a path on this node
-/// ([`Origin::client_location`]).
+/// the field, but for `Cache-Control` and `Pragma`, whose directives must reach the client's
+/// caches: those go with each such byte replaced), a `Location` on the origin itself made a
+/// path on this node ([`Origin::client_location`]).
 pub fn forwarded<'h>(
     h: &'h http::HeaderMap,
     origin: &'h Origin,
-) -> impl Iterator<Item = (&'h http::HeaderName, &'h str)> {
+) -> impl Iterator<Item = (&'h http::HeaderName, std::borrow::Cow<'h, str>)> {
+    use std::borrow::Cow;
     let named: Vec<String> = h
         .get_all(http::header::CONNECTION)
         .iter()
@@ -1014,14 +994,15 @@ pub fn forwarded<'h>(
         .filter(move |(n, _)| {
             !HOP_BY_HOP.contains(&n.as_str()) && !named.iter().any(|t| t == n.as_str())
         })
-        .filter_map(|(n, v)| Some((n, std::str::from_utf8(v.as_bytes()).ok()?)))
-        .map(|(n, v)| {
-            let v = if n == http::header::LOCATION {
-                origin.client_location(v)
-            } else {
-                v
-            };
-            (n, v)
+        .filter_map(|(n, v)| match std::str::from_utf8(v.as_bytes()) {
+            Ok(v) if n == http::header::LOCATION => {
+                Some((n, Cow::Borrowed(origin.client_location(v))))
+            }
+            Ok(v) => Some((n, Cow::Borrowed(v))),
+            Err(_) if n == http::header::CACHE_CONTROL || n == http::header::PRAGMA => {
+                Some((n, String::from_utf8_lossy(v.as_bytes())))
+            }
+            Err(_) => None,
         })
 }
 

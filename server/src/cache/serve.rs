@@ -238,9 +238,18 @@ enum Unavailable {
 /// origin answers with a plain 206 and a Content-Range.
 fn single_byte_range(v: &str) -> bool {
     let v = v.trim();
-    v.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("bytes="))
-        && !v.contains(',')
-        && v[6..].trim().contains('-')
+    if !v.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("bytes=")) || v.contains(',') {
+        return false;
+    }
+    // `first-last` with last before first is no range (RFC 9110 §14.1.1: the field is then
+    // ignored, as every other path of the node does), so it is not sent on either.
+    let Some((first, last)) = v[6..].trim().split_once('-') else {
+        return false;
+    };
+    match (first.trim().parse::<u64>(), last.trim().parse::<u64>()) {
+        (Ok(a), Ok(b)) => a <= b,
+        _ => true,
+    }
 }
 
 /// The values of field `name` among a stored entry's fields.
@@ -418,11 +427,7 @@ impl Ctx<'_> {
                 // same strong validator) vouches for this slice's bytes as a full read of it
                 // does, and this slice's answer carries its fields and age.
                 Agreement::Same(Some(first)) if first.fresh_until_ms > s.meta.fresh_until_ms => {
-                    s = Arc::new(Stored {
-                        id: s.id,
-                        fd: s.fd.clone(),
-                        meta: Arc::new(s.meta.vouched_by(&first)),
-                    });
+                    s = Arc::new(s.with_meta(Arc::new(s.meta.vouched_by(&first))));
                 }
                 Agreement::Same(_) => {}
                 // Stored before the first slice's version was known: the origin is asked
@@ -1619,10 +1624,11 @@ impl Ctx<'_> {
             .headers
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok());
-        let named: Vec<(String, &str)> = super::fill::forwarded(&resp.headers, &self.route.origin)
-            .map(|(n, v)| (super::fill::canonical(n.as_str()), v))
-            .collect();
-        let fields = named.iter().map(|(n, v)| (n.as_str(), *v));
+        let named: Vec<(String, std::borrow::Cow<'_, str>)> =
+            super::fill::forwarded(&resp.headers, &self.route.origin)
+                .map(|(n, v)| (super::fill::canonical(n.as_str()), v))
+                .collect();
+        let fields = named.iter().map(|(n, v)| (n.as_str(), v.as_ref()));
         let mut head =
             self.with_fields(Head::new(resp.status), fields, ctype, unix_now_ms() / 1000);
         // A HEAD answer's length is the one its GET would have (the origin's Content-Length);

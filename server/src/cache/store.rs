@@ -33,10 +33,13 @@ pub const TMP_DIR: &str = ".tmp";
 /// the `flock` on it, not its content, is the lock).
 pub const LOCK_FILE: &str = ".lock";
 
+/// NONBLOCK: opening a FIFO put where an entry belongs must not wait for a writer (it has no
+/// effect on a regular file's reads; [`entry::read_meta`] refuses what is not one).
 const READ_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::CLOEXEC)
     .union(OFlags::NOFOLLOW)
-    .union(OFlags::NOCTTY);
+    .union(OFlags::NOCTTY)
+    .union(OFlags::NONBLOCK);
 
 /// What [`Store::remove_object`] did.
 #[derive(Debug, Default)]
@@ -215,6 +218,12 @@ impl Store {
         };
         let meta = entry::read_meta(&fd)?;
         if meta.key != key {
+            // Another key's entry: a collision only when that key's hash names this file too;
+            // otherwise a file moved or copied here (by hand), which no request would reach
+            // again to replace it: dropped like a corrupt one.
+            if xxhash_rust::xxh3::xxh3_128(&meta.key) != id.hash() {
+                return Err(EntryError::Corrupt("an entry of another key at this path"));
+            }
             return Err(EntryError::Collision);
         }
         if meta.slice != id.slice {
@@ -404,6 +413,11 @@ impl Store {
                     continue;
                 }
                 match rustix::fs::statat(&d2, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
+                    // Not an entry (a FIFO, a directory...): left to the first request's open,
+                    // which refuses and removes it.
+                    Ok(st)
+                        if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                            != rustix::fs::FileType::RegularFile => {}
                     Ok(st) => f(id, st.st_size as u64),
                     Err(Errno::NOENT) => {}
                     Err(e) => return Err(io_err(e)),
@@ -842,6 +856,46 @@ mod tests {
         let (fd2, meta2) = s.open_entry(id, b"/r").unwrap();
         assert_eq!(meta2, newer);
         assert_eq!(body_of(&fd2, &meta2), b"body bytes");
+    }
+
+    /// A FIFO where an entry belongs is no entry: the rebuild's walk skips it and an open
+    /// refuses it at once (a blocking open would wait for a writer for ever).
+    #[test]
+    fn a_fifo_at_an_entry_path_is_skipped_and_refused() {
+        let (_d, s) = store();
+        let id = put(&s, b"/f", 0, b"data");
+        let p = s.path().join(id.rel_path());
+        std::fs::remove_file(&p).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &p,
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .unwrap();
+        let mut seen = Vec::new();
+        for l1 in 0..16u8 {
+            s.walk_level(l1, &mut |id, _| seen.push(id)).unwrap();
+        }
+        assert!(seen.is_empty(), "{seen:?}");
+        let e = s.open_entry(id, b"/f").unwrap_err();
+        assert!(e.is_invalid(), "{e:?}");
+    }
+
+    /// Another key's entry moved to this key's path is corrupt (dropped), not a collision.
+    #[test]
+    fn another_keys_entry_at_this_path_is_corrupt() {
+        let (_d, s) = store();
+        let real = put(&s, b"/real", 0, b"data");
+        let other = put(&s, b"/other", 0, b"atad");
+        std::fs::rename(
+            s.path().join(other.rel_path()),
+            s.path().join(real.rel_path()),
+        )
+        .unwrap();
+        let e = s.open_entry(real, b"/real").unwrap_err();
+        assert!(e.is_invalid(), "{e:?}");
     }
 
     #[test]

@@ -38,6 +38,46 @@ pub struct Stored {
     pub id: EntryId,
     pub fd: Arc<OwnedFd>,
     pub meta: Arc<EntryMeta>,
+    /// The file's change time when this was made (fstat): a file written in place by hand
+    /// while kept open changes it, and is then opened again (its header checked), not served
+    /// with the header read before.
+    changed: (i64, i64),
+}
+
+impl Stored {
+    /// Entry `id`, open as `fd`, described by `meta` (one fstat, which reads no disk).
+    pub fn new(id: EntryId, fd: Arc<OwnedFd>, meta: Arc<EntryMeta>) -> Stored {
+        let changed = change_time(&fd);
+        Stored {
+            id,
+            fd,
+            meta,
+            changed,
+        }
+    }
+
+    /// The same open file described by `meta` (refreshed fields, another freshness).
+    pub fn with_meta(&self, meta: Arc<EntryMeta>) -> Stored {
+        Stored {
+            id: self.id,
+            fd: self.fd.clone(),
+            meta,
+            changed: self.changed,
+        }
+    }
+
+    /// Is the file still the one this was made of: linked (not removed by hand) and unchanged
+    /// since? An fstat of an open file reads no disk, so it may run on the event loop.
+    fn still_there(&self) -> bool {
+        rustix::fs::fstat(&*self.fd).is_ok_and(|st| {
+            st.st_nlink > 0 && (st.st_ctime, st.st_ctime_nsec as i64) == self.changed
+        })
+    }
+}
+
+/// `fd`'s change time (0, 0 when fstat fails: then the file is opened again at its next use).
+fn change_time(fd: &OwnedFd) -> (i64, i64) {
+    rustix::fs::fstat(fd).map_or((0, 0), |st| (st.st_ctime, st.st_ctime_nsec as i64))
 }
 
 /// Metric handles of one cache volume, resolved at start.
@@ -305,11 +345,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                     let v = self.index.insert_found(id, len, self.index.now());
                     self.delete(v);
                 }
-                let s = Arc::new(Stored {
-                    id,
-                    fd: Arc::new(fd),
-                    meta: Arc::new(meta),
-                });
+                let s = Arc::new(Stored::new(id, Arc::new(fd), Arc::new(meta)));
                 // An entry committed while this one was opened is newer: it stays.
                 self.keep_open(s.clone(), false);
                 Ok(Found::Stored(s))
@@ -353,9 +389,9 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             .get(&id)
             .filter(|s| *s.meta.key == *key)
             .cloned()?;
-        // Removed from outside (`rm -rf` of the cache's contents): its link count is 0. An
-        // fstat of an open file reads no disk, so it may run on the event loop.
-        if rustix::fs::fstat(&*s.fd).is_ok_and(|st| st.st_nlink == 0) {
+        // Removed from outside (`rm -rf` of the cache's contents: its link count is 0), or
+        // written in place (a `cp` over it): opened again, its header checked.
+        if !s.still_there() {
             self.lost(&s);
             return None;
         }
@@ -823,14 +859,7 @@ mod tests {
         // Fill 1 commits, then unregisters (the order `Fill::run` and `fill_done` keep).
         let fd = std::fs::File::open(dir.path()).unwrap().into();
         let meta = Arc::new(sample_meta(b"/a", 0, 10));
-        cv.committed(
-            Arc::new(Stored {
-                id,
-                fd: Arc::new(fd),
-                meta,
-            }),
-            4106,
-        );
+        cv.committed(Arc::new(Stored::new(id, Arc::new(fd), meta)), 4106);
         let fill1 = cv.fill_running(id).unwrap();
         cv.fill_done(id, &fill1);
 

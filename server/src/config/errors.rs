@@ -81,7 +81,8 @@ pub(super) fn plain_types(message: &str) -> String {
         ("expected f64", "expected a number"),
         ("expected a boolean", "expected true or false"),
     ];
-    let mut out = message.to_owned();
+    // A number past i64 is read as i128 and reported as such: too large is what it is.
+    let mut out = message.replace("` as i128, expected", "` (too large), expected");
     for (rust, words) in NAMES {
         // Only the whole word: `expected u8` must not match inside `expected u8x`.
         let mut from = 0;

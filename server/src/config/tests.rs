@@ -589,6 +589,10 @@ fn a_type_error_names_no_rust_type() {
         e.contains("expected a whole number from 0 to 4294967295") && !e.contains("u32"),
         "{e}"
     );
+    let e = Config::from_toml("[limits]\nmax_connections = 99999999999999999999999\n")
+        .expect_err("too large")
+        .to_string();
+    assert!(e.contains("(too large)") && !e.contains("i128"), "{e}");
     assert_eq!(
         super::errors::plain_types("expected u8x; expected u16"),
         "expected u8x; expected a whole number from 0 to 65535"

@@ -151,12 +151,17 @@ fn parse_at(s: &str, now: i64) -> Option<i64> {
             if it.next().is_some() {
                 return None;
             }
-            let this_year = civil_from_days(now.div_euclid(86_400)).0;
-            let mut y = this_year - this_year % 100 + digits(y, 2, 2)?;
-            if y > this_year + 50 {
-                y -= 100;
+            let (ny, nm, nd) = civil_from_days(now.div_euclid(86_400));
+            let y = ny - ny % 100 + digits(y, 2, 2)?;
+            let (m, d, t) = (month(mon)?, digits(d, 2, 2)?, hms(t)?);
+            let at = assemble(y, m, d, t)?;
+            // More than 50 years ahead of now (the date, not just its year): the last century.
+            let limit = days_from_civil(ny + 50, nm, nd) * 86_400 + now.rem_euclid(86_400);
+            if at > limit {
+                assemble(y - 100, m, d, t)
+            } else {
+                Some(at)
             }
-            assemble(y, month(mon)?, digits(d, 2, 2)?, hms(t)?)
         }
         // asctime: Sun Nov  6 08:49:37 1994
         [_wd, mon, d, t, y] => assemble(digits(y, 4, 4)?, month(mon)?, digits(d, 1, 2)?, hms(t)?),
@@ -250,6 +255,8 @@ mod tests {
         let year = |s: &str| civil_from_days(parse_at(s, now).expect(s).div_euclid(86_400)).0;
         assert_eq!(year("Friday, 01-Jan-75 00:00:00 GMT"), 2075);
         assert_eq!(year("Friday, 01-Jan-76 00:00:00 GMT"), 2076);
+        // The date decides, not its year: 31 December 2076 is more than 50 years ahead.
+        assert_eq!(year("Thursday, 31-Dec-76 00:00:00 GMT"), 1976);
         assert_eq!(year("Friday, 01-Jan-77 00:00:00 GMT"), 1977);
         assert_eq!(year("Friday, 01-Jan-94 00:00:00 GMT"), 1994);
         assert_eq!(year("Friday, 01-Jan-00 00:00:00 GMT"), 2000);

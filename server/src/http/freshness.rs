@@ -264,9 +264,10 @@ pub fn evaluate(
     }
     let date = header_str(headers, DATE).and_then(super::date::parse);
     let expires = || -> Option<u64> {
-        let raw = header_str(headers, EXPIRES)?;
-        // An invalid Expires (such as "0") means already expired (RFC 9111 §5.3).
-        let Some(exp) = super::date::parse(raw) else {
+        let raw = headers.get(EXPIRES)?;
+        // An invalid Expires (such as "0", or bytes outside ASCII) means already expired
+        // (RFC 9111 §5.3).
+        let Some(exp) = raw.to_str().ok().and_then(super::date::parse) else {
             return Some(0);
         };
         Some((exp - date.unwrap_or(now)).max(0) as u64)
@@ -685,6 +686,14 @@ mod tests {
         );
         let s = storable(with("no-cache, x=\"é\"".as_bytes()));
         assert!(s.no_cache && s.fresh_for == 0, "{s:?}");
+        // An Expires with such a byte is invalid: already past, not absent.
+        let mut m = HeaderMap::new();
+        m.append(
+            EXPIRES,
+            http::HeaderValue::from_bytes(b"Thu, 01 Jan 2099 00:00:00 GMT\xe9").expect("obs-text"),
+        );
+        let s = storable(evaluate(200, &m, &CachePolicy::default(), false, NOW));
+        assert_eq!(s.fresh_for, 0);
     }
 
     #[test]
