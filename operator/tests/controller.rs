@@ -10,20 +10,18 @@ use content_operator::metrics::Metrics;
 use std::time::{Duration, Instant};
 use support::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn controller_reconciles_listed_contentservers() {
-    let fake = FakeApi::new();
-    for file in ["minimal.yaml", "media-node.yaml"] {
-        let doc = example_docs(file)
-            .into_iter()
-            .find(|d| d["kind"] == "ContentServer")
-            .expect("ContentServer");
-        let typed: ContentServer = serde_json::from_value(doc).expect("typed");
-        fake.insert(
-            &contentservers(),
-            serde_json::to_value(&typed).expect("json"),
-        );
-    }
+/// The ContentServer of `examples/FILE`, as the API server would store it.
+fn example_contentserver(file: &str) -> serde_json::Value {
+    let doc = example_docs(file)
+        .into_iter()
+        .find(|d| d["kind"] == "ContentServer")
+        .expect("ContentServer");
+    let typed: ContentServer = serde_json::from_value(doc).expect("typed");
+    serde_json::to_value(&typed).expect("json")
+}
+
+/// The controller running against `fake` in the test namespace, and its metrics.
+fn start(fake: &FakeApi) -> (Metrics, tokio::task::JoinHandle<()>) {
     let metrics = Metrics::new();
     let task = tokio::spawn(controller::run(
         fake.client(),
@@ -31,6 +29,16 @@ async fn controller_reconciles_listed_contentservers() {
         metrics.clone(),
         "test".into(),
     ));
+    (metrics, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_reconciles_listed_contentservers() {
+    let fake = FakeApi::new();
+    for file in ["minimal.yaml", "media-node.yaml"] {
+        fake.insert(&contentservers(), example_contentserver(file));
+    }
+    let (metrics, task) = start(&fake);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let done = fake.get(&deployments(), "minimal").is_some()
@@ -61,23 +69,9 @@ async fn controller_reconciles_listed_contentservers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_watches_are_counted_until_the_api_server_answers() {
     let fake = FakeApi::new();
-    let doc = example_docs("minimal.yaml")
-        .into_iter()
-        .find(|d| d["kind"] == "ContentServer")
-        .expect("ContentServer");
-    let typed: ContentServer = serde_json::from_value(doc).expect("typed");
-    fake.insert(
-        &contentservers(),
-        serde_json::to_value(&typed).expect("json"),
-    );
+    fake.insert(&contentservers(), example_contentserver("minimal.yaml"));
     fake.fail("GET", "contentservers", 503);
-    let metrics = Metrics::new();
-    let task = tokio::spawn(controller::run(
-        fake.client(),
-        Scope::Namespaces(vec![NS.into()]),
-        metrics.clone(),
-        "test".into(),
-    ));
+    let (metrics, task) = start(&fake);
     let deadline = Instant::now() + Duration::from_secs(20);
     while metrics.watch_errors.get() == 0 {
         assert!(Instant::now() < deadline, "no watch error counted in 20s");
@@ -125,19 +119,11 @@ impl std::io::Write for LogBuf {
 #[tokio::test(flavor = "current_thread")]
 async fn an_undecodable_contentserver_is_reported_and_the_others_reconciled() {
     let fake = FakeApi::new();
-    let doc = |file: &str| {
-        let doc = example_docs(file)
-            .into_iter()
-            .find(|d| d["kind"] == "ContentServer")
-            .expect("ContentServer");
-        serde_json::to_value(serde_json::from_value::<ContentServer>(doc).expect("typed"))
-            .expect("json")
-    };
-    let mut bad = doc("minimal.yaml");
+    let mut bad = example_contentserver("minimal.yaml");
     bad["spec"]["replicas"] = serde_json::json!(3_000_000_000_i64);
     bad["spec"]["image"] = serde_json::json!("x".repeat(2000));
     fake.insert(&contentservers(), bad);
-    fake.insert(&contentservers(), doc("media-node.yaml"));
+    fake.insert(&contentservers(), example_contentserver("media-node.yaml"));
 
     let buf = LogBuf::default();
     let writer = buf.clone();
@@ -147,13 +133,7 @@ async fn an_undecodable_contentserver_is_reported_and_the_others_reconciled() {
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
-    let metrics = Metrics::new();
-    let task = tokio::spawn(controller::run(
-        fake.client(),
-        Scope::Namespaces(vec![NS.into()]),
-        metrics.clone(),
-        "test".into(),
-    ));
+    let (metrics, task) = start(&fake);
     let log = || String::from_utf8_lossy(&buf.0.lock().expect("log buffer")).into_owned();
     let deadline = Instant::now() + Duration::from_secs(20);
     while !(log().contains("expected i32")

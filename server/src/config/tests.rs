@@ -575,24 +575,26 @@ fn errors_show_a_huge_line_by_its_start_and_place_a_bad_byte() {
 /// Type errors say what is expected in words, not in Rust's type names.
 #[test]
 fn a_type_error_names_no_rust_type() {
-    let e = Config::from_toml("shutdown_timeout_secs = -5\n")
-        .expect_err("negative")
-        .to_string();
-    assert!(
-        e.contains("expected a whole number from 0 to 18446744073709551615") && !e.contains("u64"),
-        "{e}"
-    );
-    let e = Config::from_toml("[[listeners]]\nport = 8080\nbacklog = \"x\"\n")
-        .expect_err("a string for a number")
-        .to_string();
-    assert!(
-        e.contains("expected a whole number from 0 to 4294967295") && !e.contains("u32"),
-        "{e}"
-    );
-    let e = Config::from_toml("[limits]\nmax_connections = 99999999999999999999999\n")
-        .expect_err("too large")
-        .to_string();
-    assert!(e.contains("(too large)") && !e.contains("i128"), "{e}");
+    for (text, words, rust) in [
+        (
+            "shutdown_timeout_secs = -5\n",
+            "expected a whole number from 0 to 18446744073709551615",
+            "u64",
+        ),
+        (
+            "[[listeners]]\nport = 8080\nbacklog = \"x\"\n",
+            "expected a whole number from 0 to 4294967295",
+            "u32",
+        ),
+        (
+            "[limits]\nmax_connections = 99999999999999999999999\n",
+            "(too large)",
+            "i128",
+        ),
+    ] {
+        let e = Config::from_toml(text).expect_err(text).to_string();
+        assert!(e.contains(words) && !e.contains(rust), "{e}");
+    }
     assert_eq!(
         super::errors::plain_types("expected u8x; expected u16"),
         "expected u8x; expected a whole number from 0 to 65535"
