@@ -3522,6 +3522,62 @@ fn a_fifo_or_another_objects_entry_at_an_entry_path_is_replaced() {
     }
 }
 
+/// Entry files written over in place by hand while a slow client reads them: the response either gets every byte right (a slice met after the change is opened
+/// again, found to be another object's and fetched again) or is cut short: never complete
+/// with bytes of two files (the slice being sent when its file changed ends the response with
+/// a reset).
+#[test]
+fn entries_written_in_place_while_sent_never_make_a_complete_wrong_body() {
+    use rustix::net::{sockopt, AddressFamily, SocketType};
+    use std::io::Write;
+    const MIB: usize = 1 << 20;
+    let (o, n) = origin_and_node("slice_size = \"4M\"");
+    let (a, b) = (pattern(16 * MIB, 1), pattern(16 * MIB, 2));
+    o.put("/a.bin", Object::new(a.clone()));
+    o.put("/b.bin", Object::new(b.clone()));
+    for p in ["/a.bin", "/b.bin"] {
+        assert_eq!(get(&n, p, "").status, 200);
+    }
+    wait_committed(&n);
+    assert_eq!(xcache(&get(&n, "/a.bin", "")), "HIT");
+
+    let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
+    sockopt::set_socket_recv_buffer_size(&fd, 16 * 1024).expect("SO_RCVBUF");
+    rustix::net::connect(&fd, &n.srv.addr).expect("connect");
+    let mut c = std::net::TcpStream::from(fd);
+    c.write_all(b"GET /a.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .expect("request");
+    // Within the first slice (what the node has sent is this and its socket's queue).
+    let mut got = vec![0u8; MIB / 2];
+    c.read_exact(&mut got).expect("the first half MiB");
+    // Written over without truncating (`dd conv=notrunc`): the size never changes.
+    for slice in 0..4 {
+        let other = std::fs::read(entry_path(&n.cache, "/b.bin", slice)).expect("read");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(entry_path(&n.cache, "/a.bin", slice))
+            .and_then(|mut f| f.write_all(&other))
+            .expect("write in place");
+    }
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    got.extend_from_slice(&rest);
+    let head_end = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    let body = &got[head_end..];
+    assert!(
+        body.len() < a.len() || body == a.as_slice(),
+        "a complete body of {} bytes, not a's",
+        body.len()
+    );
+    // The next read is a's, whole.
+    let r = get(&n, "/a.bin", "");
+    assert!(r.body == a, "{}", n.srv.logs());
+}
+
 /// The temporary directory removed while the node runs (an `rm -rf` of the cache's contents)
 /// is made again by the next fill: the volume keeps storing, not a miss forever.
 #[test]

@@ -1322,10 +1322,20 @@ impl Ctx<'_> {
                 let off = st.meta.body_offset() + a;
                 match self
                     .vol
-                    // An entry file is never rewritten (a new version is a new file).
+                    // The node never rewrites an entry file (a new version is a new file).
                     .send_body(self.sock, &st.fd, off, b - a, self.send_timeout, None)
                     .await
                 {
+                    // Written in place while sent (a `cp` over it by hand): what was sent may
+                    // mix two files. Cut with a reset, so even a last slice does not end a
+                    // response that looks complete; the next use opens the file again.
+                    Ok(n) if !st.still_there() => {
+                        tracing::warn!(volume = %self.cv.name, entry = %st.id.rel_path(), "a cache entry changed on the disk while it was sent; the response is cut");
+                        self.cv.lost(st);
+                        self.sock.abort();
+                        self.cv.m.served_cache.inc_by(n);
+                        Err((n, "stored slice changed while sent"))
+                    }
                     Ok(n) => {
                         self.cv.m.served_cache.inc_by(n);
                         Ok(n)

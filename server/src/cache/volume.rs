@@ -68,7 +68,7 @@ impl Stored {
 
     /// Is the file still the one this was made of: linked (not removed by hand) and unchanged
     /// since? An fstat of an open file reads no disk, so it may run on the event loop.
-    fn still_there(&self) -> bool {
+    pub fn still_there(&self) -> bool {
         rustix::fs::fstat(&*self.fd).is_ok_and(|st| {
             st.st_nlink > 0 && (st.st_ctime, st.st_ctime_nsec as i64) == self.changed
         })
@@ -402,7 +402,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     /// An open entry whose file is gone from the directory: out of the table, so the next
     /// lookup opens its path on the pool, which finds what is there now (nothing: the index
     /// forgets it and it is fetched again; or the entry a commit renamed over it just now).
-    fn lost(&self, s: &Arc<Stored>) {
+    pub fn lost(&self, s: &Arc<Stored>) {
         let mut open = lock(&self.open);
         if open.get(&s.id).is_some_and(|o| Arc::ptr_eq(&o.fd, &s.fd)) {
             open.swap_remove(&s.id);
