@@ -555,7 +555,19 @@ fn lock_dir(path: &Path) -> io::Result<OwnedFd> {
             let holder = std::fs::read_to_string(&file)
                 .ok()
                 .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
+            if holder.as_deref() == Some(std::process::id().to_string().as_str()) {
+                // This node holds it: another of its volumes is this directory under another
+                // path (a bind mount), which the configuration's path checks cannot see.
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "cache directory {} is the directory of another cache volume of this node (the same directory under another path: a bind mount?); each cache volume needs its own",
+                        path.display()
+                    ),
+                ));
+            }
+            let holder = holder
                 .map(|pid| format!(" (pid {pid})"))
                 .unwrap_or_default();
             return Err(io::Error::new(
@@ -896,6 +908,21 @@ mod tests {
         .unwrap();
         let e = s.open_entry(real, b"/real").unwrap_err();
         assert!(e.is_invalid(), "{e:?}");
+    }
+
+    /// The same directory opened twice by one node (a bind mount, here a symlink to it) is
+    /// named as that, not as "another process" with this node's own pid.
+    #[test]
+    fn one_directory_as_two_volumes_of_one_node_says_so() {
+        let (d, _s) = store();
+        let alias = d.path().join("alias");
+        std::os::unix::fs::symlink(d.path().join("cache"), &alias).unwrap();
+        let e = Store::open(&alias).err().expect("refused");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("another cache volume of this node") && !msg.contains("pid"),
+            "{msg}"
+        );
     }
 
     #[test]
