@@ -3522,12 +3522,13 @@ fn a_fifo_or_another_objects_entry_at_an_entry_path_is_replaced() {
     }
 }
 
-/// Entry files written over in place by hand while a slow client reads them: the response either gets every byte right (a slice met after the change is opened
-/// again, found to be another object's and fetched again) or is cut short: never complete
-/// with bytes of two files (the slice being sent when its file changed ends the response with
-/// a reset).
+/// Entry files changed by hand while a slow client reads them. Removed (as an eviction or a
+/// purge removes them): the response goes on, every byte right. Written over in place: the
+/// response either gets every byte right (a slice met after the change is opened again,
+/// found to be another object's and fetched again) or is cut short, never complete with bytes
+/// of two files (the slice being sent when its file changed ends the response with a reset).
 #[test]
-fn entries_written_in_place_while_sent_never_make_a_complete_wrong_body() {
+fn entries_changed_while_sent_never_make_a_wrong_or_needlessly_cut_body() {
     use rustix::net::{sockopt, AddressFamily, SocketType};
     use std::io::Write;
     const MIB: usize = 1 << 20;
@@ -3540,23 +3541,53 @@ fn entries_written_in_place_while_sent_never_make_a_complete_wrong_body() {
     }
     wait_committed(&n);
     assert_eq!(xcache(&get(&n, "/a.bin", "")), "HIT");
+    assert_eq!(xcache(&get(&n, "/b.bin", "")), "HIT");
+    // b's slices, copied before they are removed below.
+    let b_slices: Vec<Vec<u8>> = (0..4)
+        .map(|i| std::fs::read(entry_path(&n.cache, "/b.bin", i)).expect("read"))
+        .collect();
 
-    let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
-    sockopt::set_socket_recv_buffer_size(&fd, 16 * 1024).expect("SO_RCVBUF");
-    rustix::net::connect(&fd, &n.srv.addr).expect("connect");
-    let mut c = std::net::TcpStream::from(fd);
-    c.write_all(b"GET /a.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    // A client that has read half a MiB of `path`: the node is within the first slice (what
+    // it has sent is that and its socket's queue).
+    let slow_get = |path: &str| {
+        let fd =
+            rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
+        sockopt::set_socket_recv_buffer_size(&fd, 16 * 1024).expect("SO_RCVBUF");
+        rustix::net::connect(&fd, &n.srv.addr).expect("connect");
+        let mut c = std::net::TcpStream::from(fd);
+        c.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
         .expect("request");
-    // Within the first slice (what the node has sent is this and its socket's queue).
-    let mut got = vec![0u8; MIB / 2];
-    c.read_exact(&mut got).expect("the first half MiB");
-    // Written over without truncating (`dd conv=notrunc`): the size never changes.
+        let mut got = vec![0u8; MIB / 2];
+        c.read_exact(&mut got).expect("the first half MiB");
+        (c, got)
+    };
+    // Removed (a purge's unlink; an eviction's) while it is sent: the bytes read are the
+    // file's, so the response goes on, complete and right.
+    let (mut slow, mut first) = slow_get("/b.bin");
     for slice in 0..4 {
-        let other = std::fs::read(entry_path(&n.cache, "/b.bin", slice)).expect("read");
+        std::fs::remove_file(entry_path(&n.cache, "/b.bin", slice)).expect("rm");
+    }
+    let mut rest = Vec::new();
+    slow.read_to_end(&mut rest).expect("the rest");
+    first.extend_from_slice(&rest);
+    let at = first
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    assert!(
+        first[at..] == b[..],
+        "a removed entry's response differs or was cut"
+    );
+    // Written over without truncating (`dd conv=notrunc`): the size never changes.
+    let (mut c, mut got) = slow_get("/a.bin");
+    for (slice, other) in b_slices.iter().enumerate() {
         std::fs::OpenOptions::new()
             .write(true)
-            .open(entry_path(&n.cache, "/a.bin", slice))
-            .and_then(|mut f| f.write_all(&other))
+            .open(entry_path(&n.cache, "/a.bin", slice as u32))
+            .and_then(|mut f| f.write_all(other))
             .expect("write in place");
     }
     let mut rest = Vec::new();

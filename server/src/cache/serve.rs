@@ -1329,7 +1329,7 @@ impl Ctx<'_> {
                     // Written in place while sent (a `cp` over it by hand): what was sent may
                     // mix two files. Cut with a reset, so even a last slice does not end a
                     // response that looks complete; the next use opens the file again.
-                    Ok(n) if !st.still_there() => {
+                    Ok(n) if st.written_since() => {
                         tracing::warn!(volume = %self.cv.name, entry = %st.id.rel_path(), "a cache entry changed on the disk while it was sent; the response is cut");
                         self.cv.lost(st);
                         self.sock.abort();

@@ -73,6 +73,15 @@ impl Stored {
             st.st_nlink > 0 && (st.st_ctime, st.st_ctime_nsec as i64) == self.changed
         })
     }
+
+    /// Was the file written since this was made, while still linked? (An unlinked file, evicted
+    /// or replaced by a new version, changed its change time but not its bytes: what was read
+    /// from it is what it held.)
+    pub fn written_since(&self) -> bool {
+        rustix::fs::fstat(&*self.fd).is_ok_and(|st| {
+            st.st_nlink > 0 && (st.st_ctime, st.st_ctime_nsec as i64) != self.changed
+        })
+    }
 }
 
 /// `fd`'s change time (0, 0 when fstat fails: then the file is opened again at its next use).
