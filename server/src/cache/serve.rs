@@ -612,8 +612,12 @@ impl Ctx<'_> {
                 (FillError::Origin(_), None) if stale.is_some() => First::Error(504, None),
                 (FillError::Origin(_), None) => First::Error(502, None),
                 // An empty object has no byte range at all: ask for it whole, and so its next
-                // requests for a while (not two origin requests each).
-                (FillError::NotSatisfiable { total: Some(0) }, _) => {
+                // requests for a while (not two origin requests each). A 416 to the first
+                // slice's range (`bytes=0-N`) says so even without `bytes */0` (S3-style
+                // stores send none): only an empty object has no byte 0.
+                (FillError::NotSatisfiable { total }, _)
+                    if *total == Some(0) || (total.is_none() && fill.id.slice == 0) =>
+                {
                     if self.auth.is_none() {
                         self.cv.passes.mark(self.key.hash(), unix_now_ms());
                     }

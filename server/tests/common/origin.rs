@@ -464,6 +464,9 @@ fn range_of(h: Option<&str>, len: u64) -> Result<Option<(u64, u64)>, ()> {
     };
     let (a, b) = (a.trim(), b.trim());
     let r = match (a.parse::<u64>(), b.parse::<u64>()) {
+        // A suffix of an empty representation is satisfiable (RFC 9110 §14.1.1) but has no
+        // bytes to send as a 206: the whole (empty) answer, as S3 gives.
+        (Err(_), Ok(n)) if a.is_empty() && n > 0 && len == 0 => return Ok(None),
         (Ok(s), Ok(e)) if s <= e => (s, e.min(len.saturating_sub(1))),
         (Ok(s), Err(_)) if b.is_empty() => (s, len.saturating_sub(1)),
         (Err(_), Ok(n)) if a.is_empty() && n > 0 => (len.saturating_sub(n), len.saturating_sub(1)),
