@@ -3529,7 +3529,6 @@ fn a_fifo_or_another_objects_entry_at_an_entry_path_is_replaced() {
 /// of two files (the slice being sent when its file changed ends the response with a reset).
 #[test]
 fn entries_changed_while_sent_never_make_a_wrong_or_needlessly_cut_body() {
-    use rustix::net::{sockopt, AddressFamily, SocketType};
     use std::io::Write;
     const MIB: usize = 1 << 20;
     let (o, n) = origin_and_node("slice_size = \"4M\"");
@@ -3550,33 +3549,17 @@ fn entries_changed_while_sent_never_make_a_wrong_or_needlessly_cut_body() {
     // A client that has read half a MiB of `path`: the node is within the first slice (what
     // it has sent is that and its socket's queue).
     let slow_get = |path: &str| {
-        let fd =
-            rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
-        sockopt::set_socket_recv_buffer_size(&fd, 16 * 1024).expect("SO_RCVBUF");
-        rustix::net::connect(&fd, &n.srv.addr).expect("connect");
-        let mut c = std::net::TcpStream::from(fd);
-        c.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+        common::http::partly_read(
+            n.srv.addr,
+            path,
+            "Connection: close\r\n",
+            Some(16 << 10),
+            MIB / 2,
         )
-        .expect("request");
-        let mut got = vec![0u8; MIB / 2];
-        c.read_exact(&mut got).expect("the first half MiB");
-        (c, got)
     };
     // Removed (a purge's unlink; an eviction's) while it is sent: the bytes read are the
     // file's, so the response goes on, complete and right.
-    // The body a slow client got in the end (cut short, or whole).
-    let body_of = |(mut c, mut got): (std::net::TcpStream, Vec<u8>)| {
-        let mut rest = Vec::new();
-        let _ = c.read_to_end(&mut rest);
-        got.extend_from_slice(&rest);
-        let head_end = got
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .expect("a head")
-            + 4;
-        got.split_off(head_end)
-    };
+    let body_of = common::http::rest_of_body;
     let slow = slow_get("/b.bin");
     for slice in 0..4 {
         std::fs::remove_file(entry_path(&n.cache, "/b.bin", slice)).expect("rm");

@@ -933,23 +933,10 @@ fn a_file_rewritten_in_place_mid_download_is_cut_not_spliced() {
 /// The body of `GET path` from `addr` when `change` runs after its first MiB was read (a
 /// reset after a cut is not an error here).
 fn body_around(addr: std::net::SocketAddr, path: &str, change: impl FnOnce()) -> Vec<u8> {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    let (c, got) = common::http::partly_read(addr, path, "Connection: close\r\n", None, 1 << 20);
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-    c.write_all(req.as_bytes()).unwrap();
-    let mut got = vec![0u8; 1 << 20];
-    c.read_exact(&mut got).expect("the first MiB");
     change();
-    let mut rest = Vec::new();
-    let _ = c.read_to_end(&mut rest);
-    got.extend_from_slice(&rest);
-    let head = got
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head")
-        + 4;
-    got.split_off(head)
+    common::http::rest_of_body((c, got))
 }
 
 /// An append right after a large write (the filesystem's journal busy) sets the file's

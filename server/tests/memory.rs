@@ -22,17 +22,7 @@ fn slow_reader(
     path: &str,
     extra: &str,
 ) -> (std::net::TcpStream, Vec<u8>) {
-    use rustix::net::{sockopt, AddressFamily, SocketType};
-    use std::io::{Read, Write};
-    let fd = rustix::net::socket(AddressFamily::INET, SocketType::STREAM, None).expect("socket");
-    sockopt::set_socket_recv_buffer_size(&fd, 4096).expect("SO_RCVBUF");
-    rustix::net::connect(&fd, &addr).expect("connect");
-    let mut c = std::net::TcpStream::from(fd);
-    c.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n{extra}\r\n").as_bytes())
-        .expect("request");
-    let mut start = vec![0u8; 1024];
-    c.read_exact(&mut start).expect("the answer starts");
-    (c, start)
+    common::http::partly_read(addr, path, extra, Some(4096), 1024)
 }
 
 /// Readers that hold `pass_buffer_bytes` each while they do not read (a burst of slow

@@ -231,3 +231,47 @@ impl Conn {
         std::mem::take(&mut self.buf)
     }
 }
+
+/// A `GET path` (with `extra` header lines) of which the first `first` bytes of the answer were
+/// read and the rest left unread. With `recv_buffer`, a receive buffer that small is set
+/// before connect, so the server, not the client's kernel, holds the rest. Returns the stream
+/// and those bytes; [`rest_of_body`] reads on.
+pub fn partly_read(
+    addr: SocketAddr,
+    path: &str,
+    extra: &str,
+    recv_buffer: Option<usize>,
+    first: usize,
+) -> (TcpStream, Vec<u8>) {
+    use rustix::net::{sockopt, AddressFamily, SocketType};
+    let family = if addr.is_ipv6() {
+        AddressFamily::INET6
+    } else {
+        AddressFamily::INET
+    };
+    let fd = rustix::net::socket(family, SocketType::STREAM, None).expect("socket");
+    if let Some(size) = recv_buffer {
+        sockopt::set_socket_recv_buffer_size(&fd, size).expect("SO_RCVBUF");
+    }
+    rustix::net::connect(&fd, &addr).expect("connect");
+    let mut c = TcpStream::from(fd);
+    c.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n{extra}\r\n").as_bytes())
+        .expect("request");
+    let mut got = vec![0u8; first];
+    c.read_exact(&mut got).expect("the answer's first bytes");
+    (c, got)
+}
+
+/// The body of an answer [`partly_read`] began: the rest read to the end (a reset after a cut
+/// is not an error here), the head cut off.
+pub fn rest_of_body((mut c, mut got): (TcpStream, Vec<u8>)) -> Vec<u8> {
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    got.extend_from_slice(&rest);
+    let head = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    got.split_off(head)
+}
