@@ -256,7 +256,7 @@ async fn send(
         }
     }
     let fd = &opened.file.fd;
-    let version = Some(opened.file.version());
+    let version = Some(opened.file.version()).filter(|_| vol.fstat_on_use());
     // A small resident answer leaves in one send (head and body); what the socket did not take
     // follows the usual way.
     let mut early = 0usize;

@@ -1326,19 +1326,25 @@ impl Ctx<'_> {
                 let off = st.meta.body_offset() + a;
                 match self
                     .vol
-                    // The node never rewrites an entry file (a new version is a new file).
-                    .send_body(self.sock, &st.fd, off, b - a, self.send_timeout, None)
+                    // The node never rewrites an entry file (a new version is a new file), but
+                    // a hand may (a `cp` over it): checked as the static path checks its files
+                    // (an fstat of a local entry may always run on the event loop).
+                    .send_body(
+                        self.sock,
+                        &st.fd,
+                        off,
+                        b - a,
+                        self.send_timeout,
+                        Some(st.version),
+                    )
                     .await
                 {
-                    // Written in place while sent (a `cp` over it by hand): what was sent may
-                    // mix two files. Cut with a reset, so even a last slice does not end a
-                    // response that looks complete; the next use opens the file again.
-                    Ok(n) if st.written_since() => {
+                    // What was sent may mix two files: cut, and the next use opens it again.
+                    Err(BodyError::Changed { sent, .. }) => {
                         tracing::warn!(volume = %self.cv.name, entry = %st.id.rel_path(), "a cache entry changed on the disk while it was sent; the response is cut");
                         self.cv.lost(st);
-                        self.sock.abort();
-                        self.cv.m.served_cache.inc_by(n);
-                        Err((n, "stored slice changed while sent"))
+                        self.cv.m.served_cache.inc_by(sent);
+                        Err((sent, "stored slice changed while sent"))
                     }
                     Ok(n) => {
                         self.cv.m.served_cache.inc_by(n);

@@ -13,6 +13,7 @@ use super::key::EntryId;
 use super::pass::Passes;
 use super::store::Store;
 use crate::config;
+use crate::fs::open::FileVersion;
 use crate::metrics::{Metrics, PoolOp};
 use crate::pool::{Pool, PoolError};
 use anyhow::Context;
@@ -38,21 +39,27 @@ pub struct Stored {
     pub id: EntryId,
     pub fd: Arc<OwnedFd>,
     pub meta: Arc<EntryMeta>,
-    /// The file's change time when this was made (fstat): a file written in place by hand
-    /// while kept open changes it, and is then opened again (its header checked), not served
-    /// with the header read before.
-    changed: (i64, i64),
+    /// The file's size and modification time when this was made (fstat): a file written in
+    /// place by hand while kept open changes them, and is then opened again (its header
+    /// checked), not served with the header read before; a response sending it checks them
+    /// as the static path does ([`crate::volume::Volume::send_body`]).
+    pub version: FileVersion,
 }
 
 impl Stored {
-    /// Entry `id`, open as `fd`, described by `meta` (one fstat, which reads no disk).
+    /// Entry `id`, open as `fd`, described by `meta` (one fstat, which reads no disk; a failed
+    /// one records nothing the file will match, so it is opened again at its next use).
     pub fn new(id: EntryId, fd: Arc<OwnedFd>, meta: Arc<EntryMeta>) -> Stored {
-        let changed = change_time(&fd);
+        let version = FileVersion::of(&fd).unwrap_or(FileVersion {
+            size: u64::MAX,
+            mtime: 0,
+            mtime_nsec: 0,
+        });
         Stored {
             id,
             fd,
             meta,
-            changed,
+            version,
         }
     }
 
@@ -62,31 +69,22 @@ impl Stored {
             id: self.id,
             fd: self.fd.clone(),
             meta,
-            changed: self.changed,
+            version: self.version,
         }
     }
 
     /// Is the file still the one this was made of: linked (not removed by hand) and unchanged
     /// since? An fstat of an open file reads no disk, so it may run on the event loop.
-    pub fn still_there(&self) -> bool {
+    fn still_there(&self) -> bool {
         rustix::fs::fstat(&*self.fd).is_ok_and(|st| {
-            st.st_nlink > 0 && (st.st_ctime, st.st_ctime_nsec as i64) == self.changed
+            st.st_nlink > 0
+                && FileVersion {
+                    size: st.st_size as u64,
+                    mtime: st.st_mtime,
+                    mtime_nsec: st.st_mtime_nsec as i64,
+                } == self.version
         })
     }
-
-    /// Was the file written since this was made, while still linked? (An unlinked file, evicted
-    /// or replaced by a new version, changed its change time but not its bytes: what was read
-    /// from it is what it held.)
-    pub fn written_since(&self) -> bool {
-        rustix::fs::fstat(&*self.fd).is_ok_and(|st| {
-            st.st_nlink > 0 && (st.st_ctime, st.st_ctime_nsec as i64) != self.changed
-        })
-    }
-}
-
-/// `fd`'s change time (0, 0 when fstat fails: then the file is opened again at its next use).
-fn change_time(fd: &OwnedFd) -> (i64, i64) {
-    rustix::fs::fstat(fd).map_or((0, 0), |st| (st.st_ctime, st.st_ctime_nsec as i64))
 }
 
 /// Metric handles of one cache volume, resolved at start.

@@ -73,6 +73,12 @@ impl From<OpenedFile> for RequestFile {
 }
 
 impl Volume {
+    /// Whether a file served from this volume may be fstat'ed at each use on the event loop
+    /// (not with `offload = always`, nor `auto` where reads are not tried inline).
+    pub fn fstat_on_use(&self) -> bool {
+        self.hot.fstat_on_use()
+    }
+
     /// (device, inode) of the root directory this volume holds open: what `/readyz` compares
     /// with the configured path's, since a directory removed and made again at that path is
     /// not the one served.

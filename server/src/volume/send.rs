@@ -52,7 +52,8 @@ impl Volume {
     /// Send bytes `start..start + len` of `file` (any file: a byte range of an admitted response)
     /// to `sock`, waiting at most `send_timeout` for the client to take more. Returns the bytes
     /// sent (== len on success). With `version`, the file must stay that version while more of
-    /// it is to be sent (checked where fstat may run on the event loop).
+    /// it is to be sent (the caller passes one where fstat may run on the event loop:
+    /// [`Volume::fstat_on_use`] for a served file, always for a cache entry).
     pub async fn send_body(
         &self,
         sock: &Socket,
@@ -62,7 +63,6 @@ impl Volume {
         send_timeout: Duration,
         version: Option<FileVersion>,
     ) -> Result<u64, BodyError> {
-        let version = version.filter(|_| self.hot.fstat_on_use());
         let shared = sock.shared();
         let mut sent = 0u64;
         while sent < len {
