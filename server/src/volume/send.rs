@@ -21,8 +21,13 @@ use std::time::Duration;
 pub enum BodyError {
     #[error("file ended at byte {at}, {missing} bytes before the announced length (file shrank?)")]
     Truncated { at: u64, missing: u64, sent: u64 },
-    #[error("file changed at byte {at} of the response (shrank or rewritten in place); the rest would be another version")]
-    Changed { at: u64, sent: u64 },
+    #[error("file {how} at byte {at} of the response; the rest would be another version")]
+    Changed {
+        at: u64,
+        /// "shrank" or "was rewritten in place".
+        how: &'static str,
+        sent: u64,
+    },
     #[error("reading the file failed at byte {at}: {source}")]
     File {
         at: u64,
@@ -81,6 +86,20 @@ impl Volume {
             } else {
                 None
             };
+            // Checked when the socket took more, just before its bytes are read: a rewrite while
+            // the response waited (a slow client) is caught before any of the new bytes go out,
+            // the last chunk's included. (A first chunk sent without waiting is covered by the
+            // caller's check at use. A rewrite after a chunk was queued can still reach the
+            // client through the page cache: sendfile does not copy.)
+            if let Some(v) = version.filter(|_| sent > 0 || guard.is_some()) {
+                if let Some(how) = rewritten(file, v).await {
+                    return Err(BodyError::Changed {
+                        at: start + sent,
+                        how,
+                        sent,
+                    });
+                }
+            }
             match self.send_chunk(&shared, file, start + sent, chunk).await {
                 Ok(0) => {
                     return Err(BodyError::Truncated {
@@ -89,20 +108,7 @@ impl Volume {
                         sent,
                     })
                 }
-                Ok(n) => {
-                    sent += n as u64;
-                    // A rewrite after the last byte left changes nothing the client gets.
-                    let rewritten = match version.filter(|_| sent < len) {
-                        Some(v) => rewritten(file, v).await,
-                        None => false,
-                    };
-                    if rewritten {
-                        return Err(BodyError::Changed {
-                            at: start + sent,
-                            sent,
-                        });
-                    }
-                }
+                Ok(n) => sent += n as u64,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => match guard.as_mut() {
                     Some(g) => g.clear_ready(),
                     None => sock
@@ -130,10 +136,10 @@ impl Volume {
 const TOUCHED_GRACE: Duration = Duration::from_millis(200);
 const TOUCHED_STEP: Duration = Duration::from_millis(5);
 
-/// Whether `file` is no longer `planned`: it shrank, or kept its size with another
+/// How `file` is no longer `planned`, if it is not: it shrank, or kept its size with another
 /// modification time for [`TOUCHED_GRACE`] (nothing more is sent meanwhile). One that grew
 /// may only have been appended to: its first bytes are as they were.
-async fn rewritten(file: &OwnedFd, planned: FileVersion) -> bool {
+async fn rewritten(file: &OwnedFd, planned: FileVersion) -> Option<&'static str> {
     let now = || match FileVersion::of(file) {
         Ok(now) => planned.change(now),
         // The next read says what is wrong, if anything.
@@ -142,9 +148,9 @@ async fn rewritten(file: &OwnedFd, planned: FileVersion) -> bool {
     let mut waited = Duration::ZERO;
     loop {
         match now() {
-            Change::Same | Change::Grew => return false,
-            Change::Shrank => return true,
-            Change::Touched if waited >= TOUCHED_GRACE => return true,
+            Change::Same | Change::Grew => return None,
+            Change::Shrank => return Some("shrank"),
+            Change::Touched if waited >= TOUCHED_GRACE => return Some("was rewritten in place"),
             Change::Touched => {
                 tokio::time::sleep(TOUCHED_STEP).await;
                 waited += TOUCHED_STEP;
