@@ -44,7 +44,9 @@ pub fn bind(t: Target, l: &Listener) -> std::io::Result<TcpListener> {
     }
     // Set before listen(2): every connection accepted from it inherits the option.
     if l.notsent_lowat_bytes > 0 {
-        if let Err(e) = set_tcp_int(&fd, libc::TCP_NOTSENT_LOWAT, l.notsent_lowat_bytes) {
+        // At most 1 GiB (validated).
+        let lowat = u32::try_from(l.notsent_lowat_bytes).unwrap_or(u32::MAX);
+        if let Err(e) = set_tcp_int(&fd, libc::TCP_NOTSENT_LOWAT, lowat) {
             tracing::warn!(addr = %addr, error = %e, "cannot set TCP_NOTSENT_LOWAT; sending without it");
         }
     }

@@ -84,8 +84,8 @@ pub struct ServeArgs {
     pub defer_accept_secs: Option<u32>,
     /// TCP_NOTSENT_LOWAT bytes of every listener (0 = the kernel's default; default 2 MiB;
     /// sizes as in the config: 2M).
-    #[arg(long, value_name = "BYTES", value_parser = crate::config::size_arg::<u32>)]
-    pub notsent_lowat_bytes: Option<u32>,
+    #[arg(long, value_name = "BYTES", value_parser = crate::config::size_arg::<u64>)]
+    pub notsent_lowat_bytes: Option<u64>,
     /// TCP congestion control of every listener's connections, such as cubic or bbr (default:
     /// the host's net.ipv4.tcp_congestion_control).
     #[arg(long, value_name = "NAME")]

@@ -435,9 +435,13 @@ fn every_byte_size_takes_the_same_forms() {
             "\"1.5M\": fractions are not accepted",
         ],
     );
-    // Sizes that do not fit the field are refused, not wrapped.
+    // A size out of the field's range is refused with the range (not the width of an integer
+    // type it might have been held in).
     check_config_fails(
         &toml("\"10G\"", "0", "1048576").replace("\"1MiB\"", "\"4G\""),
-        &["notsent_lowat_bytes", "4294967296 bytes is too large"],
+        &[
+            "notsent_lowat_bytes",
+            "must be 0 (the kernel's default) or between 16384 and 1073741824",
+        ],
     );
 }

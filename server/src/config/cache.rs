@@ -153,7 +153,7 @@ macro_rules! size_field {
         }
     )*};
 }
-size_field!(u32, u64, usize);
+size_field!(u64, usize);
 
 /// A command-line size (`--sendfile-max-chunk 2M`): what the TOML field takes.
 pub fn size_arg<T: SizeField>(s: &str) -> Result<T, String> {

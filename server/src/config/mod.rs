@@ -98,7 +98,7 @@ pub struct Listener {
     /// ([`ByteSize`]): an integer or a string such as "2M".
     #[serde(deserialize_with = "cache::size")]
     #[schemars(with = "ByteSize")]
-    pub notsent_lowat_bytes: u32,
+    pub notsent_lowat_bytes: u64,
     /// TCP congestion control of every connection (TCP_CONGESTION, set on the listener and
     /// inherited by each accepted socket), such as `cubic` or `bbr`; absent = the host's
     /// `net.ipv4.tcp_congestion_control`. The server does not start when the kernel lacks it or
@@ -353,7 +353,7 @@ pub const DEFAULT_MAX_QUEUE: usize = 65536;
 /// connections, client on the same 2 cores): hot req/s 1.39x and 1.42x against no limit in one
 /// alternating invocation, the client spending 30% less CPU per response; 512 KiB gave hot
 /// p99 of 4.2 s and 0.68 s in its two runs, 128 KiB halved throughput (a wake-up per little).
-pub const DEFAULT_NOTSENT_LOWAT: u32 = 2 * 1024 * 1024;
+pub const DEFAULT_NOTSENT_LOWAT: u64 = 2 * 1024 * 1024;
 
 impl Default for Listener {
     fn default() -> Self {

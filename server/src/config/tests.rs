@@ -608,9 +608,11 @@ fn size_errors_say_what_is_wrong() {
     let e = ByteSize::parse("10 gbytes").expect_err("no such unit");
     assert!(e.contains("unknown size unit \"gbytes\""), "{e}");
     let text = "[[listeners]]\nport = 8080\nnotsent_lowat_bytes = \"8G\"\n[[volumes]]\nname = \"a\"\npath = \"/a\"\n";
-    let e = Config::from_toml(text).expect_err("too large").to_string();
+    let c = Config::from_toml(text).expect("a size");
+    let e = c.validate().expect_err("too large").to_string();
     assert!(
-        e.contains("listeners[0].notsent_lowat_bytes") && e.contains("at most 4294967295"),
+        e.contains("listeners[0].notsent_lowat_bytes")
+            && e.contains("between 16384 and 1073741824"),
         "{e}"
     );
 }
