@@ -13,7 +13,7 @@ use crate::http::plan::{Answer, Body, Entity, Start};
 use crate::resolve::{self, ResolveError};
 use crate::shared::Shared;
 use crate::socket::Socket;
-use crate::volume::{BodyError, OpenError, RequestFile, Volume};
+use crate::volume::{BodyError, OpenError, RequestFile, Volume, Watch};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 static LAST_EMFILE_LOG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -256,7 +256,7 @@ async fn send(
         }
     }
     let fd = &opened.file.fd;
-    let version = Some(opened.file.version()).filter(|_| vol.fstat_on_use());
+    let watch = Some(Watch::Prefix(opened.file.version())).filter(|_| vol.fstat_on_use());
     // A small resident answer leaves in one send (head and body); what the socket did not take
     // follows the usual way.
     let mut early = 0usize;
@@ -303,7 +303,7 @@ async fn send(
                 start + body_early,
                 len - body_early,
                 timeout,
-                version,
+                watch,
             )
             .await
             .map_err(|e| (e.sent(), e)),
@@ -317,7 +317,7 @@ async fn send(
                 }
                 sent += p.head.len() as u64;
                 match vol
-                    .send_body(sock, fd, p.range.start, p.range.len(), timeout, version)
+                    .send_body(sock, fd, p.range.start, p.range.len(), timeout, watch)
                     .await
                 {
                     Ok(n) => sent += n,

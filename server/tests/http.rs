@@ -894,7 +894,7 @@ fn a_file_rewritten_within_the_same_second_gets_another_etag() {
 /// fstat may run on the event loop (`auto` on a local filesystem, `never`).
 #[test]
 fn a_file_rewritten_in_place_mid_download_is_cut_not_spliced() {
-    use std::io::Write;
+    use std::io::{Read, Write};
     const SIZE: usize = 24 << 20;
     for mode in ["auto", "never"] {
         let d = tempdir();
@@ -928,6 +928,23 @@ fn a_file_rewritten_in_place_mid_download_is_cut_not_spliced() {
             body.len() == SIZE && body.iter().all(|&b| b == b'B'),
             "{mode}: a download of a growing file was cut or changed ({} bytes)",
             body.len()
+        );
+        // Its growth is followed: rewritten in place at its new size once the download went
+        // on after the append, it is cut.
+        std::fs::write(&p, vec![b'D'; SIZE]).unwrap();
+        let (mut c, mut got) =
+            common::http::partly_read(s.addr, "/x.bin", "Connection: close\r\n", None, 1 << 20);
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write(true, b'E', 1 << 20);
+        let mut more = vec![0u8; 4 << 20];
+        c.read_exact(&mut more).unwrap();
+        got.extend_from_slice(&more);
+        write(false, b'F', SIZE + (1 << 20));
+        let body = common::http::rest_of_body((c, got));
+        assert!(
+            body.len() < SIZE,
+            "{mode}: a complete body though the grown file was rewritten ({} of its bytes new)",
+            body.iter().filter(|&&b| b == b'F').count()
         );
     }
 }

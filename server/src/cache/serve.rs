@@ -33,7 +33,7 @@ use crate::http::response::Head;
 use crate::http::response::Served;
 use crate::origin::{self, Origin, OriginError, OriginRequest, OriginResponse};
 use crate::socket::Socket;
-use crate::volume::{BodyError, Volume};
+use crate::volume::{BodyError, Volume, Watch};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1326,23 +1326,25 @@ impl Ctx<'_> {
                 let off = st.meta.body_offset() + a;
                 match self
                     .vol
-                    // The node never rewrites an entry file (a new version is a new file), but
-                    // a hand may (a `cp` over it): checked as the static path checks its files
-                    // (an fstat of a local entry may always run on the event loop).
+                    // The node never writes an entry file after its commit (a new version is a
+                    // new file), but a hand may (a `cp` over it): any change is caught as the
+                    // static path catches a rewrite (an fstat of a local entry may always run on
+                    // the event loop).
                     .send_body(
                         self.sock,
                         &st.fd,
                         off,
                         b - a,
                         self.send_timeout,
-                        Some(st.version),
+                        Some(Watch::Exact(st.version)),
                     )
                     .await
                 {
-                    // What was sent may mix two files: cut, and the next use opens it again.
-                    Err(BodyError::Changed { sent, .. }) => {
-                        tracing::warn!(volume = %self.cv.name, entry = %st.id.rel_path(), "a cache entry changed on the disk while it was sent; the response is cut");
-                        self.cv.lost(st);
+                    // What was sent may mix two files: cut; its bytes can no longer be vouched
+                    // for (the body has no checksum), so it is deleted and fetched again.
+                    Err(BodyError::Changed { sent, how, .. }) => {
+                        tracing::warn!(volume = %self.cv.name, entry = %st.id.rel_path(), how, "a cache entry changed on the disk while it was sent; the response is cut, the entry deleted");
+                        self.cv.drop_changed(st);
                         self.cv.m.served_cache.inc_by(sent);
                         Err((sent, "stored slice changed while sent"))
                     }

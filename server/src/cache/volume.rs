@@ -73,18 +73,48 @@ impl Stored {
         }
     }
 
-    /// Is the file still the one this was made of: linked (not removed by hand) and unchanged
-    /// since? An fstat of an open file reads no disk, so it may run on the event loop.
-    fn still_there(&self) -> bool {
-        rustix::fs::fstat(&*self.fd).is_ok_and(|st| {
-            st.st_nlink > 0
-                && FileVersion {
+    /// Is the file still the one this was made of? An fstat of an open file reads no disk, so
+    /// it may run on the event loop.
+    fn on_disk(&self) -> OnDisk {
+        match rustix::fs::fstat(&*self.fd) {
+            // Its path may hold a newer entry (a commit renamed over it) or nothing.
+            Ok(st) if st.st_nlink == 0 => OnDisk::Unlinked,
+            Ok(st) => {
+                let now = FileVersion {
                     size: st.st_size as u64,
                     mtime: st.st_mtime,
                     mtime_nsec: st.st_mtime_nsec as i64,
-                } == self.version
-        })
+                };
+                if now == self.version {
+                    OnDisk::Same
+                } else {
+                    OnDisk::Changed
+                }
+            }
+            // Opened again: the open says what is wrong.
+            Err(_) => OnDisk::Unlinked,
+        }
     }
+}
+
+/// The place of `reason` in [`CacheMetrics::evicted`].
+fn slot(reason: Reason) -> usize {
+    match reason {
+        Reason::Size => 0,
+        Reason::Inactive => 1,
+        Reason::Invalid => 2,
+        Reason::Replaced => 3,
+    }
+}
+
+/// What an open entry's file is now.
+enum OnDisk {
+    Same,
+    /// Removed (an eviction, a purge, a commit renamed over it, an `rm` by hand).
+    Unlinked,
+    /// Written in place since it was opened: never by the node, which writes an entry only
+    /// before its commit, so by a hand (a `cp` over it, a `touch`, a truncation).
+    Changed,
 }
 
 /// Metric handles of one cache volume, resolved at start.
@@ -396,11 +426,21 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             .get(&id)
             .filter(|s| *s.meta.key == *key)
             .cloned()?;
-        // Removed from outside (`rm -rf` of the cache's contents: its link count is 0), or
-        // written in place (a `cp` over it): opened again, its header checked.
-        if !s.still_there() {
-            self.lost(&s);
-            return None;
+        match s.on_disk() {
+            OnDisk::Same => {}
+            // Removed (`rm -rf` of the cache's contents), or replaced by a newer entry:
+            // opened again, its header checked.
+            OnDisk::Unlinked => {
+                self.lost(&s);
+                return None;
+            }
+            // Written in place by a hand: its header may still be valid, its body is no longer
+            // what was stored (it has no checksum). Deleted; the slice is fetched again.
+            OnDisk::Changed => {
+                tracing::warn!(volume = %self.name, entry = %s.id.rel_path(), "a cache entry was changed on the disk (written in place); deleted, to be fetched again");
+                self.drop_changed(&s);
+                return None;
+            }
         }
         self.index.lookup(id, self.index.now());
         Some(s)
@@ -409,7 +449,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     /// An open entry whose file is gone from the directory: out of the table, so the next
     /// lookup opens its path on the pool, which finds what is there now (nothing: the index
     /// forgets it and it is fetched again; or the entry a commit renamed over it just now).
-    pub fn lost(&self, s: &Arc<Stored>) {
+    fn lost(&self, s: &Stored) {
         let mut open = lock(&self.open);
         if open.get(&s.id).is_some_and(|o| Arc::ptr_eq(&o.fd, &s.fd)) {
             open.swap_remove(&s.id);
@@ -448,6 +488,16 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             if open.get(&s.id).is_some_and(|o| Arc::ptr_eq(o, &s)) {
                 open.swap_remove(&s.id);
             }
+        }
+    }
+
+    /// Drop stored entry `s`, found written in place (by a hand: the node never writes an
+    /// entry after its commit), as [`Self::drop_invalid`] does; unless its file was unlinked
+    /// meanwhile (its path may hold a newer entry), then only closed.
+    pub fn drop_changed(&self, s: &Stored) {
+        match s.on_disk() {
+            OnDisk::Unlinked => self.lost(s),
+            OnDisk::Same | OnDisk::Changed => self.drop_invalid(s),
         }
     }
 
@@ -564,13 +614,11 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     fn account(&self, victims: &[Victim]) {
         for v in victims {
             self.forget(v.id);
-            let i = match v.reason {
-                Reason::Size => 0,
-                Reason::Inactive => 1,
-                Reason::Invalid => 2,
-                Reason::Replaced => 3,
-            };
-            self.m.evicted[i].inc();
+            // One the index did not hold (no bytes: looked for while the index is rebuilt, it
+            // may have no file) counts when `removal` finds and deletes its file.
+            if v.bytes > 0 {
+                self.m.evicted[slot(v.reason)].inc();
+            }
         }
     }
 
@@ -578,10 +626,15 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     fn removal(&self, victims: Vec<Victim>) -> impl FnOnce() + Send + 'static {
         let store = self.store.clone();
         let name = self.name.clone();
+        let evicted = self.m.evicted.clone();
         move || {
             for v in victims {
-                if let Err(e) = store.remove(v.id) {
-                    tracing::warn!(volume = %name, entry = %v.id.rel_path(), error = %e, "cannot delete cache entry");
+                match store.remove(v.id) {
+                    Ok(true) if v.bytes == 0 => evicted[slot(v.reason)].inc(),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(volume = %name, entry = %v.id.rel_path(), error = %e, "cannot delete cache entry");
+                    }
                 }
             }
             // A kept mincore window of a deleted entry would hold its blocks on the disk.

@@ -24,7 +24,7 @@ mod send;
 
 pub use crate::fs::listdir::DirEntry;
 pub use crate::fs::open::{OpenError, OpenedFile};
-pub use send::BodyError;
+pub use send::{BodyError, Watch};
 
 use crate::config::{self, Offload};
 use crate::fs::listdir::read_dir;
