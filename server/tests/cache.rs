@@ -3632,7 +3632,12 @@ fn a_temporary_directory_removed_at_run_time_is_made_again() {
     // object is stored: read from the disk, not asked for again.
     wait_committed(&n);
     assert!(n.cache.join(".tmp").is_dir());
-    assert_eq!(cache_files(&n.cache), (0, 2), "never stored: {}", n.srv.logs());
+    assert_eq!(
+        cache_files(&n.cache),
+        (0, 2),
+        "never stored: {}",
+        n.srv.logs()
+    );
     let r = get(&n, "/b.bin", "");
     assert_eq!((r.status, xcache(&r)), (200, "HIT"));
     assert!(r.body == body);
