@@ -909,6 +909,24 @@ fn open_cache_entries_stay_within_the_descriptor_limit() {
         (1..=256 / 4).contains(&held),
         "{held} cache files open: not within a quarter of the limit (one volume)"
     );
+    // The object served last is open: each of its 25 slices took a random other entry's
+    // place in the full table. (They took each other's: one or two stayed open, and a hand's
+    // change to the others went unseen.)
+    let last: Vec<PathBuf> = (0..25)
+        .map(|i| {
+            let id = content_server::cache::key::CacheKey::new(b"/many/11".to_vec()).slice(i);
+            cache.join(id.rel_path())
+        })
+        .collect();
+    let open_last = std::fs::read_dir(format!("/proc/{}/fd", n.srv.pid()))
+        .expect("the server's descriptors")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|p| last.contains(p))
+        .count();
+    assert!(
+        open_last >= 12,
+        "{open_last} of the last object's 25 slices open"
+    );
     // New misses are still fetched and stored.
     o.put("/after", Object::new(pattern(10_000, 99)));
     for want in ["MISS", "HIT"] {

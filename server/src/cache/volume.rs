@@ -220,6 +220,8 @@ pub struct CacheVolume<F> {
     open: Mutex<IndexMap<EntryId, Arc<Stored>>>,
     /// How many entries `open` keeps.
     open_max: usize,
+    /// Draws of the entry a full `open` gives up ([`Self::keep_open`]).
+    open_draws: std::sync::atomic::AtomicU64,
     /// `max_size` as configured (None = keep 10% of the filesystem free).
     max_size: Option<u64>,
     /// Objects whose last answer was not storable (passed through for a while).
@@ -329,6 +331,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             running: Mutex::new(Vec::new()),
             open: Mutex::new(IndexMap::new()),
             open_max,
+            open_draws: std::sync::atomic::AtomicU64::new(0),
             max_size,
             passes: Passes::default(),
             last_disk_full_ms: std::sync::atomic::AtomicI64::new(0),
@@ -477,8 +480,14 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 return;
             }
             if open.len() >= self.open_max && !open.contains_key(&s.id) {
+                // A draw of its own for each entry. (Drawn from the object's hash, every
+                // slice of one object gave up the same place, which the swap-remove had just
+                // filled with the previous slice: an object's slices pushed each other out.)
+                let draw = self
+                    .open_draws
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let victim =
-                    (xxhash_rust::xxh3::xxh3_64(&s.id.hash().to_le_bytes()) as usize) % open.len();
+                    (xxhash_rust::xxh3::xxh3_64(&draw.to_le_bytes()) as usize) % open.len();
                 open.swap_remove_index(victim);
             }
             open.insert(s.id, s.clone());
