@@ -3585,8 +3585,11 @@ fn entries_changed_while_sent_never_make_a_wrong_or_needlessly_cut_body() {
     let body = body_of(slow);
     assert!(
         body.len() < a.len() || body == a,
-        "a complete body of {} bytes, not a's",
-        body.len()
+        "a complete body of {} bytes, not a's: first difference at {:?}, last at {:?}\n{}",
+        body.len(),
+        body.iter().zip(a.iter()).position(|(x, y)| x != y),
+        body.iter().zip(a.iter()).rposition(|(x, y)| x != y),
+        n.srv.logs()
     );
     // The next read is a's, whole.
     let r = get(&n, "/a.bin", "");
