@@ -949,6 +949,42 @@ fn a_file_rewritten_in_place_mid_download_is_cut_not_spliced() {
     }
 }
 
+/// A rewrite while the last part of a body waits for the client is caught before that part
+/// goes out (it went out unchecked: a complete body of two versions). 3 MiB, a client that
+/// read 64 KiB through a small receive buffer: the node has queued about 2 MiB
+/// (`notsent_lowat_bytes`) and waits to send the rest, its last part.
+#[test]
+fn a_rewrite_while_the_last_part_waits_is_caught() {
+    use std::io::Write;
+    const SIZE: usize = 3 << 20;
+    for mode in ["auto", "never"] {
+        let d = tempdir();
+        let p = d.path().join("x.bin");
+        std::fs::write(&p, vec![b'A'; SIZE]).unwrap();
+        let s = Server::root(d.path(), &["--offload", mode]);
+        let (c, got) = common::http::partly_read(
+            s.addr,
+            "/x.bin",
+            "Connection: close\r\n",
+            Some(16 << 10),
+            64 << 10,
+        );
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .and_then(|mut f| f.write_all(&vec![b'B'; SIZE]))
+            .unwrap();
+        let body = common::http::rest_of_body((c, got));
+        assert!(
+            body.len() < SIZE,
+            "{mode}: a complete body, {} of its bytes the new version's",
+            body.iter().filter(|&&b| b == b'B').count()
+        );
+    }
+}
+
 /// The body of `GET path` from `addr` when `change` runs after its first MiB was read (a
 /// reset after a cut is not an error here).
 fn body_around(addr: std::net::SocketAddr, path: &str, change: impl FnOnce()) -> Vec<u8> {
