@@ -79,18 +79,8 @@ impl Stored {
         match rustix::fs::fstat(&*self.fd) {
             // Its path may hold a newer entry (a commit renamed over it) or nothing.
             Ok(st) if st.st_nlink == 0 => OnDisk::Unlinked,
-            Ok(st) => {
-                let now = FileVersion {
-                    size: st.st_size as u64,
-                    mtime: st.st_mtime,
-                    mtime_nsec: st.st_mtime_nsec as i64,
-                };
-                if now == self.version {
-                    OnDisk::Same
-                } else {
-                    OnDisk::Changed
-                }
-            }
+            Ok(st) if FileVersion::of_stat(&st) == self.version => OnDisk::Same,
+            Ok(_) => OnDisk::Changed,
             // Opened again: the open says what is wrong.
             Err(_) => OnDisk::Unlinked,
         }
@@ -441,7 +431,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             // what was stored (it has no checksum). Deleted; the slice is fetched again.
             OnDisk::Changed => {
                 tracing::warn!(volume = %self.name, entry = %s.id.rel_path(), "a cache entry was changed on the disk (written in place); deleted, to be fetched again");
-                self.drop_changed(&s);
+                self.drop_invalid(&s);
                 return None;
             }
         }

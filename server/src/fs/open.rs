@@ -79,12 +79,16 @@ impl FileVersion {
 
     /// The version `fd` has now (one fstat: no I/O on a local filesystem).
     pub fn of(fd: &OwnedFd) -> std::io::Result<FileVersion> {
-        let st = rustix::fs::fstat(fd)?;
-        Ok(FileVersion {
+        Ok(FileVersion::of_stat(&rustix::fs::fstat(fd)?))
+    }
+
+    /// The version a stat of the file says it has.
+    pub fn of_stat(st: &rustix::fs::Stat) -> FileVersion {
+        FileVersion {
             size: st.st_size as u64,
             mtime: st.st_mtime,
             mtime_nsec: st.st_mtime_nsec as i64,
-        })
+        }
     }
 }
 
