@@ -3,8 +3,9 @@
 //! fill or the restart rebuild does, and reports the resident-set growth per entry. Run by
 //! `bench/cache-index-memory.sh`; not a test (it measures).
 
-use content_server::cache::index::Index;
+use content_server::cache::index::{Index, Stamp};
 use content_server::cache::key::CacheKey;
+use content_server::fs::open::FileVersion;
 use std::time::{Duration, Instant};
 
 fn rss_bytes() -> u64 {
@@ -31,7 +32,12 @@ fn main() {
     let ix = Index::new(u64::MAX / 2, Duration::from_secs(600), 1, n as usize);
     for (i, id) in ids.iter().enumerate() {
         ix.record_request(*id);
-        let v = ix.insert(*id, 1 << 20, (i / 1000) as u32);
+        let stamp = Stamp::of(FileVersion {
+            size: 1 << 20,
+            mtime: 1_700_000_000 + i as i64,
+            mtime_nsec: 0,
+        });
+        let v = ix.insert(*id, 1 << 20, stamp, (i / 1000) as u32);
         assert!(v.is_empty());
     }
     let elapsed = t.elapsed();

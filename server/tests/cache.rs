@@ -1650,6 +1650,88 @@ fn an_entry_evicted_while_it_is_opened_is_not_kept_open() {
     assert!(held.is_empty(), "deleted entries still open: {held:?}");
 }
 
+/// While the index is rebuilt after a restart, a request for an entry not in it yet opens its
+/// path; if the rebuild's walk finds the entry and evicts it (a lower `max_size`) while that
+/// open waits, the entry is not put back in the index: it was, with no file behind it (the
+/// entries gauge counted it, a later eviction of it deleted nothing, and its next request was
+/// a HIT served from the deleted file kept open).
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_entry_evicted_by_the_rebuild_while_it_is_opened_is_not_put_back() {
+    use content_server::cache::key::CacheKey;
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    // Two objects whose entries are in level directories 0-4, `a` walked before `b`: walking
+    // `b` evicts `a` once only one fits.
+    let level = |p: &str| {
+        let rel = CacheKey::new(p.as_bytes().to_vec()).slice(0).rel_path();
+        u8::from_str_radix(&rel[..1], 16).expect("a hex level")
+    };
+    let names: Vec<String> = (0..400).map(|i| format!("/ghost/{i}.bin")).collect();
+    let a = names
+        .iter()
+        .find(|p| level(p) <= 2)
+        .expect("a name in level 0-2")
+        .clone();
+    let b = names
+        .iter()
+        .find(|p| (level(&a) + 1..=4).contains(&level(p)))
+        .expect("a name in a later level up to 4")
+        .clone();
+    let (body_a, body_b) = (pattern(100_000, 1), pattern(100_000, 2));
+    o.put(&a, Object::new(body_a.clone()));
+    o.put(&b, Object::new(body_b.clone()));
+    {
+        let mut n = Node::start(&config(
+            &[o.url()],
+            &d.path().join("cache"),
+            "",
+            "slice_size = 0",
+        ));
+        for (p, body) in [(&a, &body_a), (&b, &body_b)] {
+            assert!(get(&n, p, "").body == *body);
+            wait_committed(&n);
+        }
+        n.srv.signal(common::SIGTERM);
+        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+    }
+    // Room for one. The walk takes 16 x 150 ms; `a`'s open waits 1.2 s on the pool, long
+    // enough for the walk to find `a`, then `b`, and evict `a`, not for it to end.
+    let cfg = config(
+        &[o.url()],
+        &d.path().join("cache"),
+        "",
+        "slice_size = 0\nmax_size = \"160K\"",
+    );
+    let n = Node::start_with_env(
+        &cfg,
+        &[(
+            "FAILPOINTS",
+            "cache_rebuild_level=sleep(150);cache_opened=sleep(1200)",
+        )],
+    );
+    // (Its bytes, opened before the eviction, are still right.)
+    assert!(get(&n, &a, "").body == body_a);
+    assert!(n
+        .srv
+        .wait_log("cache index rebuilt", Duration::from_secs(10)));
+    // The index holds what is on the disk: `b`.
+    let files = cache_files(&n.cache).1;
+    assert_eq!(files, 1);
+    assert_eq!(
+        volume_metric(&n, "contentserver_cache_entries", &[]),
+        files as f64,
+        "the index holds an entry with no file"
+    );
+    let r = get(&n, &a, "");
+    assert_eq!(
+        xcache(&r),
+        "MISS",
+        "an entry evicted while opened was served again"
+    );
+    assert!(r.body == body_a);
+}
+
 /// A stored entry that cannot be opened for want of descriptors (EMFILE) stays stored: the
 /// request is a 503 and the next one a HIT. It was deleted as unusable (an ulimit of 128 and a
 /// burst of misses evicted 13 good entries, refetched from the origin).
@@ -3711,6 +3793,60 @@ fn a_stored_slice_that_shrank_or_was_written_in_place_is_dropped_and_fetched_aga
         assert_eq!(xcache(&r), "HIT", "{what}");
         assert!(r.body == body, "{what}");
     }
+}
+
+/// An entry the node does not keep open (after a restart, before its first use) is checked
+/// against the size and modification time the index has of its file when it is opened: one
+/// written in place since is deleted and fetched again. Its header was still valid, and it was
+/// served as a HIT with the changed bytes.
+#[test]
+fn an_entry_not_kept_open_that_was_written_in_place_is_fetched_again() {
+    use std::os::unix::fs::FileExt;
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    let body = pattern(3 * SLICE, 21);
+    o.put("/kept.bin", Object::new(body.clone()));
+    {
+        let mut n = Node::start(&cfg);
+        assert!(get(&n, "/kept.bin", "").body == body);
+        wait_committed(&n);
+        n.srv.signal(common::SIGTERM);
+        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+    }
+    let n = Node::start(&cfg);
+    assert!(n
+        .srv
+        .wait_log("cache index rebuilt", Duration::from_secs(5)));
+    let slice1 = n.cache.join(
+        content_server::cache::key::CacheKey::new(b"/kept.bin".to_vec())
+            .slice(1)
+            .rel_path(),
+    );
+    // Past the filesystem's timestamp granularity: the write moves the modification time.
+    std::thread::sleep(Duration::from_millis(50));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&slice1)
+        .expect("slice 1's file");
+    let len = f.metadata().expect("stat").len();
+    f.write_all_at(&[0xAA; 100], len - 100).expect("write");
+    drop(f);
+    let asked = o.ranges("/kept.bin").len();
+    let r = get(&n, "/kept.bin", "");
+    assert_eq!(r.status, 200);
+    assert!(r.body == body, "the changed bytes were served");
+    assert_eq!(
+        o.ranges("/kept.bin")[asked..],
+        [Some(format!("bytes={}-{}", SLICE, 2 * SLICE - 1))],
+        "only the changed slice is fetched again"
+    );
+    assert!(n.srv.wait_log("written in place", Duration::from_secs(2)));
+    wait_committed(&n);
+    let r = get(&n, "/kept.bin", "");
+    assert_eq!(xcache(&r), "HIT");
+    assert!(r.body == body);
+    assert_eq!(volume_metric(&n, "contentserver_cache_entries", &[]), 3.0);
 }
 
 /// An answer stale at once (`no-cache`, `max-age=0`) is shared only with the requests that

@@ -927,6 +927,43 @@ fn open_cache_entries_stay_within_the_descriptor_limit() {
         open_last >= 12,
         "{open_last} of the last object's 25 slices open"
     );
+    // A slice of the first object is no longer open; written in place by a hand, it is not
+    // served: the size and modification time its commit recorded no longer match.
+    let first = |i: u32| {
+        let id = content_server::cache::key::CacheKey::new(b"/many/0".to_vec()).slice(i);
+        cache.join(id.rel_path())
+    };
+    let open_now: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{}/fd", n.srv.pid()))
+        .expect("the server's descriptors")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .collect();
+    let k = (0..25)
+        .find(|&i| !open_now.contains(&first(i)))
+        .expect("a slice of /many/0 not open");
+    std::thread::sleep(Duration::from_millis(50));
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(first(k))
+            .expect("the slice's file");
+        let len = f.metadata().expect("stat").len();
+        f.write_all_at(&[0xAA; 64], len - 64).expect("write");
+    }
+    let asked = o.ranges("/many/0").len();
+    let r = get(&n, "/many/0", "");
+    assert!(
+        r.body == pattern(100_000, 0),
+        "slice {k}'s changed bytes were served"
+    );
+    let start = k as usize * 4096;
+    let end = (start + 4095).min(100_000 - 1);
+    assert_eq!(
+        o.ranges("/many/0")[asked..],
+        [Some(format!("bytes={start}-{end}"))],
+        "only the changed slice is fetched again"
+    );
+    wait_committed(&n);
     // New misses are still fetched and stored.
     o.put("/after", Object::new(pattern(10_000, 99)));
     for want in ["MISS", "HIT"] {

@@ -7,14 +7,17 @@
 //! live in an `IndexMap` (a dense vector plus a table of positions, so a random position is one
 //! array access). Admission is TinyLFU: when storing a new object would evict, it is stored only if
 //! the [`FrequencySketch`] says it was asked for at least as often as the entry it would evict, so
-//! one-hit objects do not flush popular ones; `min_uses` is a floor on top. An entry costs 40 bytes
-//! in the vector plus 9 in the position table: `bench/cache-index-memory.sh` measured 61 bytes of
-//! resident memory per entry at 1,000,000 entries (94 allocated, with growth slack; `moka` measured
-//! 321). It holds no file descriptor, path or key text, and must not touch the disk: callers delete
-//! the returned victims on the volume's pool.
+//! one-hit objects do not flush popular ones; `min_uses` is a floor on top. Each entry keeps the
+//! [`Stamp`] of its file (size and modification time), so a file written in place by a hand is
+//! told from the one stored. An entry costs 48 bytes in the vector plus 9 in the position table:
+//! `bench/cache-index-memory.sh` measured 69 bytes of resident memory per entry at 1,000,000
+//! entries (109 allocated, with growth slack; 61 before the stamp; `moka` measured 321). It
+//! holds no file descriptor, path or key text, and must not touch the disk: callers delete the
+//! returned victims on the volume's pool.
 
 use super::key::EntryId;
 use super::sketch::FrequencySketch;
+use crate::fs::open::FileVersion;
 use indexmap::IndexMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -48,12 +51,37 @@ impl Reason {
     }
 }
 
+/// What an entry's file was when the index learned of it (committed, or found by the rebuild's
+/// walk or an open): its size and modification time, hashed. The node never writes an entry
+/// after its commit, so a file that no longer matches was written in place by a hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp(u64);
+
+impl Stamp {
+    /// Not known (matches nothing, and nothing is checked against it).
+    pub const UNKNOWN: Stamp = Stamp(0);
+
+    pub fn of(v: FileVersion) -> Stamp {
+        let mut b = [0u8; 24];
+        b[..8].copy_from_slice(&v.size.to_le_bytes());
+        b[8..16].copy_from_slice(&v.mtime.to_le_bytes());
+        b[16..].copy_from_slice(&v.mtime_nsec.to_le_bytes());
+        Stamp(xxhash_rust::xxh3::xxh3_64(&b).max(1))
+    }
+
+    pub fn is_known(self) -> bool {
+        self != Stamp::UNKNOWN
+    }
+}
+
 /// An entry removed from the index whose file the caller must delete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Victim {
     pub id: EntryId,
     pub bytes: u64,
     pub reason: Reason,
+    /// Its file's stamp in the index ([`Stamp::UNKNOWN`] for one the index did not hold).
+    pub stamp: Stamp,
 }
 
 /// Is an entry there?
@@ -73,6 +101,7 @@ struct Slot {
     units: u32,
     /// Seconds since the index's epoch.
     last_use: u32,
+    stamp: Stamp,
 }
 
 struct State {
@@ -172,6 +201,24 @@ impl Index {
         self.lock().map.contains_key(&id)
     }
 
+    /// The stamp of `id`'s file as the index knows it (None: not held).
+    pub fn stamp(&self, id: EntryId) -> Option<Stamp> {
+        self.lock().map.get(&id).map(|s| s.stamp)
+    }
+
+    /// Forget `id` if the index holds it with `stamp` (a known one): put back by an open of a
+    /// file that was being deleted, the entry is not there any more. A newer file committed
+    /// under the id has another stamp and stays. Returns its size if it was removed.
+    pub fn remove_if(&self, id: EntryId, stamp: Stamp) -> Option<u64> {
+        let mut st = self.lock();
+        if !stamp.is_known() || st.map.get(&id).map(|s| s.stamp) != Some(stamp) {
+            return None;
+        }
+        let s = st.map.swap_remove(&id)?;
+        st.units -= s.units as u64;
+        Some(s.units as u64 * UNIT)
+    }
+
     /// Should a new entry of `bytes` for `id`'s object be stored? It must fit the cache on its
     /// own, its object must have been asked for `min_uses` times, and when storing it would
     /// evict, at least as often as the entry that would go (TinyLFU).
@@ -200,17 +247,24 @@ impl Index {
         }
     }
 
-    /// Record a stored entry (a fill committed, or one found on disk). Returns the entries to
-    /// evict (the caller deletes their files) so the total stays under `max_size`; `id` itself is
-    /// never among them.
-    pub fn insert(&self, id: EntryId, bytes: u64, now: u32) -> Vec<Victim> {
-        Self::insert_locked(&mut self.lock(), id, bytes, now)
+    /// Record a stored entry (a fill committed, or one found on disk) of `bytes` whose file has
+    /// `stamp`. Returns the entries to evict (the caller deletes their files) so the total stays
+    /// under `max_size`; `id` itself is never among them.
+    pub fn insert(&self, id: EntryId, bytes: u64, stamp: Stamp, now: u32) -> Vec<Victim> {
+        Self::insert_locked(&mut self.lock(), id, bytes, stamp, now)
     }
 
-    fn insert_locked(st: &mut State, id: EntryId, bytes: u64, now: u32) -> Vec<Victim> {
+    fn insert_locked(
+        st: &mut State,
+        id: EntryId,
+        bytes: u64,
+        stamp: Stamp,
+        now: u32,
+    ) -> Vec<Victim> {
         let slot = Slot {
             units: units(bytes),
             last_use: now,
+            stamp,
         };
         if let Some(old) = st.map.insert(id, slot) {
             st.units -= old.units as u64;
@@ -226,7 +280,7 @@ impl Index {
     }
 
     /// Insert what the rebuild walk found, unless a fill or an open already did.
-    pub fn insert_found(&self, id: EntryId, bytes: u64, now: u32) -> Vec<Victim> {
+    pub fn insert_found(&self, id: EntryId, bytes: u64, stamp: Stamp, now: u32) -> Vec<Victim> {
         let mut st = self.lock();
         if st.map.contains_key(&id) {
             return Vec::new();
@@ -241,9 +295,10 @@ impl Index {
                 id,
                 bytes: units(bytes) as u64 * UNIT,
                 reason: Reason::Size,
+                stamp,
             }];
         }
-        Self::insert_locked(&mut st, id, bytes, now)
+        Self::insert_locked(&mut st, id, bytes, stamp, now)
     }
 
     /// Forget `id` (purged, invalid, replaced by a new version); returns its size if it was there.
@@ -281,6 +336,7 @@ impl Index {
                     id,
                     bytes: s.units as u64 * UNIT,
                     reason: Reason::Inactive,
+                    stamp: s.stamp,
                 });
             } else {
                 st.cursor += 1;
@@ -394,6 +450,7 @@ impl State {
                 id,
                 bytes: s.units as u64 * UNIT,
                 reason: Reason::Size,
+                stamp: s.stamp,
             });
         }
         out
@@ -427,7 +484,7 @@ mod tests {
                 ix.lookup(id(0), i),
                 if i == 0 { Presence::No } else { Presence::Yes }
             );
-            evicted.extend(ix.insert(id(i), MIB, i));
+            evicted.extend(ix.insert(id(i), MIB, Stamp::UNKNOWN, i));
             assert!(ix.size_bytes() <= 100 * MIB, "{} at {i}", ix.size_bytes());
         }
         assert_eq!(ix.entries(), 100);
@@ -451,8 +508,10 @@ mod tests {
     #[test]
     fn a_found_entry_larger_than_the_limit_is_its_own_victim() {
         let ix = Index::new(50 * MIB, Duration::from_secs(600), 1, 1000);
-        assert!(ix.insert_found(id(1), 20 * MIB, 0).is_empty());
-        let v = ix.insert_found(id(2), 100 * MIB, 0);
+        assert!(ix
+            .insert_found(id(1), 20 * MIB, Stamp::UNKNOWN, 0)
+            .is_empty());
+        let v = ix.insert_found(id(2), 100 * MIB, Stamp::UNKNOWN, 0);
         assert_eq!(v.len(), 1);
         assert_eq!(
             (v[0].id, v[0].bytes, v[0].reason),
@@ -471,23 +530,23 @@ mod tests {
         ix.found_raises_limit();
         for i in 0..90 {
             assert!(
-                ix.insert_found(id(i), MIB, 0).is_empty(),
+                ix.insert_found(id(i), MIB, Stamp::UNKNOWN, 0).is_empty(),
                 "found entry {i} evicted"
             );
         }
         assert_eq!((ix.entries(), ix.max_bytes()), (90, 100 * MIB));
         // Found twice (by path, then by the walk): counted once.
-        assert!(ix.insert_found(id(5), MIB, 0).is_empty());
+        assert!(ix.insert_found(id(5), MIB, Stamp::UNKNOWN, 0).is_empty());
         assert_eq!(ix.max_bytes(), 100 * MIB);
         // A fill's new entry takes free space: the limit stays, eviction makes room.
-        assert_eq!(ix.insert(id(1000), 20 * MIB, 1).len(), 10);
+        assert_eq!(ix.insert(id(1000), 20 * MIB, Stamp::UNKNOWN, 1).len(), 10);
         ix.mark_rebuilt();
-        ix.insert_found(id(2000), MIB, 2);
+        ix.insert_found(id(2000), MIB, Stamp::UNKNOWN, 2);
         assert_eq!(ix.max_bytes(), 100 * MIB);
         // With a configured max_size, found entries are bounded by it.
         let fixed = Index::new(10 * MIB, Duration::from_secs(600), 1, 1000);
         let evicted: usize = (0..20)
-            .map(|i| fixed.insert_found(id(i), MIB, 0).len())
+            .map(|i| fixed.insert_found(id(i), MIB, Stamp::UNKNOWN, 0).len())
             .sum();
         assert_eq!((fixed.entries(), evicted), (10, 10));
     }
@@ -505,7 +564,7 @@ mod tests {
             for i in 0..1300 {
                 ix.record_request(id(i));
                 if ix.lookup(id(i), 0) == Presence::No && ix.admit(id(i), 1000) {
-                    ix.insert(id(i), 1000, 0);
+                    ix.insert(id(i), 1000, Stamp::UNKNOWN, 0);
                 }
             }
         }
@@ -515,16 +574,16 @@ mod tests {
     #[test]
     fn sizes_are_accounted_and_replaced() {
         let ix = idx(10 * MIB);
-        ix.insert(id(1), 1, 0);
+        ix.insert(id(1), 1, Stamp::UNKNOWN, 0);
         assert_eq!(ix.size_bytes(), UNIT);
-        ix.insert(id(1), 3 * MIB, 0);
+        ix.insert(id(1), 3 * MIB, Stamp::UNKNOWN, 0);
         assert_eq!(ix.size_bytes(), 3 * MIB);
         assert_eq!(ix.remove(id(1)), Some(3 * MIB));
         assert_eq!(ix.size_bytes(), 0);
         assert_eq!(ix.remove(id(1)), None);
         // Lowering the limit evicts.
         for i in 0..10 {
-            ix.insert(id(i), MIB, i);
+            ix.insert(id(i), MIB, Stamp::UNKNOWN, i);
         }
         let v = ix.set_max_bytes(4 * MIB);
         assert_eq!(v.len(), 6);
@@ -535,7 +594,7 @@ mod tests {
     fn inactive_entries_are_dropped() {
         let ix = Index::new(1 << 40, Duration::from_secs(60), 1, 100);
         for i in 0..50 {
-            ix.insert(id(i), MIB, 0);
+            ix.insert(id(i), MIB, Stamp::UNKNOWN, 0);
         }
         for i in 0..10 {
             assert_eq!(ix.lookup(id(i), 50), Presence::Yes);
@@ -569,7 +628,7 @@ mod tests {
                 ix.record_request(id(i));
                 if round == 0 {
                     assert!(ix.admit(id(i), MIB));
-                    assert!(ix.insert(id(i), MIB, 0).is_empty());
+                    assert!(ix.insert(id(i), MIB, Stamp::UNKNOWN, 0).is_empty());
                 }
             }
         }
@@ -579,7 +638,7 @@ mod tests {
             ix.record_request(id(i));
             if ix.admit(id(i), MIB) {
                 admitted += 1;
-                ix.insert(id(i), MIB, 1);
+                ix.insert(id(i), MIB, Stamp::UNKNOWN, 1);
             }
         }
         assert!(admitted <= 20, "{admitted} one-hit objects admitted");
@@ -600,7 +659,7 @@ mod tests {
                 ix.record_request(id(i));
             }
             assert!(ix.admit(id(i), MIB));
-            assert!(ix.insert(id(i), MIB, 0).is_empty());
+            assert!(ix.insert(id(i), MIB, Stamp::UNKNOWN, 0).is_empty());
         }
         // A new object asked for once ties with the one-hit entries, not the popular ones: it
         // is admitted, and what makes room for it is a one-hit entry.
@@ -609,7 +668,7 @@ mod tests {
             ix.admit(id(100), MIB),
             "refused in favour of a popular entry"
         );
-        let evicted = ix.insert(id(100), MIB, 0);
+        let evicted = ix.insert(id(100), MIB, Stamp::UNKNOWN, 0);
         assert_eq!(evicted.len(), 1);
         assert!(
             (4..8).map(id).any(|i| i == evicted[0].id),
@@ -620,7 +679,7 @@ mod tests {
         for i in (1..8).chain([100]) {
             ix.lookup(id(i), 5);
         }
-        let evicted = ix.insert(id(101), MIB, 5);
+        let evicted = ix.insert(id(101), MIB, Stamp::UNKNOWN, 5);
         assert_eq!(evicted.len(), 1);
         assert!(
             evicted[0].id == id(0),
@@ -641,12 +700,45 @@ mod tests {
     fn presence_is_maybe_until_rebuilt() {
         let ix = Index::new(1 << 40, Duration::from_secs(60), 1, 100);
         assert_eq!(ix.lookup(id(1), 0), Presence::Maybe);
-        ix.insert(id(2), 1, 0);
+        ix.insert(id(2), 1, Stamp::UNKNOWN, 0);
         assert_eq!(ix.lookup(id(2), 0), Presence::Yes);
-        assert!(ix.insert_found(id(2), 5 * MIB, 0).is_empty());
+        assert!(ix
+            .insert_found(id(2), 5 * MIB, Stamp::UNKNOWN, 0)
+            .is_empty());
         assert_eq!(ix.size_bytes(), UNIT, "insert_found replaced a live entry");
         ix.mark_rebuilt();
         assert_eq!(ix.lookup(id(1), 0), Presence::No);
+    }
+
+    fn stamp(size: u64, mtime: i64) -> Stamp {
+        Stamp::of(FileVersion {
+            size,
+            mtime,
+            mtime_nsec: 0,
+        })
+    }
+
+    /// An entry keeps its file's stamp; only the file it was recorded from is forgotten by
+    /// `remove_if` (a newer file committed under the id stays).
+    #[test]
+    fn stamps_tell_files_apart() {
+        let ix = idx(1 << 30);
+        assert_ne!(stamp(MIB, 1), stamp(MIB, 2));
+        assert_ne!(stamp(MIB, 1), stamp(MIB + 1, 1));
+        assert!(stamp(0, 0).is_known());
+        ix.insert(id(1), MIB, stamp(MIB, 1), 0);
+        assert_eq!(ix.stamp(id(1)), Some(stamp(MIB, 1)));
+        assert_eq!(ix.stamp(id(2)), None);
+        ix.insert(id(1), MIB, stamp(MIB, 2), 0);
+        assert_eq!(ix.remove_if(id(1), stamp(MIB, 1)), None);
+        assert_eq!(ix.remove_if(id(1), Stamp::UNKNOWN), None);
+        assert_eq!(ix.remove_if(id(1), stamp(MIB, 2)), Some(MIB));
+        assert_eq!((ix.entries(), ix.size_bytes()), (0, 0));
+        // Victims carry their stamp.
+        let small = idx(MIB);
+        small.insert(id(1), MIB, stamp(MIB, 7), 0);
+        let v = small.insert(id(2), MIB, stamp(MIB, 8), 1);
+        assert_eq!((v.len(), v[0].id, v[0].stamp), (1, id(1), stamp(MIB, 7)));
     }
 
     #[test]
@@ -654,9 +746,9 @@ mod tests {
         let ix = idx(1 << 40);
         let k = CacheKey::new(b"/big".to_vec());
         for s in [0, 3, 9] {
-            ix.insert(k.slice(s), MIB, 0);
+            ix.insert(k.slice(s), MIB, Stamp::UNKNOWN, 0);
         }
-        ix.insert(id(1), MIB, 0);
+        ix.insert(id(1), MIB, Stamp::UNKNOWN, 0);
         let mut s: Vec<u32> = ix.slices_of(k.hash()).iter().map(|i| i.slice).collect();
         s.sort();
         assert_eq!(s, vec![0, 3, 9]);

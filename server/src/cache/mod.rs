@@ -129,6 +129,12 @@ pub(crate) fn failpoint_commit() {
     fail::fail_point!("cache_commit");
 }
 
+/// Failpoint `cache_rebuild_level`: runs on the upkeep thread before each of the 16 steps of
+/// the index rebuild after a start (`sleep(MS)` keeps the index unfinished for 16 x MS).
+pub(crate) fn failpoint_rebuild_level() {
+    fail::fail_point!("cache_rebuild_level");
+}
+
 /// Failpoint `cache_opened`: runs on the pool right after an entry was opened for a request
 /// (`sleep(MS)` widens the window in which an eviction may delete it before it is kept open).
 pub(crate) fn failpoint_opened() {

@@ -6,7 +6,7 @@
 //! marked rebuilt, a lookup that misses says [`super::index::Presence::Maybe`] and the caller
 //! opens the key's path. It must not decide where it runs.
 
-use super::index::{Index, Victim};
+use super::index::{Index, Stamp, Victim};
 use super::store::Store;
 use std::io;
 
@@ -19,9 +19,9 @@ pub fn rebuild_level(store: &Store, index: &Index, l1: u8) -> io::Result<(Vec<Vi
     let now = index.now();
     let mut victims = Vec::new();
     let mut found = 0;
-    store.walk_level(l1, &mut |id, len| {
+    store.walk_level(l1, &mut |id, v| {
         found += 1;
-        victims.extend(index.insert_found(id, len, now));
+        victims.extend(index.insert_found(id, v.size, Stamp::of(v), now));
     })?;
     Ok((victims, found))
 }

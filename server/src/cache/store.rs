@@ -16,7 +16,7 @@
 
 use super::entry::{self, EntryError, EntryMeta};
 use super::key::EntryId;
-use crate::fs::open::{without_readahead, NoAtime};
+use crate::fs::open::{without_readahead, FileVersion, NoAtime};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use std::io;
@@ -390,10 +390,10 @@ impl Store {
         }
     }
 
-    /// Walk the entries under level-1 directory `l1` (0..16), calling `f(id, file length)` for
-    /// each file named like an entry (stat only, no read: headers are checked on open). Other
-    /// names are skipped.
-    pub fn walk_level(&self, l1: u8, f: &mut dyn FnMut(EntryId, u64)) -> io::Result<()> {
+    /// Walk the entries under level-1 directory `l1` (0..16), calling `f(id, file's size and
+    /// modification time)` for each file named like an entry (stat only, no read: headers are
+    /// checked on open). Other names are skipped.
+    pub fn walk_level(&self, l1: u8, f: &mut dyn FnMut(EntryId, FileVersion)) -> io::Result<()> {
         let l1 = format!("{:x}", l1 & 0xF);
         let Some(d1) = self.open_dir(&l1)? else {
             return Ok(());
@@ -418,7 +418,7 @@ impl Store {
                     Ok(st)
                         if rustix::fs::FileType::from_raw_mode(st.st_mode)
                             != rustix::fs::FileType::RegularFile => {}
-                    Ok(st) => f(id, st.st_size as u64),
+                    Ok(st) => f(id, FileVersion::of_stat(&st)),
                     Err(Errno::NOENT) => {}
                     Err(e) => return Err(io_err(e)),
                 }
@@ -980,7 +980,7 @@ mod tests {
         assert_eq!(removed, 1);
         let mut found = Vec::new();
         for l1 in 0..16 {
-            s.walk_level(l1, &mut |id, len| found.push((id, len)))
+            s.walk_level(l1, &mut |id, v| found.push((id, v.size)))
                 .unwrap();
         }
         found.sort();

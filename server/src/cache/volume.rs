@@ -8,7 +8,7 @@
 //! (`fill.rs` uses the volume, so the volume holds its fills as the type parameter `F`).
 
 use super::entry::{EntryError, EntryMeta};
-use super::index::{Index, Presence, Reason, Victim};
+use super::index::{Index, Presence, Reason, Stamp, Victim};
 use super::key::EntryId;
 use super::pass::Passes;
 use super::store::Store;
@@ -70,6 +70,15 @@ impl Stored {
             fd: self.fd.clone(),
             meta,
             version: self.version,
+        }
+    }
+
+    /// The index's record of this file (unknown if its fstat failed).
+    pub fn stamp(&self) -> Stamp {
+        if self.version.size == u64::MAX {
+            Stamp::UNKNOWN
+        } else {
+            Stamp::of(self.version)
         }
     }
 
@@ -199,7 +208,7 @@ impl RemoveError {
 pub struct CacheVolume<F> {
     pub name: String,
     pub store: Arc<Store>,
-    pub index: Index,
+    pub index: Arc<Index>,
     /// 0 = whole objects.
     pub slice_size: u64,
     pub pool: Pool,
@@ -313,7 +322,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         Ok(Arc::new(CacheVolume {
             name: v.name.clone(),
             store,
-            index,
+            index: Arc::new(index),
             slice_size: c.slice_size,
             pool,
             m,
@@ -370,12 +379,19 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 Ok(Found::Absent)
             }
             Ok((fd, meta)) => {
-                if !self.index.is_rebuilt() {
-                    let len = meta.file_len();
-                    let v = self.index.insert_found(id, len, self.index.now());
+                let s = Arc::new(Stored::new(id, Arc::new(fd), Arc::new(meta)));
+                // (Not one deleted since the open: evicted by the rebuild's walk, it would
+                // come back and evict another.)
+                if !self.index.is_rebuilt() && !matches!(s.on_disk(), OnDisk::Unlinked) {
+                    let len = s.meta.file_len();
+                    let v = self
+                        .index
+                        .insert_found(id, len, s.stamp(), self.index.now());
                     self.delete(v);
                 }
-                let s = Arc::new(Stored::new(id, Arc::new(fd), Arc::new(meta)));
+                if !self.opened_is_stored(&s) {
+                    return Ok(Found::Absent);
+                }
                 // An entry committed while this one was opened is newer: it stays.
                 self.keep_open(s.clone(), false);
                 Ok(Found::Stored(s))
@@ -400,16 +416,54 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                         id,
                         bytes,
                         reason: Reason::Invalid,
+                        stamp: Stamp::UNKNOWN,
                     }]);
                 } else if e.is_invalid() {
                     self.delete(vec![Victim {
                         id,
                         bytes: 0,
                         reason: Reason::Invalid,
+                        stamp: Stamp::UNKNOWN,
                     }]);
                 }
                 Ok(Found::Absent)
             }
+        }
+    }
+
+    /// May `s`, just opened by its path, be served? Not when its file was written in place by
+    /// a hand since the index learned of it (its size or modification time moved): it is
+    /// deleted, to be fetched again. A newer entry committed meanwhile is told apart by order:
+    /// the commit renames its file, then records it in the index, then its fill ends. A file
+    /// deleted since the open (an eviction) is served, but an id the open put back in the
+    /// index while it is rebuilt is taken out again (it held an entry with no file).
+    fn opened_is_stored(&self, s: &Stored) -> bool {
+        let recorded = self.index.stamp(s.id);
+        let Ok(st) = rustix::fs::fstat(&*s.fd) else {
+            return true;
+        };
+        if st.st_nlink == 0 {
+            // Its bytes are still the entry's: served to this request, not kept open. (A
+            // commit renamed over it: the newer entry, already in the index, stays.)
+            if self.index.remove_if(s.id, s.stamp()).is_some() {
+                self.update_gauges();
+            }
+            return true;
+        }
+        let ours = Stamp::of(FileVersion::of_stat(&st));
+        match recorded {
+            Some(r) if r.is_known() && r != ours => {
+                // A commit under way (renamed, not recorded yet), or one that ended since the
+                // index was read: not a change by a hand.
+                if self.fill_running(s.id).is_some() || self.index.stamp(s.id) == Some(ours) {
+                    return true;
+                }
+                tracing::warn!(volume = %self.name, entry = %s.id.rel_path(), "a cache entry was changed on the disk (written in place); deleted, to be fetched again");
+                self.delete_entry(s.id, Reason::Invalid);
+                self.update_gauges();
+                false
+            }
+            _ => true,
         }
     }
 
@@ -532,6 +586,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             id,
             bytes: bytes.unwrap_or(0),
             reason,
+            stamp: Stamp::UNKNOWN,
         }]);
     }
 
@@ -567,7 +622,9 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
 
     /// A new entry was committed: account it (deleting what must make room) and keep it open.
     pub fn committed(&self, s: Arc<Stored>, file_len: u64) {
-        let victims = self.index.insert(s.id, file_len, self.index.now());
+        let victims = self
+            .index
+            .insert(s.id, file_len, s.stamp(), self.index.now());
         self.remember(s);
         self.delete(victims);
         self.update_gauges();
@@ -621,16 +678,22 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         }
     }
 
-    /// The pool job deleting `victims`' files.
+    /// The pool job deleting `victims`' files. A victim an open by path put back in the index
+    /// meanwhile (same stamp: the file now deleted) is taken out again; the open, which looks
+    /// at its file's link count after putting it back, catches the other order.
     fn removal(&self, victims: Vec<Victim>) -> impl FnOnce() + Send + 'static {
         let store = self.store.clone();
+        let index = self.index.clone();
         let name = self.name.clone();
         let evicted = self.m.evicted.clone();
         move || {
             for v in victims {
                 match store.remove(v.id) {
                     Ok(true) if v.bytes == 0 => evicted[slot(v.reason)].inc(),
-                    Ok(_) => {}
+                    Ok(true) => {
+                        index.remove_if(v.id, v.stamp);
+                    }
+                    Ok(false) => {}
                     Err(e) => {
                         tracing::warn!(volume = %name, entry = %v.id.rel_path(), error = %e, "cannot delete cache entry");
                     }
@@ -803,6 +866,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         let mut found = 0;
         let mut level = 0u8;
         while level < super::rebuild::LEVELS {
+            super::failpoint_rebuild_level();
             let (store, cv) = (self.store.clone(), self.clone());
             let l = level;
             match self.on_pool(move || super::rebuild::rebuild_level(&store, &cv.index, l)) {
