@@ -368,9 +368,38 @@ impl Fill {
         let fill = self.clone();
         cv.fill_started(self);
         tokio::spawn(async move {
+            let revalidated = (job.revalidate.as_ref())
+                .filter(|_| job.authorization.is_none())
+                .map(|old| old.id);
             fill.run(&cv, &origin, job).await;
+            if let Some(old) = revalidated {
+                fill.withdraw_if_no_longer_storable(&cv, old).await;
+            }
             cv.fill_done(fill.id, &fill);
         });
+    }
+
+    /// A revalidation for shared requests answered with a body that may not be stored
+    /// (no-store, private, Set-Cookie, Vary...; not a 5xx, which `stale-if-error` covers, nor
+    /// a refusal to admit it): the stored object is withdrawn and its next requests are passed
+    /// through (RFC 9111 §3), as after a 304 that says so ([`Self::refreshed`]). Done before
+    /// the fill ends, so the fills gauge and a graceful stop count it.
+    async fn withdraw_if_no_longer_storable(&self, cv: &CacheVolume<Fill>, old: EntryId) {
+        let status = match *self.tx.borrow() {
+            Progress::Bypass {
+                status,
+                refused: false,
+            } if status < 500 => status,
+            _ => return,
+        };
+        tracing::debug!(volume = %cv.name, entry = %old.rel_path(), status, "revalidated: no longer storable; the stored object is withdrawn");
+        let _ = cv.remove_object(old.hash()).await;
+        // (The removal forgets the object's pass mark.) A later slice's 200 or 206 refused is
+        // the object refused; another answer to a later slice (a 404, say) may still be
+        // storable as the first slice.
+        if old.slice == 0 || matches!(status, 200 | 206) {
+            cv.passes.mark(old.hash(), unix_now_ms());
+        }
     }
 
     async fn run(self: &Arc<Self>, cv: &Arc<CacheVolume<Fill>>, origin: &Origin, job: FillJob) {

@@ -580,9 +580,11 @@ impl Ctx<'_> {
             // Storable but not stored this time (not admitted yet): a miss, no pass mark.
             Progress::Bypass { refused: true, .. } => self.handoff(&fill, CacheStatus::Miss),
             Progress::Bypass { status, .. } => {
-                if let (Some(s), None) = (&stale, self.auth) {
-                    // The object is no longer cacheable: forget the stored version. (An answer
-                    // for one user's credentials says nothing about the shared one.)
+                if let (Some(s), None, true) = (&stale, self.auth, joined) {
+                    // The object is no longer cacheable: forget the stored version. (A fill
+                    // that revalidated it does that itself; this one was joined, and may have
+                    // been a plain fetch. An answer for one user's credentials says nothing
+                    // about the shared one.)
                     let _ = self.cv.remove_object(s.id.hash()).await;
                 }
                 if self.auth.is_none() && (fill.id.slice == 0 || matches!(status, 200 | 206)) {
@@ -737,10 +739,10 @@ impl Ctx<'_> {
     }
 
     /// A background refresh (stale-while-revalidate) has no request waiting on its answer, so
-    /// this task does what [`Self::after_fill`] would: an answer that may no longer be stored
-    /// (no-store, private, Set-Cookie...) withdraws the stored object and passes its next
-    /// requests through (not the stale copy for the whole window, nor one origin request each);
-    /// a new version of a later slice drops the old first slice.
+    /// this task does what [`Self::after_fill`] would: a new version of a later slice drops
+    /// the old first slice. (An answer that may no longer be stored, no-store, private,
+    /// Set-Cookie..., is the fill's to act on: it withdraws the stored object and passes its
+    /// next requests through, not the stale copy for the whole window.)
     fn follow_refresh(&self, fill: Arc<Fill>, stale: Arc<Stored>) {
         let cv = self.cv.clone();
         let key = self.key.clone();
@@ -762,17 +764,8 @@ impl Ctx<'_> {
                     return;
                 }
             };
+            // (An answer no longer storable: the fill withdraws the object itself.)
             match p {
-                Progress::Bypass {
-                    status,
-                    refused: false,
-                } if status < 500 && shared => {
-                    tracing::debug!(volume = %cv.name, status, "background refresh: no longer storable; the stored object is dropped");
-                    let _ = cv.remove_object(stale.id.hash()).await;
-                    if stale.id.slice == 0 {
-                        cv.passes.mark(stale.id.hash(), unix_now_ms());
-                    }
-                }
                 // A new version found by refreshing a later slice (a seek), or no such slice
                 // any more (416: the object is shorter now): the old first slice goes, or the
                 // next full read would start with it and be cut where this one begins. Other
