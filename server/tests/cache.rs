@@ -487,12 +487,7 @@ fn old_later_slices_behind_a_new_first_slice_are_refetched_not_cut() {
     let cfg = config(&[o.url()], &cache, "", SLICED);
     let (v1, v2) = (pattern(4 * SLICE, 5), pattern(4 * SLICE, 6));
     o.put("/m.bin", Object::version(v1.clone(), 1));
-    {
-        let mut n = Node::start(&cfg);
-        assert!(get(&n, "/m.bin", "").body == v1);
-        n.srv.signal(common::SIGTERM);
-        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
-    }
+    stored_then_stopped(&cfg, &[("/m.bin", &v1)]);
     let files = walk(&cache);
     let slice0: Vec<&PathBuf> = files
         .iter()
@@ -1287,6 +1282,18 @@ fn private_and_varying_answers_are_passed_through_not_stored() {
     );
 }
 
+/// Store `objects` (already at the origin) with a node of `cfg`, each fetched whole, checked
+/// and committed, then stop it gracefully.
+fn stored_then_stopped(cfg: &Config, objects: &[(&str, &[u8])]) {
+    let mut n = Node::start(cfg);
+    for (p, b) in objects {
+        assert!(get(&n, p, "").body == *b, "{p}");
+        wait_committed(&n);
+    }
+    n.srv.signal(common::SIGTERM);
+    assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+}
+
 #[test]
 fn a_restart_serves_from_disk_at_once_without_refetching() {
     let o = FaultOrigin::start();
@@ -1295,16 +1302,11 @@ fn a_restart_serves_from_disk_at_once_without_refetching() {
     let objects: Vec<(String, Vec<u8>)> = (0..6)
         .map(|i| (format!("/r/{i}.bin"), pattern(100_000 + i * 1000, i as u8)))
         .collect();
-    {
-        let mut n = Node::start(&cfg);
-        for (p, b) in &objects {
-            o.put(p, Object::new(b.clone()));
-            assert!(get(&n, p, "").body == *b);
-        }
-        // A graceful stop lets fills finish storing.
-        n.srv.signal(common::SIGTERM);
-        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+    for (p, b) in &objects {
+        o.put(p, Object::new(b.clone()));
     }
+    let stored: Vec<(&str, &[u8])> = objects.iter().map(|(p, b)| (&p[..], &b[..])).collect();
+    stored_then_stopped(&cfg, &stored);
     let before = o.seen().len();
     let n = Node::start(&cfg);
     for (p, b) in &objects {
@@ -1333,19 +1335,10 @@ fn a_restart_with_a_smaller_max_size_drops_the_entry_that_no_longer_fits() {
     let large = pattern(300_000, 2);
     o.put("/small.bin", Object::new(small.clone()));
     o.put("/large.bin", Object::new(large.clone()));
-    {
-        let mut n = Node::start(&config(
-            &[o.url()],
-            &d.path().join("cache"),
-            "",
-            "slice_size = 0",
-        ));
-        for (p, b) in [("/large.bin", &large), ("/small.bin", &small)] {
-            assert!(get(&n, p, "").body == *b);
-        }
-        n.srv.signal(common::SIGTERM);
-        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
-    }
+    stored_then_stopped(
+        &config(&[o.url()], &d.path().join("cache"), "", "slice_size = 0"),
+        &[("/large.bin", &large), ("/small.bin", &small)],
+    );
     let cfg = config(
         &[o.url()],
         &d.path().join("cache"),
@@ -1611,13 +1604,7 @@ fn an_entry_evicted_while_it_is_opened_is_not_kept_open() {
     let b = pattern(100_000, 2);
     o.put("/a.bin", Object::new(a.clone()));
     o.put("/b.bin", Object::new(b.clone()));
-    {
-        let mut n = Node::start(&cfg);
-        assert!(get(&n, "/a.bin", "").body == a);
-        wait_committed(&n);
-        n.srv.signal(common::SIGTERM);
-        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
-    }
+    stored_then_stopped(&cfg, &[("/a.bin", &a)]);
     // After a restart /a.bin is in the index but not open: its next request opens it on the
     // pool, and waits there a second before keeping it open.
     let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_opened=sleep(1000)")]);
@@ -1680,20 +1667,10 @@ fn an_entry_evicted_by_the_rebuild_while_it_is_opened_is_not_put_back() {
     let (body_a, body_b) = (pattern(100_000, 1), pattern(100_000, 2));
     o.put(&a, Object::new(body_a.clone()));
     o.put(&b, Object::new(body_b.clone()));
-    {
-        let mut n = Node::start(&config(
-            &[o.url()],
-            &d.path().join("cache"),
-            "",
-            "slice_size = 0",
-        ));
-        for (p, body) in [(&a, &body_a), (&b, &body_b)] {
-            assert!(get(&n, p, "").body == *body);
-            wait_committed(&n);
-        }
-        n.srv.signal(common::SIGTERM);
-        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
-    }
+    stored_then_stopped(
+        &config(&[o.url()], &d.path().join("cache"), "", "slice_size = 0"),
+        &[(&a, &body_a), (&b, &body_b)],
+    );
     // Room for one. The walk takes 16 x 150 ms; `a`'s open waits 1.2 s on the pool, long
     // enough for the walk to find `a`, then `b`, and evict `a`, not for it to end.
     let cfg = config(
@@ -1742,13 +1719,7 @@ fn an_entry_that_cannot_be_opened_for_want_of_descriptors_is_kept() {
     let cfg = config(&[o.url()], &d.path().join("cache"), "", "");
     let a = pattern(100_000, 1);
     o.put("/a.bin", Object::new(a.clone()));
-    {
-        let mut n = Node::start(&cfg);
-        assert!(get(&n, "/a.bin", "").body == a);
-        wait_committed(&n);
-        n.srv.signal(common::SIGTERM);
-        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
-    }
+    stored_then_stopped(&cfg, &[("/a.bin", &a)]);
     let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_open=1*return(emfile)")]);
     assert!(n
         .srv
@@ -3806,13 +3777,7 @@ fn an_entry_not_kept_open_that_was_written_in_place_is_fetched_again() {
     let cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
     let body = pattern(3 * SLICE, 21);
     o.put("/kept.bin", Object::new(body.clone()));
-    {
-        let mut n = Node::start(&cfg);
-        assert!(get(&n, "/kept.bin", "").body == body);
-        wait_committed(&n);
-        n.srv.signal(common::SIGTERM);
-        assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
-    }
+    stored_then_stopped(&cfg, &[("/kept.bin", &body)]);
     let n = Node::start(&cfg);
     assert!(n
         .srv
