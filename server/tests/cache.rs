@@ -198,6 +198,47 @@ fn a_coded_answer_varying_by_accept_encoding_goes_only_to_clients_that_accept_it
         .all(|s| s.header("accept-encoding").is_none()));
 }
 
+/// An If-Range date is honoured only when it is a strong validator (RFC 9110 §13.1.5): for a
+/// stored answer, when its Date is at least a second after its Last-Modified (§8.8.2.2), what
+/// the node's clock says now does not matter. One dated in its Last-Modified's second may
+/// have changed again within it: the whole object is sent, not a range that could splice two
+/// versions (it was a 206 once the node's clock was a second past it).
+#[test]
+fn an_if_range_date_applies_only_when_the_stored_date_makes_it_strong() {
+    use content_server::http::date;
+    let (o, n) = origin_and_node(SLICED);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_secs() as i64;
+    // (Dated a little in the past, and still fresh: the same answers whatever the clock.)
+    let lm = date::format(now - 10);
+    for (path, sent, want) in [
+        ("/same-second.bin", now - 10, 200),
+        ("/later.bin", now - 9, 206),
+    ] {
+        let body = pattern(5000, 7);
+        let mut obj = Object::new(body.clone()).header("Date", &date::format(sent));
+        obj.etag = None;
+        obj.last_modified = Some(lm.clone());
+        o.put(path, obj);
+        assert_eq!(xcache(&get(&n, path, "")), "MISS");
+        wait_committed(&n);
+        let r = get(&n, path, &format!("If-Range: {lm}\r\nRange: bytes=0-9\r\n"));
+        assert_eq!((r.status, xcache(&r)), (want, "HIT"), "{path}");
+        let expected: &[u8] = if want == 206 { &body[..10] } else { &body };
+        assert!(r.body == expected, "{path}");
+        // An If-Range that is not its date: the whole object.
+        let before = date::format(now - 11);
+        let r = get(
+            &n,
+            path,
+            &format!("If-Range: {before}\r\nRange: bytes=0-9\r\n"),
+        );
+        assert_eq!(r.status, 200, "{path}");
+    }
+}
+
 #[test]
 fn head_miss_is_fetched_with_get_and_then_cached() {
     let (o, n) = origin_and_node("slice_size = 0");

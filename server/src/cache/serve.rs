@@ -905,16 +905,18 @@ impl Ctx<'_> {
             h
         };
         // RFC 9110 preconditions and ranges (the http planner's rules) against the origin's
-        // validators; an absent ETag never matches ("-" is no entity tag).
-        let etag = meta.etag.clone().unwrap_or_else(|| "-".into());
+        // validators, as of the origin's Date (not our clock: a Last-Modified is strong, as an
+        // If-Range date must be, only if that Date is later).
         let conds = self.conditions(self.req.if_range.as_deref());
-        let current = Current {
-            etag: &etag,
-            last_modified: meta
-                .last_modified
-                .as_deref()
-                .and_then(crate::http::date::parse),
-        };
+        let is_date = |n: &str| n.eq_ignore_ascii_case("date");
+        let current = Current::of_answer(
+            meta.etag.as_deref(),
+            meta.last_modified.as_deref(),
+            meta.headers
+                .iter()
+                .find(|(n, _)| is_date(n))
+                .map(|(_, v)| v.as_str()),
+        );
         // Another status's answer (a 404, a redirect) is sent whole: preconditions and ranges
         // apply to the object's 200 only (RFC 9110 §13.2.1, §14.2).
         let whole_answer = meta.whole_answer();
@@ -1498,10 +1500,7 @@ impl Ctx<'_> {
     fn preconditions_on(&self, h: &http::HeaderMap) -> Precondition {
         let value = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
         let conds = self.conditions(None);
-        let current = Current {
-            etag: value("etag").unwrap_or("-"),
-            last_modified: value("last-modified").and_then(crate::http::date::parse),
-        };
+        let current = Current::of_answer(value("etag"), value("last-modified"), value("date"));
         conditional::evaluate(&conds, &current, true, unix_now_ms() / 1000)
     }
 

@@ -77,6 +77,55 @@ pub struct Current<'a> {
     /// Last-Modified as sent, seconds since the epoch (for a file: [`last_modified`], never later
     /// than `now`); None when it is not sent.
     pub last_modified: Option<i64>,
+    /// Whether `last_modified` is a strong validator (§8.8.2.2), as an If-Range date must be:
+    /// [`file_date_is_strong`] for a file served from its disk, [`answer_date_is_strong`] for
+    /// an origin's answer (a cache entry, or one passed through).
+    pub last_modified_strong: bool,
+}
+
+impl<'a> Current<'a> {
+    /// A file's validators at `now`: `last_modified` as [`last_modified`] makes it.
+    pub fn of_file(etag: &'a str, last_modified: i64, now: i64) -> Current<'a> {
+        Current {
+            etag,
+            last_modified: Some(last_modified),
+            last_modified_strong: file_date_is_strong(last_modified, now),
+        }
+    }
+
+    /// An origin answer's validators: its ETag (None: it has none, which nothing matches), and
+    /// its Last-Modified, strong when its Date is later ([`answer_date_is_strong`]).
+    pub fn of_answer(
+        etag: Option<&'a str>,
+        last_modified: Option<&str>,
+        date_header: Option<&str>,
+    ) -> Current<'a> {
+        let lm = last_modified.and_then(date::parse);
+        Current {
+            // An absent ETag never matches ("-" is no entity tag).
+            etag: etag.unwrap_or("-"),
+            last_modified: lm,
+            last_modified_strong: answer_date_is_strong(lm, date_header.and_then(date::parse)),
+        }
+    }
+}
+
+/// Is a file's Last-Modified `lm` strong in a response at `now` (seconds)? When it is a whole
+/// second before `now`'s second, so at least one second passed since the modification whatever
+/// the fractions (with the previous second, a file rewritten twice in it, 0.1 s before a
+/// request in the next one, would pass). A Last-Modified of the current second may still
+/// change within it, and one clamped to `now` ([`last_modified`]: the file's mtime is in the
+/// future) is no modification time at all.
+pub fn file_date_is_strong(lm: i64, now: i64) -> bool {
+    lm + 1 < now
+}
+
+/// Is an origin answer's Last-Modified `lm` strong? When its Date `date` is at least one second
+/// later (§8.8.2.2: a Last-Modified is implicitly weak, since the representation may have
+/// changed twice within that second; without a parseable Date nothing shows it). A cache holds
+/// the answer as it was at its Date, whatever its own clock says now.
+pub fn answer_date_is_strong(lm: Option<i64>, date: Option<i64>) -> bool {
+    matches!((lm, date), (Some(lm), Some(d)) if d > lm)
 }
 
 /// The answer to a request's preconditions.
@@ -152,25 +201,21 @@ pub fn evaluate(
     }
     // 5. If-Range decides whether a Range applies.
     Precondition::Proceed {
-        range: range_applies(c.if_range, cur, now),
+        range: range_applies(c.if_range, cur),
     }
 }
 
 /// True when a Range header may be honoured: no If-Range, or If-Range names the current strong
-/// ETag, or exactly the current Last-Modified date when that date is strong (§13.1.5): a whole
-/// second before `now`'s second, so at least one second passed since the modification whatever
-/// the fractions (§8.8.2.2, the rule [`strong_validator`] applies to an origin's Date; with the
-/// previous second, a file rewritten twice in it, 0.1 s before a request in the next one, would
-/// pass). A Last-Modified of the current second may still change within it, and one clamped to
-/// `now` ([`last_modified`]: the file's mtime is in the future) is no modification time at all;
-/// a range of either could splice two versions, so it gets the whole representation.
-fn range_applies(if_range: Option<&str>, cur: &Current<'_>, now: i64) -> bool {
+/// ETag, or exactly the current Last-Modified date when that date is strong (§13.1.5,
+/// [`Current::last_modified_strong`]). A range of a weak date could splice two versions, so it
+/// gets the whole representation.
+fn range_applies(if_range: Option<&str>, cur: &Current<'_>) -> bool {
     match if_range.map(str::trim) {
         None => true,
         Some(v) if v.starts_with('"') => v == cur.etag,
         Some(v) if v.starts_with("W/") => false,
         Some(v) => match (cur.last_modified, date::parse(v)) {
-            (Some(lm), Some(d)) => d == lm && lm + 1 < now,
+            (Some(lm), Some(d)) => d == lm && cur.last_modified_strong,
             _ => false,
         },
     }
@@ -191,13 +236,10 @@ pub fn strong_validator(
             return true;
         }
     }
-    match (
+    answer_date_is_strong(
         last_modified.and_then(date::parse),
         date_header.and_then(date::parse),
-    ) {
-        (Some(lm), Some(d)) => d > lm,
-        _ => false,
-    }
+    )
 }
 
 #[cfg(test)]
@@ -225,15 +267,7 @@ mod tests {
 
     fn eval(c: Conditions<'_>, get: bool) -> Precondition {
         let t = tag();
-        evaluate(
-            &c,
-            &Current {
-                etag: &t,
-                last_modified: Some(LM),
-            },
-            get,
-            NOW,
-        )
+        evaluate(&c, &Current::of_file(&t, LM, NOW), get, NOW)
     }
 
     const GO: Precondition = Proceed { range: true };
@@ -424,11 +458,39 @@ mod tests {
             &Current {
                 etag: &t,
                 last_modified: None,
+                last_modified_strong: false,
             },
             true,
             NOW,
         );
         assert_eq!(none, Proceed { range: false });
+    }
+
+    /// An origin answer's Last-Modified is strong only if its Date is a later second, whatever
+    /// the clock of the cache evaluating an If-Range now.
+    #[test]
+    fn an_answers_date_decides_if_its_last_modified_is_strong() {
+        let date = |t: i64| date::format(t);
+        let (lm, later, same) = (date(LM), date(LM + 1), date(LM));
+        let if_range = conditions(&[("If-Range", LM_DATE)]);
+        let at = |d: Option<&str>| {
+            evaluate(
+                &if_range,
+                &Current::of_answer(None, Some(&lm), d),
+                true,
+                NOW,
+            )
+        };
+        assert_eq!(at(Some(&later)), GO);
+        assert_eq!(at(Some(&same)), Proceed { range: false });
+        assert_eq!(at(None), Proceed { range: false });
+        assert_eq!(at(Some("garbage")), Proceed { range: false });
+        // No ETag: nothing matches one.
+        let c = conditions(&[("If-None-Match", "\"-\"")]);
+        let cur = Current::of_answer(None, Some(&lm), Some(&later));
+        assert_eq!(evaluate(&c, &cur, true, NOW), GO);
+        assert!(answer_date_is_strong(Some(LM), Some(LM + 1)));
+        assert!(!answer_date_is_strong(Some(LM), Some(LM)));
     }
 
     #[test]
@@ -442,10 +504,7 @@ mod tests {
     /// Last-Modified a response at `now` sends.
     fn eval_file(c: Conditions<'_>, mtime: i64, now: i64) -> Precondition {
         let t = tag();
-        let cur = Current {
-            etag: &t,
-            last_modified: Some(last_modified(mtime, now)),
-        };
+        let cur = Current::of_file(&t, last_modified(mtime, now), now);
         evaluate(&c, &cur, true, now)
     }
 

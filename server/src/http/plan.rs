@@ -406,10 +406,7 @@ impl Policy {
             if_modified_since: req.if_modified_since.as_deref(),
             if_range: req.if_range.as_deref(),
         };
-        let current = Current {
-            etag: &etag,
-            last_modified: Some(lm),
-        };
+        let current = Current::of_file(&etag, lm, now);
         let decorate = |head: Head, configured: bool| {
             self.decorate(
                 head,
