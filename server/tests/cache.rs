@@ -1145,6 +1145,108 @@ fn a_304_that_forbids_storing_withdraws_a_sliced_object_after_its_readers() {
     }
 }
 
+/// A 304 that forbids storing withdraws every slice of the object, not only the first and the
+/// one revalidated: a seek into a later slice is passed through too, not served from the
+/// cache (it was a HIT with the old fields while full reads were BYPASS).
+#[test]
+fn a_304_that_forbids_storing_withdraws_every_slice() {
+    let (o, n) = origin_and_node(SLICED);
+    let v1 = pattern(3 * SLICE, 1);
+    o.put(
+        "/s3.bin",
+        Object::version(v1.clone(), 1).cache_control("max-age=1, stale-while-revalidate=0"),
+    );
+    assert!(get(&n, "/s3.bin", "").body == v1);
+    wait_committed(&n);
+    assert_eq!(cache_files(&n.cache).1, 3);
+    std::thread::sleep(Duration::from_millis(1050));
+    o.fault_times(
+        "/s3.bin",
+        Fault::Raw(
+            b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: no-store\r\n\r\n"
+                .to_vec(),
+        ),
+        1,
+    );
+    let r = get(&n, "/s3.bin", "Range: bytes=0-99\r\n");
+    assert_eq!((r.status, xcache(&r)), (206, "REVALIDATED"));
+    assert!(r.body == v1[..100]);
+    settle(&n);
+    assert_eq!(
+        cache_files(&n.cache).1,
+        0,
+        "slices of a withdrawn object stay"
+    );
+    let seek = format!("Range: bytes={}-{}\r\n", 2 * SLICE, 2 * SLICE + 99);
+    let r = get(&n, "/s3.bin", &seek);
+    assert_eq!((r.status, xcache(&r)), (206, "BYPASS"));
+    assert!(r.body == v1[2 * SLICE..2 * SLICE + 100]);
+}
+
+/// A slice being fetched when a revalidation withdraws its object (the origin now says
+/// no-store) is not stored when it ends: it was, and seeks into it were HITs of the old version
+/// while full reads were BYPASS.
+#[test]
+fn a_slice_fill_under_way_when_its_object_is_withdrawn_stores_nothing() {
+    let (o, n) = origin_and_node(SLICED);
+    let v1 = pattern(2 * SLICE, 1);
+    let v2 = pattern(2 * SLICE, 2);
+    o.put(
+        "/w2.bin",
+        Object::version(v1.clone(), 1).cache_control("max-age=2, stale-while-revalidate=30"),
+    );
+    let stored_at = Instant::now();
+    let r = get(&n, "/w2.bin", "Range: bytes=0-99\r\n");
+    assert_eq!(xcache(&r), "MISS");
+    wait_committed(&n);
+    // Slice 1 is fetched slowly (8 chunks, 0.4 s each: well within the origin's read timeout
+    // of 1 s, else the fill resumes and meets v2) by a full read.
+    o.set_timing(Timing {
+        chunk_delay: Duration::from_millis(400),
+        chunk_size: SLICE / 8,
+        ..Timing::default()
+    });
+    let addr = n.srv.addr;
+    let full = std::thread::spawn(move || common::http::request(addr, "GET", "/w2.bin", &[]));
+    let slice1 = Some(format!("bytes={}-{}", SLICE, 2 * SLICE - 1));
+    assert!(common::wait_until(Duration::from_secs(5), || o
+        .ranges("/w2.bin")
+        .contains(&slice1)));
+    o.put(
+        "/w2.bin",
+        Object::version(v2.clone(), 2).cache_control("no-store"),
+    );
+    // Slice 0 goes stale: its refresh gets v2, no-store, and withdraws the object.
+    std::thread::sleep(Duration::from_millis(2100).saturating_sub(stored_at.elapsed()));
+    let r = get(&n, "/w2.bin", "Range: bytes=0-99\r\n");
+    assert_eq!((xcache(&r), r.body == v1[..100]), ("UPDATING", true));
+    let r = full.join().expect("the full read");
+    assert!(
+        r.body == v1,
+        "the full read is not v1 whole: {} {:?} {} bytes, v2 from {:?}; origin saw {:?}\n{}",
+        r.status,
+        r.header("X-Cache"),
+        r.body.len(),
+        r.body.iter().zip(&v2).position(|(a, b)| a == b),
+        o.ranges("/w2.bin"),
+        n.srv.logs()
+    );
+    o.set_timing(Timing::default());
+    settle(&n);
+    assert_eq!(
+        cache_files(&n.cache).1,
+        0,
+        "a slice fetched while its object was withdrawn was stored"
+    );
+    let r = get(
+        &n,
+        "/w2.bin",
+        &format!("Range: bytes={}-{}\r\n", SLICE, SLICE + 99),
+    );
+    assert_eq!((r.status, xcache(&r)), (206, "BYPASS"));
+    assert!(r.body == v2[SLICE..SLICE + 100]);
+}
+
 /// A 304 that says the response may no longer be stored (`private`) validates the body for
 /// the request that asked, and withdraws the object: later requests are passed through.
 #[test]
@@ -2112,6 +2214,57 @@ fn a_cache_route_under_a_static_one_forwards_the_routed_path() {
     // The prefix may not be made with an encoded `/`.
     assert_eq!(get(&n, "/static%2Fcached/b.bin", "").status, 400);
     assert_eq!(o.seen().len(), 1);
+}
+
+/// A background refresh whose object is purged while it waits for the origin has no effect
+/// on the cache when it ends, whatever it gets: a no-store answer withdrew the object, and
+/// with it the newer copy stored after the purge (and its next requests were passed through).
+#[test]
+fn a_purged_refresh_that_gets_no_store_leaves_a_newer_copy_alone() {
+    let (o, n) = origin_and_purge_node("slice_size = 0");
+    let v1 = pattern(1000, 1);
+    o.put(
+        "/pr.txt",
+        Object::version(v1.clone(), 1).cache_control("max-age=1, stale-while-revalidate=30"),
+    );
+    assert_eq!(xcache(&get(&n, "/pr.txt", "")), "MISS");
+    wait_committed(&n);
+    std::thread::sleep(Duration::from_millis(1050));
+    // The refresh waits 0.8 s (the origin's read timeout is 1 s) for an answer that forbids
+    // storing.
+    o.put(
+        "/pr.txt",
+        Object::version(pattern(1000, 2), 2).cache_control("no-store"),
+    );
+    o.set_timing(Timing {
+        head_delay: Duration::from_millis(800),
+        ..Timing::default()
+    });
+    assert_eq!(xcache(&get(&n, "/pr.txt", "")), "UPDATING");
+    assert!(common::wait_until(Duration::from_secs(5), || o
+        .requests("/pr.txt")
+        == 2));
+    o.set_timing(Timing::default());
+    let r = admin(&n, "POST", "/cache/purge?key=/pr.txt", PURGE_AUTH);
+    assert_eq!(r.status, 200);
+    let v3 = pattern(1000, 3);
+    o.put(
+        "/pr.txt",
+        Object::version(v3.clone(), 3).cache_control("max-age=100"),
+    );
+    assert_eq!(xcache(&get(&n, "/pr.txt", "")), "MISS");
+    wait_committed(&n);
+    // The purged refresh ends (its answer passed through to nobody: a no-store 200).
+    settle(&n);
+    for _ in 0..2 {
+        let r = get(&n, "/pr.txt", "");
+        assert_eq!(
+            xcache(&r),
+            "HIT",
+            "the purged refresh withdrew the newer copy"
+        );
+        assert!(r.body == v3);
+    }
 }
 
 #[test]

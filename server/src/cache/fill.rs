@@ -392,14 +392,24 @@ impl Fill {
             } if status < 500 => status,
             _ => return,
         };
-        tracing::debug!(volume = %cv.name, entry = %old.rel_path(), status, "revalidated: no longer storable; the stored object is withdrawn");
-        let _ = cv.remove_object(old.hash()).await;
-        // (The removal forgets the object's pass mark.) A later slice's 200 or 206 refused is
-        // the object refused; another answer to a later slice (a 404, say) may still be
-        // storable as the first slice.
-        if old.slice == 0 || matches!(status, 200 | 206) {
-            cv.passes.mark(old.hash(), unix_now_ms());
+        // Purged meanwhile: a newer copy may be stored since; this answer says nothing of it.
+        if self.purged() {
+            return;
         }
+        tracing::debug!(volume = %cv.name, entry = %old.rel_path(), status, "revalidated: no longer storable; the stored object is withdrawn");
+        // A later slice's 200 or 206 refused is the object refused; another answer to a later
+        // slice (a 404, say) may still be storable as the first slice.
+        withdraw_object(
+            cv,
+            old.hash(),
+            old.slice == 0 || matches!(status, 200 | 206),
+        )
+        .await;
+    }
+
+    /// Was this fill's object purged while it ran (it stores nothing)?
+    fn purged(&self) -> bool {
+        self.commit.load(Ordering::Acquire) == PURGED
     }
 
     async fn run(self: &Arc<Self>, cv: &Arc<CacheVolume<Fill>>, origin: &Origin, job: FillJob) {
@@ -630,18 +640,10 @@ impl Fill {
                 meta.stale_if_error_until_ms = now;
                 meta.headers = kept_headers(&merged, origin, now);
                 self.publish(Progress::Refreshed(Arc::new(old.with_meta(Arc::new(meta)))));
-                if !authorized {
-                    // Its first slice (and this one) go, and its next requests are passed
-                    // through; later slices stay for the requests reading the validated body
-                    // now (they are of the same version) until eviction takes them.
+                // (Not when purged meanwhile: a newer copy may be stored since.)
+                if !authorized && !self.purged() {
                     tracing::debug!(volume = %cv.name, target = %job.target, why = why.as_str(), "revalidated but no longer storable; the object is withdrawn");
-                    let first = EntryId::new(old.id.hash(), 0);
-                    if old.id == first {
-                        cv.withdraw(&[first]);
-                    } else {
-                        cv.withdraw(&[first, old.id]);
-                    }
-                    cv.passes.mark(old.id.hash(), now);
+                    withdraw_object(cv, old.id.hash(), true).await;
                 }
                 return;
             }
@@ -926,6 +928,25 @@ impl Fill {
 }
 
 /// Remove a temporary file on the pool (never on the event loop).
+/// Withdraw the object `hash` (hit-for-pass): every stored slice of it goes, of any version,
+/// and the fills of it still running store nothing (their readers get their bytes), so no
+/// slice of it is served from the cache afterwards (a seek answered from one would serve a
+/// version the origin no longer lets be kept, or refresh it and store a first slice again).
+/// With `pass`, its next requests are passed through (marked before, so no prefetch starts a
+/// fill meanwhile, and after: removing the files forgets the mark).
+pub async fn withdraw_object(cv: &CacheVolume<Fill>, hash: u128, pass: bool) {
+    if pass {
+        cv.passes.mark(hash, unix_now_ms());
+    }
+    for fill in cv.take_fills(|f| f.id.hash() == hash) {
+        fill.purge().await;
+    }
+    let _ = cv.remove_object(hash).await;
+    if pass {
+        cv.passes.mark(hash, unix_now_ms());
+    }
+}
+
 fn abort(cv: &CacheVolume<Fill>, t: TempEntry) {
     let _ = cv.pool.submit_continuation(PoolOp::Open, move || t.abort());
 }

@@ -585,7 +585,7 @@ impl Ctx<'_> {
                     // that revalidated it does that itself; this one was joined, and may have
                     // been a plain fetch. An answer for one user's credentials says nothing
                     // about the shared one.)
-                    let _ = self.cv.remove_object(s.id.hash()).await;
+                    super::fill::withdraw_object(self.cv, s.id.hash(), false).await;
                 }
                 if self.auth.is_none() && (fill.id.slice == 0 || matches!(status, 200 | 206)) {
                     // Pass its next requests through at once. A later slice's 206 refused is
@@ -719,16 +719,8 @@ impl Ctx<'_> {
         if self.auth.is_some() {
             return self.drop_version(meta).await;
         }
-        let hash = self.key.hash();
-        // Marked first, so no prefetch starts a fill meanwhile; the fills still running (the
-        // later slice that showed the disagreement, a refresh) store nothing (their readers
-        // get their bytes); then the files go, which forgets the mark: set again.
-        self.cv.passes.mark(hash, unix_now_ms());
-        for fill in self.cv.take_fills(|f| f.id.hash() == hash) {
-            fill.purge().await;
-        }
-        let _ = self.cv.remove_object(hash).await;
-        self.cv.passes.mark(hash, unix_now_ms());
+        // (The fills still running include the later slice that showed the disagreement.)
+        super::fill::withdraw_object(self.cv, self.key.hash(), true).await;
     }
 
     /// Drop the stored slices of version `old` of this object. A fill of `old` still under way

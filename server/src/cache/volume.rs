@@ -605,16 +605,6 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         self.update_gauges();
     }
 
-    /// Delete stored entries `ids` whatever runs (a fill withdrawing what it revalidated, the
-    /// object having changed): out of the index and the open table, files deleted on the pool
-    /// (counted as replaced).
-    pub fn withdraw(&self, ids: &[EntryId]) {
-        for &id in ids {
-            self.delete_entry(id, Reason::Replaced);
-        }
-        self.update_gauges();
-    }
-
     /// Forget the open entry `id` (replaced, evicted, purged).
     pub fn forget(&self, id: EntryId) {
         lock(&self.open).swap_remove(&id);
