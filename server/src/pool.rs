@@ -383,7 +383,6 @@ impl Inner {
                 }
                 finished = true;
                 let secs = start.elapsed().as_secs_f64();
-                self.m.busy.dec();
                 let since = slot.swap(0, Ordering::Relaxed);
                 let now = self.now_us();
                 if since != 0 && now > since {
@@ -392,6 +391,8 @@ impl Inner {
                 let om = self.m.op(op);
                 om.tasks.inc();
                 om.duration.observe(secs);
+                // Last: a reader that sees no busy thread sees every task counted.
+                self.m.busy.dec();
                 self.lock().idle += 1;
             };
             let job = task.job;

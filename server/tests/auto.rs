@@ -134,7 +134,17 @@ struct Counters {
     pool_all: f64,
 }
 
+/// The volume's counters once no pool task runs: a task counts itself after its work, and a
+/// client may have its whole answer (sent by the task) before that.
 fn counters(s: &Server) -> Counters {
+    let busy = || {
+        s.metrics()
+            .get("contentserver_pool_busy_threads", &[("volume", VOL)])
+    };
+    assert!(
+        wait_until(Duration::from_secs(5), || busy() == 0.0),
+        "a pool task still runs after 5 s"
+    );
     let m: Metrics = s.metrics();
     let pc = |name: &str, op: &str| m.get(name, &[("volume", VOL), ("op", op)]);
     Counters {
