@@ -662,6 +662,45 @@ fn a_revalidated_first_slice_vouches_for_the_later_ones() {
     assert_eq!(r.status, 503, "{:?}", r.headers);
 }
 
+/// The same when the 304 moved the Last-Modified under the same strong ETag (an object
+/// uploaded again unchanged): the strong ETag names the bytes, so the later slices are still
+/// vouched for, with the new date (each was revalidated once, conditionally).
+#[test]
+fn a_304_with_a_newer_last_modified_still_vouches_for_the_later_slices() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(3 * SLICE, 8);
+    o.put(
+        "/u.bin",
+        Object::new(body.clone()).cache_control("max-age=1, stale-while-revalidate=0"),
+    );
+    assert_eq!(xcache(&get(&n, "/u.bin", "")), "MISS");
+    wait_committed(&n);
+    std::thread::sleep(Duration::from_millis(1100));
+    let newer = "Thu, 02 Jan 2025 00:00:00 GMT";
+    let mut again = Object::new(body.clone()).cache_control("max-age=1, stale-while-revalidate=0");
+    again.last_modified = Some(newer.into());
+    o.put("/u.bin", again);
+    let asked = o.requests("/u.bin");
+    let r = get(&n, "/u.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"));
+    assert!(r.body == body);
+    assert_eq!(r.header("Last-Modified"), Some(newer));
+    assert_eq!(
+        o.requests("/u.bin") - asked,
+        1,
+        "later slices were asked about: {:?}",
+        o.ranges("/u.bin")
+    );
+    let r = get(
+        &n,
+        "/u.bin",
+        &format!("Range: bytes={}-{}\r\n", 2 * SLICE, 2 * SLICE + 9),
+    );
+    assert_eq!((r.status, xcache(&r)), (206, "HIT"));
+    assert_eq!(r.header("Last-Modified"), Some(newer));
+    assert!(r.body == body[2 * SLICE..2 * SLICE + 10]);
+}
+
 /// A 304 whose strong ETag is not the stored one's is about another response: it refreshes
 /// nothing (RFC 9111 §4.3.4); the object is fetched unconditionally instead.
 #[test]
@@ -1849,6 +1888,49 @@ fn an_entry_evicted_by_the_rebuild_while_it_is_opened_is_not_put_back() {
         "an entry evicted while opened was served again"
     );
     assert!(r.body == body_a);
+}
+
+/// An evicted entry's file is deleted on the pool, later: when the same object was fetched and
+/// stored again meanwhile, the deletion leaves the new file alone. It deleted it, and the index
+/// held an entry with no file (counted in the gauges; its next request a MISS).
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_late_deletion_spares_the_entry_stored_again_at_its_path() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    // Room for one of the two objects; every deletion waits 1 s on the pool.
+    let cfg = config(
+        &[o.url()],
+        &d.path().join("cache"),
+        "",
+        "slice_size = 0\nmax_size = \"160K\"",
+    );
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_remove=sleep(1000)")]);
+    let (a, b) = (pattern(100_000, 1), pattern(100_000, 2));
+    o.put("/a.bin", Object::new(a.clone()));
+    o.put("/b.bin", Object::new(b.clone()));
+    for (p, body) in [("/a.bin", &a), ("/b.bin", &b), ("/a.bin", &a)] {
+        // (`a` is evicted for `b`, then stored again before its file is deleted.)
+        let r = get(&n, p, "");
+        assert_eq!(xcache(&r), "MISS", "{p}");
+        assert!(r.body == *body);
+        wait_committed(&n);
+    }
+    // Both deletions (old `a`, then `b`) are done.
+    assert!(common::wait_until(Duration::from_secs(5), || cache_files(
+        &n.cache
+    )
+    .1 == 1));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        cache_files(&n.cache).1,
+        1,
+        "the new entry's file was deleted"
+    );
+    assert_eq!(volume_metric(&n, "contentserver_cache_entries", &[]), 1.0);
+    let r = get(&n, "/a.bin", "");
+    assert_eq!(xcache(&r), "HIT");
+    assert!(r.body == a);
 }
 
 /// A stored entry that cannot be opened for want of descriptors (EMFILE) stays stored: the

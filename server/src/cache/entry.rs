@@ -65,13 +65,16 @@ pub struct EntryMeta {
 }
 
 impl EntryMeta {
-    /// True when `other` describes the same version of the object (status, ETag,
-    /// Last-Modified and total size all agree), so slices of both may be served in one
-    /// response.
+    /// True when `other` describes the same version of the object, so slices of both may be
+    /// served in one response: status and total size agree, and the same strong ETag (it
+    /// names the bytes, RFC 9110 §8.8.3: a 304 may have moved the first slice's
+    /// Last-Modified, as for an object uploaded again unchanged), or else the same ETag and
+    /// Last-Modified.
     pub fn same_version(&self, other: &EntryMeta) -> bool {
+        let strong = |e: &Option<String>| e.as_deref().is_some_and(|t| t.starts_with('"'));
         self.status == other.status
             && self.etag == other.etag
-            && self.last_modified == other.last_modified
+            && (strong(&self.etag) || self.last_modified == other.last_modified)
             && self.total_size == other.total_size
     }
 
@@ -85,6 +88,8 @@ impl EntryMeta {
             stale_while_revalidate_until_ms: first.stale_while_revalidate_until_ms,
             stale_if_error_until_ms: first.stale_if_error_until_ms,
             headers: first.headers.clone(),
+            // (The same version: a 304 may have moved the first slice's.)
+            last_modified: first.last_modified.clone(),
             ..self.clone()
         }
     }
@@ -548,5 +553,18 @@ mod tests {
         let mut c = sample_meta(b"/v", 0, 1);
         c.total_size += 1;
         assert!(!a.same_version(&c));
+        // A strong ETag names the bytes: another Last-Modified (a 304 moved it) is the same
+        // version; without one, the Last-Modified decides.
+        let mut d = sample_meta(b"/v", 2, 1);
+        d.last_modified = Some("Wed, 15 Nov 2023 22:13:20 GMT".into());
+        assert!(a.same_version(&d));
+        let (mut weak_a, mut weak_d) = (a.clone(), d.clone());
+        weak_a.etag = Some("W/\"abc\"".into());
+        weak_d.etag = Some("W/\"abc\"".into());
+        assert!(!weak_a.same_version(&weak_d));
+        weak_a.etag = None;
+        weak_d.etag = None;
+        assert!(!weak_a.same_version(&weak_d));
+        assert_eq!(d.vouched_by(&a).last_modified, a.last_modified);
     }
 }

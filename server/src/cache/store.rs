@@ -343,8 +343,29 @@ impl Store {
 
     /// Delete entry `id`'s file (or a directory in its place); false when it was not there.
     pub fn remove(&self, id: EntryId) -> io::Result<bool> {
+        self.remove_unless(id, &|_| false)
+    }
+
+    /// [`Self::remove`], unless the regular file at `id`'s path is one `keep` names by its size
+    /// and modification time (a newer entry committed there since the caller decided).
+    pub fn remove_unless(
+        &self,
+        id: EntryId,
+        keep: &dyn Fn(FileVersion) -> bool,
+    ) -> io::Result<bool> {
         super::failpoint_remove()?;
         let rel = id.rel_path();
+        match rustix::fs::statat(&self.root, rel.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st)
+                if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    == rustix::fs::FileType::RegularFile
+                    && keep(FileVersion::of_stat(&st)) =>
+            {
+                return Ok(false)
+            }
+            Err(Errno::NOENT) => return Ok(false),
+            _ => {}
+        }
         match rustix::fs::unlinkat(&self.root, rel.as_str(), AtFlags::empty()) {
             Ok(()) => Ok(true),
             Err(Errno::NOENT) => Ok(false),

@@ -668,9 +668,10 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         }
     }
 
-    /// The pool job deleting `victims`' files. A victim an open by path put back in the index
-    /// meanwhile (same stamp: the file now deleted) is taken out again; the open, which looks
-    /// at its file's link count after putting it back, catches the other order.
+    /// The pool job deleting `victims`' files, but not a newer entry's file committed at a
+    /// victim's path since. A victim an open by path put back in the index meanwhile (same
+    /// stamp: the file now deleted) is taken out again; the open, which looks at its file's
+    /// link count after putting it back, catches the other order.
     fn removal(&self, victims: Vec<Victim>) -> impl FnOnce() + Send + 'static {
         let store = self.store.clone();
         let index = self.index.clone();
@@ -678,7 +679,13 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         let evicted = self.m.evicted.clone();
         move || {
             for v in victims {
-                match store.remove(v.id) {
+                // Not a newer entry committed at its path since it was chosen (the index holds
+                // that one: deleting it left an entry with no file).
+                let newer = |ver: FileVersion| {
+                    let now = Stamp::of(ver);
+                    now != v.stamp && index.stamp(v.id) == Some(now)
+                };
+                match store.remove_unless(v.id, &newer) {
                     Ok(true) if v.bytes == 0 => evicted[slot(v.reason)].inc(),
                     Ok(true) => {
                         index.remove_if(v.id, v.stamp);
