@@ -3986,6 +3986,44 @@ fn a_temporary_directory_removed_at_run_time_is_made_again() {
     assert_eq!(o.requests("/b.bin"), 1);
 }
 
+/// The cache directory itself removed while the node runs (`rm -rf DIR`, not `DIR/*`) is made
+/// again, with its lock and `.tmp`, by the next fill: the volume keeps storing (it stored
+/// nothing more until a restart, every fill failing in the removed directory).
+#[test]
+fn a_cache_directory_removed_at_run_time_is_made_again() {
+    let (o, n) = origin_and_node(SLICED);
+    let a = pattern(1000, 1);
+    o.put("/a.bin", Object::new(a.clone()));
+    assert_eq!(xcache(&get(&n, "/a.bin", "")), "MISS");
+    wait_committed(&n);
+    std::fs::remove_dir_all(&n.cache).expect("remove the cache directory");
+    // What it held is fetched again (the open entry's file is gone), and stored again.
+    for (path, body) in [("/a.bin", &a), ("/b.bin", &pattern(3000, 2))] {
+        o.put(path, Object::new(body.clone()));
+        let r = get(&n, path, "");
+        assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{path}");
+        assert!(r.body == *body);
+        wait_committed(&n);
+        let r = get(&n, path, "");
+        assert_eq!(
+            (r.status, xcache(&r)),
+            (200, "HIT"),
+            "{path}: {}",
+            n.srv.logs()
+        );
+        assert!(r.body == *body);
+    }
+    assert_eq!(cache_files(&n.cache), (0, 2));
+    assert!(n.cache.join(".lock").is_file());
+    assert!(n.srv.logs().contains("cache directory was removed"));
+    // Still this node's: a second one is refused.
+    let second = Server::try_start_with_env(&config(&[o.url()], &n.cache, "", SLICED), &[]);
+    assert!(
+        second.is_err(),
+        "a second node started on the remade directory"
+    );
+}
+
 /// A stored slice whose file shrank while the node kept it open (a disk error, someone's
 /// `truncate`), or whose body was written in place under its valid header (the body has no
 /// checksum), is noticed at its next use (its size or modification time moved): dropped, and

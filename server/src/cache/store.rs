@@ -24,7 +24,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// Temporary files live here, inside the cache directory.
 pub const TMP_DIR: &str = ".tmp";
@@ -51,14 +51,21 @@ pub struct Removed {
 /// One cache directory.
 pub struct Store {
     path: PathBuf,
-    root: OwnedFd,
     seq: AtomicU64,
     /// Entries are opened O_NOATIME ([`NoAtime`]): their bodies are sent from the event loop,
     /// and with relatime the first read after each write of a filling entry would update the
     /// access time. The cache needs none (its index keeps recency); entries are the server's own
     /// files, so the flag is allowed unless they were left by another user.
     noatime: NoAtime,
-    /// [`LOCK_FILE`], `flock`ed exclusively for the store's life.
+    /// The directory open, and its lock; replaced when the directory was removed at run time
+    /// and is made again ([`Store::made_again`]).
+    dir: RwLock<Arc<Dir>>,
+}
+
+/// The cache directory, open.
+struct Dir {
+    root: OwnedFd,
+    /// [`LOCK_FILE`], `flock`ed exclusively while the store uses this directory.
     _lock: OwnedFd,
 }
 
@@ -72,41 +79,37 @@ impl Store {
     /// temporary files were removed. Fails, before changing anything, when another process holds
     /// the directory ([`LOCK_FILE`]).
     pub fn open(path: &Path) -> io::Result<(Store, usize)> {
-        // Its parent must exist (`cache::create_dirs` says so at start-up, naming the path).
-        match std::fs::create_dir(path) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-            _ => {}
-        }
-        let lock = lock_dir(path)?;
-        // `.tmp` must be a directory of this cache: a symlink there would have start-up empty
-        // (and fills write into) whatever it points at. Anything else in its place goes.
-        let tmp = path.join(TMP_DIR);
-        match std::fs::symlink_metadata(&tmp) {
-            Ok(m) if m.is_dir() => {}
-            Ok(m) => {
-                tracing::warn!(path = %tmp.display(), kind = ?m.file_type(), "cache: replacing what is not a directory at .tmp");
-                std::fs::remove_file(&tmp)?;
-                std::fs::create_dir(&tmp)?;
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::create_dir(&tmp)?,
-            Err(e) => return Err(e),
-        }
-        let root = rustix::fs::open(
-            path,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(io_err)?;
         let store = Store {
             path: path.to_path_buf(),
-            root,
             seq: AtomicU64::new(0),
             noatime: NoAtime::new(),
-            _lock: lock,
+            dir: RwLock::new(Arc::new(open_dir(path)?)),
         };
         let removed = store.clean_temp()?;
         store.probe_write()?;
         Ok((store, removed))
+    }
+
+    /// The directory as open now.
+    fn dir(&self) -> Arc<Dir> {
+        self.dir.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Make the cache directory again if it was removed while the node runs (an `rm -rf` of the
+    /// directory itself, not only its contents: nothing could be stored in the removed one any
+    /// more). True when it was (or another thread just did it).
+    fn made_again(&self, was: &Arc<Dir>) -> io::Result<bool> {
+        let mut cur = self.dir.write().unwrap_or_else(|p| p.into_inner());
+        if !Arc::ptr_eq(&cur, was) {
+            return Ok(true);
+        }
+        match rustix::fs::fstat(&cur.root) {
+            Ok(st) if st.st_nlink == 0 => {}
+            _ => return Ok(false),
+        }
+        *cur = Arc::new(open_dir(&self.path)?);
+        tracing::warn!(path = %self.path.display(), "cache: the cache directory was removed while the node runs; made again");
+        Ok(true)
     }
 
     /// Can this process store entries here? A file made and removed in `.tmp` (a directory
@@ -121,14 +124,14 @@ impl Store {
             )
         };
         let fd = rustix::fs::openat(
-            &self.root,
+            &self.dir().root,
             name.as_str(),
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o644),
         )
         .map_err(|e| at(e, "create"))?;
         drop(fd);
-        rustix::fs::unlinkat(&self.root, name.as_str(), AtFlags::empty())
+        rustix::fs::unlinkat(&self.dir().root, name.as_str(), AtFlags::empty())
             .map_err(|e| at(e, "remove"))
     }
 
@@ -136,13 +139,9 @@ impl Store {
         &self.path
     }
 
-    pub fn root(&self) -> BorrowedFd<'_> {
-        self.root.as_fd()
-    }
-
     fn clean_temp(&self) -> io::Result<usize> {
         let dir = rustix::fs::openat(
-            &self.root,
+            &self.dir().root,
             TMP_DIR,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
@@ -177,17 +176,18 @@ impl Store {
     /// Make the `L1/L2` directories of `dir`, replacing a file or symlink in their place.
     fn make_levels(&self, dir: &str) -> io::Result<()> {
         for d in [&dir[..1], dir] {
-            match rustix::fs::mkdirat(&self.root, d, Mode::from_raw_mode(0o755)) {
+            match rustix::fs::mkdirat(&self.dir().root, d, Mode::from_raw_mode(0o755)) {
                 Ok(()) => {}
                 Err(Errno::EXIST) => {
-                    let st = rustix::fs::statat(&self.root, d, AtFlags::SYMLINK_NOFOLLOW)
+                    let st = rustix::fs::statat(&self.dir().root, d, AtFlags::SYMLINK_NOFOLLOW)
                         .map_err(io_err)?;
                     if rustix::fs::FileType::from_raw_mode(st.st_mode)
                         != rustix::fs::FileType::Directory
                     {
                         tracing::warn!(path = %self.path.join(d).display(), "cache: replacing what is not a directory in the levels");
-                        rustix::fs::unlinkat(&self.root, d, AtFlags::empty()).map_err(io_err)?;
-                        rustix::fs::mkdirat(&self.root, d, Mode::from_raw_mode(0o755))
+                        rustix::fs::unlinkat(&self.dir().root, d, AtFlags::empty())
+                            .map_err(io_err)?;
+                        rustix::fs::mkdirat(&self.dir().root, d, Mode::from_raw_mode(0o755))
                             .map_err(io_err)?;
                     }
                 }
@@ -202,7 +202,8 @@ impl Store {
     fn clear_dir(&self, rel: &str) -> io::Result<()> {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let aside = format!("{TMP_DIR}/in-the-way.{}.{n}", std::process::id());
-        rustix::fs::renameat(&self.root, rel, &self.root, aside.as_str()).map_err(io_err)?;
+        rustix::fs::renameat(&self.dir().root, rel, &self.dir().root, aside.as_str())
+            .map_err(io_err)?;
         tracing::warn!(path = %self.path.join(rel).display(), "cache: removed a directory where an entry belongs");
         std::fs::remove_dir_all(self.path.join(&aside))
     }
@@ -239,7 +240,7 @@ impl Store {
     fn open_read(&self, id: EntryId) -> Result<OwnedFd, Errno> {
         let rel = id.rel_path();
         let fd = self.noatime.open(READ_FLAGS, |flags| {
-            rustix::fs::openat(&self.root, rel.as_str(), flags, Mode::empty())
+            rustix::fs::openat(&self.dir().root, rel.as_str(), flags, Mode::empty())
         })?;
         without_readahead(fd.as_fd());
         Ok(fd)
@@ -252,35 +253,44 @@ impl Store {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let tmp = format!("{TMP_DIR}/{}.{}.{}", id.file_name(), std::process::id(), n);
         // O_NOATIME: reads of a filling entry are served from it (its creator may always set it).
-        let open = || {
+        let open = |dir: &Dir| {
             rustix::fs::openat(
-                &self.root,
+                &dir.root,
                 tmp.as_str(),
                 OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOATIME,
                 Mode::from_raw_mode(0o644),
             )
         };
-        let fd = match open() {
+        let mut dir = self.dir();
+        let mut remade = false;
+        let fd = loop {
+            match open(&dir) {
+                Err(Errno::NOENT) => {}
+                r => break r.map_err(io_err)?,
+            }
             // `.tmp` removed while the node runs (an `rm -rf` of the cache's contents): made
             // again, as the levels are, rather than every fill of the volume failing.
-            Err(Errno::NOENT) => {
-                match rustix::fs::mkdirat(&self.root, TMP_DIR, Mode::from_raw_mode(0o755)) {
-                    Ok(()) => {
-                        tracing::warn!(path = %self.path.join(TMP_DIR).display(), "cache: the temporary directory was removed; made again");
-                    }
-                    Err(Errno::EXIST) => {}
-                    Err(e) => return Err(io_err(e)),
+            match rustix::fs::mkdirat(&dir.root, TMP_DIR, Mode::from_raw_mode(0o755)) {
+                Ok(()) => {
+                    tracing::warn!(path = %self.path.join(TMP_DIR).display(), "cache: the temporary directory was removed; made again");
                 }
-                open()
+                Err(Errno::EXIST) => {}
+                // The cache directory itself was removed: made again (once per fill).
+                Err(Errno::NOENT) if !remade && self.made_again(&dir)? => {
+                    remade = true;
+                    dir = self.dir();
+                    continue;
+                }
+                Err(e) => return Err(io_err(e)),
             }
-            r => r,
-        }
-        .map_err(io_err)?;
+            break open(&dir).map_err(io_err)?;
+        };
         // Its bytes are served while it fills, and read back if evicted meanwhile.
         without_readahead(fd.as_fd());
         let header = meta.encode();
         let t = TempEntry {
             store: self.clone(),
+            dir,
             fd: Arc::new(fd),
             tmp,
             id,
@@ -355,7 +365,7 @@ impl Store {
     ) -> io::Result<bool> {
         super::failpoint_remove()?;
         let rel = id.rel_path();
-        match rustix::fs::statat(&self.root, rel.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        match rustix::fs::statat(&self.dir().root, rel.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st)
                 if rustix::fs::FileType::from_raw_mode(st.st_mode)
                     == rustix::fs::FileType::RegularFile
@@ -366,7 +376,7 @@ impl Store {
             Err(Errno::NOENT) => return Ok(false),
             _ => {}
         }
-        match rustix::fs::unlinkat(&self.root, rel.as_str(), AtFlags::empty()) {
+        match rustix::fs::unlinkat(&self.dir().root, rel.as_str(), AtFlags::empty()) {
             Ok(()) => Ok(true),
             Err(Errno::NOENT) => Ok(false),
             Err(Errno::ISDIR) => self.clear_dir(&rel).map(|()| true),
@@ -400,7 +410,7 @@ impl Store {
     /// name (a stray file holds no entries; the walks and purges skip it).
     fn open_dir(&self, rel: &str) -> io::Result<Option<OwnedFd>> {
         match rustix::fs::openat(
-            &self.root,
+            &self.dir().root,
             rel,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
@@ -468,7 +478,7 @@ impl Store {
 
     /// Filesystem size and free bytes (statvfs), for "keep 10% free" and full-disk handling.
     pub fn fs_space(&self) -> io::Result<(u64, u64)> {
-        let s = rustix::fs::fstatvfs(&self.root).map_err(io_err)?;
+        let s = rustix::fs::fstatvfs(&self.dir().root).map_err(io_err)?;
         Ok((s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize))
     }
 }
@@ -552,6 +562,37 @@ pub fn no_other_cache_inside(path: &Path) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Open (creating it if needed, not its parents) the cache directory, lock it and make sure its
+/// `.tmp/` is a directory of its own.
+fn open_dir(path: &Path) -> io::Result<Dir> {
+    // Its parent must exist (`cache::create_dirs` says so at start-up, naming the path).
+    match std::fs::create_dir(path) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let lock = lock_dir(path)?;
+    // `.tmp` must be a directory of this cache: a symlink there would have start-up empty
+    // (and fills write into) whatever it points at. Anything else in its place goes.
+    let tmp = path.join(TMP_DIR);
+    match std::fs::symlink_metadata(&tmp) {
+        Ok(m) if m.is_dir() => {}
+        Ok(m) => {
+            tracing::warn!(path = %tmp.display(), kind = ?m.file_type(), "cache: replacing what is not a directory at .tmp");
+            std::fs::remove_file(&tmp)?;
+            std::fs::create_dir(&tmp)?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::create_dir(&tmp)?,
+        Err(e) => return Err(e),
+    }
+    let root = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io_err)?;
+    Ok(Dir { root, _lock: lock })
 }
 
 /// Take the exclusive lock of cache directory `path` ([`LOCK_FILE`], created if needed) and
@@ -649,6 +690,8 @@ fn start_writeback(fd: BorrowedFd<'_>, at: u64, len: u64) {
 /// remove (a drop may run on the event loop, which must not unlink).
 pub struct TempEntry {
     store: Arc<Store>,
+    /// The directory it was made in (its commit renames it there).
+    dir: Arc<Dir>,
     fd: Arc<OwnedFd>,
     tmp: String,
     id: EntryId,
@@ -715,7 +758,7 @@ impl TempEntry {
             self.abort();
             return Err(e);
         }
-        let root = self.store.root();
+        let root = self.dir.root.as_fd();
         let target = self.id.rel_path();
         let rename = || rustix::fs::renameat(root, self.tmp.as_str(), root, target.as_str());
         let mut r = rename();
@@ -745,7 +788,7 @@ impl TempEntry {
 
     /// Remove the temporary file (the fill failed or is not to be stored).
     pub fn abort(self) {
-        let _ = rustix::fs::unlinkat(self.store.root(), self.tmp.as_str(), AtFlags::empty());
+        let _ = rustix::fs::unlinkat(&self.dir.root, self.tmp.as_str(), AtFlags::empty());
     }
 }
 
