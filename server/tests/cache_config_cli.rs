@@ -223,6 +223,47 @@ fn serve_origin_with_cache_dirs_starts() {
     assert!((400..600).contains(&r.status), "{}", r.status);
 }
 
+/// A second node whose cache directories include one a running node holds is refused before
+/// it makes anything: another, new, directory of its command line is not created (it was, and
+/// stayed behind).
+#[test]
+fn a_refused_second_node_makes_no_directory() {
+    let d = tempdir();
+    let (held, new) = (d.path().join("held"), d.path().join("new"));
+    let held_s = held.to_str().expect("a UTF-8 path");
+    let _first = Server::spawn(
+        &[
+            "serve",
+            "--origin",
+            "http://127.0.0.1:9",
+            "--cache-dir",
+            held_s,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "",
+        ],
+        &[],
+    );
+    let (code, _, err) = run(&[
+        "serve",
+        "--origin",
+        "http://127.0.0.1:9",
+        "--cache-dir",
+        new.to_str().expect("a UTF-8 path"),
+        "--cache-dir",
+        held_s,
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("in use by another process"), "{err}");
+    assert!(err.contains(held_s), "{err}");
+    assert!(!new.exists(), "the refused node made {}", new.display());
+}
+
 /// A missing cache directory is created (and said so), as nginx creates a `proxy_cache_path`;
 /// a missing parent (a disk not mounted where the command says) stops the start naming the
 /// path, instead of caching on whatever filesystem is there (it was created with its parents).

@@ -595,6 +595,39 @@ fn open_dir(path: &Path) -> io::Result<Dir> {
     Ok(Dir { root, _lock: lock })
 }
 
+/// The pid written in lock file `file`, if it holds one.
+fn lock_holder(file: &Path) -> Option<String> {
+    std::fs::read_to_string(file)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// "Cache directory `path` is in use by another process (its lock file `file`, `holder`)".
+fn in_use(path: &Path, file: &Path, holder: Option<String>) -> io::Error {
+    let holder = holder
+        .map(|pid| format!(" (pid {pid})"))
+        .unwrap_or_default();
+    io::Error::new(
+        io::ErrorKind::WouldBlock,
+        format!(
+            "cache directory {} is in use by another process{holder}: it holds {}; two nodes must not share a cache directory",
+            path.display(),
+            file.display()
+        ),
+    )
+}
+
+/// Refused (`WouldBlock`) when another running process holds cache directory `path` (its lock
+/// is tried with a shared lock and let go at once): at start-up, before anything is made for
+/// any volume.
+pub fn not_held_by_another(path: &Path) -> io::Result<()> {
+    match held_lock(path) {
+        Some(file) => Err(in_use(path, &file, lock_holder(&file))),
+        None => Ok(()),
+    }
+}
+
 /// Take the exclusive lock of cache directory `path` ([`LOCK_FILE`], created if needed) and
 /// write this process's pid into it. Refused (`WouldBlock`) when another process holds it, with
 /// a message naming the directory and the pid written by the holder.
@@ -614,10 +647,7 @@ fn lock_dir(path: &Path) -> io::Result<OwnedFd> {
     match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(Errno::WOULDBLOCK) => {
-            let holder = std::fs::read_to_string(&file)
-                .ok()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
+            let holder = lock_holder(&file);
             if holder.as_deref() == Some(std::process::id().to_string().as_str()) {
                 // This node holds it: another of its volumes is this directory under another
                 // path (a bind mount), which the configuration's path checks cannot see.
@@ -629,17 +659,7 @@ fn lock_dir(path: &Path) -> io::Result<OwnedFd> {
                     ),
                 ));
             }
-            let holder = holder
-                .map(|pid| format!(" (pid {pid})"))
-                .unwrap_or_default();
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!(
-                    "cache directory {} is in use by another process{holder}: it holds {}; two nodes must not share a cache directory",
-                    path.display(),
-                    file.display()
-                ),
-            ));
+            return Err(in_use(path, &file, holder));
         }
         Err(e) => return Err(ctx(io_err(e), "lock")),
     }
