@@ -691,7 +691,11 @@ impl Fill {
     ) {
         let id = self.id;
         let body_len = meta.body_len;
-        let admitted = cv.index.admit(id, meta.file_len());
+        // Not while the object is passed through (withdrawn, or its answers not storable): a
+        // slice stored now (a seek, the rest of a full read, from an origin whose 206s say
+        // otherwise than its 304) would be served to seeks while full reads pass through.
+        let admitted =
+            !cv.passes.passing(id.hash(), unix_now_ms()) && cv.index.admit(id, meta.file_len());
         // The temporary file is created on the pool while the first bytes are already sent
         // from memory: a pool queued behind slow writes delays the storing, not the clients.
         let mut creating = None;

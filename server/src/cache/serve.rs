@@ -453,7 +453,9 @@ impl Ctx<'_> {
             if self.req.only_if_cached {
                 return First::Serve(Source::Stored(s), CacheStatus::Stale);
             }
-            if self.cv.fill_running(id).is_none() {
+            // (Any fill of it: one for a request with Authorization is not joinable, yet one
+            // refresh is enough, not one per such request.)
+            if !self.cv.any_running(|f| f.id == id) {
                 if let FillFor::Fill(fill, false) = self.fill(slice, Some(s.clone()), false) {
                     self.follow_refresh(fill, s.clone());
                 }

@@ -740,6 +740,11 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         running.iter().filter(|f| matches(f)).cloned().collect()
     }
 
+    /// Does a fill `matches` run now, joinable or not?
+    pub fn any_running(&self, matches: impl Fn(&F) -> bool) -> bool {
+        lock(&self.running).iter().any(|f| matches(f))
+    }
+
     /// Fills running now, joinable or not (shutdown waits for them, so what was fetched gets
     /// stored).
     pub fn fills_in_flight(&self) -> usize {
