@@ -154,7 +154,20 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
         lag,
         serving: lifecycle.clone(),
         purge,
-        roots: shared.volumes.iter().map(|v| v.root_identity()).collect(),
+        roots: (shared.volumes.iter().zip(&shared.caches))
+            .map(|(v, cache)| -> crate::admin::HeldRoot {
+                match cache {
+                    Some(cv) => {
+                        let store = cv.store.clone();
+                        Arc::new(move || store.identity())
+                    }
+                    None => {
+                        let held = v.root_identity();
+                        Arc::new(move || held)
+                    }
+                }
+            })
+            .collect(),
     })
     .context("start the admin listener")?;
     lifecycle.set_ready();

@@ -2398,6 +2398,41 @@ fn a_purged_refresh_that_gets_no_store_leaves_a_newer_copy_alone() {
     }
 }
 
+/// An entry committed while a purge removes its object (after the purge listed the object's
+/// files) goes too: it stayed on the disk while the index forgot it (the entries gauge below the
+/// files), and a restart served it as a HIT.
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_entry_committed_while_its_object_is_purged_does_not_stay_unknown() {
+    let (o, n) = common::cache::origin_and_purge_node_with_env(
+        "slice_size = 0",
+        &[("FAILPOINTS", "cache_object_removed=sleep(600)")],
+    );
+    let body = pattern(5000, 4);
+    o.put("/race.bin", Object::new(body.clone()));
+    std::thread::scope(|scope| {
+        let purge = scope.spawn(|| admin(&n, "POST", "/cache/purge?key=/race.bin", PURGE_AUTH));
+        // The purge has listed nothing yet and waits: the object is fetched and stored.
+        std::thread::sleep(Duration::from_millis(200));
+        let r = get(&n, "/race.bin", "");
+        assert_eq!(xcache(&r), "MISS");
+        wait_committed(&n);
+        assert_eq!(purge.join().expect("the purge").status, 200);
+    });
+    assert_eq!(
+        (
+            cache_files(&n.cache).1,
+            volume_metric(&n, "contentserver_cache_entries", &[])
+        ),
+        (0, 0.0),
+        "a file stayed that the index does not know: {}",
+        n.srv.logs()
+    );
+    let r = get(&n, "/race.bin", "");
+    assert_eq!(xcache(&r), "MISS");
+    assert!(r.body == body);
+}
+
 #[test]
 fn purge_is_off_without_a_token_file() {
     let (_o, n) = origin_and_node("");
@@ -4065,6 +4100,9 @@ fn a_cache_directory_removed_at_run_time_is_made_again() {
     assert_eq!(cache_files(&n.cache), (0, 2));
     assert!(n.cache.join(".lock").is_file());
     assert!(n.srv.logs().contains("cache directory was removed"));
+    // Ready: the directory in use is the one at its path.
+    let r = admin(&n, "GET", "/readyz", "");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     // Still this node's: a second one is refused.
     let second = Server::try_start_with_env(&config(&[o.url()], &n.cache, "", SLICED), &[]);
     assert!(

@@ -83,10 +83,14 @@ pub struct AdminState {
     pub serving: Arc<dyn ServingState>,
     /// The cache purge endpoint (None: disabled).
     pub purge: Option<Arc<crate::cache::purge::Purge>>,
-    /// Per volume of `config.volumes`, the (device, inode) of the directory the server holds
-    /// open (None: not known, not compared).
-    pub roots: Vec<Option<(u64, u64)>>,
+    /// Per volume of `config.volumes`, the (device, inode) of the directory the server uses
+    /// now (None: not known, not compared).
+    pub roots: Vec<HeldRoot>,
 }
+
+/// The (device, inode) of the directory a volume uses now: the one opened at start, or for a
+/// cache volume the one it made again after it was removed.
+pub type HeldRoot = Arc<dyn Fn() -> Option<(u64, u64)> + Send + Sync>;
 
 /// A running admin listener. Dropping it leaves the listener running until the process exits.
 pub struct AdminServer {
@@ -303,7 +307,7 @@ async fn readyz(State(s): State<AdminState>) -> Response {
         problems.push("listeners not bound yet".to_string());
     }
     for (i, v) in s.config.volumes.iter().enumerate() {
-        let held = s.roots.get(i).copied().flatten();
+        let held = s.roots.get(i).and_then(|now| now());
         if let Err(e) = check_volume_root(v.path.clone(), held).await {
             problems.push(format!("volume {:?}: {e}", v.name));
         }

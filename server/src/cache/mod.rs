@@ -134,6 +134,13 @@ pub(crate) fn failpoint_commit() {
     fail::fail_point!("cache_commit");
 }
 
+/// Failpoint `cache_object_removed`: runs on the pool after an object's files were listed and
+/// removed (`sleep(MS)` widens the window in which a fill may commit an entry the listing did
+/// not see).
+pub(crate) fn failpoint_object_removed() {
+    fail::fail_point!("cache_object_removed");
+}
+
 /// Failpoint `cache_rebuild_level`: runs on the upkeep thread before each of the 16 steps of
 /// the index rebuild after a start (`sleep(MS)` keeps the index unfinished for 16 x MS).
 pub(crate) fn failpoint_rebuild_level() {

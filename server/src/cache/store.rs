@@ -90,6 +90,12 @@ impl Store {
         Ok((store, removed))
     }
 
+    /// The (device, inode) of the directory in use (made again if it was removed).
+    pub fn identity(&self) -> Option<(u64, u64)> {
+        let st = rustix::fs::fstat(&self.dir().root).ok()?;
+        Some((st.st_dev, st.st_ino))
+    }
+
     /// The directory as open now.
     fn dir(&self) -> Arc<Dir> {
         self.dir.read().unwrap_or_else(|p| p.into_inner()).clone()
@@ -388,6 +394,12 @@ impl Store {
     /// the slices deleted, and those that could not be (each with its error; the others are
     /// still deleted).
     pub fn remove_object(&self, hash: u128) -> io::Result<Removed> {
+        let out = self.remove_listed(hash);
+        super::failpoint_object_removed();
+        out
+    }
+
+    fn remove_listed(&self, hash: u128) -> io::Result<Removed> {
         let probe = EntryId::new(hash, 0);
         let mut out = Removed::default();
         let Some(dir) = self.open_dir(&probe.dir())? else {

@@ -801,7 +801,8 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         let listed = self.blocking(move || store.remove_object(hash)).await?;
         // Whatever happened to the files, no slice of the object is served from here on:
         // the index and the open entries forget every one of them.
-        for id in self.index.slices_of(hash) {
+        let held = self.index.slices_of(hash);
+        for &id in &held {
             self.index.remove(id);
             self.forget(id);
         }
@@ -810,6 +811,25 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 for id in r.removed.iter().chain(r.failed.iter().map(|(id, _)| id)) {
                     self.index.remove(*id);
                     self.forget(*id);
+                }
+                // An entry the index held that the listing did not find was committed since
+                // the listing (a fill that ended meanwhile): its file goes too, or it would stay
+                // on the disk unknown to the index, and a restart would serve it.
+                let late: Vec<EntryId> = (held.into_iter())
+                    .filter(|id| !r.removed.contains(id) && !r.failed.iter().any(|(f, _)| f == id))
+                    .collect();
+                if !late.is_empty() {
+                    let store = self.store.clone();
+                    let gone = self
+                        .blocking(move || {
+                            late.iter()
+                                .filter(|id| store.remove(**id).is_ok_and(|r| r))
+                                .count()
+                        })
+                        .await;
+                    if let Ok(n) = gone {
+                        tracing::debug!(volume = %self.name, files = n, "purge: entries committed during the removal removed too");
+                    }
                 }
                 match r.failed.first() {
                     None => Ok(r.removed.len()),
