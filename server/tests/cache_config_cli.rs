@@ -231,33 +231,19 @@ fn a_refused_second_node_makes_no_directory() {
     let d = tempdir();
     let (held, new) = (d.path().join("held"), d.path().join("new"));
     let held_s = held.to_str().expect("a UTF-8 path");
-    let _first = Server::spawn(
-        &[
-            "serve",
-            "--origin",
-            "http://127.0.0.1:9",
-            "--cache-dir",
-            held_s,
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "",
-        ],
-        &[],
-    );
-    let (code, _, err) = run(&[
-        "serve",
-        "--origin",
-        "http://127.0.0.1:9",
-        "--cache-dir",
-        new.to_str().expect("a UTF-8 path"),
-        "--cache-dir",
-        held_s,
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "",
-    ]);
+    // `serve --origin` over `dirs`, no admin port.
+    let args = |dirs: &[&str]| {
+        let mut a = vec!["serve", "--origin", "http://127.0.0.1:9"];
+        for dir in dirs {
+            a.extend(["--cache-dir", dir]);
+        }
+        a.extend(["--listen", "127.0.0.1:0", "--admin-listen", ""]);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let first: Vec<String> = args(&[held_s]);
+    let _first = Server::spawn(&first.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    let second = args(&[new.to_str().expect("a UTF-8 path"), held_s]);
+    let (code, _, err) = run(&second.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("in use by another process"), "{err}");
     assert!(err.contains(held_s), "{err}");
