@@ -4081,6 +4081,19 @@ fn a_cache_directory_removed_at_run_time_is_made_again() {
     assert_eq!(xcache(&get(&n, "/a.bin", "")), "MISS");
     wait_committed(&n);
     std::fs::remove_dir_all(&n.cache).expect("remove the cache directory");
+    // Made again within a second or two without a request (so the node is ready again: an
+    // unready pod gets no request), its entries forgotten.
+    let ready = || admin(&n, "GET", "/readyz", "").status == 200;
+    assert!(
+        common::wait_until(Duration::from_secs(5), ready),
+        "not ready again: {}",
+        String::from_utf8_lossy(&admin(&n, "GET", "/readyz", "").body)
+    );
+    assert!(n.cache.join(".lock").is_file());
+    assert!(common::wait_until(
+        Duration::from_secs(3),
+        || volume_metric(&n, "contentserver_cache_entries", &[]) == 0.0
+    ));
     // What it held is fetched again (the open entry's file is gone), and stored again.
     for (path, body) in [("/a.bin", &a), ("/b.bin", &pattern(3000, 2))] {
         o.put(path, Object::new(body.clone()));
@@ -4109,6 +4122,21 @@ fn a_cache_directory_removed_at_run_time_is_made_again() {
         second.is_err(),
         "a second node started on the remade directory"
     );
+    // Its lock file alone removed (an `rm -rf DIR` that could not remove the directory, fills
+    // making levels in it meanwhile): made again, and a second node is still refused.
+    std::fs::remove_file(n.cache.join(".lock")).expect("remove the lock file");
+    assert!(common::wait_until(Duration::from_secs(5), || n
+        .cache
+        .join(".lock")
+        .is_file()));
+    let second = Server::try_start_with_env(&config(&[o.url()], &n.cache, "", SLICED), &[]);
+    assert!(
+        second.is_err(),
+        "a second node started without the lock file"
+    );
+    assert!(n.srv.logs().contains("lock file was removed"));
+    let r = get(&n, "/a.bin", "");
+    assert_eq!(xcache(&r), "HIT");
 }
 
 /// A stored slice whose file shrank while the node kept it open (a disk error, someone's

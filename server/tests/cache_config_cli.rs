@@ -248,6 +248,16 @@ fn a_refused_second_node_makes_no_directory() {
     assert!(err.contains("in use by another process"), "{err}");
     assert!(err.contains(held_s), "{err}");
     assert!(!new.exists(), "the refused node made {}", new.display());
+    // The same for a directory inside the held one (one of its levels).
+    let inside = held.join("3");
+    let second = args(&[
+        new.to_str().expect("a UTF-8 path"),
+        inside.to_str().expect("UTF-8"),
+    ]);
+    let (code, _, err) = run(&second.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is inside"), "{err}");
+    assert!(!new.exists(), "the refused node made {}", new.display());
 }
 
 /// A missing cache directory is created (and said so), as nginx creates a `proxy_cache_path`;

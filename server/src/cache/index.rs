@@ -301,6 +301,14 @@ impl Index {
         Self::insert_locked(&mut st, id, bytes, stamp, now)
     }
 
+    /// Forget every entry (their directory was removed); the admission counts stay.
+    pub fn clear(&self) {
+        let mut st = self.lock();
+        st.map.clear();
+        st.units = 0;
+        st.cursor = 0;
+    }
+
     /// Forget `id` (purged, invalid, replaced by a new version); returns its size if it was there.
     pub fn remove(&self, id: EntryId) -> Option<u64> {
         let mut st = self.lock();

@@ -37,15 +37,14 @@ use volume::CacheVolume;
 /// `proxy_cache_path`: the last component only, so a missing parent (a disk not mounted where
 /// the configuration says) stops the start naming the path instead of caching elsewhere.
 pub fn create_dirs(cfg: &Config) -> anyhow::Result<()> {
-    // A directory another node holds refuses the start before anything is made for the others.
+    // A directory another node holds, or one inside it, refuses the start before anything is
+    // made for the others.
     for v in cfg.volumes.iter().filter(|v| v.cache.is_some()) {
-        store::not_held_by_another(&v.path)
+        store::not_inside_another_cache(&v.path)
+            .and_then(|()| store::not_held_by_another(&v.path))
             .map_err(|e| anyhow::anyhow!("cache volume {:?}: {e}", v.name))?;
     }
     for v in cfg.volumes.iter().filter(|v| v.cache.is_some()) {
-        // Nothing is made inside another running node's cache directory.
-        store::not_inside_another_cache(&v.path)
-            .map_err(|e| anyhow::anyhow!("cache volume {:?}: {e}", v.name))?;
         match std::fs::create_dir(&v.path) {
             Ok(()) => {
                 tracing::info!(volume = %v.name, path = %v.path.display(), "created the cache directory");

@@ -60,13 +60,16 @@ pub struct Store {
     /// The directory open, and its lock; replaced when the directory was removed at run time
     /// and is made again ([`Store::made_again`]).
     dir: RwLock<Arc<Dir>>,
+    /// Called when the directory was made again (its entries are gone): the volume forgets
+    /// them.
+    on_remade: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// The cache directory, open.
 struct Dir {
     root: OwnedFd,
     /// [`LOCK_FILE`], `flock`ed exclusively while the store uses this directory.
-    _lock: OwnedFd,
+    lock: OwnedFd,
 }
 
 fn io_err(e: Errno) -> io::Error {
@@ -84,10 +87,47 @@ impl Store {
             seq: AtomicU64::new(0),
             noatime: NoAtime::new(),
             dir: RwLock::new(Arc::new(open_dir(path)?)),
+            on_remade: std::sync::OnceLock::new(),
         };
         let removed = store.clean_temp()?;
         store.probe_write()?;
         Ok((store, removed))
+    }
+
+    /// Call `f` whenever the directory is made again (set once).
+    pub fn on_remade(&self, f: impl Fn() + Send + Sync + 'static) {
+        let _ = self.on_remade.set(Box::new(f));
+    }
+
+    /// Once a second, on the pool: the directory removed at run time is made again, and so is
+    /// its lock file when only that went (an `rm -rf DIR` that could not remove the directory
+    /// itself, fills making levels in it meanwhile), so that a second node is still refused.
+    pub fn heal(&self) -> io::Result<()> {
+        let was = self.dir();
+        if self.made_again(&was)? {
+            return Ok(());
+        }
+        let ours = rustix::fs::fstat(&was.lock).map_err(io_err)?;
+        let file = self.path.join(LOCK_FILE);
+        let same = rustix::fs::stat(&file)
+            .is_ok_and(|st| (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino));
+        if same {
+            return Ok(());
+        }
+        let mut cur = self.dir.write().unwrap_or_else(|p| p.into_inner());
+        if !Arc::ptr_eq(&cur, &was) {
+            return Ok(());
+        }
+        let lock = lock_dir(&self.path)?;
+        let root = rustix::fs::open(
+            &self.path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(io_err)?;
+        *cur = Arc::new(Dir { root, lock });
+        tracing::warn!(path = %file.display(), "cache: the lock file was removed while the node runs; made again");
+        Ok(())
     }
 
     /// The (device, inode) of the directory in use (made again if it was removed).
@@ -114,6 +154,9 @@ impl Store {
             _ => return Ok(false),
         }
         *cur = Arc::new(open_dir(&self.path)?);
+        if let Some(f) = self.on_remade.get() {
+            f();
+        }
         tracing::warn!(path = %self.path.display(), "cache: the cache directory was removed while the node runs; made again");
         Ok(true)
     }
@@ -604,7 +647,7 @@ fn open_dir(path: &Path) -> io::Result<Dir> {
         Mode::empty(),
     )
     .map_err(io_err)?;
-    Ok(Dir { root, _lock: lock })
+    Ok(Dir { root, lock })
 }
 
 /// The pid written in lock file `file`, if it holds one.

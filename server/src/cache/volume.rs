@@ -319,10 +319,13 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             slice_size = c.slice_size, open_entries = open_max, temp_files_removed = removed,
             "cache volume ready"
         );
+        let index = Arc::new(index);
+        let forget_all = index.clone();
+        store.on_remade(move || forget_all.clear());
         Ok(Arc::new(CacheVolume {
             name: v.name.clone(),
             store,
-            index: Arc::new(index),
+            index,
             slice_size: c.slice_size,
             pool,
             m,
@@ -917,6 +920,12 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         loop {
             std::thread::sleep(Duration::from_secs(1));
             tick += 1;
+            // The directory or its lock removed by a hand: made again (and ready again) without
+            // waiting for a fill.
+            let store = self.store.clone();
+            if let Some(Err(e)) = self.on_pool(move || store.heal()) {
+                tracing::warn!(volume = %self.name, error = %e, "cache directory cannot be made again");
+            }
             let v = self.index.expire_inactive(self.index.now(), SWEEP_BUDGET);
             self.delete_paced(v);
             // Entries deleted while a response still held them: their space comes back now.
