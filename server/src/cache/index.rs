@@ -214,9 +214,7 @@ impl Index {
         if !stamp.is_known() || st.map.get(&id).map(|s| s.stamp) != Some(stamp) {
             return None;
         }
-        let s = st.map.swap_remove(&id)?;
-        st.units -= s.units as u64;
-        Some(s.units as u64 * UNIT)
+        st.take(id)
     }
 
     /// Should a new entry of `bytes` for `id`'s object be stored? It must fit the cache on its
@@ -311,10 +309,7 @@ impl Index {
 
     /// Forget `id` (purged, invalid, replaced by a new version); returns its size if it was there.
     pub fn remove(&self, id: EntryId) -> Option<u64> {
-        let mut st = self.lock();
-        let s = st.map.swap_remove(&id)?;
-        st.units -= s.units as u64;
-        Some(s.units as u64 * UNIT)
+        self.lock().take(id)
     }
 
     /// Examine up to `budget` entries (continuing where the last call stopped) and remove those
@@ -404,6 +399,13 @@ impl Index {
 }
 
 impl State {
+    /// Take `id` out, its size out of the total; returns its size if it was there.
+    fn take(&mut self, id: EntryId) -> Option<u64> {
+        let s = self.map.swap_remove(&id)?;
+        self.units -= s.units as u64;
+        Some(s.units as u64 * UNIT)
+    }
+
     fn next_rand(&mut self) -> u64 {
         // xorshift64*
         let mut x = self.rng;

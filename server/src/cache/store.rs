@@ -118,14 +118,7 @@ impl Store {
         if !Arc::ptr_eq(&cur, &was) {
             return Ok(());
         }
-        let lock = lock_dir(&self.path)?;
-        let root = rustix::fs::open(
-            &self.path,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(io_err)?;
-        *cur = Arc::new(Dir { root, lock });
+        *cur = Arc::new(open_dir(&self.path)?);
         tracing::warn!(path = %file.display(), "cache: the lock file was removed while the node runs; made again");
         Ok(())
     }
@@ -224,20 +217,20 @@ impl Store {
 
     /// Make the `L1/L2` directories of `dir`, replacing a file or symlink in their place.
     fn make_levels(&self, dir: &str) -> io::Result<()> {
+        let dir_now = self.dir();
+        let root = &dir_now.root;
         for d in [&dir[..1], dir] {
-            match rustix::fs::mkdirat(&self.dir().root, d, Mode::from_raw_mode(0o755)) {
+            match rustix::fs::mkdirat(root, d, Mode::from_raw_mode(0o755)) {
                 Ok(()) => {}
                 Err(Errno::EXIST) => {
-                    let st = rustix::fs::statat(&self.dir().root, d, AtFlags::SYMLINK_NOFOLLOW)
-                        .map_err(io_err)?;
+                    let st =
+                        rustix::fs::statat(root, d, AtFlags::SYMLINK_NOFOLLOW).map_err(io_err)?;
                     if rustix::fs::FileType::from_raw_mode(st.st_mode)
                         != rustix::fs::FileType::Directory
                     {
                         tracing::warn!(path = %self.path.join(d).display(), "cache: replacing what is not a directory in the levels");
-                        rustix::fs::unlinkat(&self.dir().root, d, AtFlags::empty())
-                            .map_err(io_err)?;
-                        rustix::fs::mkdirat(&self.dir().root, d, Mode::from_raw_mode(0o755))
-                            .map_err(io_err)?;
+                        rustix::fs::unlinkat(root, d, AtFlags::empty()).map_err(io_err)?;
+                        rustix::fs::mkdirat(root, d, Mode::from_raw_mode(0o755)).map_err(io_err)?;
                     }
                 }
                 Err(e) => return Err(io_err(e)),
@@ -251,8 +244,8 @@ impl Store {
     fn clear_dir(&self, rel: &str) -> io::Result<()> {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let aside = format!("{TMP_DIR}/in-the-way.{}.{n}", std::process::id());
-        rustix::fs::renameat(&self.dir().root, rel, &self.dir().root, aside.as_str())
-            .map_err(io_err)?;
+        let root = &self.dir().root;
+        rustix::fs::renameat(root, rel, root, aside.as_str()).map_err(io_err)?;
         tracing::warn!(path = %self.path.join(rel).display(), "cache: removed a directory where an entry belongs");
         std::fs::remove_dir_all(self.path.join(&aside))
     }

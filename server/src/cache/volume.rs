@@ -441,33 +441,31 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     /// deleted since the open (an eviction) is served, but an id the open put back in the
     /// index while it is rebuilt is taken out again (it held an entry with no file).
     fn opened_is_stored(&self, s: &Stored) -> bool {
+        let ours = s.stamp();
         let recorded = self.index.stamp(s.id);
-        let Ok(st) = rustix::fs::fstat(&*s.fd) else {
+        let changed = recorded.is_some_and(|r| r.is_known() && ours.is_known() && r != ours);
+        // The link count matters only then, or while the index is rebuilt (the open may have
+        // put back an id being deleted): no second fstat otherwise.
+        if !changed && self.index.is_rebuilt() {
             return true;
-        };
-        if st.st_nlink == 0 {
+        }
+        if matches!(s.on_disk(), OnDisk::Unlinked) {
             // Its bytes are still the entry's: served to this request, not kept open. (A
             // commit renamed over it: the newer entry, already in the index, stays.)
-            if self.index.remove_if(s.id, s.stamp()).is_some() {
+            if self.index.remove_if(s.id, ours).is_some() {
                 self.update_gauges();
             }
             return true;
         }
-        let ours = Stamp::of(FileVersion::of_stat(&st));
-        match recorded {
-            Some(r) if r.is_known() && r != ours => {
-                // A commit under way (renamed, not recorded yet), or one that ended since the
-                // index was read: not a change by a hand.
-                if self.fill_running(s.id).is_some() || self.index.stamp(s.id) == Some(ours) {
-                    return true;
-                }
-                tracing::warn!(volume = %self.name, entry = %s.id.rel_path(), "a cache entry was changed on the disk (written in place); deleted, to be fetched again");
-                self.delete_entry(s.id, Reason::Invalid);
-                self.update_gauges();
-                false
-            }
-            _ => true,
+        // A commit under way (renamed, not recorded yet), or one that ended since the index
+        // was read: not a change by a hand.
+        if !changed || self.fill_running(s.id).is_some() || self.index.stamp(s.id) == Some(ours) {
+            return true;
         }
+        tracing::warn!(volume = %self.name, entry = %s.id.rel_path(), "a cache entry was changed on the disk (written in place); deleted, to be fetched again");
+        self.delete_entry(s.id, Reason::Invalid);
+        self.update_gauges();
+        false
     }
 
     /// The open entry `id` if it is `key`'s (a use of it, for the index's recency).
