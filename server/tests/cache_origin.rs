@@ -1723,6 +1723,94 @@ fn a_private_object_larger_than_a_slice_is_passed_through_whole() {
         }
     }
     assert_eq!(cache_files(&n.cache).1, 0);
+
+    // An object within one slice: the first slice's 206 held all of it, so it is passed
+    // through as the 200 it stands for, and the origin is asked once per request, the first
+    // one included (HEAD too: the length its GET would have).
+    let small = pattern(SLICE / 2, 29);
+    o.put(
+        "/small",
+        Object::new(small.clone()).cache_control("no-store"),
+    );
+    for i in 1..=3 {
+        let r = get(&n, "/small", "");
+        assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
+        assert!(r.body == small, "{} bytes", r.body.len());
+        assert_eq!(r.header("Content-Range"), None);
+        assert_eq!(r.header("Content-Length"), Some(&*small.len().to_string()));
+        assert_eq!(
+            o.requests("/small"),
+            i,
+            "origin requests after {i} requests"
+        );
+    }
+    o.put("/head", Object::new(small.clone()).cache_control("private"));
+    let r = common::request(n.srv.addr, "HEAD", "/head", &[]);
+    assert_eq!((r.status, r.header("Content-Range")), (200, None));
+    assert_eq!(r.header("Content-Length"), Some(&*small.len().to_string()));
+    assert!(r.body.is_empty());
+    assert_eq!(o.requests("/head"), 1);
+}
+
+/// Requests with Authorization for an object whose answers may not be shared: after the first
+/// (its first slice, then the object itself), each asks the origin once, whoever the user;
+/// what anonymous requests get is not changed by it (stored and hit).
+#[test]
+fn requests_with_authorization_for_a_private_object_ask_the_origin_once_each() {
+    let (o, n) = origin_and_node(SLICED);
+    let len = 3 * SLICE + 10;
+    for (auth, seed) in [("Bearer alice", 30u8), ("Bearer bob", 31u8)] {
+        o.put_for(
+            "/acct",
+            Some(auth),
+            Object::new(pattern(len, seed)).cache_control("max-age=600"),
+        );
+    }
+    o.put(
+        "/acct",
+        Object::new(pattern(len, 32)).cache_control("max-age=600"),
+    );
+    let r = try_get(
+        &n,
+        "/acct",
+        "Authorization: Bearer alice
+",
+    )
+    .unwrap();
+    assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
+    assert!(r.body == pattern(len, 30));
+    let first = o.requests("/acct");
+    assert_eq!(first, 2, "the first slice, then the object");
+    for (i, (auth, seed)) in [
+        ("Bearer bob", 31u8),
+        ("Bearer alice", 30),
+        ("Bearer bob", 31),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = try_get(&n, "/acct", &format!("Authorization: {auth}\r\n")).unwrap();
+        assert_eq!((r.status, xcache(&r)), (200, "BYPASS"), "{auth}");
+        assert!(r.body == pattern(len, seed), "{auth} got another answer");
+        assert_eq!(
+            o.requests("/acct"),
+            first + i + 1,
+            "{auth}: one origin request"
+        );
+    }
+    // Anonymous requests are another matter: stored, then hits.
+    let r = get(&n, "/acct", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == pattern(len, 32));
+    wait_committed(&n);
+    let r = get(&n, "/acct", "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == pattern(len, 32));
+    assert_eq!(
+        cache_files(&n.cache).1,
+        4,
+        "the anonymous object's four slices"
+    );
 }
 
 /// The object changes at the origin while a slice of the old version is still being filled: a

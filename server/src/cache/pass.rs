@@ -3,6 +3,8 @@
 //! validator), so that for a while their requests are passed through at once. Without it, every
 //! request of such an object on a sliced volume asks the origin twice: once for its first slice
 //! (the fill, which finds the answer not storable) and once for what the client asked.
+//! Requests with Authorization have marks of their own ("private"): an answer to one user's
+//! credentials that may not be shared says nothing of the anonymous answers, and the reverse.
 //!
 //! A mark lasts [`PASS_MS`] and is forgotten when the object is removed (purged, replaced); a
 //! full table marks nothing more until marks expire. It owns only the table: what is storable
@@ -21,6 +23,10 @@ const MAX_MARKS: usize = 16_384;
 #[derive(Default)]
 pub struct Passes {
     until_ms: Mutex<HashMap<u128, i64>>,
+    /// Objects whose answer to a request with Authorization could not be shared (RFC 9111
+    /// §3.5: no `public`, `s-maxage` or `must-revalidate`). Such requests pass through at once;
+    /// the mark says nothing of the answers to anonymous requests, so it is kept apart.
+    private_until_ms: Mutex<HashMap<u128, i64>>,
     /// Objects found changed at the origin in the middle of a response, until when that
     /// counts (a second change before then passes the object through).
     changed_until_ms: Mutex<HashMap<u128, i64>>,
@@ -40,6 +46,18 @@ fn insert(m: &mut HashMap<u128, i64>, hash: u128, now_ms: i64) {
         }
     }
     m.insert(hash, now_ms.saturating_add(PASS_MS));
+}
+
+/// Is `hash`'s mark unexpired at `now_ms`? An expired one is dropped.
+fn live(m: &mut HashMap<u128, i64>, hash: u128, now_ms: i64) -> bool {
+    match m.get(&hash) {
+        Some(until) if *until > now_ms => true,
+        Some(_) => {
+            m.remove(&hash);
+            false
+        }
+        None => false,
+    }
 }
 
 impl Passes {
@@ -65,26 +83,30 @@ impl Passes {
 
     /// True while object `hash` is marked.
     pub fn passing(&self, hash: u128, now_ms: i64) -> bool {
-        let mut m = self.table();
-        match m.get(&hash) {
-            Some(until) if *until > now_ms => true,
-            Some(_) => {
-                m.remove(&hash);
-                false
-            }
-            None => false,
-        }
+        live(&mut self.table(), hash, now_ms)
     }
 
-    /// Forget the mark of object `hash` (removed, or its answer stored after all).
+    /// Pass the requests with Authorization for object `hash` through until `now_ms + PASS_MS`.
+    pub fn mark_private(&self, hash: u128, now_ms: i64) {
+        insert(&mut lock(&self.private_until_ms), hash, now_ms);
+    }
+
+    /// True while the requests with Authorization for object `hash` are passed through.
+    pub fn private(&self, hash: u128, now_ms: i64) -> bool {
+        live(&mut lock(&self.private_until_ms), hash, now_ms)
+    }
+
+    /// Forget the marks of object `hash` (removed, or its answer stored after all).
     pub fn forget(&self, hash: u128) {
         self.table().remove(&hash);
+        lock(&self.private_until_ms).remove(&hash);
     }
 
     /// Forget every mark (a purge by prefix: marks keep hashes, not keys).
     pub fn clear(&self) {
         self.table().clear();
         lock(&self.changed_until_ms).clear();
+        lock(&self.private_until_ms).clear();
     }
 }
 

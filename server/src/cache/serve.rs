@@ -321,18 +321,42 @@ impl Ctx<'_> {
             )
     }
 
-    /// The bypassed answer of `fill`, streamed through when it answers this request; a slice's
-    /// 206 does not (the client asked for something else): the object is then asked for itself.
-    /// The fill's answer streamed through to this request (`status` in X-Cache), or, taken by
-    /// another request already, asked for again.
-    /// A whole object's 200 does not either when the client asked for one byte range: the
-    /// origin is asked for that range (a seek into a 2 GiB object not stored on a whole-object
-    /// volume gets its 206, not the 2 GiB).
+    /// Is this request's object passed through for now (`cache/pass.rs`)? A request with
+    /// Authorization looks at the marks of such requests only.
+    fn passing(&self, now_ms: i64) -> bool {
+        let hash = self.key.hash();
+        match self.auth {
+            None => self.cv.passes.passing(hash, now_ms),
+            Some(_) => self.cv.passes.private(hash, now_ms),
+        }
+    }
+
+    /// Pass this request's object through for a while: its answer could not be stored.
+    fn mark_passing(&self) {
+        let (hash, now_ms) = (self.key.hash(), unix_now_ms());
+        match self.auth {
+            None => self.cv.passes.mark(hash, now_ms),
+            Some(_) => self.cv.passes.mark_private(hash, now_ms),
+        }
+    }
+
+    /// The bypassed answer of `fill`, streamed through to this request (`status` in X-Cache)
+    /// when it answers it, or, taken by another request already, asked for again. A slice's
+    /// 206 answers only a request for the whole object, and only when its range held all of it
+    /// (sent as the 200 it stands for); otherwise the object is asked for itself. A whole
+    /// object's 200 does not answer a request for one byte range: the origin is asked for that
+    /// range (a seek into a 2 GiB object not stored on a whole-object volume gets its 206, not
+    /// the 2 GiB).
     fn handoff(&self, fill: &Fill, status: CacheStatus) -> First {
         let ranged = !self.head_only && self.req.range.as_deref().is_some_and(single_byte_range);
         match fill.take_response() {
             Some(r) if r.status == 200 && ranged => First::FetchThrough(status),
             Some(r) if r.status != 206 => First::PassThrough(Box::new(r), status),
+            // The first slice's range held the whole object: it is the 200 asked for.
+            Some(r) if !ranged => match r.whole_as_200() {
+                Some(r) => First::PassThrough(Box::new(r), status),
+                None => First::FetchThrough(status),
+            },
             _ => First::FetchThrough(status),
         }
     }
@@ -411,7 +435,7 @@ impl Ctx<'_> {
             if let Some(s0) = self.past_end(slice, now_ms).await {
                 return First::PastEnd(s0);
             }
-            if self.auth.is_none() && self.cv.passes.passing(self.key.hash(), now_ms) {
+            if self.passing(now_ms) {
                 // Its last answer was not storable: ask for what the client asked, at once.
                 return First::FetchThrough(CacheStatus::Bypass);
             }
@@ -589,13 +613,13 @@ impl Ctx<'_> {
                     // about the shared one.)
                     super::fill::withdraw_object(self.cv, s.id.hash(), false).await;
                 }
-                if self.auth.is_none() && (fill.id.slice == 0 || matches!(status, 200 | 206)) {
+                if fill.id.slice == 0 || matches!(status, 200 | 206) {
                     // Pass its next requests through at once. A later slice's 206 refused is
                     // the object refused (Set-Cookie, private...), its 200 an origin ignoring
                     // Range for it (a full read would stop after the first slice); another
                     // answer to a later slice (a 404, say) may still be storable as the first
                     // slice.
-                    self.cv.passes.mark(self.key.hash(), unix_now_ms());
+                    self.mark_passing();
                 }
                 self.handoff(&fill, CacheStatus::Bypass)
             }
@@ -622,9 +646,7 @@ impl Ctx<'_> {
                 (FillError::NotSatisfiable { total }, _)
                     if *total == Some(0) || (total.is_none() && fill.id.slice == 0) =>
                 {
-                    if self.auth.is_none() {
-                        self.cv.passes.mark(self.key.hash(), unix_now_ms());
-                    }
+                    self.mark_passing();
                     First::FetchThrough(CacheStatus::Bypass)
                 }
                 (FillError::NotSatisfiable { total }, _) => First::Error(416, *total),

@@ -146,6 +146,21 @@ impl OriginResponse {
         super::content_range(&self.headers)
     }
 
+    /// Turn a 206 whose range is the whole object (`bytes 0-(N-1)/N`, N body bytes announced)
+    /// the 200 it stands for, its Content-Range dropped: the answer for a client that asked
+    /// for the whole object. None for any other answer.
+    pub fn whole_as_200(mut self) -> Option<Self> {
+        let whole = self.status == 206
+            && self.content_range().is_some_and(|r| {
+                r.start == 0 && r.total == Some(r.len()) && self.expected == Some(r.len())
+            });
+        whole.then(|| {
+            self.status = 200;
+            self.headers.remove(http::header::CONTENT_RANGE);
+            self
+        })
+    }
+
     /// ETag, Last-Modified and the whole object's size of this answer.
     pub fn validators(&self) -> super::Validators {
         super::Validators::of(self.status, &self.headers)
