@@ -3535,6 +3535,9 @@ fn a_passed_through_answer_keeps_the_clients_preconditions() {
                 304 => {
                     assert!(r.body.is_empty(), "{vol}: {extra:?}");
                     assert_eq!(r.header("ETag"), Some("\"v1\""), "{vol}: {extra:?}");
+                    // The origin's state change for this client goes along (nginx sends the
+                    // 200 then; it was dropped).
+                    assert_eq!(r.header("Set-Cookie"), Some("id=1"), "{vol}: {extra:?}");
                 }
                 _ => {}
             }
@@ -4288,6 +4291,58 @@ fn an_answer_stale_at_once_is_not_shared_with_later_requests() {
     assert_eq!(xcache(&r), "REVALIDATED");
     assert!(r.body == body);
     assert_eq!(o.requests("/nc.bin"), 3);
+}
+
+/// A request that finds an answer stale at once (`no-cache`) committed by the fill it would
+/// have joined, between its lookup and its fill, revalidates it like any stale entry
+/// (REVALIDATED, a conditional request, `Age`); it asked for the whole object again, with its
+/// Accept-Encoding, and said MISS without `Age` (tester).
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_answer_stale_at_once_committed_under_a_request_is_revalidated() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    let old = pattern(1000, 1);
+    o.put("/old.bin", Object::new(old.clone()));
+    stored_then_stopped(&cfg, &[("/old.bin", &old)]);
+    // While the index is rebuilt (16 x 300 ms) a lookup of an unknown entry opens its path on
+    // the pool, which then waits 800 ms: the first request's fill commits meanwhile under the
+    // second request's lookup.
+    let n = Node::start_with_env(
+        &cfg,
+        &[(
+            "FAILPOINTS",
+            "cache_rebuild_level=sleep(300);cache_opened=sleep(800)",
+        )],
+    );
+    let body = pattern(20_000, 3);
+    o.put(
+        "/nc.bin",
+        Object::new(body.clone()).cache_control("no-cache"),
+    );
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| get(&n, "/nc.bin", ""));
+        std::thread::sleep(Duration::from_millis(300));
+        let r = get(&n, "/nc.bin", "Accept-Encoding: gzip\r\n");
+        assert!(r.body == body);
+        assert_eq!(xcache(&r), "REVALIDATED", "{:?}", r.headers);
+        assert_eq!(r.header("Age"), Some("0"));
+        let r = first.join().expect("the first request");
+        assert_eq!(xcache(&r), "MISS");
+        assert!(r.body == body);
+    });
+    assert!(
+        !n.srv.logs().contains("cache index rebuilt"),
+        "the rebuild ended too soon for this test"
+    );
+    let seen: Vec<_> = o
+        .seen()
+        .into_iter()
+        .filter(|s| s.path == "/nc.bin")
+        .collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[1].header("if-none-match"), Some("\"v1\""));
 }
 
 /// A range past the object's end with an If-Range that does not match is the whole object

@@ -544,14 +544,18 @@ impl Ctx<'_> {
         stale: Option<Arc<Stored>>,
         now_ms: i64,
     ) -> First {
-        let (fill, joined) = match fill {
-            FillFor::Fill(fill, joined) => (fill, joined),
+        let (fill, joined, stale) = match fill {
+            FillFor::Fill(fill, joined) => (fill, joined, stale),
             // Committed just now by the fill this request would have joined: as a joiner, a hit
             // (unless it was stale at once: no-cache, max-age=0; the origin is asked then).
             FillFor::Stored(s) if now_ms < s.meta.fresh_until_ms => {
                 return First::Serve(Source::Stored(s), CacheStatus::Hit)
             }
-            FillFor::Stored(_) => return First::FetchThrough(CacheStatus::Miss),
+            // Stale at once, it is revalidated like any stale entry (REVALIDATED on a 304).
+            FillFor::Stored(s) => match self.fill(s.id.slice, Some(s.clone()), false) {
+                FillFor::Fill(fill, joined) => (fill, joined, Some(s)),
+                FillFor::Stored(_) => return First::FetchThrough(CacheStatus::Miss),
+            },
         };
         let mut rx = fill.subscribe();
         // Whether this request was there before the origin's answer: only then may it share
@@ -1521,9 +1525,10 @@ impl Ctx<'_> {
     }
 
     /// A 304 for a passed-through answer, with the header fields a 304 carries (RFC 9110
-    /// §15.4.5; our own Date).
+    /// §15.4.5; our own Date) and the answer's Set-Cookie: a state change of the origin's for
+    /// this client, not a description of the body it already has.
     async fn not_modified_through(&self, h: &http::HeaderMap, status: CacheStatus) -> Served {
-        let fields = ["etag", "last-modified"]
+        let fields = ["etag", "last-modified", "set-cookie"]
             .iter()
             .chain(NOT_MODIFIED_FIELDS)
             .flat_map(|n| h.get_all(*n).iter().map(move |v| (*n, v)))
