@@ -11,8 +11,8 @@
 use crate::builders::configmap::server_config;
 use crate::builders::configmap::CONFIG_DIR;
 use crate::crd::{
-    quantity_bytes, ContentServerSpec, GatewayParentRef, MAX_VOLUME_NAME, ORIGIN_CA_DIR,
-    PURGE_TOKEN_DIR,
+    empty_dir_cache_bytes, quantity_bytes, ContentServerSpec, EmptyDirMedium, GatewayParentRef,
+    EMPTY_DIR_CACHE_PERCENT, MAX_VOLUME_NAME, ORIGIN_CA_DIR, PURGE_TOKEN_DIR,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::HashSet;
@@ -455,6 +455,45 @@ fn not_bytes(q: &str, example: &str) -> String {
     }
 }
 
+/// A cache on an emptyDir of medium Memory (tmpfs) is charged to the container's memory: with
+/// a memory limit, each must leave the server a quarter of it, or the pod is OOM-killed as
+/// the cache fills.
+fn memory_caches_fit(spec: &ContentServerSpec) -> Vec<SpecError> {
+    let limit = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("memory"));
+    let Some((limit, limit_bytes)) = limit.and_then(|q| Some((q, quantity_bytes(&q.0)?))) else {
+        return Vec::new();
+    };
+    let mut errs = Vec::new();
+    for (i, v) in spec.volumes.iter().enumerate() {
+        let (Some(c), Some(ed)) = (&v.cache, &v.source.empty_dir) else {
+            continue;
+        };
+        if ed.medium != Some(EmptyDirMedium::Memory) {
+            continue;
+        }
+        let size = c.max_size.as_deref().and_then(quantity_bytes).or_else(|| {
+            Some(empty_dir_cache_bytes(quantity_bytes(
+                ed.size_limit.as_deref()?,
+            )?))
+        });
+        if size.is_some_and(|b| u128::from(b) * 4 > u128::from(limit_bytes) * 3) {
+            errs.push(SpecError {
+                field: format!("spec.volumes[{i}].cache.maxSize"),
+                message: format!(
+                    "a cache on an emptyDir of medium Memory counts against resources.limits.memory {}: it may hold at most three quarters of it ({} bytes), the rest is the server's",
+                    limit.0,
+                    limit_bytes / 4 * 3
+                ),
+            });
+        }
+    }
+    errs
+}
+
 /// The cache rules the server cannot know: quantities, a cache must fit its claim (or emptyDir
 /// limit), a cache on an existing claim allows one replica (autoscaling included), a route with
 /// cache needs spec.origin.
@@ -473,21 +512,41 @@ pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
         if quantity_bytes(&c.slice_size).is_none() {
             push(format!("{f}.sliceSize"), not_bytes(&c.slice_size, "1Mi"));
         }
-        let Some(max) = &c.max_size else { continue };
+        let empty_dir = v.source.empty_dir.as_ref();
+        let size_limit = empty_dir.and_then(|e| e.size_limit.as_deref());
+        let Some(max) = &c.max_size else {
+            let node_fs = if v.source.host_path.is_some() {
+                Some("a hostPath")
+            } else if empty_dir.is_some() && size_limit.is_none() {
+                Some("an emptyDir without sizeLimit")
+            } else {
+                None
+            };
+            if let Some(what) = node_fs {
+                push(
+                    format!("{f}.maxSize"),
+                    format!("is required on {what}: the server's default keeps 10% of the filesystem free, and that filesystem is the node's (its disk, where the kubelet evicts pods at 10% free, or its memory for medium Memory); set maxSize{}", if empty_dir.is_some() { format!(", or emptyDir.sizeLimit (maxSize is then {EMPTY_DIR_CACHE_PERCENT}% of it)") } else { String::new() }),
+                );
+            }
+            continue;
+        };
         let Some(max_bytes) = quantity_bytes(max) else {
             push(format!("{f}.maxSize"), not_bytes(max, "90Gi"));
             continue;
         };
-        let limit = match (&v.source.claim_template, &v.source.empty_dir) {
-            (Some(ct), _) => Some(("claimTemplate.size", ct.size.as_str())),
-            (None, Some(ed)) => ed.size_limit.as_deref().map(|l| ("emptyDir.sizeLimit", l)),
-            _ => None,
-        };
-        if let Some((what, size)) = limit {
-            if quantity_bytes(size).is_some_and(|b| max_bytes > b) {
+        if let Some(ct) = &v.source.claim_template {
+            if quantity_bytes(&ct.size).is_some_and(|b| max_bytes > b) {
                 push(
                     format!("{f}.maxSize"),
-                    format!("{max} exceeds {what} {size}"),
+                    format!("{max} exceeds claimTemplate.size {}", ct.size),
+                );
+            }
+        }
+        if let Some(size) = size_limit {
+            if quantity_bytes(size).is_some_and(|b| max_bytes > empty_dir_cache_bytes(b)) {
+                push(
+                    format!("{f}.maxSize"),
+                    format!("{max} is more than {EMPTY_DIR_CACHE_PERCENT}% of emptyDir.sizeLimit {size}: fills in flight and the filesystem need the rest, and the kubelet evicts a pod whose emptyDir goes over its sizeLimit"),
                 );
             }
         }
@@ -524,6 +583,7 @@ pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
             }
         }
     }
+    errs.extend(memory_caches_fit(spec));
     errs
 }
 

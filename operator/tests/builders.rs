@@ -268,6 +268,13 @@ fn pod_is_hardened_and_probes_the_admin_port() {
     let pod = t.spec.expect("pod spec");
     let psc = pod.security_context.clone().expect("pod security context");
     assert_eq!(psc.run_as_non_root, Some(true));
+    // The group is set once per volume, not on every file at every mount (a cache disk holds
+    // a million slices).
+    assert_eq!(psc.fs_group, Some(65532));
+    assert_eq!(
+        psc.fs_group_change_policy.as_deref(),
+        Some("OnRootMismatch")
+    );
     assert_eq!(
         psc.seccomp_profile.map(|s| s.type_).as_deref(),
         Some("RuntimeDefault")

@@ -83,20 +83,88 @@ fn a_cache_larger_than_its_claim_names_the_field() {
         errs,
         vec!["spec.volumes[1].cache.maxSize: 200Gi exceeds claimTemplate.size 100Gi"]
     );
-    // Exactly the claim's size fits; an emptyDir limit is checked the same way.
+    // Exactly the claim's size fits.
     cs.spec.volumes[1].cache.as_mut().expect("cache").max_size = Some("100Gi".into());
     assert_eq!(validate(&cs.spec), Vec::new());
+}
+
+/// A cache on an emptyDir or a hostPath lives on the node's filesystem, where the server's
+/// default (keep 10% free) is the kubelet's eviction threshold: an emptyDir's cache defaults
+/// to 90% of its sizeLimit and may not hold more (the kubelet evicts a pod whose emptyDir goes
+/// over it), one without a limit or on a hostPath needs maxSize, and one in memory must leave
+/// the server a quarter of the container's memory limit.
+#[test]
+fn a_cache_on_the_nodes_filesystem_is_bounded_below_what_the_kubelet_evicts_at() {
+    use content_operator::crd::{EmptyDirMedium, EmptyDirSource, HostPathSource};
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let mut cs = example("edge-cache.yaml");
+    let errors = |cs: &content_operator::crd::ContentServer| -> Vec<String> {
+        validate(&cs.spec).iter().map(|e| e.to_string()).collect()
+    };
+    let empty_dir = |limit: Option<&str>, medium: Option<EmptyDirMedium>| EmptyDirSource {
+        size_limit: limit.map(str::to_string),
+        medium,
+    };
     cs.spec.volumes[0].source.claim_template = None;
-    cs.spec.volumes[0].source.empty_dir = Some(content_operator::crd::EmptyDirSource {
-        size_limit: Some("1Ti".into()),
-        medium: None,
-    });
-    cs.spec.volumes[0].cache.as_mut().expect("cache").max_size = Some("1.5Ti".into());
-    let errs: Vec<String> = validate(&cs.spec).iter().map(|e| e.to_string()).collect();
+    cs.spec.volumes[0].source.empty_dir = Some(empty_dir(Some("100Gi"), None));
+    // At most 90% of the limit; absent, exactly that (in bytes) is rendered.
+    cs.spec.volumes[0].cache.as_mut().expect("cache").max_size = Some("91Gi".into());
     assert_eq!(
-        errs,
-        vec!["spec.volumes[0].cache.maxSize: 1.5Ti exceeds emptyDir.sizeLimit 1Ti"]
+        errors(&cs),
+        vec!["spec.volumes[0].cache.maxSize: 91Gi is more than 90% of emptyDir.sizeLimit 100Gi: fills in flight and the filesystem need the rest, and the kubelet evicts a pod whose emptyDir goes over its sizeLimit"]
     );
+    cs.spec.volumes[0].cache.as_mut().expect("cache").max_size = Some("90Gi".into());
+    assert_eq!(errors(&cs), Vec::<String>::new());
+    cs.spec.volumes[0].cache.as_mut().expect("cache").max_size = None;
+    assert_eq!(errors(&cs), Vec::<String>::new());
+    let cache = |cs: &content_operator::crd::ContentServer| {
+        server_config(&cs.spec).volumes[0]
+            .cache
+            .as_ref()
+            .expect("a cache volume")
+            .max_size
+    };
+    assert_eq!(cache(&cs), Some(ByteSize(90 << 30)));
+    // No limit, or a hostPath: maxSize is required (and nothing is made up for it).
+    cs.spec.volumes[0].source.empty_dir = Some(empty_dir(None, None));
+    assert_eq!(cache(&cs), None);
+    let errs = errors(&cs);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].starts_with("spec.volumes[0].cache.maxSize: is required on an emptyDir without sizeLimit: the server's default keeps 10% of the filesystem free"),
+        "{errs:?}"
+    );
+    cs.spec.allow_host_path = true;
+    cs.spec.volumes[0].source.empty_dir = None;
+    cs.spec.volumes[0].source.host_path = Some(HostPathSource {
+        path: "/mnt/disk1".into(),
+        type_: None,
+    });
+    let errs = errors(&cs);
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("spec.volumes[0].cache.maxSize: is required on a hostPath")),
+        "{errs:?}"
+    );
+    cs.spec.volumes[0].cache.as_mut().expect("cache").max_size = Some("500Gi".into());
+    assert!(!errors(&cs).iter().any(|e| e.contains("maxSize")));
+    // In memory: charged to the container's memory limit.
+    cs.spec.allow_host_path = false;
+    cs.spec.volumes[0].source.host_path = None;
+    cs.spec.volumes[0].source.empty_dir =
+        Some(empty_dir(Some("8Gi"), Some(EmptyDirMedium::Memory)));
+    cs.spec.volumes[0].cache.as_mut().expect("cache").max_size = None;
+    cs.spec.resources = Some(ResourceRequirements {
+        limits: Some([("memory".to_string(), Quantity("8Gi".into()))].into()),
+        ..ResourceRequirements::default()
+    });
+    assert_eq!(
+        errors(&cs),
+        vec!["spec.volumes[0].cache.maxSize: a cache on an emptyDir of medium Memory counts against resources.limits.memory 8Gi: it may hold at most three quarters of it (6442450944 bytes), the rest is the server's"]
+    );
+    cs.spec.volumes[0].cache.as_mut().expect("cache").max_size = Some("6Gi".into());
+    assert_eq!(errors(&cs), Vec::<String>::new());
 }
 
 #[test]

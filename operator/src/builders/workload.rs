@@ -80,6 +80,9 @@ fn default_pod_security_context() -> PodSecurityContext {
         run_as_user: Some(DEFAULT_UID),
         run_as_group: Some(DEFAULT_UID),
         fs_group: Some(DEFAULT_UID),
+        // Without it the kubelet changes the owner of every file of every writable volume at
+        // each mount: minutes per pod start on a cache disk of a million slices.
+        fs_group_change_policy: Some("OnRootMismatch".into()),
         seccomp_profile: Some(SeccompProfile {
             type_: "RuntimeDefault".into(),
             ..SeccompProfile::default()

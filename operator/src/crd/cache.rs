@@ -99,8 +99,11 @@ pub struct PurgeTokenSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeCacheSpec {
-    /// Largest total size of stored entries (a quantity such as `90Gi`); must fit the volume's
-    /// `claimTemplate.size` / `emptyDir.sizeLimit`. Absent = keep 10% of the filesystem free.
+    /// Largest total size of stored entries (a quantity such as `90Gi`); at most the volume's
+    /// `claimTemplate.size`, or 90% of its `emptyDir.sizeLimit`. Absent: 90% of
+    /// `emptyDir.sizeLimit` on an emptyDir, keep 10% of the filesystem free on a claim;
+    /// required on a hostPath or an emptyDir without `sizeLimit` (their filesystem is the
+    /// node's, where the kubelet evicts pods).
     #[schemars(regex(pattern = QUANTITY_PATTERN))]
     pub max_size: Option<String>,
     /// Entries unused this long are dropped.
@@ -214,6 +217,18 @@ impl Default for RouteCacheSpec {
             stale_if_error_secs: default_sie_secs(),
         }
     }
+}
+
+/// Percent of an emptyDir's `sizeLimit` a cache may fill: the rest is for fills in flight
+/// (their temporary files) and the filesystem, since the kubelet evicts a pod whose emptyDir
+/// goes over its limit.
+pub const EMPTY_DIR_CACHE_PERCENT: u64 = 90;
+
+/// The most a cache may hold on an emptyDir limited to `size_limit` bytes, and its default
+/// `maxSize` there.
+pub fn empty_dir_cache_bytes(size_limit: u64) -> u64 {
+    u64::try_from(u128::from(size_limit) * u128::from(EMPTY_DIR_CACHE_PERCENT) / 100)
+        .unwrap_or(u64::MAX)
 }
 
 /// Bytes of a Kubernetes quantity (`100Gi`, `1.5T`, `4096`), rounded down; None when it is not
