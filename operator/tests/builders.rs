@@ -69,8 +69,16 @@ fn minimal_renders_one_volume_and_a_deployment() {
     let dep = deployment(&cs, &rendered.hash);
     let spec = dep.spec.expect("spec");
     assert_eq!(spec.replicas, Some(1));
-    let ru = spec
-        .strategy
+    // One pod on an existing claim: Recreate (see a_shared_cache_volume_is_rolled_out_by_recreate).
+    assert_eq!(
+        spec.strategy.as_ref().and_then(|s| s.type_.as_deref()),
+        Some("Recreate")
+    );
+    let mut two = cs.clone();
+    two.spec.replicas = 2;
+    let ru = deployment(&two, &rendered.hash)
+        .spec
+        .and_then(|s| s.strategy)
         .and_then(|s| s.rolling_update)
         .expect("rolling update");
     assert_eq!(
@@ -94,17 +102,38 @@ fn minimal_renders_one_volume_and_a_deployment() {
 
 /// A cache directory may have one server: a Deployment whose cache volume is shared between
 /// pods (an existing claim, a hostPath) is rolled out by Recreate, since a surge pod could not
-/// start beside the old one; other Deployments keep their surge rollout.
+/// start beside the old one. So is a single pod on an existing claim (a ReadWriteOnce claim
+/// cannot be attached to a surge pod on another node: the rollout stalled for ever); other
+/// Deployments keep their surge rollout.
 #[test]
 fn a_shared_cache_volume_is_rolled_out_by_recreate() {
     let mut cs = example("minimal.yaml");
-    assert_eq!(
-        deployment(&cs, "h")
+    let kind = |cs: &content_operator::crd::ContentServer| {
+        deployment(cs, "h")
             .spec
             .and_then(|s| s.strategy)
-            .and_then(|s| s.type_),
-        Some("RollingUpdate".into())
+            .and_then(|s| s.type_)
+    };
+    assert_eq!(cs.spec.replicas, 1);
+    assert_eq!(kind(&cs).as_deref(), Some("Recreate"), "one pod on a claim");
+    cs.spec.replicas = 2;
+    assert_eq!(kind(&cs).as_deref(), Some("RollingUpdate"));
+    cs.spec.replicas = 1;
+    cs.spec.autoscaling = Some(
+        serde_json::from_value(serde_json::json!({"minReplicas": 1, "maxReplicas": 4}))
+            .expect("autoscaling"),
     );
+    assert_eq!(
+        kind(&cs).as_deref(),
+        Some("RollingUpdate"),
+        "an HPA may add pods"
+    );
+    cs.spec.autoscaling = None;
+    cs.spec.volumes[0].source =
+        serde_json::from_value(serde_json::json!({"emptyDir": {}})).expect("source");
+    assert_eq!(kind(&cs).as_deref(), Some("RollingUpdate"), "no claim");
+    let mut cs = example("minimal.yaml");
+    cs.spec.replicas = 2;
     cs.spec.volumes[0].cache = Some(serde_json::from_value(serde_json::json!({})).expect("cache"));
     let strategy = deployment(&cs, "h")
         .spec

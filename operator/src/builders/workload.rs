@@ -7,7 +7,9 @@
 //! Except when a cache volume is shared between pods (an existing persistentVolumeClaim, a
 //! hostPath): the server locks its cache directory and a second process on it refuses to start,
 //! so a surge pod would crash until the old pod left, which a surge rollout waits for its new pod
-//! to be ready before doing. Such a Deployment is `Recreate` (old pods stop first). Across pods:
+//! to be ready before doing. Such a Deployment is `Recreate` (old pods stop first), and so is
+//! one pod on an existing claim (a ReadWriteOnce claim cannot follow a surge pod to another
+//! node). Across pods:
 //! a cache on an existing claim allows one replica (refused by the CRD's CEL rules and
 //! `validation.rs`), and a hostPath cache gets a required pod anti-affinity on the node name (one
 //! pod per node) for either kind. A StatefulSet
@@ -387,12 +389,28 @@ pub fn shares_a_cache_directory(spec: &ContentServerSpec) -> bool {
     })
 }
 
+/// True when the one pod of a ContentServer that may not have more mounts an existing claim.
+/// Such a claim is often ReadWriteOnce (a default StorageClass), and a surge pod the scheduler
+/// puts on another node can never attach it: the rollout would wait for it for ever.
+fn one_pod_on_an_existing_claim(spec: &ContentServerSpec) -> bool {
+    spec.replicas <= 1
+        && spec
+            .autoscaling
+            .as_ref()
+            .is_none_or(|a| a.max_replicas <= 1)
+        && spec
+            .volumes
+            .iter()
+            .any(|v| v.source.persistent_volume_claim.is_some())
+}
+
 /// The Deployment's rollout: surge (capacity never drops), or `Recreate` when a cache
 /// directory is shared ([`shares_a_cache_directory`]: a new pod could not start beside the old;
 /// with a hostPath cache the one-pod-per-node anti-affinity would also keep a surge pod off the
-/// nodes whose old pod it replaces).
+/// nodes whose old pod it replaces) or when one pod mounts an existing claim
+/// ([`one_pod_on_an_existing_claim`]).
 fn deployment_strategy(spec: &ContentServerSpec) -> DeploymentStrategy {
-    if shares_a_cache_directory(spec) {
+    if shares_a_cache_directory(spec) || one_pod_on_an_existing_claim(spec) {
         return DeploymentStrategy {
             type_: Some("Recreate".into()),
             rolling_update: None,
