@@ -766,6 +766,20 @@ fn serve_refuses_a_root_it_cannot_search() {
     }
 }
 
+/// An empty or relative volume path is quoted in its error (an empty one was invisible).
+#[test]
+fn check_config_quotes_a_path_that_is_not_absolute() {
+    for (path, want) in [
+        ("", "volumes[0].path: \"\" must be an absolute path"),
+        ("root", "volumes[0].path: \"root\" must be an absolute path"),
+    ] {
+        check_config_fails(
+            &format!("[[volumes]]\nname = \"v\"\npath = \"{path}\"\n"),
+            &[want],
+        );
+    }
+}
+
 /// A volume path with a NUL byte passed check-config and then failed at serve printing the raw
 /// byte: it is an error naming the field, the byte escaped.
 #[test]
@@ -789,6 +803,15 @@ fn check_config_refuses_split_targets_without_a_share_or_listed_twice() {
     check_config_fails(
         &split("{ volume = \"c1\", percent = 100.0 }, { volume = \"c2\" }"),
         &["routes[0].split[1]: \"c2\" takes the rest (no percent), but the targets before it add up to 100: it would get no requests"],
+    );
+    // A share too small for any URI hash (tester: 1e-12 was accepted), given or the rest.
+    check_config_fails(
+        &split("{ volume = \"c1\", percent = 1e-12 }, { volume = \"c2\" }"),
+        &["routes[0].split[0].percent: 0.000000000001 is less than 0.0001, the smallest share"],
+    );
+    check_config_fails(
+        &split("{ volume = \"c1\", percent = 99.99999 }, { volume = \"c2\" }"),
+        &["routes[0].split[1]: \"c2\" takes the rest (no percent), but the targets before it add up to 99.99999"],
     );
     check_config_fails(
         &split("{ volume = \"c1\", percent = 50.0 }, { volume = \"c1\" }"),
@@ -867,6 +890,11 @@ fn check_config_refuses_listeners_that_overlap_and_keeps_the_families_apart() {
         );
     }
     check_config_ok(&cfg("::", "0.0.0.0", ""));
+    // One address written two ways is one socket listed twice (it was said to overlap).
+    check_config_fails(
+        &cfg("::1", "0:0:0:0:0:0:0:1", ""),
+        &["listeners[1]: [::1]:29395 is listed twice"],
+    );
     // `*` takes the port on every address of both families.
     for other in ["0.0.0.0", "::1"] {
         check_config_fails(

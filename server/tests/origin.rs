@@ -467,13 +467,42 @@ fn unreadable_ca_file_fails_at_start_up() {
         err.to_string().contains("ca_file") && err.to_string().contains("missing.pem"),
         "{err}"
     );
-    std::fs::write(dir.path().join("empty.pem"), "not a certificate\n").unwrap();
-    o.ca_file = Some(dir.path().join("empty.pem"));
-    cfg.origins = vec![o];
-    let err = Origins::from_config(&cfg, &Metrics::new(&[], 0))
-        .err()
-        .expect("no PEM");
-    assert!(err.to_string().contains("no PEM certificate"), "{err}");
+    // What is wrong with a broken file is said in words (tester: the end marker came as a
+    // list of bytes, bad DER as "invalid peer certificate").
+    let ca = TestCa::new("cut CA");
+    let pem = std::fs::read_to_string(ca.write_pem(dir.path(), "whole.pem")).unwrap();
+    for (name, text, want) in [
+        (
+            "empty.pem",
+            "not a certificate\n".to_string(),
+            "no PEM certificate".to_string(),
+        ),
+        (
+            "cut.pem",
+            pem[..pem.len() / 2].to_string(),
+            "a PEM block has no \"-----END CERTIFICATE-----\" line (cut short?)".to_string(),
+        ),
+        (
+            "base64.pem",
+            "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n".to_string(),
+            "a PEM block is not valid base64".to_string(),
+        ),
+        (
+            "der.pem",
+            format!("{pem}-----BEGIN CERTIFICATE-----\nAAAAAAAA\n-----END CERTIFICATE-----\n"),
+            "certificate 2 is not a usable X.509 CA certificate".to_string(),
+        ),
+    ] {
+        std::fs::write(dir.path().join(name), text).unwrap();
+        o.ca_file = Some(dir.path().join(name));
+        cfg.origins = vec![o.clone()];
+        let err = Origins::from_config(&cfg, &Metrics::new(&[], 0))
+            .err()
+            .expect(name);
+        let err = err.to_string();
+        assert!(err.contains(name) && err.contains(&want), "{name}: {err}");
+        assert!(!err.contains("peer"), "{name}: {err}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -228,7 +228,7 @@ pub(super) fn check_origins<'a>(e: &mut Errors, cfg: &'a Config) -> HashSet<&'a 
             } else if !ca.is_absolute() {
                 e.push(
                     format!("{f}.ca_file"),
-                    format!("{} must be an absolute path", ca.display()),
+                    format!("{ca:?} must be an absolute path"),
                 );
             } else if no_https {
                 e.push(

@@ -73,7 +73,12 @@ impl Config {
                     );
                 }
             }
-            if !seen_sockets.insert((l.address.clone(), l.port)) {
+            // One address written two ways (`::1`, `0:0:0:0:0:0:0:1`) is one socket.
+            let address = l
+                .address
+                .parse::<std::net::IpAddr>()
+                .map_or_else(|_| l.address.clone(), |a| a.to_string());
+            if !seen_sockets.insert((address, l.port)) {
                 e.push(
                     format!("listeners[{i}]"),
                     format!("{} is listed twice", written(&l.address, l.port)),
@@ -227,7 +232,7 @@ impl Config {
             } else if !v.path.is_absolute() {
                 e.push(
                     format!("{f}.path"),
-                    format!("{} must be an absolute path", v.path.display()),
+                    format!("{:?} must be an absolute path", v.path),
                 );
             }
             if v.pool.threads == 0 || v.pool.threads > 4096 {
@@ -499,6 +504,10 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
                 format!("{sf}.percent"),
                 format!("{p} must be greater than 0 and at most 100"),
             ),
+            Some(p) if p < MIN_SHARE_PERCENT => e.push(
+                format!("{sf}.percent"),
+                format!("{p} is less than {MIN_SHARE_PERCENT}, the smallest share: a target must get a share of the URI hashes"),
+            ),
             Some(p) => total += p,
             None => {
                 rest += 1;
@@ -518,7 +527,7 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
                 format!("percentages add up to {total}, more than 100"),
             );
         } else if let Some(last) = r.split.last().filter(|t| t.percent.is_none()) {
-            if total > 100.0 - 1e-9 {
+            if total > 100.0 - MIN_SHARE_PERCENT {
                 e.push(
                     format!("{f}.split[{}]", r.split.len() - 1),
                     format!(
@@ -535,6 +544,10 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
         }
     }
 }
+
+/// The smallest share of a split target, in percent (about 4,300 of the 2^32 URI hashes;
+/// nginx's split_clients takes two decimals). A smaller one could round to no hash at all.
+const MIN_SHARE_PERCENT: f64 = 0.0001;
 
 /// `p` with every run of `/` made one.
 fn merged_slashes(p: &str) -> String {

@@ -27,17 +27,21 @@ pub(crate) fn client_config(
     if let Some(path) = ca_file {
         let certs = CertificateDer::pem_file_iter(path)
             .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| setup(format!("ca_file {}: {e}", path.display())))?;
+            .map_err(|e| setup(format!("ca_file {}: {}", path.display(), pem_problem(&e))))?;
         if certs.is_empty() {
             return Err(setup(format!(
                 "ca_file {}: no PEM certificate in it",
                 path.display()
             )));
         }
-        for c in certs {
-            roots
-                .add(c)
-                .map_err(|e| setup(format!("ca_file {}: {e}", path.display())))?;
+        for (i, c) in certs.into_iter().enumerate() {
+            roots.add(c).map_err(|e| {
+                setup(format!(
+                    "ca_file {}: certificate {} is not a usable X.509 CA certificate ({e:?})",
+                    path.display(),
+                    i + 1
+                ))
+            })?;
         }
     }
     if roots.is_empty() {
@@ -58,4 +62,24 @@ pub(crate) fn client_config(
         .with_no_client_auth();
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
+}
+
+/// What is wrong with a PEM file, in words (the crate's own text shows markers as byte lists).
+fn pem_problem(e: &rustls::pki_types::pem::Error) -> String {
+    use rustls::pki_types::pem::Error;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+    match e {
+        Error::MissingSectionEnd { end_marker } => {
+            format!(
+                "a PEM block has no \"-----END {}-----\" line (cut short?)",
+                text(end_marker)
+            )
+        }
+        Error::IllegalSectionStart { line } => {
+            format!("a PEM block starts with a malformed line {:?}", text(line))
+        }
+        Error::Base64Decode(why) => format!("a PEM block is not valid base64 ({why})"),
+        Error::Io(io) => format!("cannot be read: {io}"),
+        other => other.to_string(),
+    }
 }
