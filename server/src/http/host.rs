@@ -1,7 +1,9 @@
 //! Is a `Host` header value a valid authority (RFC 9112 §3.2, RFC 3986 §3.2.2)? `uri-host
 //! [":" port]`, where uri-host is an IP literal in brackets, an IPv4 address or a reg-name of
-//! unreserved, percent-encoded and sub-delim characters. An empty value is allowed (a target
-//! without authority). A server must answer 400 to anything else.
+//! unreserved, percent-encoded and sub-delim characters. The host may not be empty (RFC 9110
+//! §4.2.1: an "http" URI with an empty host is invalid, and its recipient must reject it; the
+//! empty Host of RFC 9112 §3.2 is for targets without an authority, which an origin server of
+//! http URIs never has; nginx answers 400 too). A server must answer 400 to anything else.
 
 fn is_unreserved_or_sub_delim(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b)
@@ -46,27 +48,16 @@ fn ip_literal(inner: &str) -> bool {
 
 /// True when `value` (already trimmed of surrounding whitespace) may be a Host header.
 pub fn valid(value: &str) -> bool {
-    let (host, port) = if let Some(rest) = value.strip_prefix('[') {
-        let Some(end) = rest.find(']') else {
+    let port_ok = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
+    if let Some(rest) = value.strip_prefix('[') {
+        let Some((literal, after)) = rest.split_once(']') else {
             return false;
         };
-        if !ip_literal(&rest[..end]) {
-            return false;
-        }
-        match &rest[end + 1..] {
-            "" => return true,
-            after => match after.strip_prefix(':') {
-                Some(p) => ("", p),
-                None => return false,
-            },
-        }
-    } else {
-        match value.rsplit_once(':') {
-            Some((h, p)) => (h, p),
-            None => (value, ""),
-        }
-    };
-    port.bytes().all(|b| b.is_ascii_digit()) && reg_name(host.as_bytes())
+        return ip_literal(literal)
+            && (after.is_empty() || after.strip_prefix(':').is_some_and(port_ok));
+    }
+    let (host, port) = value.rsplit_once(':').unwrap_or((value, ""));
+    !host.is_empty() && port_ok(port) && reg_name(host.as_bytes())
 }
 
 #[cfg(test)]
@@ -86,7 +77,6 @@ mod tests {
             "[v1.fe80::a+en1]",
             "xn--bcher-kva.example",
             "a%2Db.example",
-            "",
             "under_score.example",
         ] {
             assert!(valid(h), "{h:?} should be valid");
@@ -97,6 +87,8 @@ mod tests {
     fn invalid_authorities() {
         for h in [
             "example.com:80:80",
+            "",
+            ":80",
             "exa mple.com",
             "example.com/path",
             "user@example.com",
