@@ -16,11 +16,17 @@
 //! replica may have taken over: loss is reported at the deadline, a third of the lease duration
 //! before the lease expires for the others. The caller stops reconciling (the binary exits) on
 //! loss. Must not reconcile anything itself.
+//!
+//! Expiry is judged on this replica's own clock, as client-go does: a lease is expired when its
+//! record (holder, renewTime) has not changed for the lease duration since this replica first
+//! saw it so, whatever the renewTime says. Comparing the leader's renewTime with our clock would
+//! let a standby whose clock runs ahead take a live lease.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, PostParams};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// One candidate for the lease.
@@ -30,7 +36,13 @@ pub struct LeaderElector {
     name: String,
     identity: String,
     lease_duration: Duration,
+    /// The lease record last seen (holder, renewTime) and when, on this replica's clock, it was
+    /// first seen.
+    observed: Arc<Mutex<Option<(Record, Timestamp)>>>,
 }
+
+/// What identifies one renewal of a lease.
+type Record = (String, Option<Timestamp>);
 
 /// Outcome of one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +64,20 @@ impl LeaderElector {
             name: name.into(),
             identity: identity.into(),
             lease_duration,
+            observed: Arc::default(),
+        }
+    }
+
+    /// Has `record` stayed the same for `duration` up to `now` (first seen unchanged at least
+    /// that long ago)? A new record is remembered as seen at `now`.
+    fn unchanged_for(&self, record: Record, duration: SignedDuration, now: Timestamp) -> bool {
+        let mut seen = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+        match &*seen {
+            Some((r, since)) if *r == record => *since + duration < now,
+            _ => {
+                *seen = Some((record, now));
+                false
+            }
         }
     }
 
@@ -92,10 +118,8 @@ impl LeaderElector {
         let holder = spec.holder_identity.clone().unwrap_or_default();
         let duration =
             SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
-        let expired = spec
-            .renew_time
-            .as_ref()
-            .is_none_or(|t| t.0 + duration < now);
+        let record = (holder.clone(), spec.renew_time.as_ref().map(|t| t.0));
+        let expired = self.unchanged_for(record, duration, now);
         let transitions = spec.lease_transitions.unwrap_or(0);
         let new_spec = if holder == self.identity {
             self.spec(now, spec.acquire_time.clone(), transitions)

@@ -50,8 +50,9 @@ async fn only_one_candidate_leads_until_the_lease_expires() {
         LeaseState::Following { holder: "a".into() },
         "renewed at t1, live until t1+15"
     );
-    // a stops renewing: after the lease duration b takes over, and a learns it follows.
-    let t3 = t1 + SignedDuration::from_secs(16);
+    // a stops renewing: the lease duration after b first saw a's last renewal (at t2, on b's
+    // own clock), b takes over, and a learns it follows.
+    let t3 = t2 + SignedDuration::from_secs(16);
     assert_eq!(acquire(&b, t3).await, LeaseState::Leading);
     assert_eq!(
         acquire(&a, t3).await,
@@ -66,6 +67,39 @@ async fn only_one_candidate_leads_until_the_lease_expires() {
     assert_eq!(lease["spec"]["holderIdentity"], "b");
     assert_eq!(lease["spec"]["leaseTransitions"], 1);
     assert_eq!(lease["spec"]["leaseDurationSeconds"], 15);
+}
+
+/// Expiry is judged on the standby's own clock: one running 100 s ahead of the leader's does not
+/// take a lease the leader keeps renewing (comparing the leader's renewTime with that clock,
+/// it did), and still takes it over once the renewals stop for the lease duration.
+#[tokio::test]
+async fn a_standby_whose_clock_runs_ahead_does_not_take_a_live_lease() {
+    let (_fake, [a, b], t0) = a_leads().await;
+    let ahead = SignedDuration::from_secs(100);
+    assert_eq!(
+        acquire(&b, t0 + ahead).await,
+        LeaseState::Following { holder: "a".into() },
+        "a renewed at t0 on its clock"
+    );
+    for i in 1..=5 {
+        let t = t0 + SignedDuration::from_secs(i * 10);
+        assert_eq!(acquire(&a, t).await, LeaseState::Leading);
+        assert_eq!(
+            acquire(&b, t + ahead).await,
+            LeaseState::Following { holder: "a".into() },
+            "a renewed {i} times"
+        );
+    }
+    // a stops renewing: b saw its last renewal at t0 + 150 (b's clock).
+    let last = t0 + SignedDuration::from_secs(50) + ahead;
+    assert_eq!(
+        acquire(&b, last + SignedDuration::from_secs(14)).await,
+        LeaseState::Following { holder: "a".into() }
+    );
+    assert_eq!(
+        acquire(&b, last + SignedDuration::from_secs(16)).await,
+        LeaseState::Leading
+    );
 }
 
 #[tokio::test]
