@@ -453,6 +453,50 @@ async fn https_with_the_test_ca_and_host_sni_overrides() {
     ));
 }
 
+/// The CA file is read again when it changes (a ConfigMap or Secret updated in place by the
+/// kubelet: a new file behind the path): new connections trust the new CA without a restart;
+/// a changed file that cannot be used keeps the last good CA.
+#[tokio::test]
+async fn a_changed_ca_file_is_trusted_by_new_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (TestCa::new("old CA"), TestCa::new("new CA"));
+    // The origin's certificate was re-issued by the new CA; it closes every connection.
+    let o = FaultOrigin::start_tls(&new, &["127.0.0.1"]);
+    o.set_keep_alive(false);
+    o.put("/s", Object::new(b"secret".to_vec()));
+    let ca_path = dir.path().join("ca.pem");
+    // Written as the kubelet does: a new file renamed over the path.
+    let publish = |pem: &[u8]| {
+        let tmp = dir.path().join("ca.pem.tmp");
+        std::fs::write(&tmp, pem).unwrap();
+        std::fs::rename(&tmp, &ca_path).unwrap();
+    };
+    publish(&std::fs::read(old.write_pem(dir.path(), "old.pem")).unwrap());
+    let mut cfg = plain(&[o.url()]);
+    cfg.ca_file = Some(ca_path.clone());
+    let (up, _m) = client(cfg);
+    let e = up
+        .fetch(OriginRequest::get("/s"))
+        .await
+        .expect_err("the old CA does not vouch for the new certificate");
+    assert!(matches!(e, OriginError::Tls { .. }), "{e:?}");
+    publish(&std::fs::read(new.write_pem(dir.path(), "new.pem")).unwrap());
+    let mut r = up
+        .fetch(OriginRequest::get("/s"))
+        .await
+        .expect("the new CA file is read again");
+    assert_eq!(r.bytes().await.unwrap(), b"secret");
+    // A broken update (cut short) is not used: the last good CA stays.
+    publish(b"-----BEGIN CERTIFICATE-----\nMIIB");
+    for _ in 0..2 {
+        let mut r = up
+            .fetch(OriginRequest::get("/s"))
+            .await
+            .expect("the last good CA");
+        assert_eq!(r.bytes().await.unwrap(), b"secret");
+    }
+}
+
 #[test]
 fn unreadable_ca_file_fails_at_start_up() {
     let dir = tempfile::tempdir().unwrap();

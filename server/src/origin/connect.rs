@@ -108,14 +108,15 @@ async fn connect_one(
     let guard = OpenGuard(inner.metrics.connections.clone());
     match (&inner.tls, &server.tls_name) {
         (Some(tls), Some(name)) => {
-            let stream =
-                tls.connect(name.clone(), tcp)
-                    .await
-                    .map_err(|source| OriginError::Tls {
-                        origin: inner.name.clone(),
-                        server: server.url.clone(),
-                        source: explained(source),
-                    })?;
+            let stream = tls
+                .connector()
+                .connect(name.clone(), tcp)
+                .await
+                .map_err(|source| OriginError::Tls {
+                    origin: inner.name.clone(),
+                    server: server.url.clone(),
+                    source: explained(source),
+                })?;
             handshake(stream, guard, inner, server).await
         }
         _ => handshake(tcp, guard, inner, server).await,

@@ -180,7 +180,7 @@ impl OriginMetrics {
 pub(crate) struct Inner {
     pub(crate) name: String,
     pub(crate) servers: Vec<Server>,
-    pub(crate) tls: Option<tokio_rustls::TlsConnector>,
+    pub(crate) tls: Option<tls::Tls>,
     pub(crate) connect_timeout: Duration,
     pub(crate) read_timeout: Duration,
     /// `pass_buffer_bytes`.
@@ -271,10 +271,7 @@ impl Origin {
             });
         }
         let tls = if any_https {
-            Some(tokio_rustls::TlsConnector::from(tls::client_config(
-                &o.name,
-                o.ca_file.as_deref(),
-            )?))
+            Some(tls::Tls::new(&o.name, o.ca_file.as_deref())?)
         } else {
             None
         };

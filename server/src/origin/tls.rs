@@ -1,29 +1,104 @@
 //! The rustls client configuration of one origin: the system's root certificates plus the
-//! origin's `ca_file` (PEM), the ring crypto provider, ALPN `http/1.1`. Built once at start-up;
-//! it must not open connections nor pick server names (that is [`super::connect`]).
+//! origin's `ca_file` (PEM), the ring crypto provider, ALPN `http/1.1`. Built at start-up and
+//! again when the CA file changes; it must not open connections nor pick server names (that is
+//! [`super::connect`]).
 
 use super::OriginError;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use rustls::{ClientConfig, RootCertStore};
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use tokio_rustls::TlsConnector;
 
-/// Build the TLS client configuration for origin `name`.
-pub(crate) fn client_config(
+/// The TLS client side of one origin: its configuration, built again when its `ca_file`
+/// changes. A CA bundle mounted from a ConfigMap or Secret is updated in place by the kubelet
+/// (a new file behind the same path), and a re-issued origin certificate must not need a
+/// restart. The file is looked at (one `stat`) before each new connection, beside a TLS
+/// handshake that costs a thousand times more; a changed file that cannot be used keeps the last
+/// good configuration, logged once per change.
+pub(crate) struct Tls {
+    name: String,
+    ca_file: Option<PathBuf>,
+    system: RootCertStore,
+    current: RwLock<(TlsConnector, Option<FileId>)>,
+}
+
+/// What tells one version of the CA file from another.
+type FileId = (u64, u64, u64, i64, i64);
+
+fn file_id(path: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+}
+
+impl Tls {
+    /// The configuration of origin `name`: the system's roots plus `ca_file`'s certificates.
+    pub(crate) fn new(name: &str, ca_file: Option<&Path>) -> Result<Tls, OriginError> {
+        let mut system = RootCertStore::empty();
+        let native = rustls_native_certs::load_native_certs();
+        for e in &native.errors {
+            tracing::debug!(origin = name, error = %e, "skipping a system root certificate");
+        }
+        let (added, _ignored) = system.add_parsable_certificates(native.certs);
+        tracing::debug!(
+            origin = name,
+            system_roots = added,
+            "origin TLS roots loaded"
+        );
+        let id = ca_file.and_then(file_id);
+        let cfg = client_config(name, &system, ca_file)?;
+        Ok(Tls {
+            name: name.to_string(),
+            ca_file: ca_file.map(Path::to_path_buf),
+            system,
+            current: RwLock::new((TlsConnector::from(cfg), id)),
+        })
+    }
+
+    /// The connector for a new connection, with the CA file as it is now.
+    pub(crate) fn connector(&self) -> TlsConnector {
+        let read = |l: &RwLock<(TlsConnector, Option<FileId>)>| {
+            l.read().unwrap_or_else(|p| p.into_inner()).clone()
+        };
+        let Some(path) = &self.ca_file else {
+            return read(&self.current).0;
+        };
+        let id = file_id(path);
+        let (connector, seen) = read(&self.current);
+        if id.is_none() || id == seen {
+            // (A file gone for a moment, mid-update, keeps what was loaded.)
+            return connector;
+        }
+        let mut cur = self.current.write().unwrap_or_else(|p| p.into_inner());
+        if cur.1 != id {
+            cur.1 = id;
+            match client_config(&self.name, &self.system, Some(path)) {
+                Ok(cfg) => {
+                    tracing::info!(origin = %self.name, ca_file = %path.display(), "origin CA file changed: new connections trust it");
+                    cur.0 = TlsConnector::from(cfg);
+                }
+                Err(e) => {
+                    tracing::error!(origin = %self.name, error = %e, "origin CA file changed but cannot be used; new connections keep the CA loaded before");
+                }
+            }
+        }
+        cur.0.clone()
+    }
+}
+
+/// Build the TLS client configuration for origin `name`: the `system` roots plus `ca_file`'s.
+fn client_config(
     name: &str,
+    system: &RootCertStore,
     ca_file: Option<&Path>,
 ) -> Result<Arc<ClientConfig>, OriginError> {
     let setup = |message: String| OriginError::Setup {
         origin: name.to_string(),
         message,
     };
-    let mut roots = RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for e in &native.errors {
-        tracing::debug!(origin = name, error = %e, "skipping a system root certificate");
-    }
-    let (added, _ignored) = roots.add_parsable_certificates(native.certs);
+    let mut roots = system.clone();
     if let Some(path) = ca_file {
         let certs = CertificateDer::pem_file_iter(path)
             .and_then(|it| it.collect::<Result<Vec<_>, _>>())
@@ -49,11 +124,6 @@ pub(crate) fn client_config(
             "no trusted root certificate: the system has none and no ca_file is set".into(),
         ));
     }
-    tracing::debug!(
-        origin = name,
-        system_roots = added,
-        "origin TLS roots loaded"
-    );
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut cfg = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
