@@ -43,6 +43,9 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
     if spec.image.trim().is_empty() {
         push("spec.image".into(), "must not be empty".into());
     }
+    if let Some(e) = privileged_port_without_sysctl(spec) {
+        push(e.field, e.message);
+    }
     let mut mounts = HashSet::new();
     for (i, v) in spec.volumes.iter().enumerate() {
         let f = format!("spec.volumes[{i}]");
@@ -453,6 +456,24 @@ fn not_bytes(q: &str, example: &str) -> String {
     } else {
         format!("{q:?} is not a quantity such as {example}")
     }
+}
+
+/// A port below 1024 with a pod security context of the user's that does not let the server
+/// bind it: the container runs without capabilities (no CAP_NET_BIND_SERVICE, root or not), so
+/// only the `net.ipv4.ip_unprivileged_port_start` sysctl can (the default context sets it).
+fn privileged_port_without_sysctl(spec: &ContentServerSpec) -> Option<SpecError> {
+    use crate::builders::workload::{lowest_port, UNPRIVILEGED_PORT_SYSCTL};
+    let port = lowest_port(spec);
+    let ctx = spec.pod.security_context.as_ref()?;
+    let allowed = ctx.sysctls.iter().flatten().any(|s| {
+        s.name == UNPRIVILEGED_PORT_SYSCTL && s.value.trim().parse::<i32>().is_ok_and(|v| v <= port)
+    });
+    (port < 1024 && !allowed).then(|| SpecError {
+        field: "spec.pod.securityContext.sysctls".into(),
+        message: format!(
+            "port {port} is below 1024 and the server runs without capabilities: add {{name: {UNPRIVILEGED_PORT_SYSCTL}, value: \"{port}\"}} (or use a port from 1024; the Service's port may still be 80)"
+        ),
+    })
 }
 
 /// A cache on an emptyDir of medium Memory (tmpfs) is charged to the container's memory: with

@@ -100,6 +100,49 @@ fn minimal_renders_one_volume_and_a_deployment() {
     assert!(servicemonitor::servicemonitor(&cs).is_none());
 }
 
+/// A port below 1024 is bound by the non-root server without capabilities only through the
+/// `net.ipv4.ip_unprivileged_port_start` sysctl: the default pod security context sets it, and
+/// a context of the user's without it is refused on its field (the pod crash-looped).
+#[test]
+fn a_port_below_1024_gets_the_sysctl_that_lets_the_server_bind_it() {
+    let mut cs = example("minimal.yaml");
+    let sysctls = |cs: &content_operator::crd::ContentServer| {
+        pod_template(cs, "h")
+            .spec
+            .and_then(|p| p.security_context)
+            .and_then(|c| c.sysctls)
+            .map(|v| v.into_iter().map(|s| (s.name, s.value)).collect::<Vec<_>>())
+    };
+    assert!(cs.spec.server.port >= 1024 && cs.spec.metrics.port >= 1024);
+    assert_eq!(sysctls(&cs), None);
+    cs.spec.server.port = 80;
+    assert_eq!(
+        sysctls(&cs),
+        Some(vec![(
+            "net.ipv4.ip_unprivileged_port_start".to_string(),
+            "80".to_string()
+        )])
+    );
+    assert_eq!(validate(&cs.spec), Vec::new());
+    // The user's own context replaces the default: it must carry the sysctl itself.
+    let mut ctx: k8s_openapi::api::core::v1::PodSecurityContext =
+        serde_json::from_value(serde_json::json!({"runAsUser": 0, "runAsNonRoot": false}))
+            .expect("context");
+    cs.spec.pod.security_context = Some(ctx.clone());
+    let errs: Vec<String> = validate(&cs.spec).iter().map(|e| e.to_string()).collect();
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].starts_with("spec.pod.securityContext.sysctls: port 80 is below 1024"),
+        "{errs:?}"
+    );
+    ctx.sysctls = Some(vec![k8s_openapi::api::core::v1::Sysctl {
+        name: "net.ipv4.ip_unprivileged_port_start".into(),
+        value: "0".into(),
+    }]);
+    cs.spec.pod.security_context = Some(ctx);
+    assert_eq!(validate(&cs.spec), Vec::new());
+}
+
 /// A cache directory may have one server: a Deployment whose cache volume is shared between
 /// pods (an existing claim, a hostPath) is rolled out by Recreate, since a surge pod could not
 /// start beside the old one. So is a single pod on an existing claim (a ReadWriteOnce claim

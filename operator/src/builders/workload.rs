@@ -37,7 +37,8 @@ use k8s_openapi::api::core::v1::{
     HTTPGetAction, HostPathVolumeSource, ImageVolumeSource, Lifecycle, LifecycleHandler,
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
     PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    SeccompProfile, SecurityContext, SleepAction, Volume, VolumeMount, VolumeResourceRequirements,
+    SeccompProfile, SecurityContext, SleepAction, Sysctl, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -76,8 +77,26 @@ pub fn termination_grace_secs(spec: &ContentServerSpec) -> i64 {
     PRESTOP_SLEEP_SECS + i64::from(spec.server.shutdown_timeout_secs) + GRACE_MARGIN_SECS
 }
 
-fn default_pod_security_context() -> PodSecurityContext {
+/// The sysctl that lets the non-root server, with no capabilities, bind ports from its value
+/// up (a namespaced sysctl Kubernetes allows by default since 1.22).
+pub const UNPRIVILEGED_PORT_SYSCTL: &str = "net.ipv4.ip_unprivileged_port_start";
+
+/// The lowest port the pod binds (its HTTP and metrics ports).
+pub fn lowest_port(spec: &ContentServerSpec) -> i32 {
+    spec.server.port.min(spec.metrics.port)
+}
+
+fn default_pod_security_context(spec: &ContentServerSpec) -> PodSecurityContext {
+    // A port below 1024 needs CAP_NET_BIND_SERVICE, which the container drops, or the sysctl.
+    let port = lowest_port(spec);
+    let sysctls = (port < 1024).then(|| {
+        vec![Sysctl {
+            name: UNPRIVILEGED_PORT_SYSCTL.into(),
+            value: port.to_string(),
+        }]
+    });
     PodSecurityContext {
+        sysctls,
         run_as_non_root: Some(true),
         run_as_user: Some(DEFAULT_UID),
         run_as_group: Some(DEFAULT_UID),
@@ -323,7 +342,7 @@ pub fn pod_template(cs: &ContentServer, config_hash: &str) -> PodTemplateSpec {
                 spec.pod
                     .security_context
                     .clone()
-                    .unwrap_or_else(default_pod_security_context),
+                    .unwrap_or_else(|| default_pod_security_context(spec)),
             ),
             service_account_name: spec.pod.service_account_name.clone(),
             automount_service_account_token: Some(false),
