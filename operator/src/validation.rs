@@ -476,9 +476,9 @@ fn privileged_port_without_sysctl(spec: &ContentServerSpec) -> Option<SpecError>
     })
 }
 
-/// A cache on an emptyDir of medium Memory (tmpfs) is charged to the container's memory: with
-/// a memory limit, each must leave the server a quarter of it, or the pod is OOM-killed as
-/// the cache fills.
+/// Caches on emptyDirs of medium Memory (tmpfs) are charged to the container's memory: with a
+/// memory limit, together they must leave the server a quarter of it, or the pod is OOM-killed
+/// as they fill.
 fn memory_caches_fit(spec: &ContentServerSpec) -> Vec<SpecError> {
     let limit = spec
         .resources
@@ -488,7 +488,8 @@ fn memory_caches_fit(spec: &ContentServerSpec) -> Vec<SpecError> {
     let Some((limit, limit_bytes)) = limit.and_then(|q| Some((q, quantity_bytes(&q.0)?))) else {
         return Vec::new();
     };
-    let mut errs = Vec::new();
+    let mut first = None;
+    let mut total = 0u128;
     for (i, v) in spec.volumes.iter().enumerate() {
         let (Some(c), Some(ed)) = (&v.cache, &v.source.empty_dir) else {
             continue;
@@ -501,18 +502,20 @@ fn memory_caches_fit(spec: &ContentServerSpec) -> Vec<SpecError> {
                 ed.size_limit.as_deref()?,
             )?))
         });
-        if size.is_some_and(|b| u128::from(b) * 4 > u128::from(limit_bytes) * 3) {
-            errs.push(SpecError {
-                field: format!("spec.volumes[{i}].cache.maxSize"),
-                message: format!(
-                    "a cache on an emptyDir of medium Memory counts against resources.limits.memory {}: it may hold at most three quarters of it ({} bytes), the rest is the server's",
-                    limit.0,
-                    limit_bytes / 4 * 3
-                ),
-            });
-        }
+        total += u128::from(size.unwrap_or(0));
+        first.get_or_insert(i);
     }
-    errs
+    let Some(i) = first.filter(|_| total * 4 > u128::from(limit_bytes) * 3) else {
+        return Vec::new();
+    };
+    vec![SpecError {
+        field: format!("spec.volumes[{i}].cache.maxSize"),
+        message: format!(
+            "caches on emptyDirs of medium Memory count against resources.limits.memory {}: together they may hold at most three quarters of it ({} bytes; they hold {total})",
+            limit.0,
+            limit_bytes / 4 * 3
+        ),
+    }]
 }
 
 /// The cache rules the server cannot know: quantities, a cache must fit its claim (or emptyDir
@@ -536,18 +539,24 @@ pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
         let empty_dir = v.source.empty_dir.as_ref();
         let size_limit = empty_dir.and_then(|e| e.size_limit.as_deref());
         let Some(max) = &c.max_size else {
-            let node_fs = if v.source.host_path.is_some() {
-                Some("a hostPath")
-            } else if empty_dir.is_some() && size_limit.is_none() {
-                Some("an emptyDir without sizeLimit")
-            } else {
-                None
-            };
-            if let Some(what) = node_fs {
+            if empty_dir.is_some() && size_limit.is_none() {
                 push(
                     format!("{f}.maxSize"),
-                    format!("is required on {what}: the server's default keeps 10% of the filesystem free, and that filesystem is the node's (its disk, where the kubelet evicts pods at 10% free, or its memory for medium Memory); set maxSize{}", if empty_dir.is_some() { format!(", or emptyDir.sizeLimit (maxSize is then {EMPTY_DIR_CACHE_PERCENT}% of it)") } else { String::new() }),
+                    format!("is required on an emptyDir without sizeLimit: the server's default keeps 10% of the filesystem free, and an emptyDir's filesystem is the node's (its disk, where the kubelet evicts pods at 10% free, or its memory for medium Memory); set maxSize, or emptyDir.sizeLimit (maxSize is then {EMPTY_DIR_CACHE_PERCENT}% of it)"),
                 );
+            }
+            // The default from sizeLimit must hold a slice (the server refuses less, and would
+            // name a maxSize nobody wrote).
+            let default = size_limit
+                .and_then(quantity_bytes)
+                .map(empty_dir_cache_bytes);
+            if let (Some(d), Some(slice)) = (default, quantity_bytes(&c.slice_size)) {
+                if d < slice {
+                    push(
+                        format!("{f}.maxSize"),
+                        format!("is {EMPTY_DIR_CACHE_PERCENT}% of emptyDir.sizeLimit {} when absent ({d} bytes), less than one slice (sliceSize {}): raise sizeLimit or lower sliceSize", size_limit.unwrap_or_default(), c.slice_size),
+                    );
+                }
             }
             continue;
         };

@@ -88,11 +88,11 @@ fn a_cache_larger_than_its_claim_names_the_field() {
     assert_eq!(validate(&cs.spec), Vec::new());
 }
 
-/// A cache on an emptyDir or a hostPath lives on the node's filesystem, where the server's
-/// default (keep 10% free) is the kubelet's eviction threshold: an emptyDir's cache defaults
-/// to 90% of its sizeLimit and may not hold more (the kubelet evicts a pod whose emptyDir goes
-/// over it), one without a limit or on a hostPath needs maxSize, and one in memory must leave
-/// the server a quarter of the container's memory limit.
+/// A cache on an emptyDir lives on the node's filesystem, where the server's default (keep 10%
+/// free) is the kubelet's eviction threshold: it defaults to 90% of its sizeLimit and may not
+/// hold more (the kubelet evicts a pod whose emptyDir goes over it), one without a limit needs
+/// maxSize, and those in memory must together leave the server a quarter of the container's
+/// memory limit. A hostPath is often a disk of its own: the server's default stands there.
 #[test]
 fn a_cache_on_the_nodes_filesystem_is_bounded_below_what_the_kubelet_evicts_at() {
     use content_operator::crd::{EmptyDirMedium, EmptyDirSource, HostPathSource};
@@ -126,7 +126,13 @@ fn a_cache_on_the_nodes_filesystem_is_bounded_below_what_the_kubelet_evicts_at()
             .max_size
     };
     assert_eq!(cache(&cs), Some(ByteSize(90 << 30)));
-    // No limit, or a hostPath: maxSize is required (and nothing is made up for it).
+    // A default below one slice is said in terms of what was written.
+    cs.spec.volumes[0].source.empty_dir = Some(empty_dir(Some("1Mi"), None));
+    assert_eq!(
+        errors(&cs),
+        vec!["spec.volumes[0].cache.maxSize: is 90% of emptyDir.sizeLimit 1Mi when absent (943718 bytes), less than one slice (sliceSize 1Mi): raise sizeLimit or lower sliceSize"]
+    );
+    // No limit: maxSize is required (and nothing is made up for it).
     cs.spec.volumes[0].source.empty_dir = Some(empty_dir(None, None));
     assert_eq!(cache(&cs), None);
     let errs = errors(&cs);
@@ -141,14 +147,16 @@ fn a_cache_on_the_nodes_filesystem_is_bounded_below_what_the_kubelet_evicts_at()
         path: "/mnt/disk1".into(),
         type_: None,
     });
-    let errs = errors(&cs);
     assert!(
-        errs.iter()
-            .any(|e| e.starts_with("spec.volumes[0].cache.maxSize: is required on a hostPath")),
-        "{errs:?}"
+        !errors(&cs).iter().any(|e| e.contains("maxSize")),
+        "{:?}",
+        errors(&cs)
     );
-    cs.spec.volumes[0].cache.as_mut().expect("cache").max_size = Some("500Gi".into());
-    assert!(!errors(&cs).iter().any(|e| e.contains("maxSize")));
+    assert_eq!(
+        cache(&cs),
+        None,
+        "the server's default: keep 10% of that disk free"
+    );
     // In memory: charged to the container's memory limit.
     cs.spec.allow_host_path = false;
     cs.spec.volumes[0].source.host_path = None;
@@ -161,10 +169,21 @@ fn a_cache_on_the_nodes_filesystem_is_bounded_below_what_the_kubelet_evicts_at()
     });
     assert_eq!(
         errors(&cs),
-        vec!["spec.volumes[0].cache.maxSize: a cache on an emptyDir of medium Memory counts against resources.limits.memory 8Gi: it may hold at most three quarters of it (6442450944 bytes), the rest is the server's"]
+        vec!["spec.volumes[0].cache.maxSize: caches on emptyDirs of medium Memory count against resources.limits.memory 8Gi: together they may hold at most three quarters of it (6442450944 bytes; they hold 7730941132)"]
     );
-    cs.spec.volumes[0].cache.as_mut().expect("cache").max_size = Some("6Gi".into());
+    cs.spec.volumes[0].cache.as_mut().expect("cache").max_size = Some("3Gi".into());
     assert_eq!(errors(&cs), Vec::<String>::new());
+    // Two of them are counted together.
+    cs.spec.volumes[1].source.claim_template = None;
+    cs.spec.volumes[1].source.empty_dir =
+        Some(empty_dir(Some("8Gi"), Some(EmptyDirMedium::Memory)));
+    cs.spec.volumes[1].cache.as_mut().expect("cache").max_size = Some("3Gi".into());
+    assert_eq!(errors(&cs), Vec::<String>::new());
+    cs.spec.volumes[1].cache.as_mut().expect("cache").max_size = Some("4Gi".into());
+    assert_eq!(
+        errors(&cs),
+        vec!["spec.volumes[0].cache.maxSize: caches on emptyDirs of medium Memory count against resources.limits.memory 8Gi: together they may hold at most three quarters of it (6442450944 bytes; they hold 7516192768)"]
+    );
 }
 
 #[test]

@@ -988,6 +988,44 @@ async fn replacements_keep_the_serving_pods_in_the_status() {
         .any(|(_, reason, _)| reason == "NoReadyReplicas"));
 }
 
+/// Switching kinds with one pod on an existing claim (often ReadWriteOnce: the new pod cannot
+/// attach it on another node while the old pod holds it, and waiting for it stalled for
+/// ever): the old workload goes at once, as its Recreate rollout would; with two replicas it
+/// keeps serving until the new one is ready.
+#[tokio::test]
+async fn switching_kinds_with_one_pod_on_an_existing_claim_removes_the_old_workload_at_once() {
+    for replicas in [1, 2] {
+        let (fake, ctx, name) = reconciled("minimal.yaml").await;
+        edit_and_run(&fake, &ctx, &name, |cs| {
+            cs["spec"]["replicas"] = json!(replicas)
+        })
+        .await;
+        fake.set_rolled_out(&deployments(), &name, replicas);
+        run(&fake, &ctx, &name).await;
+        edit_and_run(&fake, &ctx, &name, |cs| {
+            let volumes = cs["spec"]["volumes"].as_array_mut().expect("volumes");
+            volumes.push(json!({"name": "scratch", "source":
+                {"claimTemplate": {"size": "1Gi", "accessModes": ["ReadWriteOnce"]}}}));
+            cs["spec"]["routes"] = json!([
+                {"prefix": "/scratch/", "volume": "scratch"},
+                {"prefix": "/", "volume": "content"}
+            ]);
+        })
+        .await;
+        assert!(fake.get(&statefulsets(), &name).is_some(), "{replicas}");
+        let removed = fake.events().iter().any(|(_, r, n)| {
+            r == "WorkloadReplaced"
+                && n.contains("Deployment removed before the StatefulSet is ready: its one pod mounts an existing claim")
+        });
+        assert_eq!(
+            (fake.get(&deployments(), &name).is_none(), removed),
+            (replicas == 1, replicas == 1),
+            "{replicas} replicas: {:?}",
+            fake.events()
+        );
+    }
+}
+
 /// minimal.yaml turned into a caching node whose cache is the existing claim `content` (one
 /// replica: every pod would mount the claim).
 async fn shared_claim_cache() -> (FakeApi, Arc<Context>, String) {

@@ -809,6 +809,11 @@ fn check_config_refuses_split_targets_without_a_share_or_listed_twice() {
         &split("{ volume = \"c1\", percent = 1e-12 }, { volume = \"c2\" }"),
         &["routes[0].split[0].percent: 0.000000000001 is less than 0.0001, the smallest share"],
     );
+    // The rest may be exactly the smallest share (0.0002 + 99.9997 is a little more in f64).
+    check_config_ok(&format!(
+        "[[volumes]]\nname = \"c3\"\npath = \"/srv/c3\"\n{}",
+        split("{ volume = \"c1\", percent = 0.0002 }, { volume = \"c3\", percent = 99.9997 }, { volume = \"c2\" }")
+    ));
     check_config_fails(
         &split("{ volume = \"c1\", percent = 99.99999 }, { volume = \"c2\" }"),
         &["routes[0].split[1]: \"c2\" takes the rest (no percent), but the targets before it add up to 99.99999"],

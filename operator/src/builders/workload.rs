@@ -411,7 +411,7 @@ pub fn shares_a_cache_directory(spec: &ContentServerSpec) -> bool {
 /// True when the one pod of a ContentServer that may not have more mounts an existing claim.
 /// Such a claim is often ReadWriteOnce (a default StorageClass), and a surge pod the scheduler
 /// puts on another node can never attach it: the rollout would wait for it for ever.
-fn one_pod_on_an_existing_claim(spec: &ContentServerSpec) -> bool {
+pub fn one_pod_on_an_existing_claim(spec: &ContentServerSpec) -> bool {
     spec.replicas <= 1
         && spec
             .autoscaling

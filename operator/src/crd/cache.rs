@@ -101,9 +101,9 @@ pub struct PurgeTokenSpec {
 pub struct VolumeCacheSpec {
     /// Largest total size of stored entries (a quantity such as `90Gi`); at most the volume's
     /// `claimTemplate.size`, or 90% of its `emptyDir.sizeLimit`. Absent: 90% of
-    /// `emptyDir.sizeLimit` on an emptyDir, keep 10% of the filesystem free on a claim;
-    /// required on a hostPath or an emptyDir without `sizeLimit` (their filesystem is the
-    /// node's, where the kubelet evicts pods).
+    /// `emptyDir.sizeLimit` on an emptyDir, keep 10% of the filesystem free on a claim or a
+    /// hostPath; required on an emptyDir without `sizeLimit` (its filesystem is the node's,
+    /// where the kubelet evicts pods at 10% free).
     #[schemars(regex(pattern = QUANTITY_PATTERN))]
     pub max_size: Option<String>,
     /// Entries unused this long are dropped.

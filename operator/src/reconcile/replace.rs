@@ -1,12 +1,14 @@
 //! Replacements that must not cost an outage: a StatefulSet whose immutable fields changed is
 //! deleted with orphaning (its pods keep serving and are adopted by the recreated one), and the
 //! workload of the previous kind (Deployment <-> StatefulSet) goes only once the new one has all
-//! pods ready — except when the pods share a cache directory, which only one server may use: then
-//! it goes at once, as a `Recreate` rollout would. Must never delete with cascading propagation
+//! pods ready — except when the pods share a cache directory, which only one server may use, or
+//! the one pod mounts an existing claim (a ReadWriteOnce claim attaches to one node): then it
+//! goes at once, as a `Recreate` rollout would. Must never delete with cascading propagation
 //! while pods are still needed.
 
 use crate::builders::workload::{
-    claim_template_signature, shares_a_cache_directory, statefulset, WorkloadKind,
+    claim_template_signature, one_pod_on_an_existing_claim, shares_a_cache_directory, statefulset,
+    WorkloadKind,
 };
 use crate::builders::{self, headless_service_name};
 use crate::reconcile::api::{
@@ -94,6 +96,8 @@ pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Resu
         .is_some_and(|s| s.ready >= scope.cs.spec.replicas && s.observed_latest);
     let why = if shares_a_cache_directory(&scope.cs.spec) {
         Removal::SharedCache
+    } else if one_pod_on_an_existing_claim(&scope.cs.spec) {
+        Removal::OnePodOnAClaim
     } else if ready {
         Removal::Ready
     } else {
@@ -144,6 +148,9 @@ enum Removal {
     Ready,
     /// The pods share a cache directory: the old pods must stop for the new ones to start.
     SharedCache,
+    /// One pod on an existing claim, often ReadWriteOnce: the new pod may not attach it on
+    /// another node while the old one holds it.
+    OnePodOnAClaim,
     /// Keep it serving.
     NotYet,
 }
@@ -178,6 +185,9 @@ where
         Removal::Ready => format!("{old} removed: the {new} is ready"),
         Removal::SharedCache => format!(
             "{old} removed before the {new} is ready: their pods share a cache directory, which only one server may use"
+        ),
+        Removal::OnePodOnAClaim => format!(
+            "{old} removed before the {new} is ready: its one pod mounts an existing claim, which a ReadWriteOnce claim lets only one node attach"
         ),
     };
     let dp = same_object(&DeleteParams::background(), &existing);

@@ -527,7 +527,8 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
                 format!("percentages add up to {total}, more than 100"),
             );
         } else if let Some(last) = r.split.last().filter(|t| t.percent.is_none()) {
-            if total > 100.0 - MIN_SHARE_PERCENT {
+            // (With a rounding margin: the rest may be exactly the smallest share.)
+            if total > 100.0 - MIN_SHARE_PERCENT + 1e-9 {
                 e.push(
                     format!("{f}.split[{}]", r.split.len() - 1),
                     format!(
