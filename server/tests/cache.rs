@@ -4345,6 +4345,52 @@ fn an_answer_stale_at_once_committed_under_a_request_is_revalidated() {
     assert_eq!(seen[1].header("if-none-match"), Some("\"v1\""));
 }
 
+/// An entry removed while it is revalidated (here by hand; a purge that came before the
+/// revalidation started, an eviction, or a newer copy renamed over it do the same) is not
+/// brought back by the 304: the revalidation copied the old file's body into a new entry at its
+/// path, and the next requests were HITs of what was removed.
+#[test]
+fn an_entry_removed_while_it_is_revalidated_is_not_stored_again() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    let body = pattern(50_000, 7);
+    o.put(
+        "/rv.bin",
+        Object::new(body.clone()).cache_control("max-age=1, must-revalidate"),
+    );
+    assert_eq!(xcache(&get(&n, "/rv.bin", "")), "MISS");
+    wait_committed(&n);
+    assert_eq!(cache_files(&n.cache).1, 1);
+    std::thread::sleep(Duration::from_millis(2100));
+    // The 304 takes 600 ms; the entry's file goes meanwhile.
+    o.set_timing(Timing {
+        head_delay: Duration::from_millis(600),
+        ..Timing::default()
+    });
+    std::thread::scope(|scope| {
+        let revalidating = scope.spawn(|| get(&n, "/rv.bin", ""));
+        assert!(common::wait_until(Duration::from_secs(5), || o
+            .requests("/rv.bin")
+            == 2));
+        for (p, _) in common::cache::walk(&n.cache) {
+            std::fs::remove_file(&p).expect("remove the entry");
+        }
+        let r = revalidating.join().expect("the revalidating request");
+        assert_eq!(xcache(&r), "REVALIDATED");
+        assert!(r.body == body, "the waiter gets the body it was promised");
+    });
+    o.set_timing(Timing::default());
+    wait_committed(&n);
+    assert_eq!(
+        cache_files(&n.cache),
+        (0, 0),
+        "the removed entry was stored again"
+    );
+    let r = get(&n, "/rv.bin", "");
+    assert_eq!(xcache(&r), "MISS", "a removed entry was served");
+    assert!(r.body == body);
+    assert_eq!(o.requests("/rv.bin"), 3);
+}
+
 /// A range past the object's end with an If-Range that does not match is the whole object
 /// (RFC 9110 §13.1.5), also when nothing of it is stored yet; a matching one is a 416.
 #[test]

@@ -665,6 +665,12 @@ impl Fill {
                 cv.committed(s.clone(), len);
                 s
             }
+            // Removed meanwhile: the waiters get the old body they were promised, and it is
+            // not kept (it would be served as stored while no file holds it).
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::debug!(volume = %cv.name, target = %job.target, "revalidated entry removed meanwhile; not stored again");
+                Arc::new(old.with_meta(Arc::new(meta)))
+            }
             other => {
                 if let Ok(Err(e)) = &other {
                     if e.raw_os_error() == Some(libc::ENOSPC) {

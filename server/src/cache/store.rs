@@ -387,6 +387,15 @@ impl Store {
                 }
             }
         }
+        // Removed meanwhile (purged, replaced by a newer entry, evicted, deleted by hand): the
+        // copy must not bring the old entry back, nor replace a newer one at its path.
+        if rustix::fs::fstat(old).map_err(io_err)?.st_nlink == 0 {
+            t.abort();
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "the cache entry was removed while it was revalidated",
+            ));
+        }
         t.written = len;
         let fd = t.fd();
         let n = t.commit()?;
