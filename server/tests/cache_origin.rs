@@ -2153,8 +2153,29 @@ fn origin_failures_after_sending_are_logged_with_their_reason() {
         .find(|l| l.contains("origin request failed"))
         .unwrap_or_default();
     assert!(line.contains("WARN") && line.contains(&o.url()), "{line}");
+    // The line names what was asked (tester: nothing told which object failed).
+    assert!(line.contains("target=GET /w.bin"), "{line}");
     // The next request is answered.
     assert_eq!(get(&n, "/w.bin", "").status, 200);
+    // A body that fails names its request too, with the slice's range.
+    let (o, n) = origin_and_node(SLICED);
+    o.put("/b.bin", Object::new(pattern(3 * SLICE, 2)));
+    o.fault_times("/b.bin", Fault::ResetAfter(1000), 1);
+    let _ = try_get(&n, "/b.bin", "");
+    assert!(
+        n.srv.wait_log("origin body failed", Duration::from_secs(5)),
+        "{}",
+        n.srv.logs()
+    );
+    let logs = n.srv.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("origin body failed"))
+        .unwrap_or_default();
+    assert!(
+        line.contains(&format!("target=GET /b.bin bytes=0-{}", SLICE - 1)),
+        "{line}"
+    );
 }
 
 /// Idle origin connections are closed once they expire (30 s), also when no request comes to

@@ -158,6 +158,57 @@ async fn refused_server_fails_over_to_the_next() {
     assert_eq!(count(&m, "error"), 1);
 }
 
+/// After a failover the requests go back to the first server once its down mark ends, though
+/// they keep the second server's idle connection in use all along (it was reused whatever its
+/// server: the first server, back up, got nothing while traffic lasted; tester).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_go_back_to_a_first_server_that_recovered() {
+    let first = refused_url();
+    let second = FaultOrigin::start();
+    second.put("/x", Object::new(b"second".to_vec()));
+    let (up, _m) = client(plain(&[first.clone(), second.url()]));
+    let mut r = up.fetch(OriginRequest::get("/x")).await.expect("failover");
+    assert_eq!(r.server, second.url());
+    r.bytes().await.expect("body");
+    // The first server comes back; requests keep coming every 250 ms.
+    let addr = first
+        .strip_prefix("http://")
+        .and_then(|a| a.parse().ok())
+        .expect("an address");
+    let back = FaultOrigin::start_at(addr);
+    back.put("/x", Object::new(b"first".to_vec()));
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < Duration::from_secs(13) {
+        let mut r = up.fetch(OriginRequest::get("/x")).await.expect("answer");
+        let body = r.bytes().await.expect("body");
+        assert_eq!(
+            body,
+            if r.server == first {
+                &b"first"[..]
+            } else {
+                b"second"
+            }
+        );
+        last = r.server.clone();
+        if last == first {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        last,
+        first,
+        "still on the second server {:?} after the down mark",
+        start.elapsed()
+    );
+    assert!(
+        start.elapsed() >= Duration::from_secs(8),
+        "back before the down mark ended: {:?}",
+        start.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn a_sent_request_is_never_retried() {
     let a = FaultOrigin::start();
@@ -758,6 +809,37 @@ async fn a_reused_connection_closed_without_an_answer_is_retried_once() {
     assert!(e.to_string().contains("no response"), "{e}");
     assert_eq!(o.seen().len(), 5, "one retry, not more");
     assert_eq!(count(&m, "error"), 1);
+}
+
+/// Over TLS too: an origin that closes a reused connection without answering and without
+/// TLS close_notify (rustls: unexpected EOF) gets the request once more on a new connection; it
+/// was a 502 (tester).
+#[tokio::test]
+async fn a_reused_tls_connection_closed_without_close_notify_is_retried_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("retry CA");
+    let o = FaultOrigin::start_tls(&ca, &["127.0.0.1"]);
+    let body = pattern(10_000, 4);
+    o.put("/k", Object::new(body.clone()));
+    let mut cfg = plain(&[o.url()]);
+    cfg.ca_file = Some(ca.write_pem(dir.path(), "ca.pem"));
+    let (up, m) = client(cfg);
+    let mut r = up.fetch(OriginRequest::get("/k")).await.expect("first");
+    assert_eq!(r.bytes().await.expect("body"), body);
+    assert_eq!(up.idle_connections(), 1);
+    o.fault_times("/k", Fault::CloseBeforeHead, 1);
+    let mut r = up
+        .fetch(OriginRequest::get("/k"))
+        .await
+        .expect("retried on a new connection");
+    assert_eq!(r.bytes().await.expect("body"), body);
+    let seen = o.seen();
+    assert_eq!(seen.len(), 3);
+    assert_ne!(
+        seen[2].conn, seen[1].conn,
+        "the retry took a new connection"
+    );
+    assert_eq!(count(&m, "error"), 0);
 }
 
 /// Bytes a URI cannot carry as they are (`` ` ``, `<`, `"`, `{`, `|`, non-ASCII...) are sent

@@ -181,10 +181,20 @@ impl OriginResponse {
     }
 }
 
-/// Start the body task for a response head (on the origin runtime).
+/// What a body task reads: the answer to which request (named when it fails), its status and
+/// the length its head announced.
+struct Reading {
+    target: String,
+    status: u16,
+    expected: Option<u64>,
+}
+
+/// Start the body task for a response head to the request for `target` (on the origin
+/// runtime).
 pub(crate) fn start(
     inner: Arc<Inner>,
     lease: Lease,
+    target: String,
     status: u16,
     headers: HeaderMap,
     body: Incoming,
@@ -194,7 +204,12 @@ pub(crate) fn start(
     let (hold, hold_rx) = watch::channel(0);
     let server = inner.servers[lease.conn.server].url.clone();
     let origin = inner.name.clone();
-    tokio::spawn(pump(inner, lease, status, body, expected, tx, hold_rx));
+    let reading = Reading {
+        target,
+        status,
+        expected,
+    };
+    tokio::spawn(pump(inner, lease, reading, body, tx, hold_rx));
     OriginResponse {
         status,
         headers,
@@ -253,12 +268,16 @@ enum Step<'a> {
 async fn pump(
     inner: Arc<Inner>,
     lease: Lease,
-    status: u16,
+    reading: Reading,
     mut body: Incoming,
-    expected: Option<u64>,
     tx: mpsc::Sender<Result<Piece, OriginError>>,
     mut hold: watch::Receiver<u64>,
 ) {
+    let Reading {
+        target,
+        status,
+        expected,
+    } = reading;
     let server = inner.servers[lease.conn.server].url.clone();
     let mut got = 0u64;
     // Chunks read and not yet handed over, oldest first, counted in the origin's total.
@@ -269,7 +288,7 @@ async fn pump(
     };
     let fail = |e: OriginError| {
         inner.metrics.count(None);
-        tracing::warn!(origin = %inner.name, error = %e, "origin body failed");
+        tracing::warn!(origin = %inner.name, target = %target, error = %e, "origin body failed");
         Err(e)
     };
     let outcome: Result<(), OriginError> = loop {

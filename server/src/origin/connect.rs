@@ -34,15 +34,28 @@ impl Drop for OpenGuard {
 /// How long a server whose connect failed is tried after the others.
 pub(crate) const FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The servers in the order they are tried now: in their configured order, those marked down
+/// last.
+fn order(inner: &Inner) -> Vec<usize> {
+    let now = crate::http::date::unix_now_ms();
+    let down = |s: &Server| s.down_until_ms.load(Ordering::Relaxed) > now;
+    (0..inner.servers.len())
+        .filter(|&i| !down(&inner.servers[i]))
+        .chain((0..inner.servers.len()).filter(|&i| down(&inner.servers[i])))
+        .collect()
+}
+
+/// The server a request goes to now: the first in [`order`]. An idle connection to another
+/// one (kept from a failover) is not reused, so traffic goes back to a server that recovered
+/// once its down mark ends, as nginx picks the server before the kept-alive connection.
+pub(crate) fn preferred(inner: &Inner) -> usize {
+    order(inner).first().copied().unwrap_or(0)
+}
+
 /// Connect to the first server that accepts, those marked down last (must run on the origin
 /// runtime).
 pub(crate) async fn connect(inner: &Inner) -> Result<Conn, OriginError> {
-    let now = crate::http::date::unix_now_ms();
-    let down = |s: &Server| s.down_until_ms.load(Ordering::Relaxed) > now;
-    let order: Vec<usize> = (0..inner.servers.len())
-        .filter(|&i| !down(&inner.servers[i]))
-        .chain((0..inner.servers.len()).filter(|&i| down(&inner.servers[i])))
-        .collect();
+    let order = order(inner);
     let mut last = None;
     for (n, &i) in order.iter().enumerate() {
         let server = &inner.servers[i];

@@ -31,13 +31,13 @@ pub(crate) async fn fetch(
     match &result {
         // Never sent (a target or field this client cannot write): not the origin's failure.
         Err(e @ (OriginError::Request { .. } | OriginError::NoDescriptors { .. })) => {
-            tracing::warn!(origin = %inner.name, error = %e, "origin request not sent")
+            tracing::warn!(origin = %inner.name, target = %described(&req), error = %e, "origin request not sent")
         }
         Err(e) => {
             inner.metrics.count(None);
             // Connect and TLS failures are logged per server by `connect`.
             if !e.is_connect() {
-                tracing::warn!(origin = %inner.name, error = %e, "origin request failed");
+                tracing::warn!(origin = %inner.name, target = %described(&req), error = %e, "origin request failed");
             }
         }
         Ok(_) => {}
@@ -63,7 +63,8 @@ async fn fetch_head(
     // 9110 §9.2.2), so, as nginx does, the request goes again on a new connection; once.
     let mut race_retried = false;
     loop {
-        let (mut conn, reused) = match inner.idle.take(inner.connect_timeout).await {
+        let preferred = connect::preferred(inner);
+        let (mut conn, reused) = match inner.idle.take(inner.connect_timeout, preferred).await {
             Some(c) if !race_retried => (c, true),
             Some(_) | None => (connect::connect(inner).await?, false),
         };
@@ -110,11 +111,24 @@ async fn fetch_head(
         return Ok(body::start(
             inner.clone(),
             lease,
+            described(req),
             status,
             parts.headers,
             incoming,
             expected,
         ));
+    }
+}
+
+/// The request's method, target and range, as its log lines name it (`GET /a.mp4 bytes=0-1048575`).
+fn described(req: &OriginRequest) -> String {
+    let method = match req.method {
+        Method::Get => "GET",
+        Method::Head => "HEAD",
+    };
+    match req.range {
+        Some((a, b)) => format!("{method} {} bytes={a}-{b}", req.path_and_query),
+        None => format!("{method} {}", req.path_and_query),
     }
 }
 
@@ -127,9 +141,12 @@ fn closed_unanswered(e: &hyper::Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            // (UnexpectedEof: a TLS connection closed without close_notify, rustls says.)
             return matches!(
                 io.kind(),
-                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
             );
         }
         source = s.source();

@@ -37,14 +37,19 @@ impl IdlePool {
         }
     }
 
-    /// The most recently used idle connection that is still open and ready for a request.
-    pub(crate) async fn take(&self, wait_ready: Duration) -> Option<Conn> {
+    /// The most recently used idle connection to server `server` that is still open and ready
+    /// for a request. Those to other servers met on the way are closed (kept from a failover:
+    /// the requests go back to the server preferred now).
+    pub(crate) async fn take(&self, wait_ready: Duration, server: usize) -> Option<Conn> {
         loop {
             let idle = {
                 let mut g = self.conns.lock().unwrap_or_else(|p| p.into_inner());
                 g.pop()?
             };
-            if idle.since.elapsed() >= IDLE_TIMEOUT || idle.conn.sender.is_closed() {
+            if idle.since.elapsed() >= IDLE_TIMEOUT
+                || idle.conn.sender.is_closed()
+                || idle.conn.server != server
+            {
                 continue;
             }
             let mut conn = idle.conn;

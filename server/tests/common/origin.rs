@@ -195,8 +195,17 @@ impl FaultOrigin {
         FaultOrigin::spawn(Some(tls))
     }
 
+    /// A plain HTTP origin listening on `addr` (a port another test origin left, say).
+    pub fn start_at(addr: std::net::SocketAddr) -> FaultOrigin {
+        FaultOrigin::spawn_at(addr, None)
+    }
+
     fn spawn(tls: Option<Arc<rustls::ServerConfig>>) -> FaultOrigin {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind test origin");
+        FaultOrigin::spawn_at(([127, 0, 0, 1], 0).into(), tls)
+    }
+
+    fn spawn_at(at: std::net::SocketAddr, tls: Option<Arc<rustls::ServerConfig>>) -> FaultOrigin {
+        let listener = TcpListener::bind(at).expect("bind test origin");
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
