@@ -3538,6 +3538,11 @@ fn a_passed_through_answer_keeps_the_clients_preconditions() {
                     // The origin's state change for this client goes along (nginx sends the
                     // 200 then; it was dropped).
                     assert_eq!(r.header("Set-Cookie"), Some("id=1"), "{vol}: {extra:?}");
+                    // Names written as in every other answer (they came in lower case).
+                    let names: Vec<&str> = r.headers.iter().map(|(n, _)| n.as_str()).collect();
+                    for n in ["ETag", "Last-Modified", "Set-Cookie"] {
+                        assert!(names.contains(&n), "{vol}: {extra:?}: {names:?}");
+                    }
                 }
                 _ => {}
             }

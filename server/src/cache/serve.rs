@@ -1528,11 +1528,19 @@ impl Ctx<'_> {
     /// §15.4.5; our own Date) and the answer's Set-Cookie: a state change of the origin's for
     /// this client, not a description of the body it already has.
     async fn not_modified_through(&self, h: &http::HeaderMap, status: CacheStatus) -> Served {
-        let fields = ["etag", "last-modified", "set-cookie"]
+        // Written as the other answers write them (`ETag`, `Set-Cookie`), not as looked up.
+        let named: Vec<(String, &str)> = ["etag", "last-modified", "set-cookie"]
             .iter()
             .chain(NOT_MODIFIED_FIELDS)
             .flat_map(|n| h.get_all(*n).iter().map(move |v| (*n, v)))
-            .filter_map(|(n, v)| Some((n, std::str::from_utf8(v.as_bytes()).ok()?)));
+            .filter_map(|(n, v)| {
+                Some((
+                    super::fill::canonical(n),
+                    std::str::from_utf8(v.as_bytes()).ok()?,
+                ))
+            })
+            .collect();
+        let fields = named.iter().map(|(n, v)| (n.as_str(), *v));
         let ctype = h
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok());

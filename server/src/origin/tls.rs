@@ -148,7 +148,7 @@ fn pem_problem(e: &rustls::pki_types::pem::Error) -> String {
         Error::IllegalSectionStart { line } => {
             format!("a PEM block starts with a malformed line {:?}", text(line))
         }
-        Error::Base64Decode(why) => format!("a PEM block is not valid base64 ({why})"),
+        Error::Base64Decode(_) => "a PEM block is not valid base64".to_string(),
         Error::Io(io) => format!("cannot be read: {io}"),
         other => other.to_string(),
     }
