@@ -4396,6 +4396,43 @@ fn an_entry_removed_while_it_is_revalidated_is_not_stored_again() {
     assert_eq!(o.requests("/rv.bin"), 3);
 }
 
+/// Requests that joined a fill the origin answers with a server error get that status, without
+/// an origin request each: they each asked for the whole object at once, a storm on an origin
+/// that had just said it was failing (tester). The next request asks again.
+#[test]
+fn requests_joined_to_a_fill_answered_5xx_do_not_each_ask_the_origin() {
+    let (o, n) = origin_and_node(SLICED);
+    o.put("/down.bin", Object::new(pattern(3 * SLICE, 5)).status(503));
+    o.set_timing(Timing {
+        head_delay: Duration::from_millis(500),
+        ..Timing::default()
+    });
+    let addr = n.srv.addr;
+    let clients: Vec<_> = (0..6)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let r = common::http::request(addr, "GET", "/down.bin", &[]);
+                (r.status, r.header("X-Cache").map(str::to_string))
+            })
+        })
+        .collect();
+    for c in clients {
+        let (status, x) = c.join().expect("a client");
+        assert_eq!((status, x.as_deref()), (503, Some("BYPASS")));
+    }
+    assert_eq!(
+        o.requests("/down.bin"),
+        1,
+        "the joined requests asked the origin too"
+    );
+    o.set_timing(Timing::default());
+    let body = pattern(3 * SLICE, 6);
+    o.put("/down.bin", Object::new(body.clone()));
+    let r = get(&n, "/down.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == body);
+}
+
 /// A range past the object's end with an If-Range that does not match is the whole object
 /// (RFC 9110 §13.1.5), also when nothing of it is stored yet; a matching one is a 416.
 #[test]

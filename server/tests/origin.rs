@@ -537,15 +537,23 @@ async fn a_changed_ca_file_is_trusted_by_new_connections() {
         .await
         .expect("the new CA file is read again");
     assert_eq!(r.bytes().await.unwrap(), b"secret");
-    // A broken update (cut short) is not used: the last good CA stays.
+    // A broken update (cut short), or the file gone, is not used: the last good CA stays.
     publish(b"-----BEGIN CERTIFICATE-----\nMIIB");
-    for _ in 0..2 {
+    for step in ["cut", "cut", "gone", "gone"] {
+        if step == "gone" {
+            let _ = std::fs::remove_file(&ca_path);
+        }
         let mut r = up
             .fetch(OriginRequest::get("/s"))
             .await
             .expect("the last good CA");
-        assert_eq!(r.bytes().await.unwrap(), b"secret");
+        assert_eq!(r.bytes().await.unwrap(), b"secret", "{step}");
     }
+    // Back to the old CA: new connections follow it again.
+    publish(&std::fs::read(dir.path().join("old.pem")).unwrap());
+    up.fetch(OriginRequest::get("/s"))
+        .await
+        .expect_err("the old CA is read again");
 }
 
 #[test]

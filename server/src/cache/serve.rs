@@ -94,6 +94,10 @@ enum First {
     FetchThrough(CacheStatus),
     /// Answer this status (origin down without a usable stale entry: 502/504; 416).
     Error(u16, Option<u64>),
+    /// The origin answered the fill this request joined with this server error, whose answer
+    /// another joiner streams: the same status (BYPASS), not an origin request of its own
+    /// (each joiner's, at once, was a storm on an origin that just said it is failing).
+    OriginFailed(u16),
     /// The slice asked for lies past the object's end, which this fresh first slice tells:
     /// answer from it (416, or the whole object when If-Range does not match).
     PastEnd(Arc<Stored>),
@@ -178,6 +182,10 @@ pub async fn respond(
         First::Error(status, total) => {
             cv.count(CacheStatus::Miss);
             cx.error(status, total, CacheStatus::Miss).await
+        }
+        First::OriginFailed(status) => {
+            cv.count(CacheStatus::Bypass);
+            cx.error(status, None, CacheStatus::Bypass).await
         }
         First::PastEnd(s0) => cx.serve(Source::Stored(s0), 0, CacheStatus::Hit).await,
     }
@@ -605,7 +613,10 @@ impl Ctx<'_> {
             Progress::Refreshed(s) => First::Serve(Source::Stored(s), CacheStatus::Revalidated),
             Progress::Bypass { status, .. } if status >= 500 => match stale_ok(&stale) {
                 Some(s) => First::Serve(Source::Stored(s), CacheStatus::Stale),
-                None => self.handoff(&fill, CacheStatus::Bypass),
+                None => match fill.take_response() {
+                    Some(r) => First::PassThrough(Box::new(r), CacheStatus::Bypass),
+                    None => First::OriginFailed(status),
+                },
             },
             // Storable but not stored this time (not admitted yet): a miss, no pass mark.
             Progress::Bypass { refused: true, .. } => self.handoff(&fill, CacheStatus::Miss),

@@ -67,13 +67,17 @@ impl Tls {
         };
         let id = file_id(path);
         let (connector, seen) = read(&self.current);
-        if id.is_none() || id == seen {
-            // (A file gone for a moment, mid-update, keeps what was loaded.)
+        if id == seen {
             return connector;
         }
         let mut cur = self.current.write().unwrap_or_else(|p| p.into_inner());
         if cur.1 != id {
             cur.1 = id;
+            if id.is_none() {
+                // Gone (a bad mount, a hand's mistake): what was loaded stays, said once.
+                tracing::error!(origin = %self.name, ca_file = %path.display(), "origin CA file is gone; new connections keep the CA loaded before");
+                return cur.0.clone();
+            }
             match client_config(&self.name, &self.system, Some(path)) {
                 Ok(cfg) => {
                     tracing::info!(origin = %self.name, ca_file = %path.display(), "origin CA file changed: new connections trust it");
