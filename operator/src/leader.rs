@@ -19,8 +19,9 @@
 //!
 //! Expiry is judged on this replica's own clock, as client-go does: a lease is expired when its
 //! record (holder, renewTime) has not changed for the lease duration since this replica first
-//! saw it so, whatever the renewTime says. Comparing the leader's renewTime with our clock would
-//! let a standby whose clock runs ahead take a live lease.
+//! saw it so (the time taken after the read answered, on a clock that only moves forward),
+//! whatever the renewTime says. Comparing the leader's renewTime with our clock would let a
+//! standby whose clock runs ahead take a live lease; a wall clock stepped forward would too.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -39,6 +40,9 @@ pub struct LeaderElector {
     /// The lease record last seen (holder, renewTime) and when, on this replica's clock, it was
     /// first seen.
     observed: Arc<Mutex<Option<(Record, Timestamp)>>>,
+    /// This replica's clock for [`Self::observed`]: the wall clock when the elector was made,
+    /// advanced by a monotonic clock (wall clock steps do not move it).
+    started: (Timestamp, Instant),
 }
 
 /// What identifies one renewal of a lease.
@@ -65,7 +69,15 @@ impl LeaderElector {
             identity: identity.into(),
             lease_duration,
             observed: Arc::default(),
+            started: (Timestamp::now(), Instant::now()),
         }
+    }
+
+    /// Now on this replica's own monotonic clock.
+    fn local_now(&self) -> Timestamp {
+        let (wall, at) = self.started;
+        let elapsed = SignedDuration::try_from(at.elapsed()).unwrap_or(SignedDuration::MAX);
+        wall.checked_add(elapsed).unwrap_or(wall)
     }
 
     /// Has `record` stayed the same for `duration` up to `now` (first seen unchanged at least
@@ -98,8 +110,19 @@ impl LeaderElector {
         }
     }
 
-    /// Acquire or renew the lease once, at time `now`.
+    /// Acquire or renew the lease once, at time `now` (written in the lease, and the time this
+    /// replica sees it at).
     pub async fn try_acquire_or_renew(&self, now: Timestamp) -> Result<LeaseState, kube::Error> {
+        self.try_at(now, || now).await
+    }
+
+    /// Acquire or renew the lease once: `now` is written in it (the wall clock, which the other
+    /// replicas read), `local` is this replica's own clock, read once the lease was read.
+    async fn try_at(
+        &self,
+        now: Timestamp,
+        local: impl Fn() -> Timestamp,
+    ) -> Result<LeaseState, kube::Error> {
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -119,7 +142,7 @@ impl LeaderElector {
         let duration =
             SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
         let record = (holder.clone(), spec.renew_time.as_ref().map(|t| t.0));
-        let expired = self.unchanged_for(record, duration, now);
+        let expired = self.unchanged_for(record, duration, local());
         let transitions = spec.lease_transitions.unwrap_or(0);
         let new_spec = if holder == self.identity {
             self.spec(now, spec.acquire_time.clone(), transitions)
@@ -185,7 +208,7 @@ impl LeaderElector {
 
     /// One attempt started now, bounded by `limit`: Ok(Err(())) when it timed out.
     async fn attempt(&self, limit: Duration) -> Result<Result<LeaseState, kube::Error>, ()> {
-        tokio::time::timeout(limit, self.try_acquire_or_renew(Timestamp::now()))
+        tokio::time::timeout(limit, self.try_at(Timestamp::now(), || self.local_now()))
             .await
             .map_err(|_| ())
     }

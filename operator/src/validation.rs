@@ -11,8 +11,8 @@
 use crate::builders::configmap::server_config;
 use crate::builders::configmap::CONFIG_DIR;
 use crate::crd::{
-    empty_dir_cache_bytes, quantity_bytes, ContentServerSpec, EmptyDirMedium, GatewayParentRef,
-    EMPTY_DIR_CACHE_PERCENT, MAX_VOLUME_NAME, ORIGIN_CA_DIR, PURGE_TOKEN_DIR,
+    empty_dir_cache_bytes, quantity_bytes, quantity_value, ContentServerSpec, EmptyDirMedium,
+    GatewayParentRef, EMPTY_DIR_CACHE_PERCENT, MAX_VOLUME_NAME, ORIGIN_CA_DIR, PURGE_TOKEN_DIR,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::HashSet;
@@ -471,7 +471,7 @@ fn privileged_port_without_sysctl(spec: &ContentServerSpec) -> Option<SpecError>
     (port < 1024 && !allowed).then(|| SpecError {
         field: "spec.pod.securityContext.sysctls".into(),
         message: format!(
-            "port {port} is below 1024 and the server runs without capabilities: add {{name: {UNPRIVILEGED_PORT_SYSCTL}, value: \"{port}\"}} (or use a port from 1024; the Service's port may still be 80)"
+            "port {port} is below 1024 and the server runs without capabilities: add {{name: {UNPRIVILEGED_PORT_SYSCTL}, value: \"{port}\"}} (some container runtimes allow it already, which the operator cannot tell; or use a port from 1024: the Service's port may still be 80)"
         ),
     })
 }
@@ -485,12 +485,13 @@ fn memory_caches_fit(spec: &ContentServerSpec) -> Vec<SpecError> {
         .as_ref()
         .and_then(|r| r.limits.as_ref())
         .and_then(|l| l.get("memory"));
-    let Some((limit, limit_bytes)) = limit.and_then(|q| Some((q, quantity_bytes(&q.0)?))) else {
+    let Some((limit, limit_bytes)) = limit.and_then(|q| Some((q, quantity_value(&q.0)?))) else {
         return Vec::new();
     };
-    let mut first = None;
+    let limit_bytes = limit_bytes.max(0.0) as u64;
+    let mut any = false;
     let mut total = 0u128;
-    for (i, v) in spec.volumes.iter().enumerate() {
+    for v in &spec.volumes {
         let (Some(c), Some(ed)) = (&v.cache, &v.source.empty_dir) else {
             continue;
         };
@@ -503,13 +504,13 @@ fn memory_caches_fit(spec: &ContentServerSpec) -> Vec<SpecError> {
             )?))
         });
         total += u128::from(size.unwrap_or(0));
-        first.get_or_insert(i);
+        any = true;
     }
-    let Some(i) = first.filter(|_| total * 4 > u128::from(limit_bytes) * 3) else {
+    if !any || total * 4 <= u128::from(limit_bytes) * 3 {
         return Vec::new();
-    };
+    }
     vec![SpecError {
-        field: format!("spec.volumes[{i}].cache.maxSize"),
+        field: "spec.resources.limits.memory".into(),
         message: format!(
             "caches on emptyDirs of medium Memory count against resources.limits.memory {}: together they may hold at most three quarters of it ({} bytes; they hold {total})",
             limit.0,

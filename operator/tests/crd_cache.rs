@@ -169,7 +169,7 @@ fn a_cache_on_the_nodes_filesystem_is_bounded_below_what_the_kubelet_evicts_at()
     });
     assert_eq!(
         errors(&cs),
-        vec!["spec.volumes[0].cache.maxSize: caches on emptyDirs of medium Memory count against resources.limits.memory 8Gi: together they may hold at most three quarters of it (6442450944 bytes; they hold 7730941132)"]
+        vec!["spec.resources.limits.memory: caches on emptyDirs of medium Memory count against resources.limits.memory 8Gi: together they may hold at most three quarters of it (6442450944 bytes; they hold 7730941132)"]
     );
     cs.spec.volumes[0].cache.as_mut().expect("cache").max_size = Some("3Gi".into());
     assert_eq!(errors(&cs), Vec::<String>::new());
@@ -182,8 +182,16 @@ fn a_cache_on_the_nodes_filesystem_is_bounded_below_what_the_kubelet_evicts_at()
     cs.spec.volumes[1].cache.as_mut().expect("cache").max_size = Some("4Gi".into());
     assert_eq!(
         errors(&cs),
-        vec!["spec.volumes[0].cache.maxSize: caches on emptyDirs of medium Memory count against resources.limits.memory 8Gi: together they may hold at most three quarters of it (6442450944 bytes; they hold 7516192768)"]
+        vec!["spec.resources.limits.memory: caches on emptyDirs of medium Memory count against resources.limits.memory 8Gi: together they may hold at most three quarters of it (6442450944 bytes; they hold 7516192768)"]
     );
+    // Any form of quantity the API server takes for the limit (it was skipped for these).
+    for limit in ["8589934592000m", "8.589934592e9"] {
+        cs.spec.resources = Some(ResourceRequirements {
+            limits: Some([("memory".to_string(), Quantity(limit.into()))].into()),
+            ..ResourceRequirements::default()
+        });
+        assert_eq!(errors(&cs).len(), 1, "{limit}: {:?}", errors(&cs));
+    }
 }
 
 #[test]

@@ -102,6 +102,28 @@ async fn a_standby_whose_clock_runs_ahead_does_not_take_a_live_lease() {
     );
 }
 
+/// A standby that starts (or restarts) while the leader is gone sees a record it has no history
+/// of: however old its renewTime, it waits the lease duration from its first sight of it (as
+/// client-go does), since it cannot tell an old renewal from a clock that disagrees.
+#[tokio::test]
+async fn a_new_standby_waits_the_lease_duration_from_its_first_sight_of_a_record() {
+    let (fake, [_a, _b], t0) = a_leads().await;
+    let late = t0 + SignedDuration::from_secs(600);
+    let c = elector(&fake, "c");
+    assert_eq!(
+        acquire(&c, late).await,
+        LeaseState::Following { holder: "a".into() }
+    );
+    assert_eq!(
+        acquire(&c, late + SignedDuration::from_secs(14)).await,
+        LeaseState::Following { holder: "a".into() }
+    );
+    assert_eq!(
+        acquire(&c, late + SignedDuration::from_secs(16)).await,
+        LeaseState::Leading
+    );
+}
+
 #[tokio::test]
 async fn release_hands_over_at_once() {
     let (_fake, [a, b], t0) = a_leads().await;

@@ -267,9 +267,70 @@ pub fn quantity_bytes(q: &str) -> Option<u64> {
     u64::try_from(bytes).ok()
 }
 
+/// The value of any Kubernetes quantity (as `resources.limits` may hold it: `+8Gi`, `.5Gi`,
+/// `1e9`, `1.5E9`, `8589934592000m`), approximately; None when it is not one. For comparisons
+/// such as a memory limit; sizes the operator renders use [`quantity_bytes`].
+pub fn quantity_value(q: &str) -> Option<f64> {
+    const SUFFIXES: [(&str, f64); 16] = [
+        ("Ki", 1024.0),
+        ("Mi", 1_048_576.0),
+        ("Gi", 1_073_741_824.0),
+        ("Ti", 1_099_511_627_776.0),
+        ("Pi", 1_125_899_906_842_624.0),
+        ("Ei", 1_152_921_504_606_846_976.0),
+        ("n", 1e-9),
+        ("u", 1e-6),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+        ("", 1.0),
+    ];
+    let q = q.trim();
+    let (sign, rest) = match q.strip_prefix('-') {
+        Some(r) => (-1.0, r),
+        None => (1.0, q.strip_prefix('+').unwrap_or(q)),
+    };
+    let number_end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let (number, suffix) = rest.split_at(number_end);
+    if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+        return None;
+    }
+    let value: f64 = number.parse().ok()?;
+    let mult = match suffix.strip_prefix(['e', 'E']) {
+        Some(exp) if !exp.is_empty() => 10f64.powi(exp.parse::<i32>().ok()?),
+        _ => SUFFIXES.iter().find(|(s, _)| *s == suffix)?.1,
+    };
+    Some(sign * value * mult)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::quantity_bytes;
+    use super::{quantity_bytes, quantity_value};
+
+    #[test]
+    fn any_kubernetes_quantity_has_a_value() {
+        for (q, v) in [
+            ("8Gi", 8.0 * 1_073_741_824.0),
+            ("+8Gi", 8.0 * 1_073_741_824.0),
+            (".5Gi", 536_870_912.0),
+            ("1e9", 1e9),
+            ("1.5E9", 1.5e9),
+            ("8589934592000m", 8_589_934_592.0),
+            ("512M", 512e6),
+            ("100", 100.0),
+        ] {
+            assert_eq!(quantity_value(q), Some(v), "{q}");
+        }
+        for bad in ["", "Gi", "1.2.3", "8GB", "1e", "x"] {
+            assert_eq!(quantity_value(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn quantities_convert_to_bytes() {

@@ -35,7 +35,9 @@ pub struct PodSpecOverrides {
     /// Extra pod annotations.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
-    /// Replaces the default pod security context (non-root uid 65532, seccomp RuntimeDefault).
+    /// Replaces the default pod security context (non-root uid 65532, seccomp RuntimeDefault,
+    /// fsGroup 65532 with fsGroupChangePolicy OnRootMismatch, and for a port below 1024 the
+    /// sysctl net.ipv4.ip_unprivileged_port_start, which a context of your own must then carry).
     /// Sysctls such as net.core.somaxconn go here (the node must allow them).
     pub security_context: Option<PodSecurityContext>,
     /// Service account of the pods.

@@ -94,12 +94,12 @@ pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Resu
     let ready = applied
         .state
         .is_some_and(|s| s.ready >= scope.cs.spec.replicas && s.observed_latest);
-    let why = if shares_a_cache_directory(&scope.cs.spec) {
+    let why = if ready {
+        Removal::Ready
+    } else if shares_a_cache_directory(&scope.cs.spec) {
         Removal::SharedCache
     } else if one_pod_on_an_existing_claim(&scope.cs.spec) {
         Removal::OnePodOnAClaim
-    } else if ready {
-        Removal::Ready
     } else {
         Removal::NotYet
     };
