@@ -11,8 +11,9 @@
 use crate::builders::configmap::server_config;
 use crate::builders::configmap::CONFIG_DIR;
 use crate::crd::{
-    empty_dir_cache_bytes, quantity_bytes, quantity_value, ContentServerSpec, EmptyDirMedium,
-    GatewayParentRef, EMPTY_DIR_CACHE_PERCENT, MAX_VOLUME_NAME, ORIGIN_CA_DIR, PURGE_TOKEN_DIR,
+    default_cache_bytes, empty_dir_cache_bytes, quantity_bytes, quantity_value, ContentServerSpec,
+    EmptyDirMedium, GatewayParentRef, EMPTY_DIR_CACHE_PERCENT, MAX_VOLUME_NAME, ORIGIN_CA_DIR,
+    PURGE_TOKEN_DIR,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::HashSet;
@@ -498,11 +499,9 @@ fn memory_caches_fit(spec: &ContentServerSpec) -> Vec<SpecError> {
         if ed.medium != Some(EmptyDirMedium::Memory) {
             continue;
         }
-        let size = c.max_size.as_deref().and_then(quantity_bytes).or_else(|| {
-            Some(empty_dir_cache_bytes(quantity_bytes(
-                ed.size_limit.as_deref()?,
-            )?))
-        });
+        let size = (c.max_size.as_deref())
+            .and_then(quantity_bytes)
+            .or_else(|| default_cache_bytes(&v.source));
         total += u128::from(size.unwrap_or(0));
         any = true;
     }
@@ -548,9 +547,7 @@ pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
             }
             // The default from sizeLimit must hold a slice (the server refuses less, and would
             // name a maxSize nobody wrote).
-            let default = size_limit
-                .and_then(quantity_bytes)
-                .map(empty_dir_cache_bytes);
+            let default = default_cache_bytes(&v.source);
             if let (Some(d), Some(slice)) = (default, quantity_bytes(&c.slice_size)) {
                 if d < slice {
                     push(

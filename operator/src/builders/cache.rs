@@ -7,7 +7,7 @@
 //! reports it on the spec path).
 
 use crate::crd::{
-    empty_dir_cache_bytes, quantity_bytes, CaSourceSpec, ContentServerSpec, ORIGIN_CA_DIR,
+    default_cache_bytes, quantity_bytes, CaSourceSpec, ContentServerSpec, ORIGIN_CA_DIR,
     ORIGIN_CA_FILE, PURGE_TOKEN_DIR, PURGE_TOKEN_FILE,
 };
 use content_server::config::{
@@ -38,18 +38,14 @@ pub fn apply(spec: &ContentServerSpec, cfg: &mut Config) {
         cfg.origins = vec![origin];
     }
     for (v, out) in spec.volumes.iter().zip(cfg.volumes.iter_mut()) {
-        // On an emptyDir the server's default (10% of the filesystem free) would measure the
-        // node's disk: the limit's share instead.
-        let empty_dir_default = || {
-            let limit = v.source.empty_dir.as_ref()?.size_limit.as_deref()?;
-            Some(ByteSize(empty_dir_cache_bytes(quantity_bytes(limit)?)))
-        };
         out.cache = v.cache.as_ref().map(|c| VolumeCache {
             max_size: c
                 .max_size
                 .as_deref()
                 .map(|q| ByteSize(quantity_bytes(q).unwrap_or(0)))
-                .or_else(empty_dir_default),
+                // On an emptyDir the server's default (10% of the filesystem free) would
+                // measure the node's disk: the limit's share instead.
+                .or_else(|| default_cache_bytes(&v.source).map(ByteSize)),
             inactive_secs: c.inactive_secs,
             min_uses: c.min_uses,
             slice_size: quantity_bytes(&c.slice_size).unwrap_or(u64::MAX),

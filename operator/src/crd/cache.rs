@@ -231,6 +231,13 @@ pub fn empty_dir_cache_bytes(size_limit: u64) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
+/// The `maxSize` of a cache on `source` when the spec sets none: [`EMPTY_DIR_CACHE_PERCENT`] of
+/// an emptyDir's `sizeLimit`; None elsewhere (the server's own default, keep 10% free).
+pub fn default_cache_bytes(source: &crate::crd::VolumeSource) -> Option<u64> {
+    let limit = source.empty_dir.as_ref()?.size_limit.as_deref()?;
+    Some(empty_dir_cache_bytes(quantity_bytes(limit)?))
+}
+
 /// Bytes of a Kubernetes quantity (`100Gi`, `1.5T`, `4096`), rounded down; None when it is not
 /// a quantity or does not fit in u64.
 pub fn quantity_bytes(q: &str) -> Option<u64> {

@@ -700,8 +700,8 @@ impl Fill {
         // Not while the object is passed through (withdrawn, or its answers not storable): a
         // slice stored now (a seek, the rest of a full read, from an origin whose 206s say
         // otherwise than its 304) would be served to seeks while full reads pass through.
-        let admitted =
-            !cv.passes.passing(id.hash(), unix_now_ms()) && cv.index.admit(id, meta.file_len());
+        let admitted = !cv.passes.shared.passing(id.hash(), unix_now_ms())
+            && cv.index.admit(id, meta.file_len());
         // The temporary file is created on the pool while the first bytes are already sent
         // from memory: a pool queued behind slow writes delays the storing, not the clients.
         let mut creating = None;
@@ -946,14 +946,14 @@ impl Fill {
 /// fill meanwhile, and after: removing the files forgets the mark).
 pub async fn withdraw_object(cv: &CacheVolume<Fill>, hash: u128, pass: bool) {
     if pass {
-        cv.passes.mark(hash, unix_now_ms());
+        cv.passes.shared.mark(hash, unix_now_ms());
     }
     for fill in cv.take_fills(|f| f.id.hash() == hash) {
         fill.purge().await;
     }
     let _ = cv.remove_object(hash).await;
     if pass {
-        cv.passes.mark(hash, unix_now_ms());
+        cv.passes.shared.mark(hash, unix_now_ms());
     }
 }
 

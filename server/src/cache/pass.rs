@@ -19,55 +19,74 @@ pub const PASS_MS: i64 = 60_000;
 /// Marks kept per volume at most (about 40 bytes each).
 const MAX_MARKS: usize = 16_384;
 
-/// The marks of one cache volume, by object hash.
+/// The marks of one cache volume: three tables of the same kind.
 #[derive(Default)]
 pub struct Passes {
-    until_ms: Mutex<HashMap<u128, i64>>,
+    /// Objects passed through for anonymous requests (and for storing: no fill stores a slice
+    /// of one).
+    pub shared: Marks,
     /// Objects whose answer to a request with Authorization could not be shared (RFC 9111
     /// §3.5: no `public`, `s-maxage` or `must-revalidate`). Such requests pass through at once;
     /// the mark says nothing of the answers to anonymous requests, so it is kept apart.
-    private_until_ms: Mutex<HashMap<u128, i64>>,
+    pub private: Marks,
     /// Objects found changed at the origin in the middle of a response, until when that
     /// counts (a second change before then passes the object through).
-    changed_until_ms: Mutex<HashMap<u128, i64>>,
+    changed: Marks,
 }
 
-/// Lock a table (a poisoned lock still holds a usable map).
-fn lock(m: &Mutex<HashMap<u128, i64>>) -> MutexGuard<'_, HashMap<u128, i64>> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+/// One table of marks: object hash -> until when (ms).
+#[derive(Default)]
+pub struct Marks(Mutex<HashMap<u128, i64>>);
 
-/// Set `hash` to `now_ms + PASS_MS` unless the table is full of unexpired entries.
-fn insert(m: &mut HashMap<u128, i64>, hash: u128, now_ms: i64) {
-    if m.len() >= MAX_MARKS && !m.contains_key(&hash) {
-        m.retain(|_, until| *until > now_ms);
-        if m.len() >= MAX_MARKS {
-            return;
+impl Marks {
+    /// Lock the table (a poisoned lock still holds a usable map).
+    fn table(&self) -> MutexGuard<'_, HashMap<u128, i64>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Mark object `hash` until `now_ms + PASS_MS`, unless the table is full of unexpired
+    /// marks.
+    pub fn mark(&self, hash: u128, now_ms: i64) {
+        let mut m = self.table();
+        if m.len() >= MAX_MARKS && !m.contains_key(&hash) {
+            m.retain(|_, until| *until > now_ms);
+            if m.len() >= MAX_MARKS {
+                return;
+            }
+        }
+        m.insert(hash, now_ms.saturating_add(PASS_MS));
+    }
+
+    /// True while object `hash` is marked (an expired mark is dropped).
+    pub fn passing(&self, hash: u128, now_ms: i64) -> bool {
+        let mut m = self.table();
+        match m.get(&hash) {
+            Some(until) if *until > now_ms => true,
+            Some(_) => {
+                m.remove(&hash);
+                false
+            }
+            None => false,
         }
     }
-    m.insert(hash, now_ms.saturating_add(PASS_MS));
-}
 
-/// Is `hash`'s mark unexpired at `now_ms`? An expired one is dropped.
-fn live(m: &mut HashMap<u128, i64>, hash: u128, now_ms: i64) -> bool {
-    match m.get(&hash) {
-        Some(until) if *until > now_ms => true,
-        Some(_) => {
-            m.remove(&hash);
-            false
-        }
-        None => false,
+    fn forget(&self, hash: u128) {
+        self.table().remove(&hash);
+    }
+
+    fn clear(&self) {
+        self.table().clear();
     }
 }
 
 impl Passes {
-    fn table(&self) -> MutexGuard<'_, HashMap<u128, i64>> {
-        lock(&self.until_ms)
-    }
-
-    /// Pass object `hash` through until `now_ms + PASS_MS`.
-    pub fn mark(&self, hash: u128, now_ms: i64) {
-        insert(&mut self.table(), hash, now_ms);
+    /// The marks that decide for a request, with Authorization or not.
+    pub fn for_request(&self, authorized: bool) -> &Marks {
+        if authorized {
+            &self.private
+        } else {
+            &self.shared
+        }
     }
 
     /// Object `hash` was found changed at the origin in the middle of a response: true when
@@ -75,38 +94,22 @@ impl Passes {
     /// every answer (an ETag per backend or per response) would otherwise cut every full
     /// read after its first slice, for ever.
     pub fn changed_again(&self, hash: u128, now_ms: i64) -> bool {
-        let mut m = lock(&self.changed_until_ms);
-        let again = m.get(&hash).is_some_and(|until| *until > now_ms);
-        insert(&mut m, hash, now_ms);
+        let again = self.changed.passing(hash, now_ms);
+        self.changed.mark(hash, now_ms);
         again
     }
 
-    /// True while object `hash` is marked.
-    pub fn passing(&self, hash: u128, now_ms: i64) -> bool {
-        live(&mut self.table(), hash, now_ms)
-    }
-
-    /// Pass the requests with Authorization for object `hash` through until `now_ms + PASS_MS`.
-    pub fn mark_private(&self, hash: u128, now_ms: i64) {
-        insert(&mut lock(&self.private_until_ms), hash, now_ms);
-    }
-
-    /// True while the requests with Authorization for object `hash` are passed through.
-    pub fn private(&self, hash: u128, now_ms: i64) -> bool {
-        live(&mut lock(&self.private_until_ms), hash, now_ms)
-    }
-
-    /// Forget the marks of object `hash` (removed, or its answer stored after all).
+    /// Forget the pass marks of object `hash` (removed, or its answer stored after all).
     pub fn forget(&self, hash: u128) {
-        self.table().remove(&hash);
-        lock(&self.private_until_ms).remove(&hash);
+        self.shared.forget(hash);
+        self.private.forget(hash);
     }
 
     /// Forget every mark (a purge by prefix: marks keep hashes, not keys).
     pub fn clear(&self) {
-        self.table().clear();
-        lock(&self.changed_until_ms).clear();
-        lock(&self.private_until_ms).clear();
+        self.shared.clear();
+        self.private.clear();
+        self.changed.clear();
     }
 }
 
@@ -116,16 +119,17 @@ mod tests {
 
     #[test]
     fn a_mark_lasts_pass_ms_and_a_full_table_marks_nothing_more() {
-        let p = Passes::default();
+        let passes = Passes::default();
+        let p = &passes.shared;
         p.mark(1, 1000);
         assert!(p.passing(1, 1000 + PASS_MS - 1));
         assert!(!p.passing(1, 1000 + PASS_MS));
         assert!(!p.passing(1, 1000), "an expired mark is dropped");
         p.mark(2, 0);
-        p.forget(2);
+        passes.forget(2);
         assert!(!p.passing(2, 1));
         p.mark(3, 0);
-        p.clear();
+        passes.clear();
         assert!(!p.passing(3, 1));
         for h in 0..MAX_MARKS as u128 {
             p.mark(h + 10, 0);

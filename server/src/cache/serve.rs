@@ -329,23 +329,10 @@ impl Ctx<'_> {
             )
     }
 
-    /// Is this request's object passed through for now (`cache/pass.rs`)? A request with
-    /// Authorization looks at the marks of such requests only.
-    fn passing(&self, now_ms: i64) -> bool {
-        let hash = self.key.hash();
-        match self.auth {
-            None => self.cv.passes.passing(hash, now_ms),
-            Some(_) => self.cv.passes.private(hash, now_ms),
-        }
-    }
-
-    /// Pass this request's object through for a while: its answer could not be stored.
-    fn mark_passing(&self) {
-        let (hash, now_ms) = (self.key.hash(), unix_now_ms());
-        match self.auth {
-            None => self.cv.passes.mark(hash, now_ms),
-            Some(_) => self.cv.passes.mark_private(hash, now_ms),
-        }
+    /// The pass marks for this request (`cache/pass.rs`): a request with Authorization has
+    /// marks of its own.
+    fn marks(&self) -> &super::pass::Marks {
+        self.cv.passes.for_request(self.auth.is_some())
     }
 
     /// The bypassed answer of `fill`, streamed through to this request (`status` in X-Cache)
@@ -443,7 +430,7 @@ impl Ctx<'_> {
             if let Some(s0) = self.past_end(slice, now_ms).await {
                 return First::PastEnd(s0);
             }
-            if self.passing(now_ms) {
+            if self.marks().passing(self.key.hash(), now_ms) {
                 // Its last answer was not storable: ask for what the client asked, at once.
                 return First::FetchThrough(CacheStatus::Bypass);
             }
@@ -634,7 +621,7 @@ impl Ctx<'_> {
                     // Range for it (a full read would stop after the first slice); another
                     // answer to a later slice (a 404, say) may still be storable as the first
                     // slice.
-                    self.mark_passing();
+                    self.marks().mark(self.key.hash(), unix_now_ms());
                 }
                 self.handoff(&fill, CacheStatus::Bypass)
             }
@@ -661,7 +648,7 @@ impl Ctx<'_> {
                 (FillError::NotSatisfiable { total }, _)
                     if *total == Some(0) || (total.is_none() && fill.id.slice == 0) =>
                 {
-                    self.mark_passing();
+                    self.marks().mark(self.key.hash(), unix_now_ms());
                     First::FetchThrough(CacheStatus::Bypass)
                 }
                 (FillError::NotSatisfiable { total }, _) => First::Error(416, *total),
@@ -1758,7 +1745,7 @@ impl Ctx<'_> {
 /// Start `job`'s fill (no Authorization) unless its slice is stored or being filled, or the
 /// object is passed through for now (`cache/pass.rs`: storing a slice would bring it back).
 fn prefetch(cv: &Arc<CacheVolume<Fill>>, origin: &Arc<Origin>, key: &Arc<[u8]>, job: FillJob) {
-    if cv.passes.passing(job.key.hash(), unix_now_ms()) {
+    if cv.passes.shared.passing(job.key.hash(), unix_now_ms()) {
         return;
     }
     let id = job.key.slice(job.slice);
