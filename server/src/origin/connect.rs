@@ -37,19 +37,26 @@ pub(crate) const FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The servers in the order they are tried now: in their configured order, those marked down
 /// last.
 fn order(inner: &Inner) -> Vec<usize> {
-    let now = crate::http::date::unix_now_ms();
-    let down = |s: &Server| s.down_until_ms.load(Ordering::Relaxed) > now;
+    let down = down_now(inner);
     (0..inner.servers.len())
-        .filter(|&i| !down(&inner.servers[i]))
-        .chain((0..inner.servers.len()).filter(|&i| down(&inner.servers[i])))
+        .filter(|&i| !down(i))
+        .chain((0..inner.servers.len()).filter(|&i| down(i)))
         .collect()
 }
 
-/// The server a request goes to now: the first in [`order`]. An idle connection to another
-/// one (kept from a failover) is not reused, so traffic goes back to a server that recovered
-/// once its down mark ends, as nginx picks the server before the kept-alive connection.
+/// Is server `i` marked down now?
+fn down_now(inner: &Inner) -> impl Fn(usize) -> bool + '_ {
+    let now = crate::http::date::unix_now_ms();
+    move |i| inner.servers[i].down_until_ms.load(Ordering::Relaxed) > now
+}
+
+/// The server a request goes to now: the first in [`order`] (found without building it: one
+/// call per request). An idle connection to another one (kept from a failover) is not reused,
+/// so traffic goes back to a server that recovered once its down mark ends, as nginx picks the
+/// server before the kept-alive connection.
 pub(crate) fn preferred(inner: &Inner) -> usize {
-    order(inner).first().copied().unwrap_or(0)
+    let down = down_now(inner);
+    (0..inner.servers.len()).find(|&i| !down(i)).unwrap_or(0)
 }
 
 /// Connect to the first server that accepts, those marked down last (must run on the origin
