@@ -701,6 +701,37 @@ fn a_304_with_a_newer_last_modified_still_vouches_for_the_later_slices() {
     assert!(r.body == body[2 * SLICE..2 * SLICE + 10]);
 }
 
+/// A 304 that makes the first slice's stored fields longer (here by a 5000-byte field, so its
+/// header takes two pages where the later slices' take one) vouches for the later slices
+/// without moving where their bodies are read from: each file's body starts where its own
+/// header ends, not where the first slice's header would.
+#[test]
+fn a_304_that_lengthens_the_fields_keeps_the_later_slices_bytes() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(3 * SLICE, 9);
+    let cc = "max-age=1, stale-while-revalidate=0";
+    o.put("/l.bin", Object::new(body.clone()).cache_control(cc));
+    assert_eq!(xcache(&get(&n, "/l.bin", "")), "MISS");
+    wait_committed(&n);
+    std::thread::sleep(Duration::from_millis(1100));
+    let long = "x".repeat(5000);
+    o.put(
+        "/l.bin",
+        Object::new(body.clone())
+            .cache_control(cc)
+            .header("X-Long", &long),
+    );
+    let r = get(&n, "/l.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"));
+    assert!(r.body == body, "the revalidated object's bytes differ");
+    assert_eq!(r.header("X-Long"), Some(long.as_str()));
+    for at in [SLICE + 10, 2 * SLICE + 4000, 3 * SLICE - 20] {
+        let r = get(&n, "/l.bin", &format!("Range: bytes={at}-{}\r\n", at + 9));
+        assert_eq!(r.status, 206, "{:?}", r.headers);
+        assert!(r.body == body[at..at + 10], "bytes at {at} differ");
+    }
+}
+
 /// A 304 whose strong ETag is not the stored one's is about another response: it refreshes
 /// nothing (RFC 9111 §4.3.4); the object is fetched unconditionally instead.
 #[test]
@@ -2590,6 +2621,55 @@ fn a_full_disk_keeps_requests_succeeding_without_storing() {
     }
     assert_eq!(cache_files(&cache), (0, 0));
     assert!(n.srv.logs().contains("cache disk full"), "{}", n.srv.logs());
+}
+
+/// A fill whose storing failed on a slice too large to hold (paced by its readers) commits
+/// nothing: a response that found the object changed does not wait for it to end. It used
+/// to: its wait counted as a reader, so the fill, its last real reader gone, held its window
+/// and its origin connection for ever, and the response was never ended.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_version_change_does_not_wait_for_a_paced_fill() {
+    const BIG: usize = 17 << 20;
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    let cfg = config(&[o.url()], &cache, "", "slice_size = \"17m\"");
+    let v1 = pattern(3 * BIG, 1);
+    o.put("/p.bin", Object::version(v1.clone(), 1));
+    // The first slice stored, on a disk that takes it.
+    let mut n = Node::start(&cfg);
+    let r = get(&n, "/p.bin", "Range: bytes=0-99\r\n");
+    assert_eq!((r.status, xcache(&r)), (206, "MISS"));
+    wait_committed(&n);
+    n.srv.stop();
+    // Then a full disk, whose first file takes 3 s to fail: the third slice's fill, which
+    // goes on for nobody once its request has its bytes.
+    let n = Node::start_with_env(
+        &cfg,
+        &[("FAILPOINTS", "cache_write=1*sleep(3000)->return(enospc)")],
+    );
+    let at = 2 * BIG;
+    let r = get(&n, "/p.bin", &format!("Range: bytes={at}-{}\r\n", at + 99));
+    assert_eq!((r.status, xcache(&r)), (206, "MISS"));
+    // The object changes: a full read finds it at its second slice.
+    o.put("/p.bin", Object::version(pattern(3 * BIG, 2), 2));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let addr = n.srv.addr;
+    std::thread::spawn(move || {
+        let mut c = common::http::Conn::new(addr);
+        c.send(b"GET /p.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        let _ = tx.send(
+            c.response(false)
+                .map(|r| r.status)
+                .map_err(|e| e.to_string()),
+        );
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(15))
+        .expect("the response was not ended in 15 s: it waits for the paced fill");
+    let cut = r.expect_err("two versions in one response");
+    assert!(cut.contains(&format!("after {BIG} of")), "{cut}");
 }
 
 #[test]

@@ -655,7 +655,7 @@ impl Fill {
             return self.publish(Progress::Refreshed(s));
         }
         let store = cv.store.clone();
-        let (id, old_fd, off, m) = (old.id, old.fd.clone(), old.meta.body_offset(), meta.clone());
+        let (id, old_fd, off, m) = (old.id, old.fd.clone(), old.body_offset, meta.clone());
         let written = cv
             .blocking(move || store.rewrite(id, &old_fd, off, m))
             .await;

@@ -1138,7 +1138,7 @@ impl Ctx<'_> {
         match first {
             Source::Stored(s) => {
                 self.vol
-                    .admit_range(&s.fd, s.meta.body_offset(), len.min(s.meta.body_len))
+                    .admit_range(&s.fd, s.body_offset, len.min(s.meta.body_len))
             }
             Source::Fill(_, h) => match h.file.get() {
                 Some(fd) => self
@@ -1336,7 +1336,7 @@ impl Ctx<'_> {
         }
         match src {
             Source::Stored(st) => {
-                let off = st.meta.body_offset() + a;
+                let off = st.body_offset + a;
                 match self
                     .vol
                     // The node never writes an entry file after its commit (a new version is a
@@ -1788,8 +1788,17 @@ async fn drop_version(cv: &Arc<CacheVolume<Fill>>, key: &CacheKey, old: &super::
                 }
                 _ => false,
             };
-            if !old_running || rx.changed().await.is_err() {
+            if !old_running {
                 break;
+            }
+            // A fill that left the running ones without ending commits nothing: one whose
+            // storing failed is paced by its readers, and this subscription, reading nothing,
+            // would hold it (and its origin connection) for ever. Looked at every 50 ms.
+            match tokio::time::timeout(Duration::from_millis(50), rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => break,
+                Err(_) if cv.fill_running(id).is_some_and(|f| Arc::ptr_eq(&f, &fill)) => {}
+                Err(_) => break,
             }
         }
         // Its body is all there, but the entry may not be committed yet (a pool task): until

@@ -33,12 +33,16 @@ const SWEEP_BUDGET: usize = 20_000;
 /// Files one pool task of the upkeep thread deletes (a few milliseconds of unlinks).
 const DELETE_CHUNK: usize = 128;
 
-/// A stored slice, open: serve `meta.body_len` bytes of `fd` from `meta.body_offset()`.
+/// A stored slice, open: serve `meta.body_len` bytes of `fd` from `body_offset`.
 #[derive(Debug)]
 pub struct Stored {
     pub id: EntryId,
     pub fd: Arc<OwnedFd>,
     pub meta: Arc<EntryMeta>,
+    /// Where the body starts in `fd`: its own header's length, fixed when the file was opened
+    /// or written. A `meta` put on the same file later ([`Stored::with_meta`]: refreshed or
+    /// vouched-for fields) may encode to another length, and says nothing of this file's.
+    pub body_offset: u64,
     /// The file's size and modification time when this was made (fstat): a file written in
     /// place by hand while kept open changes them, and is then opened again (its header
     /// checked), not served with the header read before; a response sending it checks them
@@ -47,7 +51,7 @@ pub struct Stored {
 }
 
 impl Stored {
-    /// Entry `id`, open as `fd`, described by `meta` (one fstat, which reads no disk; a failed
+    /// Entry `id`, open as `fd`, whose header is `meta` (one fstat, which reads no disk; a failed
     /// one records nothing the file will match, so it is opened again at its next use).
     pub fn new(id: EntryId, fd: Arc<OwnedFd>, meta: Arc<EntryMeta>) -> Stored {
         let version = FileVersion::of(&fd).unwrap_or(FileVersion {
@@ -58,17 +62,20 @@ impl Stored {
         Stored {
             id,
             fd,
+            body_offset: meta.body_offset(),
             meta,
             version,
         }
     }
 
-    /// The same open file described by `meta` (refreshed fields, another freshness).
+    /// The same open file described by `meta` (refreshed fields, another freshness), its
+    /// body where it was.
     pub fn with_meta(&self, meta: Arc<EntryMeta>) -> Stored {
         Stored {
             id: self.id,
             fd: self.fd.clone(),
             meta,
+            body_offset: self.body_offset,
             version: self.version,
         }
     }
@@ -386,7 +393,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 // (Not one deleted since the open: evicted by the rebuild's walk, it would
                 // come back and evict another.)
                 if !self.index.is_rebuilt() && !matches!(s.on_disk(), OnDisk::Unlinked) {
-                    let len = s.meta.file_len();
+                    let len = s.body_offset + s.meta.body_len;
                     let v = self
                         .index
                         .insert_found(id, len, s.stamp(), self.index.now());
