@@ -2861,6 +2861,35 @@ fn a_burst_of_misses_on_a_full_disk_evicts_once() {
     drop(std::fs::remove_file(&filler));
 }
 
+/// A purge is not refused by a busy pool: the object's removal waits for a pool thread, and
+/// the object is not served afterwards. It used to answer 500 and leave the object in the
+/// index, served as a HIT (a withdrawal, for an object the origin no longer lets be stored,
+/// did the same, silently).
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_purge_on_a_busy_pool_still_removes_the_object() {
+    let o = FaultOrigin::start();
+    let dir = common::tempdir();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let mut cfg = config(&[o.url()], &dir.path().join("cache"), "", "slice_size = 0");
+    cfg.admin.purge_token_file = token.display().to_string();
+    cfg.volumes[0].pool.threads = 1;
+    cfg.volumes[0].pool.max_queue = 0;
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_commit=sleep(1500)")]);
+    o.put("/x.bin", Object::new(pattern(10_000, 1)));
+    o.put("/y.bin", Object::new(pattern(10_000, 2)));
+    assert_eq!(xcache(&get(&n, "/x.bin", "")), "MISS");
+    wait_committed(&n);
+    assert_eq!(xcache(&get(&n, "/x.bin", "")), "HIT");
+    // /y's commit holds the only pool thread for 1.5 s.
+    assert_eq!(xcache(&get(&n, "/y.bin", "")), "MISS");
+    let r = admin(&n, "POST", "/cache/purge?key=/x.bin", PURGE_AUTH);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let r = get(&n, "/x.bin", "");
+    assert_eq!(xcache(&r), "MISS", "the purged object was served");
+}
+
 /// A cache volume whose pool is full never leaves a fill's temporary file behind: the commit
 /// of a fetched and written body is not refused (refused, it dropped the file, which stayed
 /// until a restart; enough of them filled the disk and shut the cache off).

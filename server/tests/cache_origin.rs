@@ -677,6 +677,56 @@ fn an_origin_with_an_etag_per_answer_is_passed_through_after_two_changes() {
     }
 }
 
+/// One update at the origin met by several full reads at once is one change: each of them is
+/// cut (versions never mix), and the object is then stored again in its new version, not
+/// passed through for a minute as an origin with an ETag per answer is. Each response used
+/// to count as a change of its own.
+#[test]
+fn one_update_met_by_concurrent_reads_is_one_change() {
+    let (o, n) = origin_and_node(SLICED);
+    let p = "/updated.bin";
+    let v1 = pattern(8 * SLICE, 1);
+    let v2 = pattern(8 * SLICE, 2);
+    o.put(p, Object::version(v1.clone(), 1));
+    o.set_timing(Timing {
+        rate: 256 * 1024,
+        ..Timing::default()
+    });
+    let addr = n.srv.addr;
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = common::Conn::new(addr);
+                c.send(
+                    format!("GET {p} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+                );
+                c.response(false).map(|r| r.body)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(150));
+    o.put(p, Object::version(v2.clone(), 2));
+    for r in readers {
+        if let Ok(body) = r.join().expect("reader") {
+            assert!(body == v1 || body == v2, "a complete body of two versions");
+        }
+    }
+    o.set_timing(Timing::default());
+    settle(&n);
+    let r = get(&n, p, "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{:?}", r.headers);
+    assert!(r.body == v2);
+    wait_committed(&n);
+    let r = get(&n, p, "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == v2);
+    assert!(
+        !n.srv.logs().contains("twice within a minute"),
+        "{}",
+        n.srv.logs()
+    );
+}
+
 /// The later slice whose other ETag makes an object passed through is being fetched when the
 /// mark is set (a slow origin here): it stores nothing, so no slice of the marked object is
 /// served (a seek into it is passed through too) and none is left to cut a full read once

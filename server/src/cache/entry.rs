@@ -78,6 +78,26 @@ impl EntryMeta {
             && self.total_size == other.total_size
     }
 
+    /// A tag of the version [`EntryMeta::same_version`] compares: status, total size, ETag,
+    /// and Last-Modified unless the ETag is strong.
+    pub fn version_tag(&self) -> u64 {
+        let strong = self.etag.as_deref().is_some_and(|t| t.starts_with('"'));
+        let mut b = Vec::with_capacity(64);
+        b.extend_from_slice(&self.status.to_le_bytes());
+        b.extend_from_slice(&self.total_size.to_le_bytes());
+        let last_modified = if strong {
+            None
+        } else {
+            self.last_modified.as_deref()
+        };
+        for f in [self.etag.as_deref(), last_modified] {
+            let f = f.unwrap_or("").as_bytes();
+            b.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            b.extend_from_slice(f);
+        }
+        xxhash_rust::xxh3::xxh3_64(&b)
+    }
+
     /// This slice as the object's first slice `first` (the same version) says it is now: its
     /// freshness, age and stored fields, with this slice's bytes.
     pub fn vouched_by(&self, first: &EntryMeta) -> EntryMeta {

@@ -25,7 +25,7 @@
 use super::entry::EntryMeta;
 use super::key::{CacheKey, EntryId};
 use super::store::TempEntry;
-use super::volume::{CacheVolume, Stored};
+use super::volume::{CacheVolume, FillKey, Stored};
 use crate::config::{self, CachePolicy};
 use crate::http::conditional;
 use crate::http::freshness::{self, Freshness};
@@ -234,6 +234,12 @@ impl Drop for FillReader {
             *s = None;
         }
         self.fill.moved.notify_one();
+    }
+}
+
+impl FillKey for Fill {
+    fn key(&self) -> &[u8] {
+        &self.key
     }
 }
 

@@ -30,43 +30,53 @@ pub struct Passes {
     /// the mark says nothing of the answers to anonymous requests, so it is kept apart.
     pub private: Marks,
     /// Objects found changed at the origin in the middle of a response, until when that
-    /// counts (a second change before then passes the object through).
+    /// counts (a second change before then passes the object through), tagged with the
+    /// version they changed from.
     changed: Marks,
 }
 
-/// One table of marks: object hash -> until when (ms).
+/// One table of marks: object hash -> (until when (ms), a tag).
 #[derive(Default)]
-pub struct Marks(Mutex<HashMap<u128, i64>>);
+pub struct Marks(Mutex<HashMap<u128, (i64, u64)>>);
 
 impl Marks {
     /// Lock the table (a poisoned lock still holds a usable map).
-    fn table(&self) -> MutexGuard<'_, HashMap<u128, i64>> {
+    fn table(&self) -> MutexGuard<'_, HashMap<u128, (i64, u64)>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Mark object `hash` until `now_ms + PASS_MS`, unless the table is full of unexpired
     /// marks.
     pub fn mark(&self, hash: u128, now_ms: i64) {
+        self.mark_tagged(hash, now_ms, 0)
+    }
+
+    fn mark_tagged(&self, hash: u128, now_ms: i64, tag: u64) {
         let mut m = self.table();
         if m.len() >= MAX_MARKS && !m.contains_key(&hash) {
-            m.retain(|_, until| *until > now_ms);
+            m.retain(|_, (until, _)| *until > now_ms);
             if m.len() >= MAX_MARKS {
                 return;
             }
         }
-        m.insert(hash, now_ms.saturating_add(PASS_MS));
+        m.insert(hash, (now_ms.saturating_add(PASS_MS), tag));
     }
 
     /// True while object `hash` is marked (an expired mark is dropped).
     pub fn passing(&self, hash: u128, now_ms: i64) -> bool {
+        self.tag(hash, now_ms).is_some()
+    }
+
+    /// The tag of object `hash`'s mark while it lasts (an expired mark is dropped).
+    fn tag(&self, hash: u128, now_ms: i64) -> Option<u64> {
         let mut m = self.table();
         match m.get(&hash) {
-            Some(until) if *until > now_ms => true,
+            Some(&(until, tag)) if until > now_ms => Some(tag),
             Some(_) => {
                 m.remove(&hash);
-                false
+                None
             }
-            None => false,
+            None => None,
         }
     }
 
@@ -89,13 +99,15 @@ impl Passes {
         }
     }
 
-    /// Object `hash` was found changed at the origin in the middle of a response: true when
-    /// that happened before within [`PASS_MS`] too. An origin whose validator changes with
-    /// every answer (an ETag per backend or per response) would otherwise cut every full
-    /// read after its first slice, for ever.
-    pub fn changed_again(&self, hash: u128, now_ms: i64) -> bool {
-        let again = self.changed.passing(hash, now_ms);
-        self.changed.mark(hash, now_ms);
+    /// Object `hash` was found changed at the origin in the middle of a response that began
+    /// with version `from` (a tag of its validators): true when a change from another version
+    /// was found within [`PASS_MS`] too. An origin whose validator changes with every answer
+    /// (an ETag per backend or per response) would otherwise cut every full read after its
+    /// first slice, for ever. One update met by several responses at once is one change: each
+    /// of them began with the same version.
+    pub fn changed_again(&self, hash: u128, now_ms: i64, from: u64) -> bool {
+        let again = self.changed.tag(hash, now_ms).is_some_and(|t| t != from);
+        self.changed.mark_tagged(hash, now_ms, from);
         again
     }
 
@@ -144,11 +156,15 @@ mod tests {
     #[test]
     fn a_second_change_within_pass_ms_is_told() {
         let p = Passes::default();
-        assert!(!p.changed_again(7, 0));
-        assert!(p.changed_again(7, PASS_MS - 1));
-        assert!(!p.changed_again(8, 0), "per object");
+        assert!(!p.changed_again(7, 0, 1));
         assert!(
-            !p.changed_again(8, PASS_MS + 1),
+            !p.changed_again(7, 10, 1),
+            "the same change met by another response"
+        );
+        assert!(p.changed_again(7, PASS_MS - 1, 2));
+        assert!(!p.changed_again(8, 0, 2), "per object");
+        assert!(
+            !p.changed_again(8, PASS_MS + 1, 3),
             "an old change does not count"
         );
     }

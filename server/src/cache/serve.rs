@@ -197,6 +197,8 @@ async fn filled(found: FillFor<Fill>) -> Result<Source, Unavailable> {
     let fill = match found {
         FillFor::Fill(fill, _) => fill,
         FillFor::Stored(s) => return Ok(Source::Stored(s)),
+        // Another key's fill holds its entry: this slice cannot be had now.
+        FillFor::Collision => return Err(Unavailable::Origin),
     };
     let mut rx = fill.subscribe();
     loop {
@@ -372,10 +374,11 @@ impl Ctx<'_> {
             );
             return FillFor::Fill(fill, false);
         }
-        let unless_stored = revalidate.is_none().then_some(&*self.key_bytes);
         let found = self
             .cv
-            .fill_for(id, unless_stored, || Fill::new(id, self.key_bytes.clone()));
+            .fill_for(id, &self.key_bytes, revalidate.is_none(), || {
+                Fill::new(id, self.key_bytes.clone())
+            });
         match &found {
             FillFor::Fill(_, true) if first => self.cv.m.collapsed.inc(),
             FillFor::Fill(fill, false) => fill.spawn(
@@ -498,7 +501,9 @@ impl Ctx<'_> {
     /// miss is answered from it (a hit) rather than 504. A fill for one user's credentials is
     /// never found (it is not registered).
     fn landed(&self, slice: u32, now_ms: i64) -> Option<(Arc<Fill>, Arc<FillHead>)> {
-        let fill = self.cv.fill_running(self.key.slice(slice))?;
+        let fill = self
+            .cv
+            .fill_running(self.key.slice(slice), &self.key_bytes)?;
         let head = match &*fill.subscribe().borrow() {
             Progress::Body { head, avail, .. }
                 if *avail == head.meta.body_len && now_ms < head.meta.fresh_until_ms =>
@@ -541,6 +546,9 @@ impl Ctx<'_> {
     ) -> First {
         let (fill, joined, stale) = match fill {
             FillFor::Fill(fill, joined) => (fill, joined, stale),
+            // Another key of the same hash is being filled: like a stored entry of another
+            // key, this one is fetched and passed through, nothing stored.
+            FillFor::Collision => return First::FetchThrough(CacheStatus::Bypass),
             // Committed just now by the fill this request would have joined: as a joiner, a hit
             // (unless it was stale at once: no-cache, max-age=0; the origin is asked then).
             FillFor::Stored(s) if now_ms < s.meta.fresh_until_ms => {
@@ -550,6 +558,7 @@ impl Ctx<'_> {
             FillFor::Stored(s) => match self.fill(s.id.slice, Some(s.clone()), false) {
                 FillFor::Fill(fill, joined) => (fill, joined, Some(s)),
                 FillFor::Stored(_) => return First::FetchThrough(CacheStatus::Miss),
+                FillFor::Collision => return First::FetchThrough(CacheStatus::Bypass),
             },
         };
         let mut rx = fill.subscribe();
@@ -833,13 +842,12 @@ impl Ctx<'_> {
     /// as the same: nothing says `s` is outdated.
     async fn against_first_slice(&self, s: &Stored) -> Agreement {
         let id0 = self.key.slice(0);
-        let running = self
-            .cv
-            .fill_running(id0)
-            .and_then(|f| match &*f.subscribe().borrow() {
+        let running = self.cv.fill_running(id0, &self.key_bytes).and_then(|f| {
+            match &*f.subscribe().borrow() {
                 Progress::Body { head, .. } => Some(head.meta.clone()),
                 _ => None,
-            });
+            }
+        });
         let first = match running {
             Some(m) => m,
             None => match self.cv.find(id0, &self.key_bytes).await {
@@ -1234,7 +1242,8 @@ impl Ctx<'_> {
                 // minute (an origin whose validator differs in every answer): pass it
                 // through whole for a while, or every full read would be cut here.
                 let (hash, now_ms) = (self.key.hash(), unix_now_ms());
-                if self.auth.is_none() && self.cv.passes.changed_again(hash, now_ms) {
+                let from = meta.version_tag();
+                if self.auth.is_none() && self.cv.passes.changed_again(hash, now_ms, from) {
                     tracing::warn!(volume = %self.cv.name, key = %self.target, slice = k, "the object changed at the origin mid-response twice within a minute (a validator per answer?); passed through from now on");
                     self.pass_from_now_on(meta).await;
                 } else {
@@ -1750,10 +1759,10 @@ fn prefetch(cv: &Arc<CacheVolume<Fill>>, origin: &Arc<Origin>, key: &Arc<[u8]>, 
     }
     let id = job.key.slice(job.slice);
     if cv.index.lookup(id, cv.index.now()) == super::index::Presence::No
-        && cv.fill_running(id).is_none()
+        && cv.fill_running(id, key).is_none()
     {
         if let FillFor::Fill(fill, false) =
-            cv.fill_for(id, Some(key), || Fill::new(id, key.clone()))
+            cv.fill_for(id, key, true, || Fill::new(id, key.clone()))
         {
             fill.spawn(cv.clone(), origin.clone(), job);
         }
@@ -1775,7 +1784,7 @@ async fn drop_version(cv: &Arc<CacheVolume<Fill>>, key: &CacheKey, old: &super::
     };
     for k in 0..slices {
         let id = key.slice(k);
-        let Some(fill) = cv.fill_running(id) else {
+        let Some(fill) = cv.fill_running(id, key.as_bytes()) else {
             continue;
         };
         let mut rx = fill.subscribe();
@@ -1797,7 +1806,10 @@ async fn drop_version(cv: &Arc<CacheVolume<Fill>>, key: &CacheKey, old: &super::
             match tokio::time::timeout(Duration::from_millis(50), rx.changed()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => break,
-                Err(_) if cv.fill_running(id).is_some_and(|f| Arc::ptr_eq(&f, &fill)) => {}
+                Err(_)
+                    if cv
+                        .fill_running(id, key.as_bytes())
+                        .is_some_and(|f| Arc::ptr_eq(&f, &fill)) => {}
                 Err(_) => break,
             }
         }
@@ -1806,7 +1818,9 @@ async fn drop_version(cv: &Arc<CacheVolume<Fill>>, key: &CacheKey, old: &super::
         // the fill to leave the running ones (bounded: a stuck pool must not hold this).
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while of_old
-            && cv.fill_running(id).is_some_and(|f| Arc::ptr_eq(&f, &fill))
+            && cv
+                .fill_running(id, key.as_bytes())
+                .is_some_and(|f| Arc::ptr_eq(&f, &fill))
             && std::time::Instant::now() < deadline
         {
             tokio::time::sleep(Duration::from_millis(2)).await;

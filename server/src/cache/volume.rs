@@ -184,6 +184,15 @@ pub enum FillFor<F> {
     Fill(Arc<F>, bool),
     /// The entry a fill committed since the caller's lookup.
     Stored(Arc<Stored>),
+    /// A fill of another key whose hash is this one's runs: neither joined nor replaced.
+    Collision,
+}
+
+/// What the volume knows of a fill: the key it fetches. Fills are registered by their entry
+/// (a hash of the key), and a request joins one only for its own key, as a stored entry is
+/// served only to its own key.
+pub trait FillKey {
+    fn key(&self) -> &[u8];
 }
 
 /// Why an object's files could not all be removed (the purge reports it).
@@ -246,7 +255,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl<F: Send + Sync + 'static> CacheVolume<F> {
+impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
     /// Open the cache directory of volume `v` (removing temporary files of an earlier process)
     /// and create its metric series. The rebuild and upkeep start with [`CacheVolume::spawn_upkeep`].
     /// `volumes` is how many volumes the server has (they share the descriptors kept open).
@@ -466,7 +475,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         }
         // A commit under way (renamed, not recorded yet), or one that ended since the index
         // was read: not a change by a hand.
-        if !changed || self.fill_running(s.id).is_some() || self.index.stamp(s.id) == Some(ours) {
+        if !changed || self.any_fill(s.id) || self.index.stamp(s.id) == Some(ours) {
             return true;
         }
         tracing::warn!(volume = %self.name, entry = %s.id.rel_path(), "a cache entry was changed on the disk (written in place); deleted, to be fetched again");
@@ -604,8 +613,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     /// as replaced).
     pub fn remove_slices(&self, ids: &[EntryId], keep: impl Fn(&Stored) -> bool) {
         for &id in ids {
-            if self.fill_running(id).is_some() || lock(&self.open).get(&id).is_some_and(|s| keep(s))
-            {
+            if self.any_fill(id) || lock(&self.open).get(&id).is_some_and(|s| keep(s)) {
                 continue;
             }
             self.delete_entry(id, Reason::Replaced);
@@ -709,22 +717,25 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         }
     }
 
-    /// The fill of `id` under way, or a new one made by `make` (registered before it starts,
-    /// so concurrent requests find it). With `unless_stored`, the entry of that key committed
-    /// since the caller looked is returned instead of a new fill.
+    /// The fill of `id` for `key` under way, or a new one made by `make` (registered before
+    /// it starts, so concurrent requests find it). With `unless_stored`, the entry of that key
+    /// committed since the caller looked is returned instead of a new fill.
     pub fn fill_for(
         &self,
         id: EntryId,
-        unless_stored: Option<&[u8]>,
+        key: &[u8],
+        unless_stored: bool,
         make: impl FnOnce() -> Arc<F>,
     ) -> FillFor<F> {
         let mut fills = lock(&self.fills);
-        if let Some(f) = fills.get(&id) {
-            return FillFor::Fill(f.clone(), true);
+        match fills.get(&id) {
+            Some(f) if f.key() == key => return FillFor::Fill(f.clone(), true),
+            Some(_) => return FillFor::Collision,
+            None => {}
         }
         // A fill puts its entry in `open` before it unregisters, so with `fills` locked an
         // entry committed between the caller's lookup and now is found here.
-        if let Some(s) = unless_stored.and_then(|key| self.open_entry(id, key)) {
+        if let Some(s) = unless_stored.then(|| self.open_entry(id, key)).flatten() {
             return FillFor::Stored(s);
         }
         let f = make();
@@ -759,9 +770,17 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
         lock(&self.running).len()
     }
 
-    /// The fill of `id`, if one runs.
-    pub fn fill_running(&self, id: EntryId) -> Option<Arc<F>> {
-        lock(&self.fills).get(&id).cloned()
+    /// The fill of `id` for `key`, if one runs (joinable).
+    pub fn fill_running(&self, id: EntryId, key: &[u8]) -> Option<Arc<F>> {
+        lock(&self.fills)
+            .get(&id)
+            .filter(|f| f.key() == key)
+            .cloned()
+    }
+
+    /// Does a joinable fill of `id` run, for any key?
+    fn any_fill(&self, id: EntryId) -> bool {
+        lock(&self.fills).contains_key(&id)
     }
 
     /// New requests no longer join `fill` (it still runs for the requests it has).
@@ -802,11 +821,16 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
     }
 
     /// Remove every stored slice of the object `hash` (a purge, or a new version at the origin).
-    /// Runs the directory listing and unlinks on the pool; returns how many files went.
+    /// Runs the directory listing and unlinks on the pool, never refused there (what may no
+    /// longer be served must go, as space given back must: a busy pool only delays it);
+    /// returns how many files went.
     pub async fn remove_object(&self, hash: u128) -> Result<usize, RemoveError> {
         self.passes.forget(hash);
         let store = self.store.clone();
-        let listed = self.blocking(move || store.remove_object(hash)).await?;
+        let listed = self
+            .pool
+            .run_continuation(PoolOp::Open, move || store.remove_object(hash))
+            .await;
         // Whatever happened to the files, no slice of the object is served from here on:
         // the index and the open entries forget every one of them.
         let held = self.index.slices_of(hash);
@@ -814,7 +838,7 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
             self.index.remove(id);
             self.forget(id);
         }
-        let result = match listed {
+        let result = match listed.map_err(PoolError::from)? {
             Ok(r) => {
                 for id in r.removed.iter().chain(r.failed.iter().map(|(id, _)| id)) {
                     self.index.remove(*id);
@@ -829,7 +853,8 @@ impl<F: Send + Sync + 'static> CacheVolume<F> {
                 if !late.is_empty() {
                     let store = self.store.clone();
                     let gone = self
-                        .blocking(move || {
+                        .pool
+                        .run_continuation(PoolOp::Open, move || {
                             late.iter()
                                 .filter(|id| store.remove(**id).is_ok_and(|r| r))
                                 .count()
@@ -1001,31 +1026,47 @@ mod tests {
             cache: Some(c.clone()),
         };
         let pool = Pool::start("c1", 1, 16, &metrics).unwrap();
-        let cv: Arc<CacheVolume<u8>> = CacheVolume::open(&v, &c, 1, pool, &metrics).unwrap();
+        let cv: Arc<CacheVolume<TestFill>> = CacheVolume::open(&v, &c, 1, pool, &metrics).unwrap();
         let id = CacheKey::new(b"/a".to_vec()).slice(0);
-        // (fill number, joined), or None for the stored entry.
-        let fill_for = |key: Option<&[u8]>, n: u8| match cv.fill_for(id, key, || Arc::new(n)) {
-            FillFor::Fill(f, joined) => Some((*f, joined)),
-            FillFor::Stored(s) => {
-                assert_eq!(s.id, id);
-                None
-            }
-        };
+        // (fill number, joined), or None for the stored entry; Some((0, true)) for a collision.
+        let fill_for =
+            |key: &'static [u8], stored: bool, n: u8| match cv
+                .fill_for(id, key, stored, || Arc::new(TestFill(n, key)))
+            {
+                FillFor::Fill(f, joined) => Some((f.0, joined)),
+                FillFor::Stored(s) => {
+                    assert_eq!(s.id, id);
+                    None
+                }
+                FillFor::Collision => Some((0, true)),
+            };
 
-        assert_eq!(fill_for(Some(b"/a"), 1), Some((1, false)));
-        assert_eq!(fill_for(Some(b"/a"), 2), Some((1, true)));
+        assert_eq!(fill_for(b"/a", true, 1), Some((1, false)));
+        assert_eq!(fill_for(b"/a", true, 2), Some((1, true)));
+        // Another key of the same hash neither joins it nor replaces it.
+        assert_eq!(fill_for(b"/b", true, 9), Some((0, true)));
+        assert!(cv.fill_running(id, b"/b").is_none());
 
         // Fill 1 commits, then unregisters (the order `Fill::run` and `fill_done` keep).
         let fd = std::fs::File::open(dir.path()).unwrap().into();
         let meta = Arc::new(sample_meta(b"/a", 0, 10));
         cv.committed(Arc::new(Stored::new(id, Arc::new(fd), meta)), 4106);
-        let fill1 = cv.fill_running(id).unwrap();
+        let fill1 = cv.fill_running(id, b"/a").unwrap();
         cv.fill_done(id, &fill1);
 
-        assert_eq!(fill_for(Some(b"/a"), 3), None);
+        assert_eq!(fill_for(b"/a", true, 3), None);
         // Another key with the same id (a hash collision) is not served that entry.
-        assert_eq!(fill_for(Some(b"/b"), 4), Some((4, false)));
+        assert_eq!(fill_for(b"/b", true, 4), Some((4, false)));
         // A revalidation asks the origin whatever is stored.
-        assert_eq!(fill_for(None, 5), Some((4, true)));
+        assert_eq!(fill_for(b"/b", false, 5), Some((4, true)));
+    }
+
+    /// A fill as the volume sees it: a number and its key.
+    struct TestFill(u8, &'static [u8]);
+
+    impl FillKey for TestFill {
+        fn key(&self) -> &[u8] {
+            self.1
+        }
     }
 }
