@@ -1,7 +1,7 @@
 //! Start-up and shutdown of the whole server, in one place: raise RLIMIT_NOFILE, build the
 //! metrics and the lifecycle, open volumes and start their pools, bind the listeners, start one
 //! event-loop worker thread per core (each a tokio current-thread runtime with its own
-//! SO_REUSEPORT sockets), then wait for SIGTERM/SIGINT and drain.
+//! SO_REUSEPORT sockets), then wait for SIGTERM/SIGINT/SIGQUIT and drain.
 //!
 //! Other subsystems (admin listener, event-loop lag probe) hook in here: [`Server`] holds the
 //! `Metrics` and `Arc<Lifecycle>` they need. It must not handle requests itself.
@@ -219,7 +219,7 @@ fn worker_main(
     });
 }
 
-/// Run until SIGTERM/SIGINT, then drain: stop accepting, close idle connections, let in-flight
+/// Run until SIGTERM/SIGINT/SIGQUIT, then drain: stop accepting, close idle connections, let in-flight
 /// responses finish up to `shutdown_timeout_secs`. Returns Ok (exit 0) after draining.
 pub fn run(config: Config) -> anyhow::Result<()> {
     let control = tokio::runtime::Builder::new_current_thread()
@@ -231,6 +231,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         // Install the handlers before anything starts, so an early signal drains too.
         let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
         let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+        // nginx's graceful stop (`nginx -s quit`, `STOPSIGNAL SIGQUIT` in its images): its
+        // default action is a core dump, cutting every response in flight.
+        let mut quit = signal(SignalKind::quit()).context("install SIGQUIT handler")?;
         // Signals whose default action would kill the server at once, without a drain (a
         // reloader sidecar's HUP, an nginx habit): logged and ignored.
         let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
@@ -241,7 +244,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         let ignored = |sig: &str| {
             tracing::warn!(
                 signal = sig,
-                "signal ignored: the configuration is read at start only (restart the process to apply a change); SIGTERM or SIGINT drains and stops"
+                "signal ignored: the configuration is read at start only (restart the process to apply a change); SIGTERM, SIGINT or SIGQUIT drains and stops"
             )
         };
         // Free heap left by a burst goes back to the kernel (crate::memory).
@@ -254,17 +257,19 @@ pub fn run(config: Config) -> anyhow::Result<()> {
                 }
                 _ = term.recv() => break "SIGTERM",
                 _ = int.recv() => break "SIGINT",
+                _ = quit.recv() => break "SIGQUIT",
                 _ = hup.recv() => ignored("SIGHUP"),
                 _ = usr1.recv() => ignored("SIGUSR1"),
                 _ = usr2.recv() => ignored("SIGUSR2"),
             }
         };
-        // A second SIGTERM or SIGINT while draining (an operator's second Ctrl-C) stops the
+        // A second stopping signal while draining (an operator's second Ctrl-C) stops the
         // wait at once, like the shutdown timeout.
         let again = async {
             tokio::select! {
                 _ = term.recv() => "SIGTERM",
                 _ = int.recv() => "SIGINT",
+                _ = quit.recv() => "SIGQUIT",
             }
         };
         drain(&server, sig, again).await;

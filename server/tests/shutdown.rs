@@ -1,4 +1,4 @@
-//! Graceful shutdown of the real process: on SIGTERM/SIGINT it stops accepting, closes idle
+//! Graceful shutdown of the real process: on SIGTERM/SIGINT/SIGQUIT it stops accepting, closes idle
 //! keep-alive connections, lets in-flight responses finish (up to shutdown_timeout_secs) and
 //! exits 0. In-flight requests are kept in flight with the `pool_task` failpoint.
 #![cfg(feature = "failpoints")]
@@ -98,6 +98,13 @@ fn sigterm_drains_in_flight_and_exits_0() {
 #[test]
 fn sigint_drains_in_flight_and_exits_0() {
     graceful(SIGINT);
+}
+
+/// SIGQUIT is nginx's graceful stop: it drains too (its default action, a core dump, cut
+/// every response in flight).
+#[test]
+fn sigquit_drains_in_flight_and_exits_0() {
+    graceful(libc::SIGQUIT);
 }
 
 #[test]
