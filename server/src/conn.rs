@@ -330,11 +330,23 @@ enum Step {
 fn take_pending(pending: &mut Vec<u8>, max: usize) -> Result<Option<Request>, NoRequest> {
     match parse::parse(pending, max).map_err(NoRequest::Parse)? {
         Some(r) => {
-            *pending = pending[r.head_len..].to_vec();
+            *pending = unread(&pending[r.head_len..]);
             Ok(Some(r))
         }
         None => Ok(None),
     }
+}
+
+/// The bytes to keep for the next request head: empty lines before a request line are
+/// ignored (RFC 9112 §2.2; a client's stray CRLF after a request), so a connection that got
+/// only those is idle (keep-alive timeout, closed on drain), not in the middle of a head (the
+/// header timeout, then a 408 the client never asked for).
+fn unread(rest: &[u8]) -> Vec<u8> {
+    let start = rest
+        .iter()
+        .position(|b| !matches!(b, b'\r' | b'\n'))
+        .unwrap_or(rest.len());
+    rest[start..].to_vec()
 }
 
 /// One read of what the socket holds, placed after the `pending` bytes in the worker's buffer,
@@ -358,11 +370,11 @@ fn read_step(
         let got = &scratch[..old + n];
         Ok(match parse::parse(got, max) {
             Ok(Some(r)) => {
-                *pending = got[r.head_len..].to_vec();
+                *pending = unread(&got[r.head_len..]);
                 Ok(Step::Request(r))
             }
             Ok(None) => {
-                *pending = got.to_vec();
+                *pending = unread(got);
                 Ok(Step::Partial)
             }
             Err(e) => {
@@ -432,7 +444,8 @@ impl Future for ReadHead<'_> {
                 Some(Ok(Err(e))) => return Poll::Ready(Err(NoRequest::Parse(e))),
                 Some(Ok(Ok(Step::Request(r)))) => return Poll::Ready(Ok(r)),
                 Some(Ok(Ok(Step::Partial))) => {
-                    if idle {
+                    // (Only empty lines, ignored: still idle.)
+                    if idle && !this.pending.is_empty() {
                         // The first bytes of a head: the header timeout starts now.
                         let secs = this.shared.config.limits.header_read_timeout_secs;
                         let now = TokioInstant::now();

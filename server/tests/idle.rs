@@ -178,6 +178,32 @@ fn parked_connections_time_out_like_waiting_ones() {
     assert_eq!(parked(&s), 0.0);
 }
 
+/// Empty lines after a request (a client's stray CRLF) are ignored (RFC 9112 §2.2): the
+/// connection is idle, kept for the keep-alive timeout and serving its next request, not a
+/// head in progress answered 408 at the header timeout. Parked or not.
+#[test]
+fn empty_lines_after_a_request_leave_the_connection_idle() {
+    for park_ms in [0, 100] {
+        let (_d, s) = server(park_ms, |c| {
+            c.limits.keepalive_timeout_secs = 5;
+            c.limits.header_read_timeout_secs = 1;
+        });
+        let mut c = s.connect();
+        c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n\r\n");
+        assert_eq!(c.response(false).unwrap().status, 200);
+        c.send(b"\r\n");
+        std::thread::sleep(Duration::from_millis(1600));
+        c.send(b"\r\nGET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = c.response(false).unwrap();
+        assert_eq!(
+            (r.status, &r.body[..]),
+            (200, &b"hello world\n"[..]),
+            "park_ms={park_ms}"
+        );
+        assert!(!s.logs().contains(" 408 "), "{}", s.logs());
+    }
+}
+
 #[test]
 fn parked_connections_close_on_drain() {
     let (_d, mut s) = server(100, |c| c.limits.keepalive_timeout_secs = 60);
