@@ -174,11 +174,7 @@ impl Socket {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(e),
         }
-        let io = self.registered()?;
-        match tokio::time::timeout(self.send_timeout, write_all_inner(io, buf, more)).await {
-            Ok(r) => r,
-            Err(_) => Err(io::ErrorKind::TimedOut.into()),
-        }
+        write_all_inner(self.registered()?, buf, more, self.send_timeout).await
     }
 
     /// End the connection with a reset instead of a FIN when it is closed: a body whose end is
@@ -219,10 +215,20 @@ impl Socket {
     }
 }
 
-async fn write_all_inner(io: &Registration, mut buf: &[u8], more: bool) -> io::Result<()> {
+/// The rest of [`Socket::write_all`]: each wait for room may last `quiet` (the send timeout),
+/// the whole write as long as the client keeps taking bytes.
+async fn write_all_inner(
+    io: &Registration,
+    mut buf: &[u8],
+    more: bool,
+    quiet: Duration,
+) -> io::Result<()> {
     let flags = send_flags(more);
     while !buf.is_empty() {
-        let mut guard = io.writable().await?;
+        let mut guard = match tokio::time::timeout(quiet, io.writable()).await {
+            Ok(guard) => guard?,
+            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
+        };
         match guard.try_io(|s| rustix::net::send(s.get_ref(), buf, flags).map_err(io::Error::from))
         {
             Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),

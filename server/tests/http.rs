@@ -327,6 +327,63 @@ fn malformed_head_requests_get_no_body() {
     );
 }
 
+/// `send_timeout_secs` is how long a client may accept nothing, not how long a response
+/// written in one piece may take: a 0.9 MB listing to a client reading 320 KB/s (about 3 s)
+/// through a small window, with a 1 s send timeout, arrives whole. It was cut after 1 s.
+#[test]
+fn a_slow_reader_making_progress_gets_a_large_listing_whole() {
+    let d = tempdir();
+    let dir = d.path().join("many");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..3000 {
+        std::fs::write(dir.join(format!("{i:06}-{}", "n".repeat(100))), b"").unwrap();
+    }
+    let s = serve_with(d.path(), "site", 1, |c| {
+        let mut r = route("/", "site");
+        r.http.listing = true;
+        c.routes = vec![r];
+        c.http.listing_max_entries = 10_000;
+        c.limits.send_timeout_secs = 1;
+        // (So the kernel does not take the whole listing at once.)
+        c.listeners[0].notsent_lowat_bytes = 16 * 1024;
+    });
+    let (mut c, mut got) = partly_read(
+        s.addr,
+        "/many/",
+        "Connection: close\r\n",
+        Some(32 * 1024),
+        1,
+    );
+    let mut buf = vec![0u8; 32 * 1024];
+    let t = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        match std::io::Read::read(&mut c, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let took = t.elapsed();
+    let head = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    let text = String::from_utf8_lossy(&got[..head]).to_string();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let len: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("a Content-Length");
+    assert!(len > 800_000, "a listing of {len} bytes tests nothing");
+    assert_eq!(got.len() - head, len, "cut after {took:?}");
+    assert!(
+        took > Duration::from_secs(2),
+        "read in {took:?}: the test tests nothing"
+    );
+}
+
 #[test]
 fn header_read_and_keepalive_timeouts() {
     let d = site();
