@@ -183,6 +183,7 @@ const ACCEPT_BATCH: usize = 4096;
 static LAST_REFUSAL_LOG: AtomicU64 = AtomicU64::new(0);
 static LAST_REUSE_LOG: AtomicU64 = AtomicU64::new(0);
 static LAST_EMFILE_LOG: AtomicU64 = AtomicU64::new(0);
+static LAST_ACCEPT_ERROR_LOG: AtomicU64 = AtomicU64::new(0);
 
 /// Most idle connections closed at once to make room at `max_connections` (nginx: 32).
 const RECLAIM_BATCH: usize = 32;
@@ -303,7 +304,13 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::
                     break;
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "accept failed");
+                    // Unexpected (the listener itself broken?): the readiness stays set, so
+                    // without a pause this would spin and log on every turn.
+                    if crate::logging::once_a_second(&LAST_ACCEPT_ERROR_LOG) {
+                        tracing::error!(error = %e, "accept failed");
+                    }
+                    drop(guard);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     break;
                 }
             }

@@ -91,7 +91,7 @@ pub fn reclaim(max: usize) -> usize {
             // Its request is arriving: it goes back to be woken (or, failing that, resumed).
             Ok((n, _)) if n > 0 => {
                 if let Err(w) = set.insert(w) {
-                    set.settle(w, set.resume);
+                    (set.resume)(set.shared.clone(), w);
                 }
             }
             _ => {
@@ -486,9 +486,14 @@ async fn drive(set: Rc<Set>, resume: Resume) {
                 let mut guard = match g {
                     Ok(g) => g,
                     Err(e) => {
-                        // Not expected; the worker must go on serving its other connections.
+                        // Not expected; the worker must go on serving its other connections,
+                        // and the parked ones go back to tasks of their own (nothing would
+                        // wake, expire or close them here any more).
                         tracing::error!(error = %e, "idle set readiness failed; parking stops");
                         SET.with_borrow_mut(|s| *s = None);
+                        for w in set.all() {
+                            resume(set.shared.clone(), w);
+                        }
                         return std::future::pending().await;
                     }
                 };
