@@ -349,9 +349,12 @@ fn unread(rest: &[u8]) -> Vec<u8> {
     rest[start..].to_vec()
 }
 
-/// One read of what the socket holds, placed after the `pending` bytes in the worker's buffer,
-/// then parsed there. Whatever is not consumed by a complete head is copied back to `pending`
-/// (exactly sized). `WouldBlock` when there was nothing to read after all.
+/// One read of what the socket holds, then parsed. A connection with nothing pending reads
+/// into the worker's buffer and keeps only what a complete head leaves (exactly sized). One in
+/// the middle of a head has the new bytes appended to `pending`, parsed only once they may end
+/// the head (an empty line among them) or fill `max`: a head trickling in costs each read its
+/// own bytes, not the whole head again (a copy and a parse of it per read, quadratic in its
+/// size). `WouldBlock` when there was nothing to read after all.
 fn read_step(
     sock: &Socket,
     pending: &mut Vec<u8>,
@@ -362,13 +365,13 @@ fn read_step(
             scratch.resize(max, 0);
         }
         let old = pending.len();
-        scratch[..old].copy_from_slice(pending);
-        let n = sock.stream().read(&mut scratch[old..max])?;
+        let n = sock
+            .stream()
+            .read(&mut scratch[..max.saturating_sub(old)])?;
         if n == 0 {
             return Ok(Ok(Step::Closed));
         }
-        let got = &scratch[..old + n];
-        Ok(match parse::parse(got, max) {
+        let parse_in = |got: &[u8], pending: &mut Vec<u8>| match parse::parse(got, max) {
             Ok(Some(r)) => {
                 *pending = unread(&got[r.head_len..]);
                 Ok(Step::Request(r))
@@ -382,7 +385,19 @@ fn read_step(
                 *pending = got.to_vec();
                 Err(e)
             }
-        })
+        };
+        if old == 0 {
+            return Ok(parse_in(&scratch[..n], pending));
+        }
+        pending.extend_from_slice(&scratch[..n]);
+        let fresh = &pending[old.saturating_sub(2)..];
+        let may_end =
+            fresh.windows(2).any(|w| w == b"\n\n") || fresh.windows(3).any(|w| w == b"\n\r\n");
+        if !may_end && pending.len() < max {
+            return Ok(Ok(Step::Partial));
+        }
+        let got = std::mem::take(pending);
+        Ok(parse_in(&got, pending))
     })
 }
 
