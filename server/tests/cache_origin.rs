@@ -1231,7 +1231,7 @@ fn max_connections_caps_the_origin_connections_of_the_whole_node() {
     let n = node(
         d.path(),
         &[o.url()],
-        "max_connections = 2",
+        "max_connections = 2\nread_timeout_ms = 5000",
         "slice_size = 0",
     );
     let addr = n.srv.addr;
@@ -1266,6 +1266,49 @@ fn max_connections_caps_the_origin_connections_of_the_whole_node() {
         ),
         12.0
     );
+}
+
+/// A request waits for a free origin connection as long as it would for an answer
+/// (`read_timeout_ms`), then gets a 504: connections all held by long transfers (slow
+/// readers of answers passed through, a trickling origin) must not hang every other miss
+/// until they end. It used to wait without limit.
+#[test]
+fn waiting_for_a_free_origin_connection_ends_at_the_read_timeout() {
+    let o = FaultOrigin::start();
+    o.put("/long.bin", Object::new(pattern(2 << 20, 1)));
+    o.put("/other.bin", Object::new(pattern(1000, 2)));
+    o.set_timing(Timing {
+        rate: 256 * 1024,
+        ..Timing::default()
+    });
+    let d = common::tempdir();
+    let n = node(
+        d.path(),
+        &[o.url()],
+        "max_connections = 1\nread_timeout_ms = 1000",
+        "slice_size = 0",
+    );
+    let addr = n.srv.addr;
+    // The only connection: 2 MiB at 256 KiB/s, 8 s.
+    let long = std::thread::spawn(move || {
+        let mut c = common::Conn::new(addr);
+        c.send(b"GET /long.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        c.response(false).map(|r| r.body.len())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let r = get(&n, "/other.bin", "");
+    let took = t.elapsed();
+    assert_eq!(r.status, 504, "{:?}", r.headers);
+    assert!(took < Duration::from_secs(4), "answered after {took:?}");
+    assert!(
+        n.srv
+            .logs()
+            .contains("no free connection (all max_connections busy) within 1000 ms"),
+        "{}",
+        n.srv.logs()
+    );
+    assert_eq!(long.join().unwrap().expect("the long answer"), 2 << 20);
 }
 
 /// Debian's nginx serving a directory, killed on drop.

@@ -24,7 +24,7 @@ pub use cache::{
 pub use cors::{default_expose_headers, Cors};
 pub use errors::{ConfigError, FieldError};
 pub use headers::HeaderRule;
-pub use origin::{parse_server_url, Origin, ServerUrl, DEFAULT_ORIGIN};
+pub use origin::{host_without_port, parse_server_url, Origin, ServerUrl, DEFAULT_ORIGIN};
 pub use route_http::{Precompressed, RouteHttp};
 pub use validate::check_log_level;
 

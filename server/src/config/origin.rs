@@ -37,7 +37,8 @@ pub struct Origin {
     /// between body chunks.
     #[serde(default = "default_read_timeout_ms")]
     pub read_timeout_ms: u64,
-    /// Concurrent origin connections over all workers; more requests wait for a free one.
+    /// Concurrent origin connections over all workers; more requests wait for a free one, up
+    /// to `read_timeout_ms` (then 504, or the stale entry under stale-if-error).
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// Body bytes of a passed-through answer (not storable) read from the origin ahead of a
@@ -204,6 +205,14 @@ pub(super) fn check_origins<'a>(e: &mut Errors, cfg: &'a Config) -> HashSet<&'a 
         if let Some(h) = &o.host {
             if let Err(why) = check_host_override(h) {
                 e.push(format!("{f}.host"), format!("{h:?} {why}"));
+            } else if any_https && o.sni.is_none() && !valid_server_name(host_without_port(h)) {
+                e.push(
+                    format!("{f}.host"),
+                    format!(
+                        "{:?} is the TLS name of this origin's https servers (no sni is set) and is not a DNS name or IP address: set sni to the name their certificate holds",
+                        host_without_port(h)
+                    ),
+                );
             }
         }
         if let Some(sni) = &o.sni {
@@ -263,6 +272,18 @@ pub(super) fn check_origins<'a>(e: &mut Errors, cfg: &'a Config) -> HashSet<&'a 
         }
     }
     names
+}
+
+/// `host:port` or `[v6]:port` -> host (an origin's `host` as the TLS name of its https
+/// servers when no `sni` is set).
+pub fn host_without_port(h: &str) -> &str {
+    if let Some(v6) = h.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or(v6);
+    }
+    match h.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => h,
+    }
 }
 
 /// An origin's `host` (the Host header it is sent): `name[:port]` or `[IPv6][:port]`, a port

@@ -629,3 +629,30 @@ fn an_unparsable_https_server_is_not_also_an_origin_without_https() {
     let fields: Vec<String> = errors.iter().map(|e| e.field.to_string()).collect();
     assert_eq!(fields, ["origins[0].servers[0]"], "{errors:?}");
 }
+
+/// Without `sni`, an https origin's `host` (its port cut off) is the name its certificate is
+/// checked against: one that is no DNS name is refused here, naming the field, not at start-up
+/// (the server refused to start on a configuration check-config had passed).
+#[test]
+fn a_host_that_cannot_be_the_tls_name_is_refused_without_sni() {
+    let with = |host: &str, extra: &str| {
+        parse(&format!(
+            "[[origins]]\nname = \"o\"\nservers = [\"https://o.example\"]\nhost = \"{host}\"\n{extra}\
+             [[volumes]]\nname = \"a\"\npath = \"/a\"\n"
+        ))
+        .field_errors()
+    };
+    for host in ["-cdn.example.com", "a..b", "cdn.123:8443", &"x".repeat(64)] {
+        let errors = with(host, "");
+        assert!(
+            errors.iter().any(|e| e.field == "origins[0].host"
+                && e.to_string().contains("TLS name")
+                && e.to_string().contains("sni")),
+            "{host}: {errors:?}"
+        );
+    }
+    // With sni set, host is only the Host header; and a good name passes.
+    assert!(with("-cdn.example.com", "sni = \"o.example\"\n").is_empty());
+    assert!(with("cdn.example.com:8443", "").is_empty());
+    assert!(with("[::1]:8443", "").is_empty());
+}

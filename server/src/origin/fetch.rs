@@ -49,15 +49,27 @@ async fn fetch_head(
     inner: &Arc<Inner>,
     req: &OriginRequest,
 ) -> Result<OriginResponse, OriginError> {
+    // A free connection is waited for as long as an answer would be (`read_timeout_ms`): the
+    // connections may all be held by slow readers of long answers, and a miss must end in a
+    // 504 (or stale-if-error), not wait for them.
     let permit =
-        inner
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| OriginError::Shutdown {
-                origin: inner.name.clone(),
-            })?;
+        match tokio::time::timeout(inner.read_timeout, inner.permits.clone().acquire_owned()).await
+        {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => {
+                return Err(OriginError::Shutdown {
+                    origin: inner.name.clone(),
+                })
+            }
+            Err(_) => {
+                let server = &inner.servers[connect::preferred(inner)];
+                return Err(inner.timeout(
+                    server,
+                    "free connection (all max_connections busy)",
+                    inner.read_timeout,
+                ));
+            }
+        };
     // One more try when a reused idle connection closes without answering: the origin closed
     // it (its keep-alive timeout) as the request went out. GET and HEAD are idempotent (RFC
     // 9110 §9.2.2), so, as nginx does, the request goes again on a new connection; once.

@@ -26,7 +26,7 @@ impl ContentRange {
 }
 
 /// Parse a satisfied `Content-Range` value; None when malformed, unsatisfied (`bytes */N`) or
-/// inconsistent (end before start, end past the total).
+/// inconsistent (end before start, end past the total, a length past u64).
 pub fn parse_content_range(v: &str) -> Option<ContentRange> {
     let rest = v.trim().strip_prefix("bytes")?;
     let rest = rest.strip_prefix(|c: char| c == ' ')?.trim_start();
@@ -38,7 +38,8 @@ pub fn parse_content_range(v: &str) -> Option<ContentRange> {
         "*" => None,
         t => Some(digits(t)?),
     };
-    if end < start || total.is_some_and(|t| end >= t) {
+    // (The last byte may not be u64::MAX: the range's length would not be countable.)
+    if end < start || end == u64::MAX || total.is_some_and(|t| end >= t) {
         return None;
     }
     Some(ContentRange { start, end, total })
@@ -170,6 +171,8 @@ mod tests {
             "bytes 0-/10",
             "bytes -1-2/10",
             "bytes0-1/2",
+            // A length past u64 (it wrapped to 0: an empty body taken for the whole span).
+            "bytes 0-18446744073709551615/*",
             "",
         ] {
             assert_eq!(parse_content_range(bad), None, "{bad}");

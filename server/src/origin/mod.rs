@@ -233,7 +233,7 @@ impl Origin {
             let tls_name = if u.https {
                 let name = match (&o.sni, &o.host) {
                     (Some(sni), _) => sni.clone(),
-                    (None, Some(h)) => strip_port(h).to_string(),
+                    (None, Some(h)) => config::host_without_port(h).to_string(),
                     (None, None) => u.host.clone(),
                 };
                 Some(ServerName::try_from(name.clone()).map_err(|_| {
@@ -388,15 +388,4 @@ fn has_port(base: &str) -> bool {
         .rsplit_once(']')
         .map_or(authority, |(_, rest)| rest);
     after_v6.contains(':')
-}
-
-/// `host:port` or `[v6]:port` -> host.
-fn strip_port(h: &str) -> &str {
-    if let Some(v6) = h.strip_prefix('[') {
-        return v6.split(']').next().unwrap_or(v6);
-    }
-    match h.rsplit_once(':') {
-        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
-        _ => h,
-    }
 }
