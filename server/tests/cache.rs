@@ -1809,6 +1809,14 @@ fn purge_needs_the_bearer_token() {
         let r = admin(&n, "POST", "/cache/purge?key=/p/a.bin", auth);
         assert_eq!(r.status, 401, "{auth:?}");
     }
+    // Two credentials, the right one first: which is meant would be a guess.
+    let r = admin(
+        &n,
+        "POST",
+        "/cache/purge?key=/p/a.bin",
+        &format!("{PURGE_AUTH}Authorization: Bearer wrong\r\n"),
+    );
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(
         xcache(&get(&n, "/p/a.bin", "")),
         "HIT",

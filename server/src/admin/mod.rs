@@ -205,6 +205,14 @@ async fn purge(
         )
             .into_response();
     };
+    // Two credentials: which one is meant would be a guess (the data port answers 400 too).
+    if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
+        return (
+            StatusCode::BAD_REQUEST,
+            "more than one Authorization field\n",
+        )
+            .into_response();
+    }
     let auth = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
