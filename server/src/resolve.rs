@@ -234,7 +234,7 @@ pub fn canonical(raw: &str) -> Result<String, ResolveError> {
                     if b == 0 {
                         return Err(ResolveError::Bad("NUL byte in path"));
                     }
-                    slash |= b == b'/';
+                    slash |= b == b'/' || b == b'\\';
                     let _ = write!(enc, "%{b:02X}");
                     continue;
                 }
@@ -246,6 +246,9 @@ pub fn canonical(raw: &str) -> Result<String, ResolveError> {
             if b == 0 {
                 return Err(ResolveError::Bad("NUL byte in path"));
             }
+            // A backslash, raw or encoded, is a separator to some origins (IIS and other
+            // Windows stacks): `.` or `..` next to one is refused as next to an encoded `/`.
+            slash |= b == b'\\';
             if bare(b) {
                 enc.push(b as char);
             } else {
@@ -262,8 +265,15 @@ pub fn canonical(raw: &str) -> Result<String, ResolveError> {
                 trailing = true;
             }
             _ => {
-                if slash && enc.split("%2F").any(|piece| piece == "." || piece == "..") {
-                    return Err(ResolveError::Bad("'.' or '..' next to an encoded '/'"));
+                if slash
+                    && enc
+                        .replace("%5C", "%2F")
+                        .split("%2F")
+                        .any(|piece| piece == "." || piece == "..")
+                {
+                    return Err(ResolveError::Bad(
+                        "'.' or '..' next to an encoded '/' or a '\\'",
+                    ));
                 }
                 segs.push(enc);
             }
@@ -470,6 +480,10 @@ mod tests {
             "/a/..%2fb",
             "/a/%2F..",
             "/a/.%2Fb",
+            "/a/..%5Cb",
+            "/a/%5C..%5Cb",
+            "/a/\\..\\b",
+            "/a/b\\.",
             "/a%00",
             "/a\0",
             "/a%zz",

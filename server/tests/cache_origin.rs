@@ -1268,6 +1268,29 @@ fn max_connections_caps_the_origin_connections_of_the_whole_node() {
     );
 }
 
+/// A `.` or `..` next to a backslash, raw or encoded, is 400 and never reaches the origin:
+/// IIS and other Windows stacks take `\` for a separator, so `/pub/%5C..%5Csecret` would be
+/// `/secret` there, outside the route's prefix.
+#[test]
+fn dot_segments_next_to_a_backslash_never_reach_the_origin() {
+    let (o, n) = origin_and_node(SLICED);
+    o.put("/pub/a.bin", Object::new(pattern(1000, 1)));
+    for target in [
+        "/pub/%5C..%5Csecret",
+        "/pub/\\..\\secret",
+        "/pub/..%5csecret",
+    ] {
+        let r = get(&n, target, "");
+        assert_eq!(r.status, 400, "{target}");
+    }
+    assert_eq!(o.seen().len(), 0, "the origin was asked");
+    // A backslash elsewhere is a name's byte, asked for encoded.
+    o.put("/pub/a%5Cb.bin", Object::new(pattern(1000, 2)));
+    let r = get(&n, "/pub/a\\b.bin", "");
+    assert_eq!(r.status, 200, "{:?}", r.headers);
+    assert!(r.body == pattern(1000, 2));
+}
+
 /// A request waits for a free origin connection as long as it would for an answer
 /// (`read_timeout_ms`), then gets a 504: connections all held by long transfers (slow
 /// readers of answers passed through, a trickling origin) must not hang every other miss

@@ -62,6 +62,8 @@ fn check_traversal(offload: &str) {
         "/%00",
         "/bad%zzescape",
         "/trunc%2",
+        // A '\\' is a separator to some origins: '..' next to one is refused everywhere.
+        "/..\\outside\\secret.txt",
     ];
     let hidden: &[&str] = &[
         "/escape.txt",
@@ -69,7 +71,6 @@ fn check_traversal(offload: &str) {
         "/outdir/secret.txt",
         "/%2foutside/secret.txt",
         "//etc/passwd",
-        "/..\\outside\\secret.txt",
     ];
     for (want, targets) in [(400, bad), (404, hidden)] {
         for &target in targets {
