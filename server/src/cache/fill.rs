@@ -530,6 +530,10 @@ impl Fill {
             last_modified: header(&resp, "last-modified"),
             headers: kept_headers(&resp.headers, origin, now),
         };
+        if !meta.fits() {
+            tracing::debug!(volume = %cv.name, target = %job.target, "not storable: its key and header fields are over the entry header's limit");
+            return self.bypass(resp);
+        }
         self.body(cv, origin, &job, meta, resp, strong).await;
     }
 
@@ -655,8 +659,9 @@ impl Fill {
             }
         }
         meta.headers = kept_headers(&merged, origin, now);
-        if !self.may_store() {
-            // Purged meanwhile: answer the waiters from the old body, store nothing.
+        if !self.may_store() || !meta.fits() {
+            // Purged meanwhile (or the 304's fields made the header too long to store): answer
+            // the waiters from the old body, store nothing.
             let s = Arc::new(old.with_meta(Arc::new(meta)));
             return self.publish(Progress::Refreshed(s));
         }
