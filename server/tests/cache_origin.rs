@@ -1268,6 +1268,51 @@ fn max_connections_caps_the_origin_connections_of_the_whole_node() {
     );
 }
 
+/// A version change of an object whose origin claims 2^32 slices looks at a bounded number
+/// of them: the response that met it is cut at once. It used to walk every slice number (and
+/// allocate an id for each) on the event loop: minutes and gigabytes.
+#[test]
+fn a_version_change_of_a_huge_claimed_object_is_bounded_work() {
+    let (o, n) = origin_and_node(SLICED);
+    let total = u64::from(u32::MAX) * SLICE as u64;
+    let slice = |k: u64, v: u32| {
+        let (start, end) = (k * SLICE as u64, (k + 1) * SLICE as u64 - 1);
+        let mut raw = format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {start}-{end}/{total}\r\n\
+             Content-Length: {SLICE}\r\nETag: \"v{v}\"\r\n\r\n"
+        )
+        .into_bytes();
+        raw.extend(pattern(SLICE, v as u8));
+        Fault::Raw(raw)
+    };
+    o.put("/claims", Object::new(pattern(10, 1)));
+    o.fault_times("/claims", slice(0, 1), 1);
+    let r = get(&n, "/claims", "Range: bytes=0-99\r\n");
+    assert_eq!((r.status, xcache(&r)), (206, "MISS"));
+    wait_committed(&n);
+    // The second slice comes in another version.
+    o.fault("/claims", slice(1, 2));
+    let addr = n.srv.addr;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut c = common::Conn::new(addr);
+        c.send(b"GET /claims HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+        let _ = tx.send(
+            c.response(false)
+                .map(|r| r.status)
+                .map_err(|e| e.to_string()),
+        );
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(15))
+        .expect("the response was not ended in 15 s");
+    let cut = r.expect_err("two versions in one response");
+    assert!(cut.contains(&format!("after {SLICE} of")), "{cut}");
+    // The node still answers.
+    o.put("/ok", Object::new(pattern(10, 1)));
+    assert_eq!(get(&n, "/ok", "").status, 200);
+}
+
 /// A `.` or `..` next to a backslash, raw or encoded, is 400 and never reaches the origin:
 /// IIS and other Windows stacks take `\` for a separator, so `/pub/%5C..%5Csecret` would be
 /// `/secret` there, outside the route's prefix.

@@ -1775,12 +1775,18 @@ fn drop_first_slice(cv: &CacheVolume<Fill>, key: &CacheKey, old: &super::entry::
     cv.remove_slices(&[key.slice(0)], |s| !s.meta.same_version(old));
 }
 
-/// Remove every stored slice of `key` once the fills still streaming version `old` have ended
-/// (their readers finish the version they started).
+/// Slices a version change looks at, at most. Later slices of the old version are each
+/// checked against the first slice when met (asked for again, never served with the new
+/// one), so this only bounds the work an origin's claimed size can cause: a total of 2^32
+/// slices made one version change a loop of seconds and an allocation of gigabytes.
+const DROP_SLICES_MAX: u64 = 65_536;
+
+/// Remove every stored slice of `key` (up to [`DROP_SLICES_MAX`]) once the fills still
+/// streaming version `old` have ended (their readers finish the version they started).
 async fn drop_version(cv: &Arc<CacheVolume<Fill>>, key: &CacheKey, old: &super::entry::EntryMeta) {
     let slices = match cv.slice_size {
         0 => 1,
-        s => old.total_size.div_ceil(s).min(u32::MAX as u64) as u32,
+        s => old.total_size.div_ceil(s).min(DROP_SLICES_MAX) as u32,
     };
     for k in 0..slices {
         let id = key.slice(k);
