@@ -1095,6 +1095,33 @@ fn a_hanging_origin_server_is_tried_last_for_a_while() {
         "{} connections",
         good.connections()
     );
+    // Once its mark ends (10 s after the failure), one request at a time tries the hanging
+    // server again; the others keep to the good one and do not wait. (All of them waited.)
+    std::thread::sleep(Duration::from_millis(11_000).saturating_sub(t.elapsed()));
+    for i in 4..8 {
+        good.put(&format!("/h{i}"), Object::new(pattern(1000, i as u8)));
+    }
+    let clients: Vec<_> = (4..8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let r = common::Conn::new(addr).request("GET", &format!("/h{i}"), &[]);
+                (r.map(|r| r.status).ok(), t.elapsed())
+            })
+        })
+        .collect();
+    let mut waited = 0;
+    for c in clients {
+        let (status, took) = c.join().expect("client");
+        assert_eq!(status, Some(200));
+        if took >= Duration::from_millis(450) {
+            waited += 1;
+        }
+    }
+    assert!(
+        waited <= 1,
+        "{waited} requests waited for the hanging server"
+    );
 }
 
 #[test]

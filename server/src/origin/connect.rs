@@ -2,9 +2,11 @@
 //! TCP + TLS; the next server is tried only when this step failed (nothing was sent yet). A
 //! server whose connect failed is tried after the others for [`FAIL_TIMEOUT`] (nginx
 //! `max_fails=1 fail_timeout=10s`), so a dead or hanging first server does not cost every new
-//! connection its timeout; when every server is down they are all tried, in order. The
-//! hyper HTTP/1.1 connection task is spawned on the origin runtime and keeps the connection
-//! gauge up while it lives. It must not send requests ([`super::fetch`] does).
+//! connection its timeout; then one request at a time tries it again (a probe) while the
+//! others keep to the next server, until one connects. When every server is down they are all
+//! tried, in order. Marks are kept on a clock that wall-clock steps do not move. The hyper
+//! HTTP/1.1 connection task is spawned on the origin runtime and keeps the connection gauge up
+//! while it lives. It must not send requests ([`super::fetch`] does).
 
 use super::{Inner, OriginError, Server};
 use bytes::Bytes;
@@ -12,7 +14,8 @@ use http_body_util::Empty;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
 /// A new connection, ready for its first request.
@@ -34,35 +37,78 @@ impl Drop for OpenGuard {
 /// How long a server whose connect failed is tried after the others.
 pub(crate) const FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The servers in the order they are tried now: in their configured order, those marked down
-/// last.
-fn order(inner: &Inner) -> Vec<usize> {
-    let down = down_now(inner);
-    (0..inner.servers.len())
-        .filter(|&i| !down(i))
-        .chain((0..inner.servers.len()).filter(|&i| down(i)))
+/// How much longer than its connect timeout a probe of a server whose mark ended keeps the
+/// other requests away from it.
+const PROBE_SLACK: Duration = Duration::from_secs(1);
+
+/// Milliseconds on a monotonic clock (from the first call, plus one: a mark is never 0).
+fn now_ms() -> i64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as i64 + 1
+}
+
+/// A server's down mark now.
+enum Mark {
+    Up,
+    Down,
+    /// Its time ended (the mark's value): the next request to claim it probes the server.
+    Ended(i64),
+}
+
+fn mark(inner: &Inner, i: usize, now: i64) -> Mark {
+    match inner.servers[i].down_until_ms.load(Ordering::Relaxed) {
+        0 => Mark::Up,
+        m if m > now => Mark::Down,
+        m => Mark::Ended(m),
+    }
+}
+
+/// The servers in the order they are tried after `first`: in their configured order, those
+/// up first.
+fn order(inner: &Inner, first: usize) -> Vec<usize> {
+    let now = now_ms();
+    let up = |i: usize| matches!(mark(inner, i, now), Mark::Up);
+    let n = inner.servers.len();
+    std::iter::once(first)
+        .chain((0..n).filter(|&i| i != first && up(i)))
+        .chain((0..n).filter(|&i| i != first && !up(i)))
         .collect()
 }
 
-/// Is server `i` marked down now?
-fn down_now(inner: &Inner) -> impl Fn(usize) -> bool + '_ {
-    let now = crate::http::date::unix_now_ms();
-    move |i| inner.servers[i].down_until_ms.load(Ordering::Relaxed) > now
+/// The server a request goes to now: the first in configured order that is up, or whose down
+/// mark ended and that this request claims to probe (one request at a time: the others go on
+/// to the next server meanwhile, as nginx's `fail_timeout` lets one request try the server);
+/// every one down: the first. An idle connection to another one (kept from a failover) is not
+/// reused, so traffic goes back to a server that recovered once a probe connects, as nginx
+/// picks the server before the kept-alive connection.
+pub(crate) fn pick(inner: &Inner) -> usize {
+    let now = now_ms();
+    let probing = now + (inner.connect_timeout + PROBE_SLACK).as_millis() as i64;
+    (0..inner.servers.len())
+        .find(|&i| match mark(inner, i, now) {
+            Mark::Up => true,
+            Mark::Down => false,
+            Mark::Ended(m) => inner.servers[i]
+                .down_until_ms
+                .compare_exchange(m, probing, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok(),
+        })
+        .unwrap_or(0)
 }
 
-/// The server a request goes to now: the first in [`order`] (found without building it: one
-/// call per request). An idle connection to another one (kept from a failover) is not reused,
-/// so traffic goes back to a server that recovered once its down mark ends, as nginx picks the
-/// server before the kept-alive connection.
-pub(crate) fn preferred(inner: &Inner) -> usize {
-    let down = down_now(inner);
-    (0..inner.servers.len()).find(|&i| !down(i)).unwrap_or(0)
+/// The first server that is up (or, none, the first): one to name in an error, without
+/// claiming a probe.
+pub(crate) fn first_up(inner: &Inner) -> usize {
+    let now = now_ms();
+    (0..inner.servers.len())
+        .find(|&i| matches!(mark(inner, i, now), Mark::Up))
+        .unwrap_or(0)
 }
 
-/// Connect to the first server that accepts, those marked down last (must run on the origin
-/// runtime).
-pub(crate) async fn connect(inner: &Inner) -> Result<Conn, OriginError> {
-    let order = order(inner);
+/// Connect to `first` ([`pick`]'s) or else the first other server that accepts, those marked
+/// down last (must run on the origin runtime).
+pub(crate) async fn connect(inner: &Inner, first: usize) -> Result<Conn, OriginError> {
+    let order = order(inner, first);
     let mut last = None;
     for (n, &i) in order.iter().enumerate() {
         let server = &inner.servers[i];
@@ -77,7 +123,7 @@ pub(crate) async fn connect(inner: &Inner) -> Result<Conn, OriginError> {
             Ok(Err(e)) => e,
             Err(_) => inner.timeout(server, "connect", inner.connect_timeout),
         };
-        let until = crate::http::date::unix_now_ms() + FAIL_TIMEOUT.as_millis() as i64;
+        let until = now_ms() + FAIL_TIMEOUT.as_millis() as i64;
         server.down_until_ms.store(until, Ordering::Relaxed);
         if n + 1 < order.len() {
             tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed (tried after the others for 10 s), trying the next");

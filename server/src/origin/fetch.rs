@@ -62,7 +62,7 @@ async fn fetch_head(
                 })
             }
             Err(_) => {
-                let server = &inner.servers[connect::preferred(inner)];
+                let server = &inner.servers[connect::first_up(inner)];
                 return Err(inner.timeout(
                     server,
                     "free connection (all max_connections busy)",
@@ -75,10 +75,10 @@ async fn fetch_head(
     // 9110 §9.2.2), so, as nginx does, the request goes again on a new connection; once.
     let mut race_retried = false;
     loop {
-        let preferred = connect::preferred(inner);
+        let preferred = connect::pick(inner);
         let (mut conn, reused) = match inner.idle.take(inner.connect_timeout, preferred).await {
             Some(c) if !race_retried => (c, true),
-            Some(_) | None => (connect::connect(inner).await?, false),
+            Some(_) | None => (connect::connect(inner, preferred).await?, false),
         };
         let server = &inner.servers[conn.server];
         let request = build(inner, req, conn.server)?;

@@ -149,8 +149,9 @@ pub(crate) struct Server {
     /// `scheme://authority` of the URL, and `scheme://Host` when the Host differs, lowercase:
     /// what an absolute `Location` of this server starts with.
     pub(crate) bases: Vec<String>,
-    /// Until when (ms since the Unix epoch) a failed connect leaves it to be tried after the
-    /// others ([`connect::FAIL_TIMEOUT`]); 0: up.
+    /// Until when (ms on the origin client's monotonic clock) a failed connect leaves it to be
+    /// tried after the others ([`connect::FAIL_TIMEOUT`]), or a probe of it keeps the others
+    /// away; 0: up.
     pub(crate) down_until_ms: std::sync::atomic::AtomicI64,
 }
 

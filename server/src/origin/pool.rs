@@ -38,20 +38,16 @@ impl IdlePool {
     }
 
     /// The most recently used idle connection to server `server` that is still open and ready
-    /// for a request. Those to other servers met on the way are closed (kept from a failover:
-    /// the requests go back to the server preferred now).
+    /// for a request. Those to other servers stay (a probe of a recovering server is one
+    /// request: the others still use them); expired and closed ones go.
     pub(crate) async fn take(&self, wait_ready: Duration, server: usize) -> Option<Conn> {
         loop {
             let idle = {
                 let mut g = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-                g.pop()?
+                g.retain(|i| i.since.elapsed() < IDLE_TIMEOUT && !i.conn.sender.is_closed());
+                let at = g.iter().rposition(|i| i.conn.server == server)?;
+                g.remove(at)
             };
-            if idle.since.elapsed() >= IDLE_TIMEOUT
-                || idle.conn.sender.is_closed()
-                || idle.conn.server != server
-            {
-                continue;
-            }
             let mut conn = idle.conn;
             if let Ok(Ok(())) = tokio::time::timeout(wait_ready, conn.sender.ready()).await {
                 return Some(conn);
@@ -66,6 +62,11 @@ impl IdlePool {
         }
         let mut g = self.conns.lock().unwrap_or_else(|p| p.into_inner());
         g.retain(|i| i.since.elapsed() < IDLE_TIMEOUT && !i.conn.sender.is_closed());
+        // Full: the longest idle goes (one to a server no longer picked, say, after a
+        // failover ended), the one just used stays.
+        if g.len() >= self.cap && self.cap > 0 {
+            g.remove(0);
+        }
         if g.len() < self.cap {
             g.push(Idle {
                 conn,
