@@ -213,6 +213,50 @@ impl Socket {
     pub async fn writable(&self) -> io::Result<AsyncFdReadyGuard<'_, Arc<TcpStream>>> {
         self.registered()?.writable().await
     }
+
+    /// [`Socket::writable`], failing with `TimedOut` once the client took nothing for `quiet`
+    /// (see [`room`]).
+    pub async fn writable_within(
+        &self,
+        quiet: Duration,
+    ) -> io::Result<AsyncFdReadyGuard<'_, Arc<TcpStream>>> {
+        room(self.registered()?, quiet).await
+    }
+}
+
+/// Wait for room to write, failing with `TimedOut` once the client took nothing for `quiet`
+/// (the send timeout). Taking bytes is what counts, not the kernel's wake-up: with
+/// TCP_NOTSENT_LOWAT the kernel wakes a writer only once the unsent bytes fell below half the
+/// mark, which a slow but steady reader may take longer than `quiet` to bring about; so a wait
+/// that timed out goes on while the send queue shrank meanwhile (SIOCOUTQ).
+async fn room(
+    io: &Registration,
+    quiet: Duration,
+) -> io::Result<AsyncFdReadyGuard<'_, Arc<TcpStream>>> {
+    let mut queued = send_queue(io.get_ref());
+    loop {
+        match tokio::time::timeout(quiet, io.writable()).await {
+            Ok(guard) => return guard,
+            Err(_) => {
+                let now = send_queue(io.get_ref());
+                match (queued, now) {
+                    (Some(before), Some(after)) if after < before => queued = now,
+                    _ => return Err(io::ErrorKind::TimedOut.into()),
+                }
+            }
+        }
+    }
+}
+
+/// Bytes in the socket's send queue, sent or not, that the client has not acknowledged
+/// (SIOCOUTQ); None when it cannot be read.
+fn send_queue(s: &TcpStream) -> Option<i64> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SIOCOUTQ is TIOCOUTQ on Linux. SAFETY: it writes one int through the pointer, which
+    // outlives the call; the descriptor is open (borrowed from `s`).
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    (r == 0).then_some(i64::from(n))
 }
 
 /// The rest of [`Socket::write_all`]: each wait for room may last `quiet` (the send timeout),
@@ -225,10 +269,7 @@ async fn write_all_inner(
 ) -> io::Result<()> {
     let flags = send_flags(more);
     while !buf.is_empty() {
-        let mut guard = match tokio::time::timeout(quiet, io.writable()).await {
-            Ok(guard) => guard?,
-            Err(_) => return Err(io::ErrorKind::TimedOut.into()),
-        };
+        let mut guard = room(io, quiet).await?;
         match guard.try_io(|s| rustix::net::send(s.get_ref(), buf, flags).map_err(io::Error::from))
         {
             Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),

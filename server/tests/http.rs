@@ -384,6 +384,49 @@ fn a_slow_reader_making_progress_gets_a_large_listing_whole() {
     );
 }
 
+/// A steady reader slower than the kernel's wake-ups keeps its response: with
+/// TCP_NOTSENT_LOWAT (2 MiB by default) the kernel wakes the writer only once less than half
+/// that is unsent, which a client reading 700 KB/s takes about 1.5 s to bring about. With a
+/// 1 s send timeout, the 3 MB file was cut after its first 2 MiB; the client took bytes all
+/// the while, which is what the timeout is about.
+#[test]
+fn a_steady_reader_slower_than_the_kernels_wake_ups_gets_the_whole_file() {
+    let d = tempdir();
+    let body = bytes(3_000_000, 7);
+    std::fs::write(d.path().join("big.bin"), &body).unwrap();
+    let s = serve_with(d.path(), "site", 1, |c| {
+        c.limits.send_timeout_secs = 1;
+    });
+    let (mut c, mut got) = partly_read(
+        s.addr,
+        "/big.bin",
+        "Connection: close\r\n",
+        Some(16 * 1024),
+        1,
+    );
+    let mut buf = vec![0u8; 16 * 1024];
+    let t = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        match std::io::Read::read(&mut c, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let took = t.elapsed();
+    let head = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    assert_eq!(got.len() - head, body.len(), "cut after {took:?}");
+    assert!(got[head..] == body[..]);
+    assert!(
+        took > Duration::from_secs(2),
+        "read in {took:?}: the test tests nothing"
+    );
+}
+
 #[test]
 fn header_read_and_keepalive_timeouts() {
     let d = site();

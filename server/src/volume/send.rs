@@ -87,13 +87,16 @@ impl Volume {
             // A socket that never waited is tried directly (no timer, no registration): it is
             // registered by the first chunk that would block, and waited for from then on.
             let mut guard = if sock.is_registered() {
-                let g = tokio::time::timeout(send_timeout, sock.writable())
+                let g = sock
+                    .writable_within(send_timeout)
                     .await
-                    .map_err(|_| BodyError::Timeout {
-                        after: send_timeout,
-                        sent,
-                    })?
-                    .map_err(|source| BodyError::Client { source, sent })?;
+                    .map_err(|source| match source.kind() {
+                        std::io::ErrorKind::TimedOut => BodyError::Timeout {
+                            after: send_timeout,
+                            sent,
+                        },
+                        _ => BodyError::Client { source, sent },
+                    })?;
                 Some(g)
             } else {
                 None
