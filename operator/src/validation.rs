@@ -459,6 +459,63 @@ fn not_bytes(q: &str, example: &str) -> String {
     }
 }
 
+/// Two volumes of one spec on one directory, one of them a cache: the same existing claim
+/// twice, or hostPaths one inside the other. The server sees two mount paths and cannot tell;
+/// two caches would fight over the directory's lock (a crash loop) or evict each other's
+/// files, a static volume holding a cache would serve its entry files.
+fn shared_cache_dirs(spec: &ContentServerSpec) -> Vec<SpecError> {
+    let mut errs = Vec::new();
+    // (field, what, where on the node or cluster): claims by name, hostPaths by path.
+    let place = |v: &crate::crd::VolumeSpec| {
+        if let Some(pvc) = &v.source.persistent_volume_claim {
+            Some((
+                "persistentVolumeClaim.claimName",
+                format!("pvc:{}", pvc.claim_name),
+            ))
+        } else {
+            v.source.host_path.as_ref().map(|hp| {
+                (
+                    "hostPath.path",
+                    format!("host:{}", hp.path.trim_end_matches('/')),
+                )
+            })
+        }
+    };
+    for (j, vj) in spec.volumes.iter().enumerate() {
+        let Some((field, pj)) = place(vj) else {
+            continue;
+        };
+        for vi in spec.volumes.iter().take(j) {
+            let Some((_, pi)) = place(vi) else { continue };
+            if vi.cache.is_none() && vj.cache.is_none() {
+                continue;
+            }
+            let inside = |a: &str, b: &str| {
+                a.starts_with("host:") && b.starts_with("host:") && a.starts_with(&format!("{b}/"))
+            };
+            let relation = if pi == pj {
+                "is the same directory as"
+            } else if inside(&pj, &pi) {
+                "lies inside"
+            } else if inside(&pi, &pj) {
+                "contains"
+            } else {
+                continue;
+            };
+            errs.push(SpecError {
+                field: format!("spec.volumes[{j}].source.{field}"),
+                message: format!(
+                    "volume {:?} {relation} volume {:?} ({}): a cache volume needs a directory of its own, neither inside nor containing another volume's",
+                    vj.name,
+                    vi.name,
+                    pi.split_once(':').map_or(pi.as_str(), |(_, p)| p),
+                ),
+            });
+        }
+    }
+    errs
+}
+
 /// A port below 1024 with a pod security context of the user's that does not let the server
 /// bind it: the container runs without capabilities (no CAP_NET_BIND_SERVICE, root or not), so
 /// only the `net.ipv4.ip_unprivileged_port_start` sysctl can (the default context sets it).
@@ -536,6 +593,14 @@ pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
         if quantity_bytes(&c.slice_size).is_none() {
             push(format!("{f}.sliceSize"), not_bytes(&c.slice_size, "1Mi"));
         }
+        if let Some(hp) = v.source.host_path.as_ref() {
+            if hp.type_ == Some(crate::crd::HostPathType::DirectoryOrCreate) {
+                push(
+                    format!("spec.volumes[{i}].source.hostPath.type"),
+                    format!("DirectoryOrCreate makes {} owned by root (mode 0755), which the server, never root and without capabilities, cannot write: create it owned by the pod's user (uid {}, or your securityContext's runAsUser) and use type Directory", hp.path, crate::builders::workload::DEFAULT_UID),
+                );
+            }
+        }
         let empty_dir = v.source.empty_dir.as_ref();
         let size_limit = empty_dir.and_then(|e| e.size_limit.as_deref());
         let Some(max) = &c.max_size else {
@@ -578,6 +643,9 @@ pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
                 );
             }
         }
+    }
+    for e in shared_cache_dirs(spec) {
+        push(e.field, e.message);
     }
     // One server per cache directory: every pod mounts an existing claim, so a cache on one
     // allows a single replica (the others would crash-loop on the directory's lock).

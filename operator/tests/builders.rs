@@ -235,7 +235,7 @@ fn a_cache_on_an_existing_claim_allows_one_replica() {
     let mut cs = example("edge-cache.yaml");
     cs.spec.allow_host_path = true;
     cs.spec.volumes[1].source = serde_json::from_value(serde_json::json!({
-        "hostPath": {"path": "/mnt/cache", "type": "DirectoryOrCreate"}
+        "hostPath": {"path": "/mnt/cache", "type": "Directory"}
     }))
     .expect("source");
     assert_eq!(validate(&cs.spec), vec![]);

@@ -276,3 +276,64 @@ fn cache_pods_mount_claims_read_write_and_the_ca_and_token_read_only() {
     assert_eq!(secret.secret_name.as_deref(), Some("edge-purge"));
     assert_eq!(secret.items.as_ref().expect("items")[0].path, "token");
 }
+
+/// One directory for two volumes, one of them a cache: the server sees two mount paths and
+/// cannot tell (two caches fight over the lock and crash-loop, or evict each other's files; a
+/// static volume holding a cache serves its entry files). The same claim twice, or hostPaths
+/// one inside the other, are InvalidSpec naming the later volume's source. And a cache on a
+/// hostPath the kubelet creates (DirectoryOrCreate: root's, 0755) could never be written by
+/// the server (never root, no capabilities).
+#[test]
+fn a_cache_needs_a_directory_of_its_own_and_one_it_can_write() {
+    use content_operator::crd::{HostPathSource, HostPathType, PvcSource};
+    let errors = |cs: &content_operator::crd::ContentServer| -> Vec<String> {
+        validate(&cs.spec).iter().map(|e| e.to_string()).collect()
+    };
+    let mut cs = example("edge-cache.yaml");
+    cs.spec.replicas = 1;
+    cs.spec.autoscaling = None;
+    for v in &mut cs.spec.volumes[..2] {
+        v.source.claim_template = None;
+        v.source.persistent_volume_claim = Some(PvcSource {
+            claim_name: "data".into(),
+        });
+    }
+    assert_eq!(
+        errors(&cs),
+        vec!["spec.volumes[1].source.persistentVolumeClaim.claimName: volume \"disk2\" is the same directory as volume \"disk1\" (data): a cache volume needs a directory of its own, neither inside nor containing another volume's"]
+    );
+    // A static volume on the claim a cache uses is refused too.
+    let cache = cs.spec.volumes[1].cache.take();
+    assert!(
+        errors(&cs)
+            .iter()
+            .any(|e| e.starts_with("spec.volumes[1].source.persistentVolumeClaim.claimName: volume \"disk2\" is the same directory")),
+        "{:?}",
+        errors(&cs)
+    );
+    cs.spec.volumes[1].cache = cache;
+    cs.spec.allow_host_path = true;
+    let host = |path: &str, type_| HostPathSource {
+        path: path.into(),
+        type_,
+    };
+    for (i, path) in [(0, "/data/cache"), (1, "/data/")] {
+        let v = &mut cs.spec.volumes[i];
+        v.source.persistent_volume_claim = None;
+        v.source.host_path = Some(host(path, Some(HostPathType::Directory)));
+    }
+    assert_eq!(
+        errors(&cs),
+        vec!["spec.volumes[1].source.hostPath.path: volume \"disk2\" contains volume \"disk1\" (/data/cache): a cache volume needs a directory of its own, neither inside nor containing another volume's"]
+    );
+    // Siblings are two directories.
+    cs.spec.volumes[1].source.host_path = Some(host("/data/static", Some(HostPathType::Directory)));
+    assert_eq!(errors(&cs), Vec::<String>::new());
+    cs.spec.volumes[0].source.host_path =
+        Some(host("/data/cache", Some(HostPathType::DirectoryOrCreate)));
+    let e = errors(&cs);
+    assert!(
+        e.len() == 1 && e[0].starts_with("spec.volumes[0].source.hostPath.type: DirectoryOrCreate makes /data/cache owned by root"),
+        "{e:?}"
+    );
+}

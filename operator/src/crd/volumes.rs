@@ -149,7 +149,8 @@ pub struct HostPathSource {
     pub path: String,
     /// What the kubelet checks before mounting: `Directory` (it must exist) or
     /// `DirectoryOrCreate`; unset checks nothing. A volume is a directory of files, so the
-    /// file, socket and device types are refused.
+    /// file, socket and device types are refused. A cache needs a directory the server's user
+    /// can write, so not `DirectoryOrCreate` (the kubelet makes it root's, mode 0755).
     #[serde(rename = "type")]
     pub type_: Option<HostPathType>,
 }
