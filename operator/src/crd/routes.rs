@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
         "message": "set exactly one of volume and split"
     },
     {
-        "rule": "!has(self.split) || self.split.map(t, has(t.percent) ? double(t.percent) : 0.0).sum() <= 100.0",
+        "rule": "!has(self.split) || self.split.map(t, has(t.percent) ? double(t.percent) : 0.0).sum() <= 100.000000001",
         "message": "split percentages must add up to at most 100",
         "fieldPath": ".split"
     },
