@@ -309,10 +309,12 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::CheckConfig { file } => check_config(&file),
         Command::Serve(args) => {
+            use std::io::Write;
             let cfg = match args.config() {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("content-server: {e:#}");
+                    // (Not eprintln!, which panics when stderr is a closed pipe.)
+                    let _ = writeln!(std::io::stderr(), "content-server: {e:#}");
                     return ExitCode::FAILURE;
                 }
             };
@@ -326,7 +328,7 @@ pub fn main() -> ExitCode {
                     if log.is_some() && tracing::enabled!(tracing::Level::ERROR) {
                         tracing::error!("fatal: {e:#}");
                     } else {
-                        eprintln!("content-server: {e:#}");
+                        let _ = writeln!(std::io::stderr(), "content-server: {e:#}");
                     }
                     ExitCode::FAILURE
                 }

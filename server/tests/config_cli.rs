@@ -57,6 +57,25 @@ volume = "nope"
     assert!(err.contains("cannot read"), "{err}");
 }
 
+/// A refused start says why on stderr; a stderr nobody reads (a closed pipe) changes only
+/// that: exit 1, not a panic's 101.
+#[test]
+fn a_refused_start_with_a_closed_stderr_exits_1() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe writes two descriptors into the array, each then owned once.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(r);
+    let st = std::process::Command::new(BIN)
+        .args(["serve", "--config", "/nonexistent/content-server.toml"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(w))
+        .status()
+        .expect("run");
+    assert_eq!(st.code(), Some(1), "{st:?}");
+}
+
 #[test]
 fn serve_rejects_bad_input_cleanly() {
     let d = tempdir();

@@ -656,3 +656,16 @@ fn a_host_that_cannot_be_the_tls_name_is_refused_without_sni() {
     assert!(with("cdn.example.com:8443", "").is_empty());
     assert!(with("[::1]:8443", "").is_empty());
 }
+
+/// An index name is one plain file name: no `/`, and no NUL byte, which no file name holds
+/// (every directory request failed on it).
+#[test]
+fn an_index_name_with_a_nul_byte_is_refused() {
+    let c = parse("[http]\nindex = [\"index\\u0000.html\", \"a/b\", \"index.html\"]\n[[volumes]]\nname = \"a\"\npath = \"/a\"\n");
+    let fields: Vec<String> = c
+        .field_errors()
+        .iter()
+        .map(|e| e.field.to_string())
+        .collect();
+    assert_eq!(fields, ["http.index[0]", "http.index[1]"]);
+}

@@ -160,10 +160,15 @@ impl Config {
             );
         }
         for (i, name) in self.http.index.iter().enumerate() {
-            if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            if name.is_empty()
+                || name.contains('/')
+                || name.contains('\0')
+                || name == "."
+                || name == ".."
+            {
                 e.push(
                     format!("http.index[{i}]"),
-                    format!("{name:?} must be a plain file name"),
+                    format!("{name:?} must be a plain file name (no '/', no NUL byte)"),
                 );
             }
         }
