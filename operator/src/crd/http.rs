@@ -38,10 +38,10 @@ pub struct ServerHttpSpec {
 }
 
 fn default_max_ranges() -> u32 {
-    16
+    content_server::config::Http::default().max_ranges as u32
 }
 fn default_listing_max_entries() -> u32 {
-    1000
+    content_server::config::Http::default().listing_max_entries as u32
 }
 
 impl Default for ServerHttpSpec {

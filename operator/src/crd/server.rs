@@ -93,7 +93,7 @@ pub struct LimitsSpec {
 }
 
 fn default_http_port() -> i32 {
-    8080
+    i32::from(content_server::config::Listener::default().port)
 }
 fn default_backlog() -> u32 {
     content_server::config::Listener::default().backlog
