@@ -727,6 +727,28 @@ fn one_update_met_by_concurrent_reads_is_one_change() {
     );
 }
 
+/// An origin whose first slice always comes in another version than the rest (a stale first
+/// slice in a cache in front of it): every full read meets the same change, from the same
+/// version. The second read, begun after the first change was found, counts as a second
+/// change, and the object is passed through whole, not cut after its first slice for ever.
+#[test]
+fn an_origin_whose_first_slice_is_always_another_version_is_passed_through() {
+    let (o, n) = origin_and_node(SLICED);
+    let p = "/first-differs.bin";
+    let body = pattern(3 * SLICE, 5);
+    o.put(p, Object::new(body.clone()));
+    o.fault(p, Fault::EtagByStart);
+    for _ in 0..2 {
+        let r = try_get(&n, p, "");
+        let cut = r.expect_err("two versions in one response");
+        assert!(cut.to_string().contains("body ended after"), "{cut}");
+        settle(&n);
+    }
+    let r = get(&n, p, "");
+    assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
+    assert!(r.body == body, "uncut");
+}
+
 /// The later slice whose other ETag makes an object passed through is being fetched when the
 /// mark is set (a slow origin here): it stores nothing, so no slice of the marked object is
 /// served (a seek into it is passed through too) and none is left to cut a full read once
@@ -1121,6 +1143,68 @@ fn a_hanging_origin_server_is_tried_last_for_a_while() {
     assert!(
         waited <= 1,
         "{waited} requests waited for the hanging server"
+    );
+}
+
+/// The probe of a server whose down mark ended connects anew: a keep-alive connection to it,
+/// kept from before its connect failed, would answer and leave the mark "probing", and all
+/// but one request every few seconds would keep going to the second server. Once the probe
+/// connects, the traffic is the first server's again.
+#[test]
+fn a_recovered_server_gets_its_traffic_back_after_one_probe() {
+    let mut a = FaultOrigin::start();
+    let b = FaultOrigin::start();
+    for i in 0..10 {
+        let p = format!("/r{i}");
+        a.put(&p, Object::new(pattern(1000, i as u8)));
+        b.put(&p, Object::new(pattern(1000, i as u8)));
+    }
+    let d = common::tempdir();
+    let n = node(
+        d.path(),
+        &[a.url(), b.url()],
+        "connect_timeout_ms = 500",
+        "slice_size = 0",
+    );
+    // One idle connection to the first server.
+    assert_eq!(get(&n, "/r0", "").status, 200);
+    assert_eq!(a.requests("/r0"), 1);
+    // Two at once while it refuses new connections: one of them must connect, fails, and the
+    // server is marked down; the idle connection goes back to the pool.
+    a.set_timing(Timing {
+        head_delay: Duration::from_millis(300),
+        ..Timing::default()
+    });
+    a.pause_listener();
+    let failed = Instant::now();
+    let addr = n.srv.addr;
+    let both: Vec<_> = (1..3)
+        .map(|i| {
+            std::thread::spawn(move || {
+                common::Conn::new(addr)
+                    .request("GET", &format!("/r{i}"), &[])
+                    .map(|r| r.status)
+                    .ok()
+            })
+        })
+        .collect();
+    for c in both {
+        assert_eq!(c.join().expect("client"), Some(200));
+    }
+    assert!(n.srv.logs().contains("trying the next"), "{}", n.srv.logs());
+    a.resume_listener();
+    a.set_timing(Timing::default());
+    // After the mark (10 s): one probe, then every request to the first server again.
+    std::thread::sleep(Duration::from_millis(10_700).saturating_sub(failed.elapsed()));
+    for i in 3..9 {
+        assert_eq!(get(&n, &format!("/r{i}"), "").status, 200);
+    }
+    let to_a = (3..9)
+        .filter(|i| a.requests(&format!("/r{i}")) == 1)
+        .count();
+    assert!(
+        to_a >= 5,
+        "{to_a} of 6 requests went to the recovered server"
     );
 }
 

@@ -64,14 +64,14 @@ impl Marks {
 
     /// True while object `hash` is marked (an expired mark is dropped).
     pub fn passing(&self, hash: u128, now_ms: i64) -> bool {
-        self.tag(hash, now_ms).is_some()
+        self.get(hash, now_ms).is_some()
     }
 
-    /// The tag of object `hash`'s mark while it lasts (an expired mark is dropped).
-    fn tag(&self, hash: u128, now_ms: i64) -> Option<u64> {
+    /// Object `hash`'s mark while it lasts, (until when, tag) (an expired mark is dropped).
+    fn get(&self, hash: u128, now_ms: i64) -> Option<(i64, u64)> {
         let mut m = self.table();
         match m.get(&hash) {
-            Some(&(until, tag)) if until > now_ms => Some(tag),
+            Some(&(until, tag)) if until > now_ms => Some((until, tag)),
             Some(_) => {
                 m.remove(&hash);
                 None
@@ -99,14 +99,19 @@ impl Passes {
         }
     }
 
-    /// Object `hash` was found changed at the origin in the middle of a response that began
-    /// with version `from` (a tag of its validators): true when a change from another version
-    /// was found within [`PASS_MS`] too. An origin whose validator changes with every answer
-    /// (an ETag per backend or per response) would otherwise cut every full read after its
-    /// first slice, for ever. One update met by several responses at once is one change: each
-    /// of them began with the same version.
-    pub fn changed_again(&self, hash: u128, now_ms: i64, from: u64) -> bool {
-        let again = self.changed.tag(hash, now_ms).is_some_and(|t| t != from);
+    /// Object `hash` was found changed at the origin in the middle of a response that began at
+    /// `began_ms` with version `from` (a tag of its validators): true when a change was found
+    /// within [`PASS_MS`] before, from another version or by a response that began after it.
+    /// An origin whose validator changes with every answer (an ETag per backend or per
+    /// response), or whose first slice always comes in another version than the rest, would
+    /// otherwise cut every full read after its first slice, for ever. One update met by
+    /// several responses at once is one change: each of them began before it was found, with
+    /// the same version.
+    pub fn changed_again(&self, hash: u128, now_ms: i64, began_ms: i64, from: u64) -> bool {
+        let again = self
+            .changed
+            .get(hash, now_ms)
+            .is_some_and(|(until, t)| t != from || began_ms > until - PASS_MS);
         self.changed.mark_tagged(hash, now_ms, from);
         again
     }
@@ -156,15 +161,23 @@ mod tests {
     #[test]
     fn a_second_change_within_pass_ms_is_told() {
         let p = Passes::default();
-        assert!(!p.changed_again(7, 0, 1));
+        assert!(!p.changed_again(7, 100, 0, 1));
         assert!(
-            !p.changed_again(7, 10, 1),
-            "the same change met by another response"
+            !p.changed_again(7, 110, 50, 1),
+            "the same change met by another response begun before it"
         );
-        assert!(p.changed_again(7, PASS_MS - 1, 2));
-        assert!(!p.changed_again(8, 0, 2), "per object");
         assert!(
-            !p.changed_again(8, PASS_MS + 1, 3),
+            p.changed_again(7, 200, 150, 1),
+            "the same versions met by a response begun after it"
+        );
+        assert!(!p.changed_again(9, 0, 0, 1));
+        assert!(
+            p.changed_again(9, 10, 0, 2),
+            "a change from another version"
+        );
+        assert!(!p.changed_again(8, 0, 0, 2), "per object");
+        assert!(
+            !p.changed_again(8, PASS_MS + 1, PASS_MS, 3),
             "an old change does not count"
         );
     }

@@ -66,6 +66,8 @@ struct Ctx<'a> {
     keep_alive: bool,
     head_only: bool,
     send_timeout: Duration,
+    /// When this request began (ms since the Unix epoch, as pass marks count).
+    began_ms: i64,
 }
 
 /// Where the bytes of one slice come from.
@@ -143,6 +145,7 @@ pub async fn respond(
         keep_alive,
         head_only: req.method == Method::Head,
         send_timeout,
+        began_ms: unix_now_ms(),
     };
     cv.index.record_request(cx.key.slice(0));
     let first_slice = match (cv.slice_size, range_start_hint(req.range.as_deref())) {
@@ -1243,7 +1246,8 @@ impl Ctx<'_> {
                 // through whole for a while, or every full read would be cut here.
                 let (hash, now_ms) = (self.key.hash(), unix_now_ms());
                 let from = meta.version_tag();
-                if self.auth.is_none() && self.cv.passes.changed_again(hash, now_ms, from) {
+                let passes = &self.cv.passes;
+                if self.auth.is_none() && passes.changed_again(hash, now_ms, self.began_ms, from) {
                     tracing::warn!(volume = %self.cv.name, key = %self.target, slice = k, "the object changed at the origin mid-response twice within a minute (a validator per answer?); passed through from now on");
                     self.pass_from_now_on(meta).await;
                 } else {

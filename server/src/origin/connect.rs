@@ -75,25 +75,32 @@ fn order(inner: &Inner, first: usize) -> Vec<usize> {
         .collect()
 }
 
-/// The server a request goes to now: the first in configured order that is up, or whose down
-/// mark ended and that this request claims to probe (one request at a time: the others go on
-/// to the next server meanwhile, as nginx's `fail_timeout` lets one request try the server);
-/// every one down: the first. An idle connection to another one (kept from a failover) is not
-/// reused, so traffic goes back to a server that recovered once a probe connects, as nginx
-/// picks the server before the kept-alive connection.
-pub(crate) fn pick(inner: &Inner) -> usize {
+/// The server a request goes to now, and whether this request probes it: the first in
+/// configured order that is up, or whose down mark ended and that this request claims to probe
+/// (one request at a time: the others go on to the next server meanwhile, as nginx's
+/// `fail_timeout` lets one request try the server; the probe must connect anew, which clears
+/// the mark); every one down: the first. An idle connection to another one (kept from a
+/// failover) is not reused, so traffic goes back to a server that recovered once a probe
+/// connects, as nginx picks the server before the kept-alive connection.
+pub(crate) fn pick(inner: &Inner) -> (usize, bool) {
     let now = now_ms();
     let probing = now + (inner.connect_timeout + PROBE_SLACK).as_millis() as i64;
-    (0..inner.servers.len())
-        .find(|&i| match mark(inner, i, now) {
-            Mark::Up => true,
-            Mark::Down => false,
-            Mark::Ended(m) => inner.servers[i]
-                .down_until_ms
-                .compare_exchange(m, probing, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok(),
-        })
-        .unwrap_or(0)
+    for i in 0..inner.servers.len() {
+        match mark(inner, i, now) {
+            Mark::Up => return (i, false),
+            Mark::Down => {}
+            Mark::Ended(m) => {
+                let claimed = inner.servers[i]
+                    .down_until_ms
+                    .compare_exchange(m, probing, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok();
+                if claimed {
+                    return (i, true);
+                }
+            }
+        }
+    }
+    (0, false)
 }
 
 /// The first server that is up (or, none, the first): one to name in an error, without

@@ -75,8 +75,14 @@ async fn fetch_head(
     // 9110 §9.2.2), so, as nginx does, the request goes again on a new connection; once.
     let mut race_retried = false;
     loop {
-        let preferred = connect::pick(inner);
-        let (mut conn, reused) = match inner.idle.take(inner.connect_timeout, preferred).await {
+        // A probe of a server whose down mark ended connects anew: only a connect clears the
+        // mark (an idle connection kept from before would answer and leave it probing).
+        let (preferred, probe) = connect::pick(inner);
+        let idle = match probe {
+            true => None,
+            false => inner.idle.take(inner.connect_timeout, preferred).await,
+        };
+        let (mut conn, reused) = match idle {
             Some(c) if !race_retried => (c, true),
             Some(_) | None => (connect::connect(inner, preferred).await?, false),
         };

@@ -38,16 +38,21 @@ impl IdlePool {
     }
 
     /// The most recently used idle connection to server `server` that is still open and ready
-    /// for a request. Those to other servers stay (a probe of a recovering server is one
-    /// request: the others still use them); expired and closed ones go.
+    /// for a request. Those to other servers met on the way are closed (kept from a failover:
+    /// the requests go back to the server picked now; a probe of a recovering server takes
+    /// none, so the others keep theirs meanwhile).
     pub(crate) async fn take(&self, wait_ready: Duration, server: usize) -> Option<Conn> {
         loop {
             let idle = {
                 let mut g = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-                g.retain(|i| i.since.elapsed() < IDLE_TIMEOUT && !i.conn.sender.is_closed());
-                let at = g.iter().rposition(|i| i.conn.server == server)?;
-                g.remove(at)
+                g.pop()?
             };
+            if idle.since.elapsed() >= IDLE_TIMEOUT
+                || idle.conn.sender.is_closed()
+                || idle.conn.server != server
+            {
+                continue;
+            }
             let mut conn = idle.conn;
             if let Ok(Ok(())) = tokio::time::timeout(wait_ready, conn.sender.ready()).await {
                 return Some(conn);

@@ -107,6 +107,9 @@ pub enum Fault {
     /// Answer as usual, with another ETag in every answer (a farm of backends with an ETag of
     /// their own each, or an ETag made per response).
     EtagPerAnswer,
+    /// Answer as usual, but with one ETag for a request that starts at byte 0 (no Range, or a
+    /// range from 0) and another for every other (a stale first slice in a cache in front).
+    EtagByStart,
 }
 
 /// One request as the origin saw it.
@@ -158,6 +161,8 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     stop: AtomicBool,
+    /// The accept loop ends (its listener closed) while open connections go on.
+    paused: AtomicBool,
     accepted: AtomicUsize,
     open: AtomicUsize,
     max_open: AtomicUsize,
@@ -167,6 +172,7 @@ struct Shared {
 pub struct FaultOrigin {
     pub addr: SocketAddr,
     https: bool,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
 }
@@ -217,35 +223,36 @@ impl FaultOrigin {
                 ..State::default()
             }),
             stop: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
             open: AtomicUsize::new(0),
             max_open: AtomicUsize::new(0),
         });
         let https = tls.is_some();
-        let sh = shared.clone();
-        let accept = std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if sh.stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(stream) = stream else { continue };
-                let id = sh.accepted.fetch_add(1, Ordering::SeqCst);
-                let now = sh.open.fetch_add(1, Ordering::SeqCst) + 1;
-                sh.max_open.fetch_max(now, Ordering::SeqCst);
-                let sh2 = sh.clone();
-                let tls = tls.clone();
-                std::thread::spawn(move || {
-                    serve_connection(stream, tls, id, &sh2);
-                    sh2.open.fetch_sub(1, Ordering::SeqCst);
-                });
-            }
-        });
+        let accept = accept_loop(listener, shared.clone(), tls.clone());
         FaultOrigin {
             addr,
             https,
+            tls,
             shared,
             accept: Some(accept),
         }
+    }
+
+    /// Stop listening (new connections are refused) while open connections go on serving.
+    pub fn pause_listener(&mut self) {
+        self.shared.paused.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr);
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+
+    /// Listen again on the same address after [`FaultOrigin::pause_listener`].
+    pub fn resume_listener(&mut self) {
+        self.shared.paused.store(false, Ordering::SeqCst);
+        let listener = TcpListener::bind(self.addr).expect("bind the test origin again");
+        self.accept = Some(accept_loop(listener, self.shared.clone(), self.tls.clone()));
     }
 
     /// `http://127.0.0.1:PORT` (or `https://`).
@@ -366,6 +373,31 @@ impl Drop for FaultOrigin {
     fn drop(&mut self) {
         self.close_listener();
     }
+}
+
+/// Accept connections on `listener` until the origin stops or pauses, each served on a thread.
+fn accept_loop(
+    listener: TcpListener,
+    sh: Arc<Shared>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            if sh.stop.load(Ordering::SeqCst) || sh.paused.load(Ordering::SeqCst) {
+                break;
+            }
+            let Ok(stream) = stream else { continue };
+            let id = sh.accepted.fetch_add(1, Ordering::SeqCst);
+            let now = sh.open.fetch_add(1, Ordering::SeqCst) + 1;
+            sh.max_open.fetch_max(now, Ordering::SeqCst);
+            let sh2 = sh.clone();
+            let tls = tls.clone();
+            std::thread::spawn(move || {
+                serve_connection(stream, tls, id, &sh2);
+                sh2.open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    })
 }
 
 /// A byte stream: plain TCP or TLS over TCP.
@@ -585,6 +617,13 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
         static ANSWERS: AtomicUsize = AtomicUsize::new(0);
         let n = ANSWERS.fetch_add(1, Ordering::SeqCst);
         obj.etag = Some(format!("\"per-answer-{n}\""));
+    }
+    if let Some(Fault::EtagByStart) = fault {
+        let from_0 = req
+            .header("range")
+            .and_then(|r| r.trim().strip_prefix("bytes="))
+            .is_none_or(|r| r.starts_with("0-"));
+        obj.etag = Some(if from_0 { "\"first\"" } else { "\"rest\"" }.into());
     }
     let len = obj.body.len() as u64;
     let mut head = String::new();
