@@ -289,7 +289,21 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::
                     guard.clear_ready();
                     break;
                 }
-                Err(Errno::CONNABORTED) | Err(Errno::INTR) | Err(Errno::PROTO) => continue,
+                // accept(2): these are the new connection's, to be retried like EAGAIN (network
+                // errors already pending on it, a firewall's EPERM).
+                Err(
+                    Errno::CONNABORTED
+                    | Errno::INTR
+                    | Errno::PROTO
+                    | Errno::NETDOWN
+                    | Errno::NETUNREACH
+                    | Errno::HOSTDOWN
+                    | Errno::HOSTUNREACH
+                    | Errno::NONET
+                    | Errno::NOPROTOOPT
+                    | Errno::OPNOTSUPP
+                    | Errno::PERM,
+                ) => continue,
                 Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)) => {
                     if crate::logging::once_a_second(&LAST_EMFILE_LOG) {
                         tracing::error!(error = %e, "accept failed: out of descriptors or memory (raise RLIMIT_NOFILE or lower limits.max_connections); answering 503 while it lasts");

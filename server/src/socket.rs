@@ -224,11 +224,17 @@ impl Socket {
     }
 }
 
-/// Wait for room to write, failing with `TimedOut` once the client took nothing for `quiet`
-/// (the send timeout). Taking bytes is what counts, not the kernel's wake-up: with
+/// Least a client must take in one `quiet` period for a wait to go on: about 1 KB/s with the
+/// default 60 s (a trickle of a few bytes would otherwise hold the connection, and on a cache
+/// route an origin connection, for ever).
+const MIN_PROGRESS: i64 = 64 * 1024;
+
+/// Wait for room to write, failing with `TimedOut` once the client took (nearly) nothing for
+/// `quiet` (the send timeout). Taking bytes is what counts, not the kernel's wake-up: with
 /// TCP_NOTSENT_LOWAT the kernel wakes a writer only once the unsent bytes fell below half the
 /// mark, which a slow but steady reader may take longer than `quiet` to bring about; so a wait
-/// that timed out goes on while the send queue shrank meanwhile (SIOCOUTQ).
+/// that timed out goes on while the send queue shrank meanwhile (SIOCOUTQ) by
+/// [`MIN_PROGRESS`], or by all it held.
 async fn room(
     io: &Registration,
     quiet: Duration,
@@ -240,7 +246,11 @@ async fn room(
             Err(_) => {
                 let now = send_queue(io.get_ref());
                 match (queued, now) {
-                    (Some(before), Some(after)) if after < before => queued = now,
+                    (Some(before), Some(after))
+                        if after < before && before - after >= MIN_PROGRESS.min(before) =>
+                    {
+                        queued = now
+                    }
                     _ => return Err(io::ErrorKind::TimedOut.into()),
                 }
             }

@@ -427,6 +427,38 @@ fn a_steady_reader_slower_than_the_kernels_wake_ups_gets_the_whole_file() {
     );
 }
 
+/// A client that takes a trickle (13 KB/s, under the 64 KiB a send timeout of 1 s asks for)
+/// is dropped at the send timeout: taking bytes extends a wait only by a real amount, or a
+/// few bytes now and then would hold the connection for ever.
+#[test]
+fn a_trickling_reader_is_dropped_at_the_send_timeout() {
+    let d = tempdir();
+    std::fs::write(d.path().join("big.bin"), bytes(3_000_000, 8)).unwrap();
+    let s = serve_with(d.path(), "site", 1, |c| {
+        c.limits.send_timeout_secs = 1;
+    });
+    let active = || s.metrics().get("contentserver_connections_active", &[]);
+    let (c, _) = partly_read(s.addr, "/big.bin", "Connection: close\r\n", Some(4096), 1);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let stop = stop.clone();
+        let mut c = c;
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(300));
+                if matches!(std::io::Read::read(&mut c, &mut buf), Ok(0) | Err(_)) {
+                    break;
+                }
+            }
+        })
+    };
+    let dropped = wait_until(Duration::from_secs(5), || active() == 0.0);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    reader.join().expect("reader");
+    assert!(dropped, "the trickling reader kept its connection for 5 s");
+}
+
 #[test]
 fn header_read_and_keepalive_timeouts() {
     let d = site();
