@@ -593,14 +593,6 @@ pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
         if quantity_bytes(&c.slice_size).is_none() {
             push(format!("{f}.sliceSize"), not_bytes(&c.slice_size, "1Mi"));
         }
-        if let Some(hp) = v.source.host_path.as_ref() {
-            if hp.type_ == Some(crate::crd::HostPathType::DirectoryOrCreate) {
-                push(
-                    format!("spec.volumes[{i}].source.hostPath.type"),
-                    format!("DirectoryOrCreate makes {} owned by root (mode 0755), which the server, never root and without capabilities, cannot write: create it owned by the pod's user (uid {}, or your securityContext's runAsUser) and use type Directory", hp.path, crate::builders::workload::DEFAULT_UID),
-                );
-            }
-        }
         let empty_dir = v.source.empty_dir.as_ref();
         let size_limit = empty_dir.and_then(|e| e.size_limit.as_deref());
         let Some(max) = &c.max_size else {

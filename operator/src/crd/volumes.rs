@@ -150,7 +150,7 @@ pub struct HostPathSource {
     /// What the kubelet checks before mounting: `Directory` (it must exist) or
     /// `DirectoryOrCreate`; unset checks nothing. A volume is a directory of files, so the
     /// file, socket and device types are refused. A cache needs a directory the server's user
-    /// can write, so not `DirectoryOrCreate` (the kubelet makes it root's, mode 0755).
+    /// can write: one `DirectoryOrCreate` makes is root's (mode 0755), which it cannot.
     #[serde(rename = "type")]
     pub type_: Option<HostPathType>,
 }
