@@ -1064,6 +1064,25 @@ fn hanging_server() -> (String, Vec<impl Sized>) {
     (format!("http://{addr}"), held)
 }
 
+/// GET `/h{i}` for each `i` at once, each on a connection of its own: (status, time taken)
+/// in order.
+fn at_once(n: &Node, ids: std::ops::Range<usize>) -> Vec<(Option<u16>, Duration)> {
+    let addr = n.srv.addr;
+    let clients: Vec<_> = ids
+        .map(|i| {
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let r = common::Conn::new(addr).request("GET", &format!("/h{i}"), &[]);
+                (r.map(|r| r.status).ok(), t.elapsed())
+            })
+        })
+        .collect();
+    clients
+        .into_iter()
+        .map(|c| c.join().expect("client"))
+        .collect()
+}
+
 /// A server that hangs on connect costs its timeout once, not on every new origin connection:
 /// it is tried after the others for a while (nginx `fail_timeout`).
 #[test]
@@ -1094,18 +1113,7 @@ fn a_hanging_origin_server_is_tried_last_for_a_while() {
         head_delay: Duration::from_millis(100),
         ..Timing::default()
     });
-    let addr = n.srv.addr;
-    let clients: Vec<_> = (1..4)
-        .map(|i| {
-            std::thread::spawn(move || {
-                let t = Instant::now();
-                let r = common::Conn::new(addr).request("GET", &format!("/h{i}"), &[]);
-                (r.map(|r| r.status).ok(), t.elapsed())
-            })
-        })
-        .collect();
-    for c in clients {
-        let (status, took) = c.join().expect("client");
+    for (status, took) in at_once(&n, 1..4) {
         assert_eq!(status, Some(200));
         assert!(
             took < Duration::from_millis(450),
@@ -1123,18 +1131,8 @@ fn a_hanging_origin_server_is_tried_last_for_a_while() {
     for i in 4..8 {
         good.put(&format!("/h{i}"), Object::new(pattern(1000, i as u8)));
     }
-    let clients: Vec<_> = (4..8)
-        .map(|i| {
-            std::thread::spawn(move || {
-                let t = Instant::now();
-                let r = common::Conn::new(addr).request("GET", &format!("/h{i}"), &[]);
-                (r.map(|r| r.status).ok(), t.elapsed())
-            })
-        })
-        .collect();
     let mut waited = 0;
-    for c in clients {
-        let (status, took) = c.join().expect("client");
+    for (status, took) in at_once(&n, 4..8) {
         assert_eq!(status, Some(200));
         if took >= Duration::from_millis(450) {
             waited += 1;

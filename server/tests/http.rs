@@ -327,6 +327,34 @@ fn malformed_head_requests_get_no_body() {
     );
 }
 
+/// GET `path` through a receive buffer of `window` bytes, reading up to `window` bytes every
+/// `pause` until the server ends the response: (the head's text, the body, how long it took).
+fn read_slowly(
+    addr: std::net::SocketAddr,
+    path: &str,
+    window: usize,
+    pause: Duration,
+) -> (String, Vec<u8>, Duration) {
+    let (mut c, mut got) = partly_read(addr, path, "Connection: close\r\n", Some(window), 1);
+    let mut buf = vec![0u8; window];
+    let t = Instant::now();
+    loop {
+        std::thread::sleep(pause);
+        match std::io::Read::read(&mut c, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let took = t.elapsed();
+    let head = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head")
+        + 4;
+    let body = got.split_off(head);
+    (String::from_utf8_lossy(&got).to_string(), body, took)
+}
+
 /// `send_timeout_secs` is how long a client may accept nothing, not how long a response
 /// written in one piece may take: a 0.9 MB listing to a client reading 320 KB/s (about 3 s)
 /// through a small window, with a 1 s send timeout, arrives whole. It was cut after 1 s.
@@ -347,29 +375,7 @@ fn a_slow_reader_making_progress_gets_a_large_listing_whole() {
         // (So the kernel does not take the whole listing at once.)
         c.listeners[0].notsent_lowat_bytes = 16 * 1024;
     });
-    let (mut c, mut got) = partly_read(
-        s.addr,
-        "/many/",
-        "Connection: close\r\n",
-        Some(32 * 1024),
-        1,
-    );
-    let mut buf = vec![0u8; 32 * 1024];
-    let t = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(100));
-        match std::io::Read::read(&mut c, &mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
-    let took = t.elapsed();
-    let head = got
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head")
-        + 4;
-    let text = String::from_utf8_lossy(&got[..head]).to_string();
+    let (text, body, took) = read_slowly(s.addr, "/many/", 32 * 1024, Duration::from_millis(100));
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     let len: usize = text
         .lines()
@@ -377,7 +383,7 @@ fn a_slow_reader_making_progress_gets_a_large_listing_whole() {
         .and_then(|v| v.trim().parse().ok())
         .expect("a Content-Length");
     assert!(len > 800_000, "a listing of {len} bytes tests nothing");
-    assert_eq!(got.len() - head, len, "cut after {took:?}");
+    assert_eq!(body.len(), len, "cut after {took:?}");
     assert!(
         took > Duration::from_secs(2),
         "read in {took:?}: the test tests nothing"
@@ -397,30 +403,9 @@ fn a_steady_reader_slower_than_the_kernels_wake_ups_gets_the_whole_file() {
     let s = serve_with(d.path(), "site", 1, |c| {
         c.limits.send_timeout_secs = 1;
     });
-    let (mut c, mut got) = partly_read(
-        s.addr,
-        "/big.bin",
-        "Connection: close\r\n",
-        Some(16 * 1024),
-        1,
-    );
-    let mut buf = vec![0u8; 16 * 1024];
-    let t = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(20));
-        match std::io::Read::read(&mut c, &mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
-    let took = t.elapsed();
-    let head = got
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head")
-        + 4;
-    assert_eq!(got.len() - head, body.len(), "cut after {took:?}");
-    assert!(got[head..] == body[..]);
+    let (_, got, took) = read_slowly(s.addr, "/big.bin", 16 * 1024, Duration::from_millis(20));
+    assert_eq!(got.len(), body.len(), "cut after {took:?}");
+    assert!(got == body);
     assert!(
         took > Duration::from_secs(2),
         "read in {took:?}: the test tests nothing"
