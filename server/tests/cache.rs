@@ -2662,19 +2662,7 @@ fn a_version_change_does_not_wait_for_a_paced_fill() {
     assert_eq!((r.status, xcache(&r)), (206, "MISS"));
     // The object changes: a full read finds it at its second slice.
     o.put("/p.bin", Object::version(pattern(3 * BIG, 2), 2));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let addr = n.srv.addr;
-    std::thread::spawn(move || {
-        let mut c = common::http::Conn::new(addr);
-        c.send(b"GET /p.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-        let _ = tx.send(
-            c.response(false)
-                .map(|r| r.status)
-                .map_err(|e| e.to_string()),
-        );
-    });
-    let r = rx
-        .recv_timeout(Duration::from_secs(15))
+    let r = common::cache::get_within(&n, "/p.bin", Duration::from_secs(15))
         .expect("the response was not ended in 15 s: it waits for the paced fill");
     let cut = r.expect_err("two versions in one response");
     assert!(cut.contains(&format!("after {BIG} of")), "{cut}");

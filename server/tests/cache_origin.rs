@@ -1401,19 +1401,7 @@ fn a_version_change_of_a_huge_claimed_object_is_bounded_work() {
     wait_committed(&n);
     // The second slice comes in another version.
     o.fault("/claims", slice(1, 2));
-    let addr = n.srv.addr;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut c = common::Conn::new(addr);
-        c.send(b"GET /claims HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-        let _ = tx.send(
-            c.response(false)
-                .map(|r| r.status)
-                .map_err(|e| e.to_string()),
-        );
-    });
-    let r = rx
-        .recv_timeout(Duration::from_secs(15))
+    let r = common::cache::get_within(&n, "/claims", Duration::from_secs(15))
         .expect("the response was not ended in 15 s");
     let cut = r.expect_err("two versions in one response");
     assert!(cut.contains(&format!("after {SLICE} of")), "{cut}");

@@ -127,6 +127,24 @@ pub fn try_get(n: &Node, path: &str, extra: &str) -> std::io::Result<Response> {
     c.response(false)
 }
 
+/// [`try_get`] without extra lines, ended within `within` or None (a response the node never
+/// ends, whole or cut); the error of a cut response as text.
+pub fn get_within(n: &Node, path: &str, within: Duration) -> Option<Result<u16, String>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let addr = n.srv.addr;
+    let path = path.to_string();
+    std::thread::spawn(move || {
+        let mut c = super::Conn::new(addr);
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes());
+        let _ = tx.send(
+            c.response(false)
+                .map(|r| r.status)
+                .map_err(|e| e.to_string()),
+        );
+    });
+    rx.recv_timeout(within).ok()
+}
+
 /// As [`try_get`], panicking when the response was cut short.
 pub fn get(n: &Node, path: &str, extra: &str) -> Response {
     try_get(n, path, extra).unwrap_or_else(|e| panic!("GET {path}: {e}"))
