@@ -207,15 +207,10 @@ impl Socket {
         .await;
     }
 
-    /// Wait until the socket is (believed) writable, registering it first if it never waited.
-    /// The guard's `clear_ready` is tick-safe: it only forgets readiness if no new edge arrived
+    /// Wait until the socket is (believed) writable, registering it first if it never waited,
+    /// failing with `TimedOut` once the client took nothing for `quiet` (see [`room`]). The
+    /// guard's `clear_ready` is tick-safe: it only forgets readiness if no new edge arrived
     /// since the guard was taken.
-    pub async fn writable(&self) -> io::Result<AsyncFdReadyGuard<'_, Arc<TcpStream>>> {
-        self.registered()?.writable().await
-    }
-
-    /// [`Socket::writable`], failing with `TimedOut` once the client took nothing for `quiet`
-    /// (see [`room`]).
     pub async fn writable_within(
         &self,
         quiet: Duration,

@@ -71,26 +71,28 @@ impl EntryMeta {
     /// Last-Modified, as for an object uploaded again unchanged), or else the same ETag and
     /// Last-Modified.
     pub fn same_version(&self, other: &EntryMeta) -> bool {
-        let strong = |e: &Option<String>| e.as_deref().is_some_and(|t| t.starts_with('"'));
         self.status == other.status
             && self.etag == other.etag
-            && (strong(&self.etag) || self.last_modified == other.last_modified)
+            && self.version_last_modified() == other.version_last_modified()
             && self.total_size == other.total_size
+    }
+
+    /// The Last-Modified that names the version: none under a strong ETag (which names the
+    /// bytes by itself).
+    fn version_last_modified(&self) -> Option<&str> {
+        match self.etag.as_deref() {
+            Some(t) if t.starts_with('"') => None,
+            _ => self.last_modified.as_deref(),
+        }
     }
 
     /// A tag of the version [`EntryMeta::same_version`] compares: status, total size, ETag,
     /// and Last-Modified unless the ETag is strong.
     pub fn version_tag(&self) -> u64 {
-        let strong = self.etag.as_deref().is_some_and(|t| t.starts_with('"'));
         let mut b = Vec::with_capacity(64);
         b.extend_from_slice(&self.status.to_le_bytes());
         b.extend_from_slice(&self.total_size.to_le_bytes());
-        let last_modified = if strong {
-            None
-        } else {
-            self.last_modified.as_deref()
-        };
-        for f in [self.etag.as_deref(), last_modified] {
+        for f in [self.etag.as_deref(), self.version_last_modified()] {
             let f = f.unwrap_or("").as_bytes();
             b.extend_from_slice(&(f.len() as u32).to_le_bytes());
             b.extend_from_slice(f);
