@@ -72,6 +72,19 @@ pub fn connections_within(limit: u64) -> u64 {
     limit - limit / 4 - (limit / 4).min(1024)
 }
 
+/// `path` with symlinks resolved; a missing last component (a cache directory `create_dirs`
+/// is about to make) is resolved through its parent. `None` when neither resolves.
+fn resolved_dir(path: &std::path::Path) -> Option<std::path::PathBuf> {
+    std::fs::canonicalize(path).ok().or_else(|| {
+        let name = path.file_name()?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        Some(std::fs::canonicalize(parent).ok()?.join(name))
+    })
+}
+
 /// Build everything and start the workers (returns once they run).
 pub fn start(mut config: Config) -> anyhow::Result<Server> {
     config.normalize();
@@ -97,20 +110,21 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
     // A bad purge token file stops the server before it touches a cache directory (its lock,
     // its temporary files, a missing one made) or binds a port.
     crate::cache::purge::check_token_file(&config)?;
-    crate::cache::create_dirs(&config)?;
     // Validation compared the paths as written; symlinks can still make a cache directory
-    // another volume's, or put it inside one (a path that does not resolve is reported by the
-    // volume that opens it).
+    // another volume's, or put it inside one. Judged before a missing cache directory is made,
+    // so a refused start leaves nothing behind (a path that does not resolve is reported by
+    // the volume that opens it).
     let canonical: Vec<_> = config
         .volumes
         .iter()
-        .map(|v| std::fs::canonicalize(&v.path).ok())
+        .map(|v| resolved_dir(&v.path))
         .collect();
     let overlaps = config.volume_dir_conflicts(&canonical, true);
     if !overlaps.is_empty() {
         return Err(crate::config::ConfigError::Invalid(overlaps))
             .context("volume directories overlap once symlinks are resolved");
     }
+    crate::cache::create_dirs(&config)?;
     let volumes = config
         .volumes
         .iter()

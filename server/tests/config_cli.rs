@@ -628,6 +628,44 @@ fn serve_rejects_a_cache_directory_inside_a_static_root_through_a_symlink() {
     }
 }
 
+/// The same through a link to a directory that does not exist yet: the start is refused before
+/// the cache directory is made, so nothing appears inside the static root.
+#[test]
+fn serve_refuses_a_missing_cache_directory_inside_a_static_root_before_making_it() {
+    let d = tempdir();
+    let www = d.path().join("www");
+    std::fs::create_dir_all(www.join("media")).unwrap();
+    let link = d.path().join("media-link");
+    std::os::unix::fs::symlink(www.join("media"), &link).unwrap();
+    let cache = link.join("cache");
+    let toml = volumes_config(&[
+        ("www", www.to_str().unwrap(), false),
+        ("c", cache.to_str().unwrap(), true),
+    ]);
+    let path = d.path().join("c.toml");
+    std::fs::write(&path, toml).unwrap();
+    let (code, _, err) = run(&[
+        "serve",
+        "--config",
+        path.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    for want in [
+        "volume directories overlap once symlinks are resolved",
+        "of volume \"c\" lies inside volumes[0].path",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in\n{err}");
+    }
+    assert!(
+        !www.join("media/cache").exists(),
+        "a refused start made the cache directory inside the static root"
+    );
+}
+
 /// Route prefixes are checked as the router matches them: `/x` and `/x/` are one prefix (the
 /// second route never matched), `//y//` and `/a%20b` never matched (requests are matched by
 /// their decoded path with repeated `/` merged). Each is an error naming the route.
