@@ -4670,3 +4670,26 @@ fn a_cache_directory_the_node_cannot_write_in_stops_it_at_start() {
         ),
     }
 }
+
+/// A fill whose task panics is ended all the same: its waiter gets a 500 at once (not a wait
+/// until its timeout), the fills gauge comes back to 0, and the next request fills anew.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_fill_whose_task_panics_is_ended_and_the_next_request_fills_anew() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", "");
+    let a = pattern(100_000, 3);
+    o.put("/a.bin", Object::new(a.clone()));
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_fill=1*panic(test)")]);
+    let first = common::cache::get_within(&n, "/a.bin", Duration::from_secs(5));
+    assert_eq!(first, Some(Ok(500)), "{}", n.srv.logs());
+    assert!(n.srv.wait_log("fill abandoned", Duration::from_secs(5)));
+    assert_eq!(
+        volume_metric(&n, "contentserver_cache_fills_in_flight", &[]),
+        0.0
+    );
+    let r = get(&n, "/a.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{}", n.srv.logs());
+    assert!(r.body == a);
+}

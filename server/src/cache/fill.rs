@@ -117,6 +117,30 @@ pub enum FillError {
     Origin(OriginError),
     /// The slice starts past the object's end (`total` from the origin's 416, if given).
     NotSatisfiable { total: Option<u64> },
+    /// The fill's task ended before the fill did (it panicked).
+    Abandoned,
+}
+
+/// Unregisters a fill when its task ends, and fails it for its waiters if it had not ended
+/// (the task panicked, or was dropped with the runtime).
+struct Ended {
+    cv: Arc<CacheVolume<Fill>>,
+    fill: Arc<Fill>,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let unfinished = matches!(
+            *self.fill.tx.borrow(),
+            Progress::Waiting | Progress::Body { done: false, .. }
+        );
+        if unfinished {
+            tracing::error!(volume = %self.cv.name, entry = %self.fill.id.rel_path(), "fill abandoned (its task panicked); its waiters get an error");
+            self.fill
+                .publish(Progress::Failed(Arc::new(FillError::Abandoned)));
+        }
+        self.cv.fill_done(self.fill.id, &self.fill);
+    }
 }
 
 /// Where a fill is.
@@ -374,6 +398,13 @@ impl Fill {
         let fill = self.clone();
         cv.fill_started(self);
         tokio::spawn(async move {
+            // Ends the fill however the task ends: a panic in it (or the runtime dropping it)
+            // must not leave it joinable, its waiters waiting and a graceful stop counting it.
+            let ended = Ended {
+                cv: cv.clone(),
+                fill: fill.clone(),
+            };
+            crate::cache::failpoint_fill();
             let revalidated = (job.revalidate.as_ref())
                 .filter(|_| job.authorization.is_none())
                 .map(|old| old.id);
@@ -381,7 +412,7 @@ impl Fill {
             if let Some(old) = revalidated {
                 fill.withdraw_if_no_longer_storable(&cv, old).await;
             }
-            cv.fill_done(fill.id, &fill);
+            drop(ended);
         });
     }
 

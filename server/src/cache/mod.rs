@@ -146,6 +146,12 @@ pub(crate) fn failpoint_rebuild_level() {
     fail::fail_point!("cache_rebuild_level");
 }
 
+/// Failpoint `cache_fill`: runs on the event loop as a fill's task starts (`1*panic(WHY)`
+/// panics the next one).
+pub(crate) fn failpoint_fill() {
+    fail::fail_point!("cache_fill");
+}
+
 /// Failpoint `cache_opened`: runs on the pool right after an entry was opened for a request
 /// (`sleep(MS)` widens the window in which an eviction may delete it before it is kept open).
 pub(crate) fn failpoint_opened() {

@@ -664,6 +664,7 @@ impl Ctx<'_> {
                     First::FetchThrough(CacheStatus::Bypass)
                 }
                 (FillError::NotSatisfiable { total }, _) => First::Error(416, *total),
+                (FillError::Abandoned, _) => First::Error(500, None),
             },
         }
     }
