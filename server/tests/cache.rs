@@ -4538,6 +4538,35 @@ fn requests_joined_to_a_fill_answered_5xx_do_not_each_ask_the_origin() {
     assert!(r.body == body);
 }
 
+/// A Range header the answer ignores (malformed: last before first; or ranges turned off) is
+/// a request for the whole object, also on a miss whose range would start past the end: the
+/// same 200 a stored object gets, never the origin's 416 to a slice that does not exist.
+#[test]
+fn an_ignored_range_past_the_end_is_the_whole_object_on_a_miss() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(100, 6);
+    o.put("/small.bin", Object::new(body.clone()));
+    let bad = format!("Range: bytes={}-1\r\n", 40 * SLICE);
+    let r = get(&n, "/small.bin", &bad);
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{:?}", r.headers);
+    assert!(r.body == body);
+    let r = get(&n, "/small.bin", &bad);
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+
+    let d = common::tempdir();
+    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    cfg.http.max_ranges = 0;
+    let n = Node::start(&cfg);
+    let r = get(
+        &n,
+        "/small.bin",
+        &format!("Range: bytes={}-\r\n", 40 * SLICE),
+    );
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{:?}", r.headers);
+    assert_eq!(r.header("Accept-Ranges"), Some("none"));
+    assert!(r.body == body);
+}
+
 /// A range past the object's end with an If-Range that does not match is the whole object
 /// (RFC 9110 §13.1.5), also when nothing of it is stored yet; a matching one is a 416.
 #[test]

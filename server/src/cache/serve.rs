@@ -148,7 +148,10 @@ pub async fn respond(
         began_ms: unix_now_ms(),
     };
     cv.index.record_request(cx.key.slice(0));
-    let first_slice = match (cv.slice_size, range_start_hint(req.range.as_deref())) {
+    // Only a range the answer will honour picks the slice: one that is ignored (malformed,
+    // or ranges off) is a whole-object request, which must not get a 416.
+    let hint = crate::http::range::single_start(req.range.as_deref(), route.max_ranges);
+    let first_slice = match (cv.slice_size, hint) {
         (0, _) | (_, None) => 0,
         (s, Some(start)) => (start / s).min(u32::MAX as u64) as u32,
     };
@@ -278,21 +281,6 @@ fn stored_values<'h>(
 /// The values of field `name` of an origin's head that are text.
 fn head_values<'h>(h: &'h http::HeaderMap, name: &'static str) -> impl Iterator<Item = &'h str> {
     h.get_all(name).iter().filter_map(|v| v.to_str().ok())
-}
-
-/// The first byte a `Range` header asks for, when it names one (`bytes=X-` / `bytes=X-Y`);
-/// None for suffix ranges, several ranges or no range (the object's size decides those).
-fn range_start_hint(h: Option<&str>) -> Option<u64> {
-    let h = h?.trim();
-    if !h.get(..6)?.eq_ignore_ascii_case("bytes=") {
-        return None;
-    }
-    let rest = h[6..].trim();
-    if rest.contains(',') {
-        return None;
-    }
-    let (a, _) = rest.split_once('-')?;
-    a.trim().parse().ok()
 }
 
 /// The head of an answer from a stored (or filling) entry: with the entry's own `Date`, which
@@ -533,9 +521,10 @@ impl Ctx<'_> {
             Ok(Found::Stored(s0)) => s0,
             _ => return None,
         };
-        let start = range_start_hint(self.req.range.as_deref())
-            .unwrap_or(0)
-            .max(u64::from(slice) * size);
+        let start =
+            crate::http::range::single_start(self.req.range.as_deref(), self.route.max_ranges)
+                .unwrap_or(0)
+                .max(u64::from(slice) * size);
         let ends_before = s0.meta.whole_answer() || s0.meta.total_size <= start;
         (ends_before && now_ms < s0.meta.fresh_until_ms && self.usable(&s0)).then_some(s0)
     }

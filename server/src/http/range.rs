@@ -99,6 +99,16 @@ fn resolve(s: &Spec, size: u64) -> Option<ByteRange> {
     }
 }
 
+/// The first byte of the one range a header asks for (`bytes=X-` or `bytes=X-Y`) when
+/// [`plan`] would honour it with `max_ranges` (so never for a malformed header, which is
+/// ignored); None for a suffix range, several ranges or no range, which need the size.
+pub fn single_start(header: Option<&str>, max_ranges: usize) -> Option<u64> {
+    match header.and_then(specs)?.as_slice() {
+        [Spec::From(start, _)] if max_ranges >= 1 => Some(*start),
+        _ => None,
+    }
+}
+
 /// Evaluate a Range header value against a representation size.
 pub fn plan(header: Option<&str>, size: u64, max_ranges: usize) -> Ranges {
     let Some(specs) = header.and_then(specs) else {
@@ -137,6 +147,20 @@ mod tests {
 
     fn p(h: &str, size: u64) -> Ranges {
         plan(Some(h), size, 16)
+    }
+
+    #[test]
+    fn single_start_only_for_a_range_that_plan_honours() {
+        let s = |h: &str, max| single_start(Some(h), max);
+        assert_eq!(s("bytes=5-", 1), Some(5));
+        assert_eq!(s("Bytes = 7-9 ", 1), None, "the unit is `bytes=`");
+        assert_eq!(s("bytes= 7-9 ,", 1), Some(7));
+        assert_eq!(s("bytes=2000000-1", 1), None, "last before first: ignored");
+        assert_eq!(s("bytes=5-", 0), None, "ranges turned off");
+        assert_eq!(s("bytes=-5", 1), None);
+        assert_eq!(s("bytes=1-2,5-", 2), None);
+        assert_eq!(s("items=5-", 1), None);
+        assert_eq!(single_start(None, 1), None);
     }
 
     #[test]
