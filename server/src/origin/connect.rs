@@ -247,8 +247,14 @@ where
 /// body chunks it hands out are slices of that read buffer, so each chunk held (a slow
 /// client's pass-through read-ahead, a fill's unwritten tail) kept a whole buffer of up to
 /// 400 KiB alive — about 2 MiB per slowly read pass-through whatever `pass_buffer_bytes` said.
-/// Also the most an answer's head may take (nginx: 4-8 KiB, `proxy_buffer_size`).
+/// hyper refuses a head that does not fit it, but only once a read leaves the head unfinished
+/// with the buffer full, so a head a little over it passes or not by how the reads fell.
 pub(crate) const READ_BUFFER_MAX: usize = 64 * 1024;
+
+/// The most an answer's head (status line and fields) may take: well inside [`READ_BUFFER_MAX`],
+/// so whether a head is refused never depends on how its reads fell (nginx: 4-8 KiB,
+/// `proxy_buffer_size`).
+pub(crate) const HEAD_MAX: usize = 32 * 1024;
 
 /// Idle connections are dropped after this long (below nginx's 75 s keepalive_timeout, so the
 /// origin rarely closes one just as a request goes out on it).

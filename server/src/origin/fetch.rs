@@ -78,13 +78,15 @@ async fn fetch_head(
         // A probe of a server whose down mark ended connects anew: only a connect clears the
         // mark (an idle connection kept from before would answer and leave it probing).
         let (preferred, probe) = connect::pick(inner);
-        let idle = match probe {
+        // The race's retry connects anew too (an idle connection taken would be closed
+        // unused).
+        let idle = match probe || race_retried {
             true => None,
             false => inner.idle.take(inner.connect_timeout, preferred).await,
         };
         let (mut conn, reused) = match idle {
-            Some(c) if !race_retried => (c, true),
-            Some(_) | None => (connect::connect(inner, preferred).await?, false),
+            Some(c) => (c, true),
+            None => (connect::connect(inner, preferred).await?, false),
         };
         let server = &inner.servers[conn.server];
         let request = build(inner, req, conn.server)?;
@@ -124,6 +126,18 @@ async fn fetch_head(
         inner.metrics.duration.observe(sent.elapsed().as_secs_f64());
         let (parts, incoming) = resp.into_parts();
         let status = parts.status.as_u16();
+        let size = head_size(&parts);
+        if size > connect::HEAD_MAX {
+            // (The connection is dropped with the answer's body unread.)
+            return Err(OriginError::Protocol {
+                origin: inner.name.clone(),
+                server: server.url.clone(),
+                message: format!(
+                    "answer head of about {size} bytes (status line and fields) is over the {} KiB limit",
+                    connect::HEAD_MAX / 1024
+                ),
+            });
+        }
         let expected = announced_length(inner, &conn, req, status, &parts.headers)?;
         let lease = Lease { conn, permit };
         return Ok(body::start(
@@ -136,6 +150,15 @@ async fn fetch_head(
             expected,
         ));
     }
+}
+
+/// The size of an answer's head as sent (status line, fields, CRLFs; within the optional
+/// whitespace and the reason phrase, which hyper does not keep).
+fn head_size(parts: &http::response::Parts) -> usize {
+    let fields: usize = (parts.headers.iter())
+        .map(|(n, v)| n.as_str().len() + 2 + v.len() + 2)
+        .sum();
+    "HTTP/1.1 200 \r\n".len() + parts.status.canonical_reason().map_or(0, str::len) + fields + 2
 }
 
 /// The request's method, target and range, as its log lines name it (`GET /a.mp4 bytes=0-1048575`).
