@@ -4722,3 +4722,24 @@ fn a_fill_whose_task_panics_is_ended_and_the_next_request_fills_anew() {
     assert_eq!((r.status, xcache(&r)), (200, "MISS"), "{}", n.srv.logs());
     assert!(r.body == a);
 }
+
+/// The origin's own `X-Cache` (a cache in front of it) is never passed on: a passed-through
+/// answer and a stored one carry this node's only.
+#[test]
+fn the_origins_x_cache_is_not_passed_on() {
+    let (o, n) = origin_and_node("");
+    let upstream = |o: Object| o.header("X-Cache", "HIT from upstream");
+    o.put(
+        "/p.bin",
+        upstream(Object::new(pattern(500, 1)).cache_control("no-store")),
+    );
+    o.put("/s.bin", upstream(Object::new(pattern(500, 2))));
+    for (path, want) in [("/p.bin", "BYPASS"), ("/s.bin", "MISS"), ("/s.bin", "HIT")] {
+        let r = get(&n, path, "");
+        let all: Vec<&str> = (r.headers.iter())
+            .filter(|(k, _)| k.eq_ignore_ascii_case("x-cache"))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(all, [want], "{path}");
+    }
+}

@@ -58,8 +58,10 @@ struct WriteDone {
     done: u64,
 }
 
-/// Origin response headers never passed on (hop-by-hop and framing; we send our own).
+/// Origin response headers never passed on (hop-by-hop and framing; we send our own, and our
+/// own `X-Cache`: a cache in front of the origin says nothing of this node's).
 const HOP_BY_HOP: &[&str] = &[
+    "x-cache",
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -81,7 +83,6 @@ const NOT_STORED: &[&str] = &[
     "etag",
     "last-modified",
     "set-cookie",
-    "x-cache",
 ];
 
 /// What the fill is for.
