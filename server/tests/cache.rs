@@ -4743,3 +4743,51 @@ fn the_origins_x_cache_is_not_passed_on() {
         assert_eq!(all, [want], "{path}");
     }
 }
+
+/// A request that finds an entry's file removed from outside forgets the entry, but not one
+/// committed under the same id while its open ran: that entry stays in the index (counted,
+/// evictable), not only in the open table.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_missing_file_found_late_does_not_forget_the_entry_committed_meanwhile() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", "");
+    let a = pattern(100_000, 4);
+    o.put("/a.bin", Object::new(a.clone()));
+    stored_then_stopped(&cfg, &[("/a.bin", &a)]);
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_opened=1*sleep(1500)")]);
+    assert!(n
+        .srv
+        .wait_log("cache index rebuilt", Duration::from_secs(5)));
+    for (p, _) in common::cache::walk(&n.cache) {
+        if !p.starts_with(n.cache.join(".tmp")) {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    // The first request's open finds the file missing, and is held on the pool.
+    let late = {
+        let addr = n.srv.addr;
+        std::thread::spawn(move || {
+            let mut c = common::Conn::new(addr);
+            c.send(b"GET /a.bin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+            c.response(false)
+                .map(|r| r.status)
+                .map_err(|e| e.to_string())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    // The second finds it missing at once, fetches it and commits a new entry.
+    let r = get(&n, "/a.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    settle(&n);
+    assert_eq!(volume_metric(&n, "contentserver_cache_entries", &[]), 1.0);
+    assert_eq!(late.join().unwrap(), Ok(200));
+    assert_eq!(
+        volume_metric(&n, "contentserver_cache_entries", &[]),
+        1.0,
+        "the entry committed meanwhile was forgotten"
+    );
+    let r = get(&n, "/a.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+}

@@ -217,6 +217,17 @@ impl Index {
         st.take(id)
     }
 
+    /// Forget `id` if the index still holds it with `stamp`, known or not (what it held when a
+    /// look at its file began); a file committed under the id since has another stamp and
+    /// stays. Returns its size if it was removed.
+    pub fn remove_unchanged(&self, id: EntryId, stamp: Stamp) -> Option<u64> {
+        let mut st = self.lock();
+        if st.map.get(&id).map(|s| s.stamp) != Some(stamp) {
+            return None;
+        }
+        st.take(id)
+    }
+
     /// Should a new entry of `bytes` for `id`'s object be stored? It must fit the cache on its
     /// own, its object must have been asked for `min_uses` times, and when storing it would
     /// evict, at least as often as the entry that would go (TinyLFU).

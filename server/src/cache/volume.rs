@@ -382,6 +382,9 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
         }
         let store = self.store.clone();
         let k = key.clone();
+        // What the index held before the open: an entry committed while it ran is not the
+        // file it found missing.
+        let held = self.index.stamp(id);
         let opened = self
             .blocking(move || {
                 let opened = store.open_entry(id, &k);
@@ -416,7 +419,8 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
                 Ok(Found::Stored(s))
             }
             Err(EntryError::Missing) => {
-                if self.index.remove(id).is_some() {
+                let gone = held.and_then(|stamp| self.index.remove_unchanged(id, stamp));
+                if gone.is_some() {
                     tracing::debug!(volume = %self.name, entry = %id.rel_path(), "cache entry file removed from outside; forgotten");
                     self.update_gauges();
                 }
