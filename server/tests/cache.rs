@@ -4791,3 +4791,29 @@ fn a_missing_file_found_late_does_not_forget_the_entry_committed_meanwhile() {
     let r = get(&n, "/a.bin", "");
     assert_eq!((r.status, xcache(&r)), (200, "HIT"));
 }
+
+/// A full read of an object that is not admitted (stored nowhere: `min_uses`) still costs one
+/// origin request per slice when the client reads slowly: the slice prefetched while the
+/// previous one goes out keeps its bytes for the response, which used to find it ended and
+/// fetch it again (a quarter to half more origin requests, tester).
+#[test]
+fn a_slow_full_read_of_an_object_not_admitted_fetches_each_slice_once() {
+    let (o, n) = origin_and_node(&format!("{SLICED}\nmin_uses = 3"));
+    // Larger than the socket buffers can take (4 MiB of send buffer at most, by default), so
+    // the node waits on the client mid-object.
+    let body = pattern(128 * SLICE, 8);
+    o.put("/na.bin", Object::new(body.clone()));
+    let begun = common::http::partly_read(
+        n.srv.addr,
+        "/na.bin",
+        "Connection: close\r\n",
+        Some(65536),
+        1000,
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    let got = common::http::rest_of_body(begun);
+    assert!(got == body, "{} bytes of {}", got.len(), body.len());
+    settle(&n);
+    assert_eq!(o.requests("/na.bin"), 128, "one origin request per slice");
+    assert_eq!(cache_files(&n.cache).1, 0, "nothing stored");
+}

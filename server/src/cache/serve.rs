@@ -206,12 +206,18 @@ async fn filled(found: FillFor<Fill>) -> Result<Source, Unavailable> {
         // Another key's fill holds its entry: this slice cannot be had now.
         FillFor::Collision => return Err(Unavailable::Origin),
     };
+    let reader = fill.reader(0);
+    follow(fill, reader).await
+}
+
+/// The source `fill` gives, read with `reader`, once its head is there.
+async fn follow(fill: Arc<Fill>, reader: super::fill::FillReader) -> Result<Source, Unavailable> {
     let mut rx = fill.subscribe();
     loop {
         let p = rx.borrow_and_update().clone();
         match p {
             Progress::Waiting => {}
-            Progress::Body { head, .. } => return Ok(Source::Fill(fill.reader(0), head)),
+            Progress::Body { head, .. } => return Ok(Source::Fill(reader, head)),
             Progress::Refreshed(s) => return Ok(Source::Stored(s)),
             // A later slice stored nowhere and too large to hold: the next request retries.
             Progress::Bypass { refused: true, .. } => return Err(Unavailable::Origin),
@@ -659,7 +665,10 @@ impl Ctx<'_> {
     }
 
     /// The source of a later slice of the same response.
-    async fn source(&self, slice: u32) -> Result<Source, Unavailable> {
+    /// `held`: the fill this response prefetched the slice with and a reader keeping its
+    /// bytes (a fill that stores nothing, not admitted, may end before the response gets
+    /// there: found no more, the slice would be fetched twice).
+    async fn source(&self, slice: u32, held: Option<Held>) -> Result<Source, Unavailable> {
         let id = self.key.slice(slice);
         match self.cv.find(id, &self.key_bytes).await {
             Ok(Found::Stored(s)) if self.usable(&s) => return Ok(Source::Stored(s)),
@@ -668,7 +677,10 @@ impl Ctx<'_> {
             // failure; it stays stored.)
             Ok(Found::Collision | Found::Unavailable) | Err(_) => return Err(Unavailable::Origin),
         }
-        filled(self.fill(slice, None, false)).await
+        match held {
+            Some((fill, reader)) => follow(fill, reader).await,
+            None => filled(self.fill(slice, None, false)).await,
+        }
     }
 
     /// A later slice found stored as another version than the response's: ask the origin
@@ -882,16 +894,18 @@ impl Ctx<'_> {
     }
 
     /// Start filling `slice` if it is neither stored nor being filled (prefetch; not for a
-    /// request with Authorization, whose fills nobody else finds).
-    fn prefetch(&self, slice: u32) {
-        if self.auth.is_none() {
-            prefetch(
-                self.cv,
-                &self.route.origin,
-                &self.key_bytes,
-                self.job(slice, None),
-            );
+    /// request with Authorization, whose fills nobody else finds). The fill, started here or
+    /// running already, with a reader that keeps its bytes for this response.
+    fn prefetch(&self, slice: u32) -> Option<Held> {
+        if self.auth.is_some() {
+            return None;
         }
+        prefetch(
+            self.cv,
+            &self.route.origin,
+            &self.key_bytes,
+            self.job(slice, None),
+        )
     }
 
     async fn serve(&self, first: Source, first_slice: u32, status: CacheStatus) -> Served {
@@ -1196,7 +1210,9 @@ impl Ctx<'_> {
             _ => (0, 0),
         };
         let mut sent = 0u64;
+        let mut ahead: Option<(u32, Held)> = None;
         for k in k0..=k1 {
+            let held = ahead.take().filter(|(n, _)| *n == k).map(|(_, h)| h);
             let found = match first.take() {
                 Some((fk, src)) if fk == k => Some(src),
                 other => {
@@ -1207,7 +1223,7 @@ impl Ctx<'_> {
             let slice_start = if s == 0 { 0 } else { k as u64 * s };
             let got = match found {
                 Some(src) => Ok(src),
-                None => self.source(k).await,
+                None => self.source(k, held).await,
             };
             let got = match got {
                 Ok(src) if !src.meta().same_version(meta) => self.refetch(k, src).await,
@@ -1265,7 +1281,7 @@ impl Ctx<'_> {
                 .await
                 .map_err(|(n, why)| (sent + n, why))?;
             if let Some(next) = next {
-                self.prefetch(next);
+                ahead = self.prefetch(next).map(|h| (next, h));
             }
             sent += self
                 .send_part(&src, split, b)
@@ -1745,21 +1761,39 @@ impl Ctx<'_> {
     }
 }
 
+/// A fill a response prefetched a slice with, and the reader that keeps its bytes for it.
+type Held = (Arc<Fill>, super::fill::FillReader);
+
 /// Start `job`'s fill (no Authorization) unless its slice is stored or being filled, or the
 /// object is passed through for now (`cache/pass.rs`: storing a slice would bring it back).
-fn prefetch(cv: &Arc<CacheVolume<Fill>>, origin: &Arc<Origin>, key: &Arc<[u8]>, job: FillJob) {
+/// The fill of the slice, started or running, with a reader made before it can let go of a
+/// byte (dropped at once, it keeps nothing).
+fn prefetch(
+    cv: &Arc<CacheVolume<Fill>>,
+    origin: &Arc<Origin>,
+    key: &Arc<[u8]>,
+    job: FillJob,
+) -> Option<Held> {
     if cv.passes.shared.passing(job.key.hash(), unix_now_ms()) {
-        return;
+        return None;
     }
     let id = job.key.slice(job.slice);
-    if cv.index.lookup(id, cv.index.now()) == super::index::Presence::No
-        && cv.fill_running(id, key).is_none()
-    {
-        if let FillFor::Fill(fill, false) =
-            cv.fill_for(id, key, true, || Fill::new(id, key.clone()))
-        {
-            fill.spawn(cv.clone(), origin.clone(), job);
+    if cv.index.lookup(id, cv.index.now()) != super::index::Presence::No {
+        return None;
+    }
+    if let Some(fill) = cv.fill_running(id, key) {
+        let reader = fill.reader(0);
+        return Some((fill, reader));
+    }
+    match cv.fill_for(id, key, true, || Fill::new(id, key.clone())) {
+        FillFor::Fill(fill, joined) => {
+            let reader = fill.reader(0);
+            if !joined {
+                fill.spawn(cv.clone(), origin.clone(), job);
+            }
+            Some((fill, reader))
         }
+        FillFor::Stored(_) | FillFor::Collision => None,
     }
 }
 
