@@ -4,7 +4,10 @@
 //! The admin port is what Kubernetes probes and Prometheus scrapes, and the operator exposes it
 //! to the cluster, so it must neither hold descriptors for whoever connects nor stop answering
 //! when the data plane uses every descriptor:
-//! - at most [`MAX_CONNECTIONS`] at once (more are closed at once);
+//! - at most [`MAX_CONNECTIONS`] at once: one more takes the place of the oldest that is not
+//!   being answered (idle, or its head unfinished), so connections held open by whoever
+//!   connects cannot keep a health probe out; when every one is being answered, it is closed
+//!   at once;
 //! - a request head must arrive within [`HEADER_TIMEOUT`], also between keep-alive requests
 //!   (hyper's `header_read_timeout` runs while a connection is idle);
 //! - a connection lives at most [`MAX_LIFETIME`]: then it ends after its current answer, and
@@ -19,12 +22,12 @@ use crate::descriptors::SpareDescriptor;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
 /// Admin connections open at once.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -37,6 +40,84 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(10);
 
 static LAST_EMFILE_LOG: AtomicU64 = AtomicU64::new(0);
 
+/// The admin connections open, oldest first.
+#[derive(Default)]
+struct Open {
+    next: u64,
+    slots: VecDeque<Slot>,
+}
+
+struct Slot {
+    id: u64,
+    /// A request of it is being answered.
+    busy: Arc<AtomicBool>,
+    task: tokio::task::AbortHandle,
+}
+
+type Table = Arc<Mutex<Open>>;
+
+fn lock(t: &Table) -> std::sync::MutexGuard<'_, Open> {
+    t.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Makes room for one more connection: true when there is room, or the oldest connection not
+/// being answered was closed for it.
+fn room(t: &Table) -> bool {
+    let mut open = lock(t);
+    if open.slots.len() < MAX_CONNECTIONS {
+        return true;
+    }
+    match open
+        .slots
+        .iter()
+        .position(|s| !s.busy.load(Ordering::Acquire))
+    {
+        Some(i) => {
+            if let Some(s) = open.slots.remove(i) {
+                s.task.abort();
+            }
+            true
+        }
+        None => false,
+    }
+}
+
+/// Start serving `stream` with `app`, in the table.
+fn start(
+    t: &Table,
+    stream: tokio::net::TcpStream,
+    app: Router,
+    after: impl FnOnce() + Send + 'static,
+) {
+    let busy = Arc::new(AtomicBool::new(false));
+    let mut open = lock(t);
+    let id = open.next;
+    open.next += 1;
+    let (table, flag) = (t.clone(), busy.clone());
+    let task = tokio::spawn(async move {
+        // Leaves the table however the task ends (aborted: it left already).
+        let _left = Leave { table, id };
+        connection(stream, app, flag).await;
+        after();
+    });
+    open.slots.push_back(Slot {
+        id,
+        busy,
+        task: task.abort_handle(),
+    });
+}
+
+struct Leave {
+    table: Table,
+    id: u64,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        lock(&self.table).slots.retain(|s| s.id != self.id);
+    }
+}
+
 /// Serve `app` on `listener` until `stop` resolves; connections still open then get one second
 /// to finish.
 pub async fn serve(
@@ -45,7 +126,7 @@ pub async fn serve(
     bound: SocketAddr,
     stop: impl std::future::Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let table: Table = Arc::default();
     let spare = Arc::new(SpareDescriptor::new());
     tokio::pin!(stop);
     loop {
@@ -68,13 +149,11 @@ pub async fn serve(
                     continue;
                 }
                 match listener.accept().await {
-                    Ok((stream, _)) => {
-                        let (app, spare) = (app.clone(), spare.clone());
-                        tokio::spawn(async move {
-                            connection(stream, app).await;
-                            spare.retake();
-                        });
+                    Ok((stream, _)) if room(&table) => {
+                        let spare = spare.clone();
+                        start(&table, stream, app.clone(), move || spare.retake());
                     }
+                    Ok(_) => spare.retake(),
                     Err(_) => {
                         spare.retake();
                         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -87,27 +166,37 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            // Over the bound: closed at once.
+        if !room(&table) {
+            // Every connection is being answered: closed at once.
             drop(stream);
             continue;
-        };
-        let app = app.clone();
-        tokio::spawn(async move {
-            connection(stream, app).await;
-            drop(permit);
-        });
+        }
+        start(&table, stream, app.clone(), || {});
     }
-    let all = MAX_CONNECTIONS as u32;
-    let _ = tokio::time::timeout(Duration::from_secs(1), permits.acquire_many(all)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    while !lock(&table).slots.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
-/// One admin connection, with the head timeout and the lifetime bound.
-async fn connection(stream: tokio::net::TcpStream, app: Router) {
+/// One admin connection, with the head timeout and the lifetime bound; `busy` says when a
+/// request of it is being answered.
+async fn connection(stream: tokio::net::TcpStream, app: Router, busy: Arc<AtomicBool>) {
     let _ = stream.set_nodelay(true);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT);
+    let app = app.layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let busy = busy.clone();
+            async move {
+                busy.store(true, Ordering::Release);
+                let answer = next.run(req).await;
+                busy.store(false, Ordering::Release);
+                answer
+            }
+        },
+    ));
     let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
     tokio::pin!(conn);
     tokio::select! {
