@@ -84,6 +84,7 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
             req,
             &resolved.path,
             keep_alive,
+            &shared.lifecycle,
             timeout,
         )
         .await;

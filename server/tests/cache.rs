@@ -4817,3 +4817,41 @@ fn a_slow_full_read_of_an_object_not_admitted_fetches_each_slice_once() {
     assert_eq!(o.requests("/na.bin"), 128, "one origin request per slice");
     assert_eq!(cache_files(&n.cache).1, 0, "nothing stored");
 }
+
+/// A miss that waited for the origin while draining began says `Connection: close` (it then
+/// closes): a client reusing the connection would race the close.
+#[test]
+fn an_answer_made_after_draining_began_says_close() {
+    let (o, mut n) = origin_and_node("");
+    let body = pattern(5000, 9);
+    for path in ["/w.bin", "/p.bin"] {
+        o.put(path, Object::new(body.clone()));
+    }
+    o.put(
+        "/p.bin",
+        Object::new(body.clone()).cache_control("no-store"),
+    );
+    o.set_timing(Timing {
+        head_delay: Duration::from_millis(800),
+        ..Timing::default()
+    });
+    let asks: Vec<_> = ["/w.bin", "/p.bin"]
+        .into_iter()
+        .map(|path| {
+            let addr = n.srv.addr;
+            std::thread::spawn(move || {
+                let mut c = common::Conn::new(addr);
+                c.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+                c.response(false).expect("an answer")
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    n.srv.signal(common::SIGTERM);
+    for (ask, want) in asks.into_iter().zip(["MISS", "BYPASS"]) {
+        let r = ask.join().unwrap();
+        assert_eq!((r.status, xcache(&r)), (200, want));
+        assert!(r.body == body);
+        assert_eq!(r.header("Connection"), Some("close"), "{want}");
+    }
+}

@@ -63,7 +63,9 @@ struct Ctx<'a> {
     key: CacheKey,
     key_bytes: Arc<[u8]>,
     target: String,
+    /// The request allows keep-alive (see [`Ctx::keep_alive`]).
     keep_alive: bool,
+    lifecycle: &'a crate::lifecycle::Lifecycle,
     head_only: bool,
     send_timeout: Duration,
     /// When this request began (ms since the Unix epoch, as pass marks count).
@@ -118,6 +120,7 @@ pub async fn respond(
     req: &Request,
     path: &str,
     keep_alive: bool,
+    lifecycle: &crate::lifecycle::Lifecycle,
     send_timeout: Duration,
 ) -> Served {
     // The key and the origin's target: the request's canonical path (`resolve::canonical`, the
@@ -143,6 +146,7 @@ pub async fn respond(
         key,
         target,
         keep_alive,
+        lifecycle,
         head_only: req.method == Method::Head,
         send_timeout,
         began_ms: unix_now_ms(),
@@ -303,6 +307,12 @@ fn stored_head(code: u16, meta: &super::entry::EntryMeta) -> Head {
 }
 
 impl Ctx<'_> {
+    /// Whether the answer keeps the connection: not once draining began, which may be while
+    /// this request waited for the origin or a fill (the answer then says `close`).
+    fn keep_alive(&self) -> bool {
+        self.keep_alive && !self.lifecycle.is_draining()
+    }
+
     fn job(&self, slice: u32, revalidate: Option<Arc<Stored>>) -> FillJob {
         FillJob {
             key: self.key.clone(),
@@ -976,15 +986,16 @@ impl Ctx<'_> {
                     })
                     .map(|(n, v)| (n.as_str(), v.as_str()));
                 let head = self.with_fields(stored_head(304, &meta), fields, ctype, now);
+                let keep_alive = self.keep_alive();
                 let out = validators(head)
                     .header("Age", age.max(0) as u64)
                     .header("X-Cache", status.header())
-                    .finish(self.keep_alive);
+                    .finish(keep_alive);
                 let ok = self.sock.write_all(&out, false).await.is_ok();
                 return Served {
                     status: 304,
                     bytes: out.len() as u64,
-                    keep_alive: self.keep_alive && ok,
+                    keep_alive: keep_alive && ok,
                 };
             }
             Precondition::Proceed { range } => range,
@@ -1063,7 +1074,8 @@ impl Ctx<'_> {
         if with_body && !self.admitted(&first, first_len) {
             return self.error(503, None, status).await;
         }
-        let out = head.finish(self.keep_alive);
+        let keep_alive = self.keep_alive();
+        let out = head.finish(keep_alive);
         if self.sock.write_all(&out, with_body).await.is_err() {
             return Served {
                 status: code,
@@ -1074,7 +1086,7 @@ impl Ctx<'_> {
         let mut served = Served {
             status: code,
             bytes: out.len() as u64,
-            keep_alive: self.keep_alive,
+            keep_alive,
         };
         if !with_body {
             return served;
@@ -1506,18 +1518,15 @@ impl Ctx<'_> {
         if status == 503 {
             extra.push(("Retry-After", "1"));
         }
-        let out = self.http.error(
-            Some(self.route_ix),
-            self.req,
-            status,
-            self.keep_alive,
-            &extra,
-        );
+        let keep_alive = self.keep_alive();
+        let out = self
+            .http
+            .error(Some(self.route_ix), self.req, status, keep_alive, &extra);
         let ok = self.sock.write_all(&out, false).await.is_ok();
         Served {
             status,
             bytes: if ok { out.len() as u64 } else { 0 },
-            keep_alive: self.keep_alive && ok,
+            keep_alive: keep_alive && ok,
         }
     }
 
@@ -1562,14 +1571,13 @@ impl Ctx<'_> {
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok());
         let head = self.with_fields(Head::new(304), fields, ctype, unix_now_ms() / 1000);
-        let out = head
-            .header("X-Cache", status.header())
-            .finish(self.keep_alive);
+        let keep_alive = self.keep_alive();
+        let out = head.header("X-Cache", status.header()).finish(keep_alive);
         let ok = self.sock.write_all(&out, false).await.is_ok();
         Served {
             status: 304,
             bytes: if ok { out.len() as u64 } else { 0 },
-            keep_alive: self.keep_alive && ok,
+            keep_alive: keep_alive && ok,
         }
     }
 
@@ -1679,7 +1687,7 @@ impl Ctx<'_> {
         // with the connection, reset if the origin's body broke off.
         let with_body = !self.head_only && resp.status != 304 && resp.status != 204;
         let chunked = with_body && resp.expected.is_none() && self.req.minor >= 1;
-        let keep_alive = self.keep_alive && (resp.expected.is_some() || chunked);
+        let keep_alive = self.keep_alive() && (resp.expected.is_some() || chunked);
         let ctype = resp
             .headers
             .get(http::header::CONTENT_TYPE)
