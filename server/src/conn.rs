@@ -207,7 +207,17 @@ async fn answer(
                 query: None,
                 peer: None,
             };
-            record(shared, &asked, status, len, Instant::now(), sock);
+            // A 408 took the header timeout (counted from the head's first byte, or from the
+            // accept for a first request); a refused head is refused as it arrives.
+            let now = Instant::now();
+            let started = match status {
+                408 => {
+                    let secs = shared.config.limits.header_read_timeout_secs;
+                    now.checked_sub(Duration::from_secs(secs)).unwrap_or(now)
+                }
+                _ => now,
+            };
+            record(shared, &asked, status, len, started, sock);
             if linger {
                 sock.lingering_close().await;
             }

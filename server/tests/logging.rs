@@ -121,6 +121,34 @@ fn a_bad_head_after_a_get_request_line_is_counted_as_a_get() {
     );
 }
 
+/// A head not finished in time (408) is logged with the time it took: the header timeout, not
+/// the instant of the answer.
+#[test]
+fn a_timed_out_head_is_logged_with_the_time_it_took() {
+    let d = content_dir(1, 16);
+    let mut cfg = one_volume(1, volume("v", d.path()));
+    cfg.logging.access_log = true;
+    cfg.limits.header_read_timeout_secs = 1;
+    let s = Server::start(&cfg);
+    let mut c = s.connect();
+    c.send(b"GET /f0.bin HTTP/1.1\r\nHo");
+    assert_eq!(c.response(false).expect("an answer").status, 408);
+    assert!(
+        s.wait_log("status=408", Duration::from_secs(5)),
+        "{}",
+        s.logs()
+    );
+    let logs = s.logs();
+    let line = logs.lines().find(|l| l.contains("status=408")).unwrap();
+    let ms: f64 = line
+        .split("duration_ms=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no duration in {line}"));
+    assert!((999.0..1500.0).contains(&ms), "{line}");
+}
+
 /// A download the client aborts is logged with the client's address (asked when the request
 /// came, not when the line is written: the kernel forgets a reset connection's peer).
 #[test]
