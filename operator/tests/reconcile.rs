@@ -1067,6 +1067,41 @@ async fn more_replicas_on_a_shared_claim_cache_are_refused_and_the_pod_keeps_ser
     assert_eq!(condition(&cs, "Reconciled").reason, "Applied");
 }
 
+/// A child past the workload that the API refuses (an admission webhook refusing the Ingress)
+/// fails the reconcile, but only after the workload switch: with a cache on an existing claim
+/// the old workload still goes at once (its pods hold the lock the new pods need), and the
+/// failure is in the status.
+#[tokio::test]
+async fn a_refused_ingress_does_not_stop_the_workload_switch() {
+    let (fake, ctx, name) = shared_claim_cache().await;
+    fake.set_rolled_out(&deployments(), &name, 1);
+    run(&fake, &ctx, &name).await;
+    fake.fail("PATCH", "/ingresses/", 422);
+    fake.edit(&contentservers(), &name, |cs| {
+        let volumes = cs["spec"]["volumes"].as_array_mut().expect("volumes");
+        volumes.push(json!({"name": "scratch", "source":
+            {"claimTemplate": {"size": "1Gi", "accessModes": ["ReadWriteOnce"]}}}));
+        let routes = cs["spec"]["routes"].as_array_mut().expect("routes");
+        routes.insert(0, json!({"prefix": "/scratch/", "volume": "scratch"}));
+        cs["spec"]["expose"]["ingress"]["hosts"] = json!(["shop.example"]);
+    });
+    let err = reconcile(Arc::new(current(&fake, &name).await), ctx.clone())
+        .await
+        .expect_err("the Ingress is refused");
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    assert!(fake.get(&statefulsets(), &name).is_some());
+    assert!(
+        fake.get(&deployments(), &name).is_none(),
+        "the Deployment's pod holds the lock the StatefulSet's pod needs"
+    );
+    let cs = current(&fake, &name).await;
+    let rec = condition(&cs, "Reconciled");
+    assert_eq!(
+        (rec.status.as_str(), rec.reason.as_str()),
+        ("False", "ApplyFailed")
+    );
+}
+
 /// Switching kinds with a cache on an existing claim: the new workload's pods cannot take the
 /// cache directory's lock while the old pods hold it, so waiting for them to be ready would
 /// stall forever. The old workload is removed at once (an Event says why), both ways.

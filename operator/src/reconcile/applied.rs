@@ -21,6 +21,9 @@ pub struct Applied {
     pub serving_elsewhere: i32,
     /// The workload of the other kind still exists (its pods may mount an earlier config).
     pub previous_workload_remains: bool,
+    /// Applying a child past the workload failed: the reconcile fails with it once the
+    /// workload switch and the pruning are done.
+    pub optional_failed: Option<crate::reconcile::Error>,
 }
 
 impl Applied {

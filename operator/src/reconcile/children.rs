@@ -1,6 +1,8 @@
 //! Apply every child the spec wants, in dependency order: the ConfigMap (pods mount it), the
 //! Services, the workload, then the optional children (PDB, HPA, NetworkPolicy, Ingress,
-//! HTTPRoute, ServiceMonitor), each pruned when the spec stops wanting it. Every write goes
+//! HTTPRoute, ServiceMonitor), each pruned when the spec stops wanting it. A failure past the
+//! workload is kept in `Applied::optional_failed` (the reconcile fails with it after the
+//! workload switch and the pruning). Every write goes
 //! through the ownership check of `api.rs`: a same-named object this ContentServer does not own
 //! is neither taken over nor deleted. A kind whose CRD is not installed (HTTPRoute,
 //! ServiceMonitor: the API answers 404 for the kind) is reported in `Applied::missing_crds`, not
@@ -47,6 +49,7 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
         missing_crds: Vec::new(),
         serving_elsewhere: 0,
         previous_workload_remains: false,
+        optional_failed: None,
     };
     match applied.kind {
         WorkloadKind::StatefulSet => {
@@ -66,6 +69,19 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
         }
     }
 
+    // A failure past the workload (an admission webhook refusing the Ingress, say) must not
+    // stop the workload switch, the pruning of old configs or the status: kept for the end.
+    if let Err(e) = apply_optional(scope, &mut applied).await {
+        applied.optional_failed = Some(e);
+    }
+    Ok(applied)
+}
+
+/// The children past the workload: the metrics Service, PDB, HPA, NetworkPolicy, Ingress,
+/// HTTPRoute and ServiceMonitor.
+async fn apply_optional(scope: &Scope<'_>, applied: &mut Applied) -> Result<(), Error> {
+    let cs = scope.cs;
+    let svcs: Api<Service> = scope.api();
     let name = builders::workload_name(cs);
     let metrics_svc = service::metrics_service(cs);
     let metrics_name = service::metrics_service_name(cs);
@@ -99,7 +115,7 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
             servicemonitor::SERVICEMONITOR_CRD
         ));
     }
-    Ok(applied)
+    Ok(())
 }
 
 /// [`apply_or_delete`] for a kind defined by an optional CRD: false when the API does not know

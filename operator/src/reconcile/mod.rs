@@ -154,6 +154,9 @@ async fn reconcile_steps(
     let mut applied = children::apply_all(&scope).await?;
     replace::remove_other_kind(&scope, &mut applied).await?;
     configs::prune_old(&scope, &applied).await?;
+    if let Some(e) = applied.optional_failed.take() {
+        return Err(e);
+    }
     let action = write_applied_status(&scope, applied).await?;
     Ok((action, crate::metrics::result::OK))
 }
