@@ -154,6 +154,22 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
                 format!("{mp} is reserved: it is, is inside or holds a directory the pod uses (/, /tmp, {CONFIG_DIR}, {ORIGIN_CA_DIR} and {PURGE_TOKEN_DIR})"),
             );
         }
+        // The image's own files: the server binary and the C library and loader (distroless
+        // cc) hidden by a volume holding them, or a kernel filesystem the runtime mounts (a
+        // volume there, or inside it, fails the container's start): a pod that never starts.
+        let image = ["/usr/local/bin", "/usr/lib", "/lib", "/lib64"];
+        let kernel = ["/proc", "/sys", "/dev"];
+        if let Some(r) = image
+            .iter()
+            .chain(&kernel)
+            .find(|r| trimmed == **r || under(trimmed, r))
+            .or_else(|| kernel.iter().find(|r| under(r, &mp)))
+        {
+            push(
+                format!("{f}.mountPath"),
+                format!("{mp} would hide or mount into {r}, which the container needs from its image or its runtime: its pods would not start"),
+            );
+        }
         if !mounts.insert(mp.trim_end_matches('/').to_string()) {
             push(format!("{f}.mountPath"), format!("{mp} is mounted twice"));
         }

@@ -1293,6 +1293,43 @@ fn mount_paths_holding_the_pods_own_directories_are_invalid() {
     }
 }
 
+/// A mountPath that would hide the image's binary or C library, or mount into a kernel
+/// filesystem, is refused: the pods would never start (the review's `/usr/local`).
+#[test]
+fn mount_paths_hiding_the_image_or_in_kernel_filesystems_are_invalid() {
+    for mp in [
+        "/usr/local",
+        "/usr/local/bin",
+        "/usr",
+        "/lib",
+        "/lib64/",
+        "/usr/lib",
+        "/proc",
+        "/sys/fs",
+        "/dev/shm",
+    ] {
+        let mut cs = example("minimal.yaml");
+        cs.spec.volumes[0].mount_path = Some(mp.into());
+        let errs = validate(&cs.spec);
+        assert!(
+            errs.iter().any(|e| e.field == "spec.volumes[0].mountPath"
+                && e.message.contains("its pods would not start")),
+            "{mp}: {errs:?}"
+        );
+    }
+    for mp in [
+        "/usr/share/media",
+        "/usr/local/media",
+        "/library",
+        "/devices",
+        "/srv/lib",
+    ] {
+        let mut cs = example("minimal.yaml");
+        cs.spec.volumes[0].mount_path = Some(mp.into());
+        assert_eq!(validate(&cs.spec), vec![], "{mp}");
+    }
+}
+
 /// The reserved mount paths are not reachable through `..`, `.` or `//`.
 #[test]
 fn mount_paths_with_dot_segments_or_double_slashes_are_invalid() {
