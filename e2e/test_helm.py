@@ -81,9 +81,14 @@ def test_lint_cluster_wide_with_optional_parts() -> None:
         {"prometheusAdapter": {"rules": {"enabled": True, "namespace": "Monitoring"}}},
         {"image": {"tag": "sha256:" + "a" * 64}},  # a digest is not a tag
         {"image": {"digest": "sha256:short"}},
+        {"fullnameOverride": "BadName"},  # not a DNS-1123 label: every object would be refused
+        {"nameOverride": "bad_name"},
+        {"networkPolicy": {"enabled": True, "egress": {"enabled": True, "apiServerCIDRs": ["not-a-cidr"]}}},
+        {"networkPolicy": {"enabled": True, "egress": {"enabled": True, "apiServerCIDRs": ["10.0.0.1"]}}},
     ],
     ids=["top-level-typo", "nested-typo", "dashboards-typo", "wrong-type", "bad-enum", "bad-ns",
-         "adapter-typo", "adapter-bad-ns", "digest-as-tag", "bad-digest"],
+         "adapter-typo", "adapter-bad-ns", "digest-as-tag", "bad-digest", "bad-fullname", "bad-name",
+         "bad-cidr", "cidr-without-prefix"],
 )
 def test_lint_rejects_values_the_schema_forbids(broken: dict) -> None:
     res = helm_native.lint_with_values(CHART, broken)
@@ -517,6 +522,11 @@ def test_a_release_name_starting_with_a_digit_fails_with_a_way_out(release: str)
     with pytest.raises(helm_native.HelmNativeError) as failed:
         helm_native.render(CHART, {}, namespace=NS, release=release)
     assert "must start with a letter" in str(failed.value) and "fullnameOverride" in str(failed.value)
+    # Set by fullnameOverride, the message names it (not the release name).
+    with pytest.raises(helm_native.HelmNativeError) as failed:
+        helm_native.render(CHART, {"fullnameOverride": "9abc"}, namespace=NS, release="csop")
+    assert 'fullnameOverride "9abc" starts with a digit' in str(failed.value), failed.value
+    assert '"csop"' not in str(failed.value), failed.value
     named = helm_native.render(CHART, {"fullnameOverride": "media-operator"}, namespace=NS, release=release)
     assert one(named, "Service")["metadata"]["name"] == "media-operator-metrics"
     no_service = helm_native.render(CHART, {"metrics": {"service": {"enabled": False}}}, namespace=NS,
