@@ -72,8 +72,8 @@ pub fn contentservers(
 }
 
 /// One watch event with its object decoded; None drops an event whose object does not decode
-/// (reported). Such an object's earlier version, if one decoded, stays in the store and keeps
-/// being reconciled as it was; its deletion still removes it.
+/// (reported). Such an object's earlier version, if one decoded, stays in the store (a relist
+/// lists it again) and keeps being reconciled as it was; its deletion still removes it.
 async fn typed(
     ev: watcher::Event<DynamicObject>,
     known: &Store<ContentServer>,
@@ -84,15 +84,25 @@ async fn typed(
         Init => Init,
         InitDone => InitDone,
         Apply(o) => Apply(reported(o, recorder).await?),
-        InitApply(o) => InitApply(reported(o, recorder).await?),
+        // A relist rebuilds the store from these alone: an object that no longer decodes is
+        // listed as the version known before, or it would drop out (no longer reconciled, its
+        // deletion lost).
+        InitApply(o) => {
+            let key = key_of(&o);
+            match reported(o, recorder).await {
+                Some(cs) => InitApply(cs),
+                None => InitApply(known.get(&key).map(|cs| (*cs).clone())?),
+            }
+        }
         Delete(o) => match decode(&o) {
             Ok(cs) => Delete(cs),
-            Err(_) => {
-                let key = ObjectRef::new(&o.name_any()).within(&o.namespace().unwrap_or_default());
-                Delete(known.get(&key).map(|cs| (*cs).clone())?)
-            }
+            Err(_) => Delete(known.get(&key_of(&o)).map(|cs| (*cs).clone())?),
         },
     })
+}
+
+fn key_of(o: &DynamicObject) -> ObjectRef<ContentServer> {
+    ObjectRef::new(&o.name_any()).within(&o.namespace().unwrap_or_default())
 }
 
 /// The decoded object, or None after a warning and a Warning Event on it.
@@ -118,5 +128,57 @@ async fn reported(obj: DynamicObject, recorder: &Recorder) -> Option<ContentServ
             }
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::events::Reporter;
+
+    /// A client whose API answers 404 to everything (the Events the decoding reports).
+    fn client() -> kube::Client {
+        let svc = tower::service_fn(|_req: http::Request<kube::client::Body>| async {
+            http::Response::builder()
+                .status(404)
+                .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    fn minimal() -> DynamicObject {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/minimal.yaml");
+        let text = std::fs::read_to_string(path).expect("examples/minimal.yaml");
+        let mut obj: DynamicObject = serde_yaml_ng::from_str(&text).expect("a ContentServer");
+        obj.metadata.namespace = Some("default".into());
+        obj
+    }
+
+    /// A relist rebuilds the store from its InitApply events alone: an object that stopped
+    /// decoding is listed as the version known before (still reconciled, its deletion still
+    /// seen); one never decoded is dropped.
+    #[tokio::test]
+    async fn a_relisted_object_that_no_longer_decodes_keeps_its_known_version() {
+        let reporter = Reporter {
+            controller: "test".into(),
+            instance: None,
+        };
+        let recorder = Recorder::new(client(), reporter);
+        let (known, mut writer) = reflector::store::<ContentServer>();
+        let good = minimal();
+        let cs = decode(&good).expect("decodes");
+        writer.apply_watcher_event(&watcher::Event::Apply(cs.clone()));
+        let mut bad = good.clone();
+        bad.data["spec"]["replicas"] = serde_json::json!(3_000_000_000_i64);
+        match typed(watcher::Event::InitApply(bad.clone()), &known, &recorder).await {
+            Some(watcher::Event::InitApply(listed)) => {
+                assert_eq!(listed.spec.replicas, cs.spec.replicas)
+            }
+            _ => panic!("the known version was not listed"),
+        }
+        bad.metadata.name = Some("never-decoded".into());
+        assert!(typed(watcher::Event::InitApply(bad), &known, &recorder)
+            .await
+            .is_none());
     }
 }
