@@ -12,6 +12,8 @@ pub const AVAILABLE: &str = "Available";
 pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
 pub const RECONCILED: &str = "Reconciled";
+/// Progressing and Degraded reason: the workload's rollout passed its progress deadline.
+pub const STALLED: &str = "ProgressDeadlineExceeded";
 /// Reconciled reason: an optional kind's CRD (Gateway API, Prometheus Operator) is missing.
 pub const CRD_MISSING: &str = "CRDMissing";
 /// Reconciled reason: a child's name is still held by a child of an earlier ContentServer of the
@@ -27,6 +29,9 @@ pub struct WorkloadState {
     pub updated: i32,
     /// The workload controller has seen the latest workload spec.
     pub observed_latest: bool,
+    /// The rollout made no progress within its deadline (a Deployment's
+    /// `Progressing=False/ProgressDeadlineExceeded`: new pods that never become ready).
+    pub stalled: bool,
 }
 
 impl WorkloadState {
@@ -113,15 +118,31 @@ pub fn workload_conditions(
     });
     let template_current = w.observed_latest && w.updated >= w.desired;
     let degraded = w.desired > 0 && w.ready < w.desired && template_current && settled_before;
+    let rolling = format!(
+        "{}/{} pods updated, {}/{} ready",
+        w.updated, w.desired, w.ready, w.desired
+    );
+    if w.stalled && !w.rolled_out() {
+        // A rollout that will not finish by itself (a crash-looping template): said, with an
+        // Event, instead of Progressing forever.
+        let message = format!(
+            "{rolling}: no progress within the Deployment's progress deadline (see its new pods)"
+        );
+        let progressing = set(PROGRESSING, false, STALLED, message.clone());
+        let degraded = set(DEGRADED, true, STALLED, message);
+        let reconciled = set(
+            RECONCILED,
+            true,
+            "Applied",
+            note.unwrap_or("children applied").to_string(),
+        );
+        return merge_conditions(previous, vec![available, progressing, degraded, reconciled]);
+    }
     let progressing = if w.rolled_out() || degraded {
         let message = format!("{} pods up to date", w.updated);
         set(PROGRESSING, false, "RolloutComplete", message)
     } else {
-        let message = format!(
-            "{}/{} pods updated, {}/{} ready",
-            w.updated, w.desired, w.ready, w.desired
-        );
-        set(PROGRESSING, true, "RollingOut", message)
+        set(PROGRESSING, true, "RollingOut", rolling)
     };
     let degraded = if degraded {
         set(DEGRADED, true, "ReplicasUnavailable", ready)

@@ -1336,3 +1336,38 @@ async fn a_published_client_service_does_not_publish_the_admin_port() {
     assert!(fake.get(&services(), &metrics_svc).is_none(), "pruned");
     assert_eq!(role(&fake), "client");
 }
+
+/// A Deployment whose controller says the rollout passed its progress deadline makes the
+/// ContentServer Degraded with that reason and a Warning Event (it said RollingOut forever).
+#[tokio::test]
+async fn a_deployment_past_its_progress_deadline_is_reported_degraded() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let name = create(&fake, "minimal.yaml");
+    run(&fake, &ctx, &name).await;
+    let d = fake.get(&deployments(), &name).expect("deployment");
+    let (gen, want) = (
+        d["metadata"]["generation"].clone(),
+        d["spec"]["replicas"].clone(),
+    );
+    fake.set_status(
+        &deployments(),
+        &name,
+        json!({"replicas": want, "readyReplicas": want, "updatedReplicas": 0,
+               "observedGeneration": gen,
+               "conditions": [{"type": "Progressing", "status": "False",
+                               "reason": "ProgressDeadlineExceeded",
+                               "message": "ReplicaSet has timed out progressing."}]}),
+    );
+    let cs = run(&fake, &ctx, &name).await;
+    let degraded = condition(&cs, "Degraded");
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "ProgressDeadlineExceeded")
+    );
+    assert_eq!(cs.status.and_then(|s| s.phase).as_deref(), Some("Degraded"));
+    assert!(fake
+        .events()
+        .iter()
+        .any(|(t, r, _)| t == "Warning" && r == "ProgressDeadlineExceeded"));
+}

@@ -18,6 +18,7 @@ fn state(desired: i32, ready: i32, updated: i32) -> WorkloadState {
         ready,
         updated,
         observed_latest: true,
+        stalled: false,
     }
 }
 
@@ -157,4 +158,40 @@ fn every_phase_written_is_named_in_the_crd() {
             "phase {p} is not in docs/operator.md"
         );
     }
+}
+
+/// A Deployment whose rollout passed its progress deadline (new pods that never become ready):
+/// Progressing False and Degraded True with the Deployment's reason, a Warning-worthy change,
+/// phase Degraded, instead of "RollingOut" forever. Once it rolls out, it settles.
+#[test]
+fn a_rollout_past_its_progress_deadline_is_degraded() {
+    let now = Timestamp::now();
+    let settled = settled(now);
+    let stuck = WorkloadState {
+        stalled: true,
+        ..state(3, 3, 1)
+    };
+    let c = workload_conditions(&settled, &stuck, None, Some(2), now);
+    let (p, d) = (get(&c, PROGRESSING), get(&c, DEGRADED));
+    assert_eq!(
+        (p.status.as_str(), p.reason.as_str()),
+        ("False", "ProgressDeadlineExceeded")
+    );
+    assert_eq!(
+        (d.status.as_str(), d.reason.as_str()),
+        ("True", "ProgressDeadlineExceeded")
+    );
+    assert!(
+        d.message.starts_with("1/3 pods updated, 3/3 ready"),
+        "{}",
+        d.message
+    );
+    assert_eq!(get(&c, AVAILABLE).status, "True");
+    assert_eq!(phase(&c), "Degraded");
+    assert!(transitions(&settled, &c)
+        .iter()
+        .any(|t| t.warning && t.reason == "ProgressDeadlineExceeded"));
+    let fixed = workload_conditions(&c, &state(3, 3, 3), None, Some(3), now);
+    assert_eq!(phase(&fixed), "Ready");
+    assert_eq!(get(&fixed, DEGRADED).status, "False");
 }

@@ -55,5 +55,18 @@ pub fn rollout_state(
         ready: ready.unwrap_or(0),
         updated: updated.unwrap_or(0),
         observed_latest: observed_generation >= meta.generation,
+        stalled: false,
+    })
+}
+
+/// Whether a Deployment's rollout passed its progress deadline (its controller's
+/// `Progressing=False/ProgressDeadlineExceeded`).
+pub fn progress_deadline_exceeded(
+    conditions: &[k8s_openapi::api::apps::v1::DeploymentCondition],
+) -> bool {
+    conditions.iter().any(|c| {
+        c.type_ == "Progressing"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
     })
 }

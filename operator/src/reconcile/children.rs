@@ -19,8 +19,9 @@ use crate::builders::{self, expose, hpa, networkpolicy, pdb, service, servicemon
 use crate::crd::ContentServer;
 use crate::gateway::HTTPRoute;
 use crate::reconcile::api::{apply_or_delete, apply_owned};
-use crate::reconcile::applied::{rollout_state, Applied};
+use crate::reconcile::applied::{progress_deadline_exceeded, rollout_state, Applied};
 use crate::reconcile::{replace, Error, Scope};
+use crate::status::WorkloadState;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
@@ -60,12 +61,14 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
             let deps: Api<Deployment> = scope.api();
             let d = apply_owned(&deps, cs, &deployment(cs, &applied.config_hash)).await?;
             let s = d.status.unwrap_or_default();
+            let stalled = progress_deadline_exceeded(s.conditions.as_deref().unwrap_or_default());
             applied.state = rollout_state(
                 &d.metadata,
                 cs.spec.replicas,
                 [s.replicas, s.ready_replicas, s.updated_replicas],
                 s.observed_generation,
-            );
+            )
+            .map(|w| WorkloadState { stalled, ..w });
         }
     }
 
