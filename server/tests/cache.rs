@@ -4567,6 +4567,40 @@ fn an_ignored_range_past_the_end_is_the_whole_object_on_a_miss() {
     assert!(r.body == body);
 }
 
+/// A passed-through answer (not storable) honours the same Range rules: with ranges off, or a
+/// malformed Range, the origin is asked for the whole object and the client gets a 200, never
+/// the origin's 206 or 416 (the Range is not forwarded).
+#[test]
+fn a_passed_through_answer_ignores_the_range_the_node_ignores() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    cfg.http.max_ranges = 0;
+    let n = Node::start(&cfg);
+    let body = pattern(100_000, 7);
+    o.put(
+        "/priv.bin",
+        Object::new(body.clone()).cache_control("private"),
+    );
+    for range in ["bytes=0-9", "bytes=200000-"] {
+        let r = get(&n, "/priv.bin", &format!("Range: {range}\r\n"));
+        assert_eq!((r.status, xcache(&r)), (200, "BYPASS"), "{range}");
+        assert!(r.body == body, "{range}");
+    }
+    let (o, n) = origin_and_node(SLICED);
+    o.put(
+        "/priv.bin",
+        Object::new(body.clone()).cache_control("private"),
+    );
+    let r = get(&n, "/priv.bin", "Range: bytes=abc-def\r\n");
+    assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
+    assert!(r.body == body);
+    assert!(o
+        .seen()
+        .iter()
+        .all(|s| s.header("Range") != Some("bytes=abc-def")));
+}
+
 /// A range past the object's end with an If-Range that does not match is the whole object
 /// (RFC 9110 §13.1.5), also when nothing of it is stored yet; a matching one is a 416.
 #[test]

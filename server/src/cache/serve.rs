@@ -154,7 +154,7 @@ pub async fn respond(
     cv.index.record_request(cx.key.slice(0));
     // Only a range the answer will honour picks the slice: one that is ignored (malformed,
     // or ranges off) is a whole-object request, which must not get a 416.
-    let hint = crate::http::range::single_start(req.range.as_deref(), route.max_ranges);
+    let hint = range::single_start(req.range.as_deref(), route.max_ranges);
     let first_slice = match (cv.slice_size, hint) {
         (0, _) | (_, None) => 0,
         (s, Some(start)) => (start / s).min(u32::MAX as u64) as u32,
@@ -260,24 +260,6 @@ enum Unavailable {
     NotASlice,
 }
 
-/// True for a `Range` value of one byte range (`bytes=X-Y`, `bytes=X-`, `bytes=-N`): what an
-/// origin answers with a plain 206 and a Content-Range.
-fn single_byte_range(v: &str) -> bool {
-    let v = v.trim();
-    if !v.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("bytes=")) || v.contains(',') {
-        return false;
-    }
-    // `first-last` with last before first is no range (RFC 9110 §14.1.1: the field is then
-    // ignored, as every other path of the node does), so it is not sent on either.
-    let Some((first, last)) = v[6..].trim().split_once('-') else {
-        return false;
-    };
-    match (first.trim().parse::<u64>(), last.trim().parse::<u64>()) {
-        (Ok(a), Ok(b)) => a <= b,
-        _ => true,
-    }
-}
-
 /// The values of field `name` among a stored entry's fields.
 fn stored_values<'h>(
     h: &'h [(String, String)],
@@ -352,7 +334,8 @@ impl Ctx<'_> {
     /// range (a seek into a 2 GiB object not stored on a whole-object volume gets its 206, not
     /// the 2 GiB).
     fn handoff(&self, fill: &Fill, status: CacheStatus) -> First {
-        let ranged = !self.head_only && self.req.range.as_deref().is_some_and(single_byte_range);
+        let ranged =
+            !self.head_only && range::single(self.req.range.as_deref(), self.route.max_ranges);
         match fill.take_response() {
             Some(r) if r.status == 200 && ranged => First::FetchThrough(status),
             Some(r) if r.status != 206 => First::PassThrough(Box::new(r), status),
@@ -537,10 +520,9 @@ impl Ctx<'_> {
             Ok(Found::Stored(s0)) => s0,
             _ => return None,
         };
-        let start =
-            crate::http::range::single_start(self.req.range.as_deref(), self.route.max_ranges)
-                .unwrap_or(0)
-                .max(u64::from(slice) * size);
+        let start = range::single_start(self.req.range.as_deref(), self.route.max_ranges)
+            .unwrap_or(0)
+            .max(u64::from(slice) * size);
         let ends_before = s0.meta.whole_answer() || s0.meta.total_size <= start;
         (ends_before && now_ms < s0.meta.fresh_until_ms && self.usable(&s0)).then_some(s0)
     }
@@ -1656,7 +1638,7 @@ impl Ctx<'_> {
             .req
             .range
             .as_deref()
-            .filter(|v| single_byte_range(v))
+            .filter(|v| range::single(Some(v), self.route.max_ranges))
             .map(|v| (v.trim().to_string(), self.req.if_range.clone()));
         match self.route.origin.fetch(r).await {
             Ok(resp) => self.pass_through(resp, status).await,

@@ -99,6 +99,13 @@ fn resolve(s: &Spec, size: u64) -> Option<ByteRange> {
     }
 }
 
+/// Whether a header asks for one range that [`plan`] would honour with `max_ranges`
+/// (`bytes=X-Y`, `bytes=X-`, `bytes=-N`): what an origin answers with a plain 206 and a
+/// Content-Range. A malformed header, several ranges or ranges off: false (it is ignored).
+pub fn single(header: Option<&str>, max_ranges: usize) -> bool {
+    max_ranges >= 1 && matches!(header.and_then(specs).as_deref(), Some([_]))
+}
+
 /// The first byte of the one range a header asks for (`bytes=X-` or `bytes=X-Y`) when
 /// [`plan`] would honour it with `max_ranges` (so never for a malformed header, which is
 /// ignored); None for a suffix range, several ranges or no range, which need the size.
@@ -147,6 +154,16 @@ mod tests {
 
     fn p(h: &str, size: u64) -> Ranges {
         plan(Some(h), size, 16)
+    }
+
+    #[test]
+    fn single_only_for_one_range_that_plan_honours() {
+        let s = |h: &str, max| single(Some(h), max);
+        assert!(s("bytes=0-9", 1) && s("bytes=5-", 1) && s("bytes=-5", 1) && s("bytes=-0", 1));
+        assert!(!s("bytes=0-9", 0), "ranges turned off");
+        assert!(!s("bytes=9-0", 1) && !s("bytes=abc-def", 1) && !s("bytes=", 1));
+        assert!(!s("bytes=0-1,5-6", 2) && !s("items=0-1", 1));
+        assert!(!single(None, 1));
     }
 
     #[test]
