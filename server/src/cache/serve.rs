@@ -892,12 +892,16 @@ impl Ctx<'_> {
         if self.auth.is_some() {
             return None;
         }
-        prefetch(
+        let held = prefetch(
             self.cv,
             &self.route.origin,
             &self.key_bytes,
             self.job(slice, None),
-        )
+        );
+        // Only a slice a fill keeps whole in memory is held: a larger one not stored is handed
+        // over (its origin connection parked for a taker) or paced by its slowest reader, and
+        // a reader waiting at its start would hold the connection or stall the others.
+        held.filter(|_| self.cv.slice_size <= super::fill::MEMORY_MAX)
     }
 
     async fn serve(&self, first: Source, first_slice: u32, status: CacheStatus) -> Served {
