@@ -4887,3 +4887,16 @@ fn an_answer_made_after_draining_began_says_close() {
         assert_eq!(r.header("Connection"), Some("close"), "{want}");
     }
 }
+
+/// A prefetched slice the origin fails (a 503 once) does not cut the download: the response
+/// asks for the slice again when it gets there, and the client gets the whole object.
+#[test]
+fn a_failed_prefetch_is_asked_for_again_not_a_cut() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(4 * SLICE, 12);
+    o.put("/pf.bin", Object::new(body.clone()));
+    o.fault_after("/pf.bin", Fault::Status(503), 1);
+    let r = get(&n, "/pf.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == body, "{} bytes of {}", r.body.len(), body.len());
+}

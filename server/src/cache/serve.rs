@@ -670,7 +670,12 @@ impl Ctx<'_> {
             Ok(Found::Collision | Found::Unavailable) | Err(_) => return Err(Unavailable::Origin),
         }
         match held {
-            Some((fill, reader)) => follow(fill, reader).await,
+            // A prefetch the origin failed (a 5xx, a reset) is a guess that went wrong, not the
+            // response's: the slice is asked for again, as it would be had nothing been held.
+            Some((fill, reader)) => match follow(fill, reader).await {
+                Err(Unavailable::Origin) => filled(self.fill(slice, None, false)).await,
+                other => other,
+            },
             None => filled(self.fill(slice, None, false)).await,
         }
     }
@@ -898,10 +903,12 @@ impl Ctx<'_> {
             &self.key_bytes,
             self.job(slice, None),
         );
-        // Only a slice a fill keeps whole in memory is held: a larger one not stored is handed
-        // over (its origin connection parked for a taker) or paced by its slowest reader, and
-        // a reader waiting at its start would hold the connection or stall the others.
-        held.filter(|_| self.cv.slice_size <= super::fill::MEMORY_MAX)
+        // Only a small slice is held: one not stored stays in memory until the response gets
+        // there (a slow client holds it as long); a larger one not stored is even handed over
+        // (its origin connection parked for a taker) or paced by its slowest reader, which a
+        // reader waiting at its start would hold or stall. Larger ones are fetched again when
+        // their prefetch ended unseen.
+        held.filter(|_| self.cv.slice_size <= HOLD_MAX)
     }
 
     async fn serve(&self, first: Source, first_slice: u32, status: CacheStatus) -> Served {
@@ -1757,6 +1764,10 @@ impl Ctx<'_> {
 
 /// A fill a response prefetched a slice with, and the reader that keeps its bytes for it.
 type Held = (Arc<Fill>, super::fill::FillReader);
+
+/// Largest slice a response holds the prefetch of ([`Ctx::prefetch`]): the default slice size,
+/// so a slow download of an object not stored keeps at most one more MiB in memory.
+const HOLD_MAX: u64 = 1 << 20;
 
 /// Start `job`'s fill (no Authorization) unless its slice is stored or being filled, or the
 /// object is passed through for now (`cache/pass.rs`: storing a slice would bring it back).
