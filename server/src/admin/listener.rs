@@ -186,17 +186,7 @@ async fn connection(stream: tokio::net::TcpStream, app: Router, busy: Arc<Atomic
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT);
-    let app = app.layer(axum::middleware::from_fn(
-        move |req: axum::extract::Request, next: axum::middleware::Next| {
-            let busy = busy.clone();
-            async move {
-                busy.store(true, Ordering::Release);
-                let answer = next.run(req).await;
-                busy.store(false, Ordering::Release);
-                answer
-            }
-        },
-    ));
+    let app = busy_while_answering(app, busy);
     let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
     tokio::pin!(conn);
     tokio::select! {
@@ -205,4 +195,87 @@ async fn connection(stream: tokio::net::TcpStream, app: Router, busy: Arc<Atomic
     }
     conn.as_mut().graceful_shutdown();
     let _ = tokio::time::timeout(CLOSE_GRACE, conn).await;
+}
+
+/// `app` with `busy` set while one of its answers is being made or sent.
+fn busy_while_answering(app: Router, busy: Arc<AtomicBool>) -> Router {
+    app.layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let busy = busy.clone();
+            async move {
+                busy.store(true, Ordering::Release);
+                // Busy until the answer's body is sent (hyper drops it then), not only until
+                // the handler returns: a slow scraper's /metrics is not cut for a newcomer.
+                let until = Busy(busy);
+                next.run(req).await.map(|inner| {
+                    axum::body::Body::new(UntilSent {
+                        inner,
+                        _busy: until,
+                    })
+                })
+            }
+        },
+    ))
+}
+
+/// Clears a connection's busy flag when dropped.
+struct Busy(Arc<AtomicBool>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// An answer's body that keeps its connection busy until it is sent (or dropped).
+struct UntilSent {
+    inner: axum::body::Body,
+    _busy: Busy,
+}
+
+impl hyper::body::Body for UntilSent {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    /// A connection is busy from the request until its answer's body is sent, not only until
+    /// the handler returned (a slow reader's /metrics was evicted mid-body).
+    #[tokio::test]
+    async fn busy_until_the_answer_is_sent() {
+        let busy = Arc::new(AtomicBool::new(false));
+        let app = Router::new().route("/m", axum::routing::get(|| async { "x".repeat(100_000) }));
+        let app = busy_while_answering(app, busy.clone());
+        let req = axum::http::Request::get("/m")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let answer = app.oneshot(req).await.unwrap();
+        assert!(
+            busy.load(Ordering::Acquire),
+            "handler returned, body not sent"
+        );
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body.len(), 100_000);
+        assert!(!busy.load(Ordering::Acquire), "body sent");
+    }
 }
