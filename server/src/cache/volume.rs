@@ -397,7 +397,7 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
                 // Cut at another `slice_size` (the volume's was changed since): its slice
                 // numbers and lengths mean other bytes now. Never served; fetched anew.
                 tracing::info!(volume = %self.name, entry = %id.rel_path(), stored = meta.slice_size, now = self.slice_size, "dropping a cache entry of another slice size");
-                self.delete_entry(id, Reason::Replaced);
+                self.delete_opened(id, held, Reason::Replaced, !self.index.is_rebuilt());
                 Ok(Found::Absent)
             }
             Ok((fd, meta)) => {
@@ -434,21 +434,7 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
             }
             Err(e) => {
                 tracing::warn!(volume = %self.name, entry = %id.rel_path(), error = %e, "dropping unusable cache entry");
-                if let Some(bytes) = self.index.remove(id) {
-                    self.delete(vec![Victim {
-                        id,
-                        bytes,
-                        reason: Reason::Invalid,
-                        stamp: Stamp::UNKNOWN,
-                    }]);
-                } else if e.is_invalid() {
-                    self.delete(vec![Victim {
-                        id,
-                        bytes: 0,
-                        reason: Reason::Invalid,
-                        stamp: Stamp::UNKNOWN,
-                    }]);
-                }
+                self.delete_opened(id, held, Reason::Invalid, e.is_invalid());
                 Ok(Found::Absent)
             }
         }
@@ -598,6 +584,30 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
     /// Take entry `id` out of the index and delete its file on the pool, counted under
     /// `reason`. Once the index is rebuilt an id it does not hold has no file: nothing to
     /// delete, nothing counted (an object's slices are named by number, stored or not).
+    /// Delete the entry of `id` an open found unusable; `held` is what the index held when the
+    /// open began. An entry committed under the id meanwhile (another stamp) is not the file
+    /// the open found: it stays. One the index did not hold is deleted by its path when
+    /// `orphan` (its file, if still there, is then counted when removed).
+    fn delete_opened(&self, id: EntryId, held: Option<Stamp>, reason: Reason, orphan: bool) {
+        let victim = match held {
+            Some(stamp) => self.index.remove_unchanged(id, stamp).map(|bytes| Victim {
+                id,
+                bytes,
+                reason,
+                stamp,
+            }),
+            None => orphan.then_some(Victim {
+                id,
+                bytes: 0,
+                reason,
+                stamp: Stamp::UNKNOWN,
+            }),
+        };
+        if let Some(v) = victim {
+            self.delete(vec![v]);
+        }
+    }
+
     fn delete_entry(&self, id: EntryId, reason: Reason) {
         let bytes = self.index.remove(id);
         if bytes.is_none() && self.index.is_rebuilt() {
