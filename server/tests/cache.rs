@@ -2472,6 +2472,40 @@ fn an_entry_committed_while_its_object_is_purged_does_not_stay_unknown() {
     assert!(r.body == body);
 }
 
+/// The same for an object stored before the purge: the listing removes its file, and a fill
+/// commits a new one at the same path before the purge is over. That file goes too (it stayed
+/// on the disk unknown to the index: never evicted, the disk over max_size, tester).
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_entry_committed_at_a_purged_path_does_not_stay_unknown() {
+    let (o, n) = common::cache::origin_and_purge_node_with_env(
+        "slice_size = 0",
+        &[("FAILPOINTS", "cache_object_removed=sleep(600)")],
+    );
+    let body = pattern(5000, 5);
+    o.put("/again.bin", Object::new(body.clone()));
+    assert_eq!(xcache(&get(&n, "/again.bin", "")), "MISS");
+    wait_committed(&n);
+    std::thread::scope(|scope| {
+        let purge = scope.spawn(|| admin(&n, "POST", "/cache/purge?key=/again.bin", PURGE_AUTH));
+        // The purge removed the file and waits: the object is fetched and stored again.
+        std::thread::sleep(Duration::from_millis(200));
+        let r = get(&n, "/again.bin", "");
+        assert_eq!(xcache(&r), "MISS");
+        wait_committed(&n);
+        assert_eq!(purge.join().expect("the purge").status, 200);
+    });
+    assert_eq!(
+        (
+            cache_files(&n.cache).1,
+            volume_metric(&n, "contentserver_cache_entries", &[])
+        ),
+        (0, 0.0),
+        "a file stayed that the index does not know: {}",
+        n.srv.logs()
+    );
+}
+
 #[test]
 fn purge_is_off_without_a_token_file() {
     let (_o, n) = origin_and_node("");

@@ -858,11 +858,12 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
                     self.index.remove(*id);
                     self.forget(*id);
                 }
-                // An entry the index held that the listing did not find was committed since
-                // the listing (a fill that ended meanwhile): its file goes too, or it would stay
-                // on the disk unknown to the index, and a restart would serve it.
+                // An entry the index held was either the file the listing removed or one a fill
+                // committed since (the listing did not see it, or it removed the older file at
+                // the same path): whatever is at its path now goes too, or it would stay on the
+                // disk unknown to the index (never evicted), and a restart would serve it.
                 let late: Vec<EntryId> = (held.into_iter())
-                    .filter(|id| !r.removed.contains(id) && !r.failed.iter().any(|(f, _)| f == id))
+                    .filter(|id| !r.failed.iter().any(|(f, _)| f == id))
                     .collect();
                 if !late.is_empty() {
                     let store = self.store.clone();
