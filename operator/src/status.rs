@@ -122,7 +122,8 @@ pub fn workload_conditions(
         "{}/{} pods updated, {}/{} ready",
         w.updated, w.desired, w.ready, w.desired
     );
-    if w.stalled && !w.rolled_out() {
+    // (Only for the spec its controller has seen: a fix of the stalled spec starts afresh.)
+    if w.stalled && w.observed_latest && !w.rolled_out() {
         // A rollout that will not finish by itself (a crash-looping template): said, with an
         // Event, instead of Progressing forever.
         let message = format!(

@@ -162,8 +162,7 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
         if let Some(r) = image
             .iter()
             .chain(&kernel)
-            .find(|r| trimmed == **r || under(trimmed, r))
-            .or_else(|| kernel.iter().find(|r| under(r, &mp)))
+            .find(|r| trimmed == **r || under(trimmed, r) || under(r, &mp))
         {
             push(
                 format!("{f}.mountPath"),

@@ -88,10 +88,16 @@ async fn typed(
         // listed as the version known before, or it would drop out (no longer reconciled, its
         // deletion lost).
         InitApply(o) => {
-            let key = key_of(&o);
+            let (key, uid) = (key_of(&o), o.metadata.uid.clone());
             match reported(o, recorder).await {
                 Some(cs) => InitApply(cs),
-                None => InitApply(known.get(&key).map(|cs| (*cs).clone())?),
+                // The same object only: one deleted and made again under its name is not it.
+                None => InitApply(
+                    known
+                        .get(&key)
+                        .filter(|cs| cs.metadata.uid == uid)
+                        .map(|cs| (*cs).clone())?,
+                ),
             }
         }
         Delete(o) => match decode(&o) {
@@ -151,6 +157,7 @@ mod tests {
         let text = std::fs::read_to_string(path).expect("examples/minimal.yaml");
         let mut obj: DynamicObject = serde_yaml_ng::from_str(&text).expect("a ContentServer");
         obj.metadata.namespace = Some("default".into());
+        obj.metadata.uid = Some("uid-1".into());
         obj
     }
 
@@ -176,6 +183,12 @@ mod tests {
             }
             _ => panic!("the known version was not listed"),
         }
+        // Deleted and made again under the same name (another uid): not the known one.
+        let mut other = bad.clone();
+        other.metadata.uid = Some("uid-2".into());
+        assert!(typed(watcher::Event::InitApply(other), &known, &recorder)
+            .await
+            .is_none());
         bad.metadata.name = Some("never-decoded".into());
         assert!(typed(watcher::Event::InitApply(bad), &known, &recorder)
             .await

@@ -1307,6 +1307,8 @@ fn mount_paths_hiding_the_image_or_in_kernel_filesystems_are_invalid() {
         "/proc",
         "/sys/fs",
         "/dev/shm",
+        "/lib/x86_64-linux-gnu",
+        "/usr/local/bin/content-server",
     ] {
         let mut cs = example("minimal.yaml");
         cs.spec.volumes[0].mount_path = Some(mp.into());

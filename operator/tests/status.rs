@@ -191,6 +191,15 @@ fn a_rollout_past_its_progress_deadline_is_degraded() {
     assert!(transitions(&settled, &c)
         .iter()
         .any(|t| t.warning && t.reason == "ProgressDeadlineExceeded"));
+    // A fix of the spec, not yet seen by the Deployment's controller (its old condition still
+    // there): rolling out, not stalled.
+    let unseen = WorkloadState {
+        stalled: true,
+        observed_latest: false,
+        ..state(3, 3, 0)
+    };
+    let c2 = workload_conditions(&c, &unseen, None, Some(3), now);
+    assert_eq!(get(&c2, PROGRESSING).reason, "RollingOut");
     let fixed = workload_conditions(&c, &state(3, 3, 3), None, Some(3), now);
     assert_eq!(phase(&fixed), "Ready");
     assert_eq!(get(&fixed, DEGRADED).status, "False");
