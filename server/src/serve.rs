@@ -200,7 +200,10 @@ async fn list(
     keep_alive: bool,
 ) -> Served {
     let policy = &shared.http;
-    let (entries, truncated) = match vol.list_dir(rel, policy.listing_max_entries).await {
+    let listed = vol.list_dir(rel, policy.listing_max_entries).await;
+    // Draining may have started while the pool listed it: say `close` from now on.
+    let keep_alive = keep_alive && !shared.lifecycle.is_draining();
+    let (entries, truncated) = match listed {
         Ok(r) => r,
         Err(e) => {
             let (status, extra): (u16, &[(&str, &str)]) = match e {

@@ -188,3 +188,31 @@ fn sighup_and_sigusr_are_ignored_and_logged() {
     let (st, _) = terminate(&mut s, Duration::from_secs(10));
     assert!(st.success(), "{st:?}");
 }
+
+/// A directory listing made on the pool while draining began says `Connection: close` (it then
+/// closes): it said keep-alive, as cache answers did.
+#[test]
+fn a_listing_made_after_draining_began_says_close() {
+    let base = tempdir();
+    let slow = base.path().join("slow");
+    std::fs::create_dir_all(slow.join("dir")).unwrap();
+    std::fs::write(slow.join("dir/a.txt"), b"a").unwrap();
+    let mut r = route("/", "slow");
+    r.http.listing = true;
+    let cfg = Config {
+        volumes: vec![volume("slow", &slow)],
+        routes: vec![r],
+        ..config(2)
+    };
+    let mut s = Server::start_with_failpoints(&cfg, "pool_task=return(slow:700)");
+    let mut c = s.connect();
+    c.send(b"GET /dir/ HTTP/1.1\r\nHost: t\r\n\r\n");
+    // The open takes 700 ms on the pool, then the listing 700 ms more: drained during the
+    // listing.
+    std::thread::sleep(Duration::from_millis(1000));
+    s.signal(SIGTERM);
+    let r = c.response(false).unwrap();
+    assert_eq!(r.status, 200);
+    assert!(String::from_utf8_lossy(&r.body).contains("a.txt"));
+    assert_eq!(r.header("Connection"), Some("close"));
+}

@@ -483,7 +483,7 @@ mod tests {
         std::fs::File::open(&p).unwrap()
     }
 
-    /// A header over MAX_HEADER does not fit (the origin client's 64 KiB head limit and the
+    /// A header over MAX_HEADER does not fit (the origin client's 32 KiB head limit and the
     /// URI's length keep answers below it today; the check keeps a change there from storing
     /// entries that every open would refuse).
     #[test]

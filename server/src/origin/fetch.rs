@@ -152,13 +152,14 @@ async fn fetch_head(
     }
 }
 
-/// The size of an answer's head as sent (status line, fields, CRLFs; within the optional
-/// whitespace and the reason phrase, which hyper does not keep).
+/// The size of an answer's head as sent, at least (status line without its reason phrase,
+/// fields written `name:value`, CRLFs: hyper keeps neither the reason nor the whitespace), so a
+/// head within the limit is never refused.
 fn head_size(parts: &http::response::Parts) -> usize {
     let fields: usize = (parts.headers.iter())
-        .map(|(n, v)| n.as_str().len() + 2 + v.len() + 2)
+        .map(|(n, v)| n.as_str().len() + 1 + v.len() + 2)
         .sum();
-    "HTTP/1.1 200 \r\n".len() + parts.status.canonical_reason().map_or(0, str::len) + fields + 2
+    "HTTP/1.1 200 \r\n".len() + fields + 2
 }
 
 /// The request's method, target and range, as its log lines name it (`GET /a.mp4 bytes=0-1048575`).
