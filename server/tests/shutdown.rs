@@ -204,7 +204,7 @@ fn a_listing_made_after_draining_began_says_close() {
         routes: vec![r],
         ..config(2)
     };
-    let mut s = Server::start_with_failpoints(&cfg, "pool_task=return(slow:700)");
+    let s = Server::start_with_failpoints(&cfg, "pool_task=return(slow:700)");
     let mut c = s.connect();
     c.send(b"GET /dir/ HTTP/1.1\r\nHost: t\r\n\r\n");
     // The open takes 700 ms on the pool, then the listing 700 ms more: drained during the
