@@ -5,7 +5,8 @@
 //! to the cluster, so it must neither hold descriptors for whoever connects nor stop answering
 //! when the data plane uses every descriptor:
 //! - at most [`MAX_CONNECTIONS`] at once: one more takes the place of the oldest that is not
-//!   being answered (idle, or its head unfinished), so connections held open by whoever
+//!   being answered (idle, its head unfinished, or its answer begun more than
+//!   [`super::activity::ANSWER_MAX`] ago: `activity.rs`), so connections held open by whoever
 //!   connects cannot keep a health probe out; when every one is being answered, it is closed
 //!   at once;
 //! - a request head must arrive within [`HEADER_TIMEOUT`], also between keep-alive requests
@@ -18,13 +19,14 @@
 //!
 //! It knows nothing of the routes.
 
+use super::activity::Activity;
 use crate::descriptors::SpareDescriptor;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -49,8 +51,7 @@ struct Open {
 
 struct Slot {
     id: u64,
-    /// A request of it is being answered.
-    busy: Arc<AtomicBool>,
+    activity: Arc<Activity>,
     task: tokio::task::AbortHandle,
 }
 
@@ -67,11 +68,8 @@ fn room(t: &Table) -> bool {
     if open.slots.len() < MAX_CONNECTIONS {
         return true;
     }
-    match open
-        .slots
-        .iter()
-        .position(|s| !s.busy.load(Ordering::Acquire))
-    {
+    let now = crate::http::date::unix_now_ms();
+    match open.slots.iter().position(|s| !s.activity.busy(now)) {
         Some(i) => {
             if let Some(s) = open.slots.remove(i) {
                 s.task.abort();
@@ -89,20 +87,20 @@ fn start(
     app: Router,
     after: impl FnOnce() + Send + 'static,
 ) {
-    let busy = Arc::new(AtomicBool::new(false));
+    let activity = Arc::new(Activity::default());
     let mut open = lock(t);
     let id = open.next;
     open.next += 1;
-    let (table, flag) = (t.clone(), busy.clone());
+    let (table, tracked) = (t.clone(), activity.clone());
     let task = tokio::spawn(async move {
         // Leaves the table however the task ends (aborted: it left already).
         let _left = Leave { table, id };
-        connection(stream, app, flag).await;
+        connection(stream, app, tracked).await;
         after();
     });
     open.slots.push_back(Slot {
         id,
-        busy,
+        activity,
         task: task.abort_handle(),
     });
 }
@@ -179,15 +177,19 @@ pub async fn serve(
     }
 }
 
-/// One admin connection, with the head timeout and the lifetime bound; `busy` says when a
-/// request of it is being answered.
-async fn connection(stream: tokio::net::TcpStream, app: Router, busy: Arc<AtomicBool>) {
+/// One admin connection, with the head timeout and the lifetime bound; `activity` says when an
+/// answer of it is under way.
+async fn connection(stream: tokio::net::TcpStream, app: Router, activity: Arc<Activity>) {
     let _ = stream.set_nodelay(true);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT);
-    let app = busy_while_answering(app, busy);
-    let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    let app = super::activity::tracked(app, activity.clone());
+    let io = super::activity::Tracked {
+        io: stream,
+        activity,
+    };
+    let conn = http.serve_connection(TokioIo::new(io), TowerToHyperService::new(app));
     tokio::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => return,
@@ -195,87 +197,4 @@ async fn connection(stream: tokio::net::TcpStream, app: Router, busy: Arc<Atomic
     }
     conn.as_mut().graceful_shutdown();
     let _ = tokio::time::timeout(CLOSE_GRACE, conn).await;
-}
-
-/// `app` with `busy` set while one of its answers is being made or sent.
-fn busy_while_answering(app: Router, busy: Arc<AtomicBool>) -> Router {
-    app.layer(axum::middleware::from_fn(
-        move |req: axum::extract::Request, next: axum::middleware::Next| {
-            let busy = busy.clone();
-            async move {
-                busy.store(true, Ordering::Release);
-                // Busy until the answer's body is sent (hyper drops it then), not only until
-                // the handler returns: a slow scraper's /metrics is not cut for a newcomer.
-                let until = Busy(busy);
-                next.run(req).await.map(|inner| {
-                    axum::body::Body::new(UntilSent {
-                        inner,
-                        _busy: until,
-                    })
-                })
-            }
-        },
-    ))
-}
-
-/// Clears a connection's busy flag when dropped.
-struct Busy(Arc<AtomicBool>);
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
-
-/// An answer's body that keeps its connection busy until it is sent (or dropped).
-struct UntilSent {
-    inner: axum::body::Body,
-    _busy: Busy,
-}
-
-impl hyper::body::Body for UntilSent {
-    type Data = bytes::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.get_mut().inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::BodyExt;
-    use tower::ServiceExt;
-
-    /// A connection is busy from the request until its answer's body is sent, not only until
-    /// the handler returned (a slow reader's /metrics was evicted mid-body).
-    #[tokio::test]
-    async fn busy_until_the_answer_is_sent() {
-        let busy = Arc::new(AtomicBool::new(false));
-        let app = Router::new().route("/m", axum::routing::get(|| async { "x".repeat(100_000) }));
-        let app = busy_while_answering(app, busy.clone());
-        let req = axum::http::Request::get("/m")
-            .body(axum::body::Body::empty())
-            .unwrap();
-        let answer = app.oneshot(req).await.unwrap();
-        assert!(
-            busy.load(Ordering::Acquire),
-            "handler returned, body not sent"
-        );
-        let body = answer.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(body.len(), 100_000);
-        assert!(!busy.load(Ordering::Acquire), "body sent");
-    }
 }

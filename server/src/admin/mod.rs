@@ -18,6 +18,7 @@
 //!   `admin.purge_token_file` is set; `Authorization: Bearer TOKEN` required, else 401; 500
 //!   when the token file cannot be read now; 400 unless the query names exactly one target).
 
+mod activity;
 pub mod lag;
 mod listener;
 
