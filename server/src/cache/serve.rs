@@ -334,8 +334,8 @@ impl Ctx<'_> {
     /// range (a seek into a 2 GiB object not stored on a whole-object volume gets its 206, not
     /// the 2 GiB).
     fn handoff(&self, fill: &Fill, status: CacheStatus) -> First {
-        let ranged =
-            !self.head_only && range::single(self.req.range.as_deref(), self.route.max_ranges);
+        let ranged = !self.head_only
+            && range::single(self.req.range.as_deref(), self.route.max_ranges).is_some();
         match fill.take_response() {
             Some(r) if r.status == 200 && ranged => First::FetchThrough(status),
             Some(r) if r.status != 206 => First::PassThrough(Box::new(r), status),
@@ -672,8 +672,12 @@ impl Ctx<'_> {
         match held {
             // A prefetch the origin failed (a 5xx, a reset) is a guess that went wrong, not the
             // response's: the slice is asked for again, as it would be had nothing been held.
-            Some((fill, reader)) => match follow(fill, reader).await {
-                Err(Unavailable::Origin) => filled(self.fill(slice, None, false)).await,
+            Some((fill, reader)) => match follow(fill.clone(), reader).await {
+                Err(Unavailable::Origin) => {
+                    // Not that fill again (its task may not have unregistered it yet).
+                    self.cv.unregister_fill(id, &fill);
+                    filled(self.fill(slice, None, false)).await
+                }
                 other => other,
             },
             None => filled(self.fill(slice, None, false)).await,
@@ -1645,12 +1649,8 @@ impl Ctx<'_> {
         r.if_modified_since = self.req.if_modified_since.clone();
         r.if_match = self.req.if_match.clone();
         r.if_unmodified_since = self.req.if_unmodified_since.clone();
-        r.client_range = self
-            .req
-            .range
-            .as_deref()
-            .filter(|v| range::single(Some(v), self.route.max_ranges))
-            .map(|v| (v.trim().to_string(), self.req.if_range.clone()));
+        r.client_range = range::single(self.req.range.as_deref(), self.route.max_ranges)
+            .map(|v| (v, self.req.if_range.clone()));
         match self.route.origin.fetch(r).await {
             Ok(resp) => self.pass_through(resp, status).await,
             Err(OriginError::Timeout { .. }) => self.error(504, None, status).await,
