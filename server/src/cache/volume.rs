@@ -469,7 +469,7 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
             return true;
         }
         tracing::warn!(volume = %self.name, entry = %s.id.rel_path(), "a cache entry was changed on the disk (written in place); deleted, to be fetched again");
-        self.delete_entry(s.id, Reason::Invalid);
+        self.delete_opened(s.id, recorded, Reason::Invalid, false);
         self.update_gauges();
         false
     }
@@ -577,13 +577,15 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
                 None => {}
             }
         }
-        self.delete_entry(s.id, Reason::Invalid);
+        // Only the entry `s` is: one committed under the id since has another stamp.
+        let held = self.index.stamp(s.id);
+        if held.is_some_and(|h| h.is_known() && s.stamp().is_known() && h != s.stamp()) {
+            return self.update_gauges();
+        }
+        self.delete_opened(s.id, held, Reason::Invalid, !self.index.is_rebuilt());
         self.update_gauges();
     }
 
-    /// Take entry `id` out of the index and delete its file on the pool, counted under
-    /// `reason`. Once the index is rebuilt an id it does not hold has no file: nothing to
-    /// delete, nothing counted (an object's slices are named by number, stored or not).
     /// Delete the entry of `id` an open found unusable; `held` is what the index held when the
     /// open began. An entry committed under the id meanwhile (another stamp) is not the file
     /// the open found: it stays. One the index did not hold is deleted by its path when
@@ -608,6 +610,9 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
         }
     }
 
+    /// Take entry `id` out of the index and delete its file on the pool, counted under
+    /// `reason`. Once the index is rebuilt an id it does not hold has no file: nothing to
+    /// delete, nothing counted (an object's slices are named by number, stored or not).
     fn delete_entry(&self, id: EntryId, reason: Reason) {
         let bytes = self.index.remove(id);
         if bytes.is_none() && self.index.is_rebuilt() {
