@@ -154,10 +154,11 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
                 format!("{mp} is reserved: it is, is inside or holds a directory the pod uses (/, /tmp, {CONFIG_DIR}, {ORIGIN_CA_DIR} and {PURGE_TOKEN_DIR})"),
             );
         }
-        // The image's own files: the server binary and the C library and loader (distroless
-        // cc) hidden by a volume holding them, or a kernel filesystem the runtime mounts (a
-        // volume there, or inside it, fails the container's start): a pod that never starts.
-        let image = ["/usr/local/bin", "/usr/lib", "/lib", "/lib64"];
+        // The image's own files: the server binary, the C library and loader (distroless cc)
+        // and the CA bundle https origins are verified with, hidden by a volume on, in or
+        // above them; or a kernel filesystem the runtime mounts (a volume there fails the
+        // container's start): a pod that never starts, or never reaches its origin.
+        let image = ["/usr/local/bin", "/usr/lib", "/lib", "/lib64", "/etc/ssl"];
         let kernel = ["/proc", "/sys", "/dev"];
         if let Some(r) = image
             .iter()
@@ -166,7 +167,7 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
         {
             push(
                 format!("{f}.mountPath"),
-                format!("{mp} would hide or mount into {r}, which the container needs from its image or its runtime: its pods would not start"),
+                format!("{mp} would hide or mount into {r}, which the container needs from its image or its runtime (its binary, C library and CA bundle; the kernel's filesystems): its pods would not start, or not verify https origins"),
             );
         }
         if !mounts.insert(mp.trim_end_matches('/').to_string()) {

@@ -1309,6 +1309,7 @@ fn mount_paths_hiding_the_image_or_in_kernel_filesystems_are_invalid() {
         "/dev/shm",
         "/lib/x86_64-linux-gnu",
         "/usr/local/bin/content-server",
+        "/etc/ssl/certs",
     ] {
         let mut cs = example("minimal.yaml");
         cs.spec.volumes[0].mount_path = Some(mp.into());

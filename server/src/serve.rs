@@ -159,6 +159,8 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
             }
         }
     }
+    // Draining may have started while a precompressed sibling was opened.
+    let keep_alive = keep_alive && !shared.lifecycle.is_draining();
     let file = &opened.file;
     let entity = Entity {
         version: FileVersion {

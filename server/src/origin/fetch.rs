@@ -159,7 +159,7 @@ fn head_size(parts: &http::response::Parts) -> usize {
     let fields: usize = (parts.headers.iter())
         .map(|(n, v)| n.as_str().len() + 1 + v.len() + 2)
         .sum();
-    "HTTP/1.1 200 \r\n".len() + fields + 2
+    "HTTP/1.1 200\r\n".len() + fields + 2
 }
 
 /// The request's method, target and range, as its log lines name it (`GET /a.mp4 bytes=0-1048575`).
