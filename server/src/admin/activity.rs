@@ -1,8 +1,9 @@
-//! Whether an admin connection is being answered, for `listener.rs`'s eviction: from the
-//! request until its answer's last byte was written to the socket, for at most
-//! [`ANSWER_MAX`]. hyper drops a one-chunk body as soon as it is queued, before a byte is
-//! sent, so the end is seen at the socket: the first flush that completes after the body was
-//! dropped ([`Tracked`]). The bound keeps a client that never reads from holding its place.
+//! Whether an admin connection is being answered, for `listener.rs`'s eviction: while its
+//! handler runs (a purge may wait for fills), then until its answer's last byte was written
+//! to the socket, for at most [`ANSWER_MAX`] after the body was handed over. hyper drops a
+//! one-chunk body as soon as it is queued, before a byte is sent, so the end is seen at the
+//! socket: the first flush that completes after the body was dropped ([`Tracked`]). The bound
+//! keeps a client that never reads from holding its place. Times are monotonic ([`now_ms`]).
 //!
 //! It knows nothing of the routes or the connection table.
 
@@ -14,29 +15,50 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// An answer counts as under way for at most this long (then its connection may be evicted).
+/// An answer's body counts as being sent for at most this long after it was handed over (then
+/// its connection may be evicted).
 pub const ANSWER_MAX: Duration = Duration::from_secs(10);
+
+/// Milliseconds on a monotonic clock (since the first call; never 0).
+pub fn now_ms() -> i64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as i64
+        + 1
+}
 
 /// What one admin connection is doing.
 #[derive(Default)]
 pub struct Activity {
-    /// When its current answer began (ms since the Unix epoch); 0: none under way.
+    /// A handler runs.
+    handling: AtomicBool,
+    /// When the current answer's body was handed over ([`now_ms`]); 0: none being sent.
     since_ms: AtomicI64,
     /// The current answer's body was handed over whole (hyper dropped it).
     body_done: AtomicBool,
 }
 
 impl Activity {
-    /// Is an answer under way at `now_ms`, begun less than [`ANSWER_MAX`] ago?
+    /// Is an answer under way at `now_ms`: its handler running, or its body handed over less
+    /// than [`ANSWER_MAX`] ago and not all written yet?
     pub fn busy(&self, now_ms: i64) -> bool {
         let since = self.since_ms.load(Ordering::Acquire);
-        since != 0 && now_ms - since < ANSWER_MAX.as_millis() as i64
+        self.handling.load(Ordering::Acquire)
+            || (since != 0 && now_ms - since < ANSWER_MAX.as_millis() as i64)
     }
 
     fn begin(&self) {
         self.body_done.store(false, Ordering::Release);
-        let now = crate::http::date::unix_now_ms().max(1);
-        self.since_ms.store(now, Ordering::Release);
+        self.since_ms.store(0, Ordering::Release);
+        self.handling.store(true, Ordering::Release);
+    }
+
+    /// The handler ended: its body is being sent from now on.
+    fn handled(&self) {
+        self.since_ms.store(now_ms(), Ordering::Release);
+        self.handling.store(false, Ordering::Release);
     }
 
     /// Bytes were flushed to the socket: the answer is over if its body was handed over.
@@ -54,10 +76,10 @@ pub fn tracked(app: Router, activity: Arc<Activity>) -> Router {
             let activity = activity.clone();
             async move {
                 activity.begin();
-                let done = BodyDone(activity);
-                next.run(req)
-                    .await
-                    .map(|inner| axum::body::Body::new(UntilDropped { inner, _done: done }))
+                let done = BodyDone(activity.clone());
+                let answer = next.run(req).await;
+                activity.handled();
+                answer.map(|inner| axum::body::Body::new(UntilDropped { inner, _done: done }))
             }
         },
     ))
@@ -173,15 +195,14 @@ mod tests {
             hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(io), TowerToHyperService::new(app)),
         );
-        let now = crate::http::date::unix_now_ms;
-        assert!(!activity.busy(now()), "no request yet");
+        assert!(!activity.busy(now_ms()), "no request yet");
         client
             .write_all(b"GET /m HTTP/1.1\r\nHost: a\r\n\r\n")
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(activity.busy(now()), "the body is not written yet");
-        let later = now() + ANSWER_MAX.as_millis() as i64;
+        assert!(activity.busy(now_ms()), "the body is not written yet");
+        let later = now_ms() + ANSWER_MAX.as_millis() as i64;
         assert!(!activity.busy(later), "bounded by ANSWER_MAX");
         let mut got = Vec::new();
         let mut buf = [0u8; 8192];
@@ -191,6 +212,33 @@ mod tests {
             got.extend_from_slice(&buf[..n]);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!activity.busy(now()), "written whole");
+        assert!(!activity.busy(now_ms()), "written whole");
+    }
+
+    /// A handler that runs long (a purge waiting for fills) is busy however long it runs.
+    #[tokio::test]
+    async fn a_running_handler_is_busy_past_answer_max() {
+        let activity = Arc::new(Activity::default());
+        let app = Router::new().route(
+            "/slow",
+            axum::routing::get(|| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                "done"
+            }),
+        );
+        let app = tracked(app, activity.clone());
+        let req = axum::http::Request::get("/slow")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let call = tokio::spawn(tower::ServiceExt::oneshot(app, req));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let later = now_ms() + 2 * ANSWER_MAX.as_millis() as i64;
+        assert!(activity.busy(later), "the handler runs");
+        let _answer = call.await.unwrap();
+        assert!(
+            !activity.busy(later),
+            "handed over longer than ANSWER_MAX ago"
+        );
+        assert!(activity.busy(now_ms()), "handed over, not written");
     }
 }

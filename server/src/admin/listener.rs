@@ -68,7 +68,7 @@ fn room(t: &Table) -> bool {
     if open.slots.len() < MAX_CONNECTIONS {
         return true;
     }
-    let now = crate::http::date::unix_now_ms();
+    let now = super::activity::now_ms();
     match open.slots.iter().position(|s| !s.activity.busy(now)) {
         Some(i) => {
             if let Some(s) = open.slots.remove(i) {
