@@ -2437,21 +2437,26 @@ fn a_purged_refresh_that_gets_no_store_leaves_a_newer_copy_alone() {
     }
 }
 
-/// An entry committed while a purge removes its object (after the purge listed the object's
-/// files) goes too: it stayed on the disk while the index forgot it (the entries gauge below the
-/// files), and a restart served it as a HIT.
+/// An object fetched and stored while a purge of it waits (after the listing removed its
+/// files; the object stored before the purge when `stored_before`): its new file goes too, or
+/// it stays on the disk while the index forgot it (the entries gauge below the files, never
+/// evicted, and a restart served it as a HIT).
 #[cfg(feature = "failpoints")]
-#[test]
-fn an_entry_committed_while_its_object_is_purged_does_not_stay_unknown() {
+fn committed_during_its_purge(stored_before: bool) {
     let (o, n) = common::cache::origin_and_purge_node_with_env(
         "slice_size = 0",
         &[("FAILPOINTS", "cache_object_removed=sleep(600)")],
     );
     let body = pattern(5000, 4);
     o.put("/race.bin", Object::new(body.clone()));
+    if stored_before {
+        assert_eq!(xcache(&get(&n, "/race.bin", "")), "MISS");
+        wait_committed(&n);
+    }
     std::thread::scope(|scope| {
         let purge = scope.spawn(|| admin(&n, "POST", "/cache/purge?key=/race.bin", PURGE_AUTH));
-        // The purge has listed nothing yet and waits: the object is fetched and stored.
+        // The purge listed (and removed) what there was and waits: the object is fetched and
+        // stored.
         std::thread::sleep(Duration::from_millis(200));
         let r = get(&n, "/race.bin", "");
         assert_eq!(xcache(&r), "MISS");
@@ -2472,38 +2477,18 @@ fn an_entry_committed_while_its_object_is_purged_does_not_stay_unknown() {
     assert!(r.body == body);
 }
 
-/// The same for an object stored before the purge: the listing removes its file, and a fill
-/// commits a new one at the same path before the purge is over. That file goes too (it stayed
-/// on the disk unknown to the index: never evicted, the disk over max_size, tester).
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_entry_committed_while_its_object_is_purged_does_not_stay_unknown() {
+    committed_during_its_purge(false);
+}
+
+/// The listing removed the object's file, and a fill committed a new one at the same path
+/// (tester: the disk over max_size under churn).
 #[cfg(feature = "failpoints")]
 #[test]
 fn an_entry_committed_at_a_purged_path_does_not_stay_unknown() {
-    let (o, n) = common::cache::origin_and_purge_node_with_env(
-        "slice_size = 0",
-        &[("FAILPOINTS", "cache_object_removed=sleep(600)")],
-    );
-    let body = pattern(5000, 5);
-    o.put("/again.bin", Object::new(body.clone()));
-    assert_eq!(xcache(&get(&n, "/again.bin", "")), "MISS");
-    wait_committed(&n);
-    std::thread::scope(|scope| {
-        let purge = scope.spawn(|| admin(&n, "POST", "/cache/purge?key=/again.bin", PURGE_AUTH));
-        // The purge removed the file and waits: the object is fetched and stored again.
-        std::thread::sleep(Duration::from_millis(200));
-        let r = get(&n, "/again.bin", "");
-        assert_eq!(xcache(&r), "MISS");
-        wait_committed(&n);
-        assert_eq!(purge.join().expect("the purge").status, 200);
-    });
-    assert_eq!(
-        (
-            cache_files(&n.cache).1,
-            volume_metric(&n, "contentserver_cache_entries", &[])
-        ),
-        (0, 0.0),
-        "a file stayed that the index does not know: {}",
-        n.srv.logs()
-    );
+    committed_during_its_purge(true);
 }
 
 #[test]
