@@ -50,6 +50,13 @@ impl Lifecycle {
         self.draining.load(Ordering::Acquire)
     }
 
+    /// Whether an answer written now keeps its connection: as the request asked
+    /// (`keep_alive`), unless draining began (which may be while the answer was being made:
+    /// asked again for each answer, when its head is written).
+    pub fn keeps(&self, keep_alive: bool) -> bool {
+        keep_alive && !self.is_draining()
+    }
+
     /// Start draining (idempotent): workers stop accepting, idle connections close.
     pub fn begin_drain(&self) {
         self.draining.store(true, Ordering::Release);

@@ -39,7 +39,7 @@ fn now() -> i64 {
 
 /// Answer `req` on `sock`.
 pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
-    let keep_alive = req.keep_alive && !shared.lifecycle.is_draining();
+    let keep_alive = shared.lifecycle.keeps(req.keep_alive);
     let policy = &shared.http;
     let resolved = shared.router.resolve(&req.path);
     let route = resolved.as_ref().ok().map(|r| r.route);
@@ -93,7 +93,7 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
     let rel = resolved.rel;
     let opened = vol.open(&rel).await;
     // Draining may have started while the file was opened: say `close` from now on.
-    let keep_alive = keep_alive && !shared.lifecycle.is_draining();
+    let keep_alive = shared.lifecycle.keeps(keep_alive);
     if !keep_alive {
         // The answer ends the connection: its FIN leaves with its last bytes (a cache route's
         // answer may stream bytes as they arrive from the origin, so only files are corked).
@@ -160,7 +160,7 @@ pub async fn respond(shared: &Shared, sock: &Socket, req: &Request) -> Served {
         }
     }
     // Draining may have started while a precompressed sibling was opened.
-    let keep_alive = keep_alive && !shared.lifecycle.is_draining();
+    let keep_alive = shared.lifecycle.keeps(keep_alive);
     let file = &opened.file;
     let entity = Entity {
         version: FileVersion {
@@ -204,7 +204,7 @@ async fn list(
     let policy = &shared.http;
     let listed = vol.list_dir(rel, policy.listing_max_entries).await;
     // Draining may have started while the pool listed it: say `close` from now on.
-    let keep_alive = keep_alive && !shared.lifecycle.is_draining();
+    let keep_alive = shared.lifecycle.keeps(keep_alive);
     let (entries, truncated) = match listed {
         Ok(r) => r,
         Err(e) => {

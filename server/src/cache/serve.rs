@@ -292,7 +292,7 @@ impl Ctx<'_> {
     /// Whether the answer keeps the connection: not once draining began, which may be while
     /// this request waited for the origin or a fill (the answer then says `close`).
     fn keep_alive(&self) -> bool {
-        self.keep_alive && !self.lifecycle.is_draining()
+        self.lifecycle.keeps(self.keep_alive)
     }
 
     fn job(&self, slice: u32, revalidate: Option<Arc<Stored>>) -> FillJob {
