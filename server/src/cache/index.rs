@@ -210,11 +210,7 @@ impl Index {
     /// file that was being deleted, the entry is not there any more. A newer file committed
     /// under the id has another stamp and stays. Returns its size if it was removed.
     pub fn remove_if(&self, id: EntryId, stamp: Stamp) -> Option<u64> {
-        let mut st = self.lock();
-        if !stamp.is_known() || st.map.get(&id).map(|s| s.stamp) != Some(stamp) {
-            return None;
-        }
-        st.take(id)
+        stamp.is_known().then(|| self.remove_unchanged(id, stamp))?
     }
 
     /// Forget `id` if the index still holds it with `stamp`, known or not (what it held when a
