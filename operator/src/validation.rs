@@ -142,13 +142,10 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
         let reserved = [CONFIG_DIR, ORIGIN_CA_DIR, PURGE_TOKEN_DIR, "/tmp", "/"];
         let under = |dir: &str, path: &str| path.starts_with(&format!("{dir}/"));
         let trimmed = mp.trim_end_matches('/');
-        // The reserved path itself, one inside it, or one holding it (`/etc` would put the
-        // config and the purge token inside the served volume).
-        if reserved
-            .iter()
-            .any(|r| trimmed == *r || (*r != "/" && (under(r, &mp) || under(trimmed, r))))
-            || mp == "/"
-        {
+        // A directory itself, one inside it, or one holding it (`/etc` would put the config
+        // and the purge token inside the served volume).
+        let collides = |r: &&str| trimmed == *r || under(r, &mp) || under(trimmed, r);
+        if reserved.iter().any(|r| *r != "/" && collides(r)) || mp == "/" {
             push(
                 format!("{f}.mountPath"),
                 format!("{mp} is reserved: it is, is inside or holds a directory the pod uses (/, /tmp, {CONFIG_DIR}, {ORIGIN_CA_DIR} and {PURGE_TOKEN_DIR})"),
@@ -158,13 +155,17 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
         // and the CA bundle https origins are verified with, hidden by a volume on, in or
         // above them; or a kernel filesystem the runtime mounts (a volume there fails the
         // container's start): a pod that never starts, or never reaches its origin.
-        let image = ["/usr/local/bin", "/usr/lib", "/lib", "/lib64", "/etc/ssl"];
-        let kernel = ["/proc", "/sys", "/dev"];
-        if let Some(r) = image
-            .iter()
-            .chain(&kernel)
-            .find(|r| trimmed == **r || under(trimmed, r) || under(r, &mp))
-        {
+        let image = [
+            "/usr/local/bin",
+            "/usr/lib",
+            "/lib",
+            "/lib64",
+            "/etc/ssl",
+            "/proc",
+            "/sys",
+            "/dev",
+        ];
+        if let Some(r) = image.iter().find(|r| collides(r)) {
             push(
                 format!("{f}.mountPath"),
                 format!("{mp} would hide or mount into {r}, which the container needs from its image or its runtime (its binary, C library and CA bundle; the kernel's filesystems): its pods would not start, or not verify https origins"),
