@@ -1157,7 +1157,10 @@ fn a_claim_size_in_canonical_form_is_no_change() {
     assert_eq!(signature("4096Gi"), signature("4Ti"));
     assert_eq!(signature("1024Mi"), signature("1Gi"));
     assert_eq!(signature("1.5T"), signature("1500G"));
+    // Not a whole number of bytes: the API server gives it back in milli-units.
+    assert_eq!(signature("1.3Gi"), signature("1395864371200m"));
     assert_ne!(signature("4Ti"), signature("8Ti"));
+    assert_ne!(signature("1.3Gi"), signature("1395864371"));
 }
 
 /// What the CRD's CEL refuses is also reported on its spec field when the spec reaches the

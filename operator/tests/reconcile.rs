@@ -1102,6 +1102,52 @@ async fn a_refused_ingress_does_not_stop_the_workload_switch() {
     );
 }
 
+/// A child past the workload that keeps being refused does not freeze the rest of the status:
+/// the config hash and the counts follow the workload (a config change shows its new hash, the
+/// pods' loss of readiness shows), and Reconciled names the refusal.
+#[tokio::test]
+async fn a_refused_optional_child_still_lets_the_status_follow_the_workload() {
+    let (fake, ctx, name) = reconciled("minimal.yaml").await;
+    fake.set_rolled_out(&deployments(), &name, 1);
+    run(&fake, &ctx, &name).await;
+    let before = current(&fake, &name).await.status.expect("status");
+    assert_eq!(before.ready_replicas, 1);
+    fake.fail("PATCH", "/ingresses/", 422);
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["volumes"][0]["pool"]["threads"] = json!(8);
+        cs["spec"]["expose"]["ingress"]["hosts"] = json!(["shop.example"]);
+    });
+    let refused = || async {
+        let err = reconcile(Arc::new(current(&fake, &name).await), ctx.clone())
+            .await
+            .expect_err("the Ingress is refused");
+        assert!(err.to_string().contains("injected failure"), "{err}");
+        current(&fake, &name).await
+    };
+    let st = refused().await.status.expect("status");
+    let dep = fake.get(&deployments(), &name).expect("Deployment");
+    assert_ne!(st.config_hash, before.config_hash);
+    assert_eq!(st.config_hash, Some(template_hash(&dep)));
+    // The new pod never gets ready (a crash loop), as its controller reports.
+    let gen = dep["metadata"]["generation"].clone();
+    fake.set_status(
+        &deployments(),
+        &name,
+        json!({"replicas": 1, "readyReplicas": 0, "updatedReplicas": 1, "observedGeneration": gen}),
+    );
+    let cs = refused().await;
+    let st = cs.status.clone().expect("status");
+    assert_eq!(st.ready_replicas, 0);
+    assert_eq!(condition(&cs, "Available").status, "False");
+    let rec = condition(&cs, "Reconciled");
+    assert_eq!(
+        (rec.status.as_str(), rec.reason.as_str()),
+        ("False", "ApplyFailed")
+    );
+    assert!(rec.message.contains("injected failure"), "{}", rec.message);
+    assert_eq!(st.phase.as_deref(), Some("Error"));
+}
+
 /// Switching kinds with a cache on an existing claim: the new workload's pods cannot take the
 /// cache directory's lock while the old pods hold it, so waiting for them to be ready would
 /// stall forever. The old workload is removed at once (an Event says why), both ways.

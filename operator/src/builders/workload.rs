@@ -500,9 +500,9 @@ pub fn statefulset(cs: &ContentServer, config_hash: &str) -> StatefulSet {
 
 /// A comparable summary of claim templates: what the API server forbids changing, in order
 /// (it compares the list in order: a StatefulSet whose templates are in another order than
-/// rendered is replaced, not applied and refused). Sizes are compared in bytes: the API server
-/// stores a quantity in its canonical form (`1024Mi` comes back as `1Gi`), which must not read
-/// as a change.
+/// rendered is replaced, not applied and refused). Sizes are compared by their exact value: the
+/// API server stores a quantity in its canonical form (`1024Mi` comes back as `1Gi`, `1.3Gi` as
+/// `1395864371200m`), which must not read as a change.
 pub fn claim_template_signature(templates: &[PersistentVolumeClaim]) -> Vec<String> {
     templates
         .iter()
@@ -513,8 +513,8 @@ pub fn claim_template_signature(templates: &[PersistentVolumeClaim]) -> Vec<Stri
                 .and_then(|r| r.requests)
                 .and_then(|r| {
                     r.get("storage")
-                        .map(|q| match crate::crd::quantity_bytes(&q.0) {
-                            Some(bytes) => bytes.to_string(),
+                        .map(|q| match crate::crd::quantity_nanos(&q.0) {
+                            Some(nanos) => nanos.to_string(),
                             None => q.0.clone(),
                         })
                 })

@@ -255,23 +255,57 @@ pub fn quantity_bytes(q: &str) -> Option<u64> {
         ("P", 1_000_000_000_000_000),
         ("E", 1_000_000_000_000_000_000),
     ];
-    let (num, mult) = UNITS
+    u64::try_from(scaled(q, &UNITS, 1, false)?).ok()
+}
+
+/// The exact value of a quantity in nano-units, rounded up as the API server rounds what is
+/// finer than that: two spellings of one size compare equal. The API server keeps a size in
+/// its canonical form, which for a size that is not a whole number of bytes is in milli-units
+/// (`1.3Gi` comes back as `1395864371200m`, `1.5` as `1500m`). None when it is not a plain
+/// quantity (a sign or an exponent) or is too large.
+pub fn quantity_nanos(q: &str) -> Option<u128> {
+    const G: u128 = 1_000_000_000;
+    const UNITS: [(&str, u128); 15] = [
+        ("Ki", G << 10),
+        ("Mi", G << 20),
+        ("Gi", G << 30),
+        ("Ti", G << 40),
+        ("Pi", G << 50),
+        ("Ei", G << 60),
+        ("n", 1),
+        ("u", 1_000),
+        ("m", 1_000_000),
+        ("k", G * 1_000),
+        ("M", G * 1_000_000),
+        ("G", G * 1_000_000_000),
+        ("T", G * 1_000_000_000_000),
+        ("P", G * 1_000_000_000_000_000),
+        ("E", G * 1_000_000_000_000_000_000),
+    ];
+    scaled(q, &UNITS, G, true)
+}
+
+/// `q` (digits, an optional fraction, then one of `units`' suffixes, or none for `plain`) in
+/// the units' scale: rounded up with `ceil`, else down.
+fn scaled(q: &str, units: &[(&str, u128)], plain: u128, ceil: bool) -> Option<u128> {
+    let (num, mult) = units
         .iter()
         .find_map(|(s, m)| q.strip_suffix(s).map(|n| (n, *m)))
-        .unwrap_or((q, 1));
+        .unwrap_or((q, plain));
     let (int, frac) = num.split_once('.').unwrap_or((num, ""));
     let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
     if int.is_empty() || !digits(int) || !digits(frac) || (num.contains('.') && frac.is_empty()) {
         return None;
     }
     let whole: u128 = int.parse().ok()?;
-    let mut bytes = whole.checked_mul(mult)?;
+    let mut value = whole.checked_mul(mult)?;
     if !frac.is_empty() {
         let scale = 10u128.checked_pow(u32::try_from(frac.len()).ok()?)?;
-        let f: u128 = frac.parse().ok()?;
-        bytes = bytes.checked_add(f.checked_mul(mult)? / scale)?;
+        let f = frac.parse::<u128>().ok()?.checked_mul(mult)?;
+        let part = if ceil { f.div_ceil(scale) } else { f / scale };
+        value = value.checked_add(part)?;
     }
-    u64::try_from(bytes).ok()
+    Some(value)
 }
 
 /// The value of any Kubernetes quantity (as `resources.limits` may hold it: `+8Gi`, `.5Gi`,
@@ -318,7 +352,7 @@ pub fn quantity_value(q: &str) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{quantity_bytes, quantity_value};
+    use super::{quantity_bytes, quantity_nanos, quantity_value};
 
     #[test]
     fn any_kubernetes_quantity_has_a_value() {
@@ -349,6 +383,27 @@ mod tests {
         assert_eq!(quantity_bytes("0"), Some(0));
         for bad in ["", "Gi", "1.Gi", "x1", "1Xi", "-1", "1.2.3", "20Ei"] {
             assert_eq!(quantity_bytes(bad), None, "{bad}");
+        }
+    }
+
+    /// The forms the API server gives back for what a spec says compare equal to it.
+    #[test]
+    fn canonical_forms_have_the_same_exact_value() {
+        for (spec, canonical) in [
+            ("1.3Gi", "1395864371200m"),
+            ("1.5", "1500m"),
+            ("0.1Ti", "109951162777600m"),
+            ("1024Mi", "1Gi"),
+            ("1.5T", "1500G"),
+            ("0.5Ki", "512"),
+            ("1.0000000001", "1000000001n"),
+        ] {
+            assert_eq!(quantity_nanos(spec), quantity_nanos(canonical), "{spec}");
+            assert!(quantity_nanos(spec).is_some(), "{spec}");
+        }
+        assert_ne!(quantity_nanos("1.3Gi"), quantity_nanos("1395864371"));
+        for bad in ["", "m", "1e3", "-1", "1.m", "1Xi"] {
+            assert_eq!(quantity_nanos(bad), None, "{bad}");
         }
     }
 }

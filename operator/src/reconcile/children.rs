@@ -2,7 +2,7 @@
 //! Services, the workload, then the optional children (PDB, HPA, NetworkPolicy, Ingress,
 //! HTTPRoute, ServiceMonitor), each pruned when the spec stops wanting it. A failure past the
 //! workload is kept in `Applied::optional_failed` (the reconcile fails with it after the
-//! workload switch and the pruning). Every write goes
+//! workload switch, the pruning and the status). Every write goes
 //! through the ownership check of `api.rs`: a same-named object this ContentServer does not own
 //! is neither taken over nor deleted. A kind whose CRD is not installed (HTTPRoute,
 //! ServiceMonitor: the API answers 404 for the kind) is reported in `Applied::missing_crds`, not

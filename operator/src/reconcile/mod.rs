@@ -130,10 +130,31 @@ pub async fn reconcile(cs: Arc<ContentServer>, ctx: Arc<Context>) -> Result<Acti
             }
             Ok(action)
         }
-        Err(e) => {
-            tracing::warn!(contentserver = %key(&cs), error = %e, "reconcile failed");
-            record_failure(&cs, &ctx, &e).await;
-            Err(e)
+        Err(Failed {
+            error,
+            status_written,
+        }) => {
+            tracing::warn!(contentserver = %key(&cs), error = %error, "reconcile failed");
+            if !status_written {
+                record_failure(&cs, &ctx, &error).await;
+            }
+            Err(error)
+        }
+    }
+}
+
+/// A failed reconcile: the error, and whether the status already says so (a child past the
+/// workload refused: the rest of the status was written with it).
+struct Failed {
+    error: Error,
+    status_written: bool,
+}
+
+impl From<Error> for Failed {
+    fn from(error: Error) -> Failed {
+        Failed {
+            error,
+            status_written: false,
         }
     }
 }
@@ -141,7 +162,7 @@ pub async fn reconcile(cs: Arc<ContentServer>, ctx: Arc<Context>) -> Result<Acti
 async fn reconcile_steps(
     cs: &ContentServer,
     ctx: &Context,
-) -> Result<(Action, &'static str), Error> {
+) -> Result<(Action, &'static str), Failed> {
     if cs.metadata.deletion_timestamp.is_some() {
         // Being deleted (foreground deletion waits for the children to go): re-applying them
         // would recreate what the garbage collector removes. Nothing to write.
@@ -154,15 +175,27 @@ async fn reconcile_steps(
     let mut applied = children::apply_all(&scope).await?;
     replace::remove_other_kind(&scope, &mut applied).await?;
     configs::prune_old(&scope, &applied).await?;
-    if let Some(e) = applied.optional_failed.take() {
-        return Err(e);
+    // A child past the workload refused: the status is written all the same (counts, config
+    // hash, availability), with Reconciled False naming the refusal, and the reconcile fails
+    // (retried with backoff).
+    let failed = applied.optional_failed.take();
+    let action = write_applied_status(&scope, applied, failed.as_ref()).await?;
+    if let Some(error) = failed {
+        return Err(Failed {
+            error,
+            status_written: true,
+        });
     }
-    let action = write_applied_status(&scope, applied).await?;
     Ok((action, crate::metrics::result::OK))
 }
 
-/// The status after the children were applied; the requeue follows the rollout.
-async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Action, Error> {
+/// The status after the children were applied (`failed`: one past the workload was refused);
+/// the requeue follows the rollout.
+async fn write_applied_status(
+    scope: &Scope<'_>,
+    applied: Applied,
+    failed: Option<&Error>,
+) -> Result<Action, Error> {
     let cs = scope.cs;
     let replacing = applied.replacing();
     // While the workload is unobserved (the StatefulSet being replaced, its orphaned pods
@@ -199,6 +232,18 @@ async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Act
         );
         conditions = status::merge_conditions(&conditions, vec![missing]);
     }
+    if let Some(e) = failed {
+        let refused = status::condition(
+            &scope.previous.conditions,
+            status::RECONCILED,
+            false,
+            failure_reason(e),
+            e.to_string(),
+            scope.generation(),
+            scope.now,
+        );
+        conditions = status::merge_conditions(&conditions, vec![refused]);
+    }
     let mut st = status::with_conditions(Some(&scope.previous), conditions);
     st.observed_generation = scope.generation();
     st.replicas = w.replicas;
@@ -225,14 +270,9 @@ async fn write_applied_status(scope: &Scope<'_>, applied: Applied) -> Result<Act
 /// retries anyway.
 async fn record_failure(cs: &ContentServer, ctx: &Context, err: &Error) {
     let previous = cs.status.clone().unwrap_or_default();
-    let reason = match err {
-        Error::NameTaken { .. } => "NameTaken",
-        Error::AwaitingGc { .. } => status::AWAITING_GC,
-        _ => "ApplyFailed",
-    };
     let mut st = status::not_reconciled(
         &previous,
-        reason,
+        failure_reason(err),
         err.to_string(),
         cs.metadata.generation,
         Timestamp::now(),
@@ -240,6 +280,15 @@ async fn record_failure(cs: &ContentServer, ctx: &Context, err: &Error) {
     st.observed_generation = cs.metadata.generation;
     if let Err(e) = api::write_conditions(ctx, cs, st).await {
         tracing::warn!(contentserver = %key(cs), error = %e, "cannot record the failure in status");
+    }
+}
+
+/// The Reconciled reason for a failed reconcile.
+fn failure_reason(err: &Error) -> &'static str {
+    match err {
+        Error::NameTaken { .. } => "NameTaken",
+        Error::AwaitingGc { .. } => status::AWAITING_GC,
+        _ => "ApplyFailed",
     }
 }
 
