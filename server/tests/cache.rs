@@ -342,6 +342,34 @@ fn concurrent_misses_share_one_fetch_and_stream_before_it_ends() {
     assert_eq!(o.requests("/herd.bin"), 1);
 }
 
+/// A request joining a fill long under way is as old as the origin's answer: its `Age` counts
+/// from when that answer came (RFC 9111 §4.2.3), as a stored entry's does. It used to be the
+/// origin's own Age (here 0) whatever time had passed.
+#[test]
+fn a_request_joining_a_long_fill_counts_its_age() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    let body = pattern(400 * 1024, 9);
+    o.put(
+        "/slow.bin",
+        Object::new(body.clone()).cache_control("max-age=600"),
+    );
+    // 50 chunks of 8 KiB, 60 ms apart: the fill takes about 3 s.
+    o.set_timing(Timing {
+        chunk_size: 8192,
+        chunk_delay: Duration::from_millis(60),
+        ..Timing::default()
+    });
+    let addr = n.srv.addr;
+    let first = std::thread::spawn(move || timed_get(addr, "/slow.bin"));
+    std::thread::sleep(Duration::from_millis(2300));
+    let r = get(&n, "/slow.bin", "");
+    assert!(r.body == body);
+    assert_eq!(o.requests("/slow.bin"), 1, "it did not join the fill");
+    let age: u64 = r.header("Age").and_then(|a| a.parse().ok()).expect("Age");
+    assert!(age >= 2, "joined 2.3 s into the fill, Age {age}");
+    assert!(first.join().unwrap().2 == body);
+}
+
 /// Requests that joined a fill before the origin answered all waited for the origin: every one
 /// is a MISS, however fast the (small) body came after the head. (Which of them woke before
 /// the last byte was a race, and those after it said HIT: 1 MISS and 5 HIT in some runs, 6
@@ -2685,6 +2713,41 @@ fn a_version_change_does_not_wait_for_a_paced_fill() {
         .expect("the response was not ended in 15 s: it waits for the paced fill");
     let cut = r.expect_err("two versions in one response");
     assert!(cut.contains(&format!("after {BIG} of")), "{cut}");
+}
+
+/// A fill that cannot store a slice too large to hold is paced by its readers. A reader whose
+/// range starts far into the slice (a seek) is where its range starts, not at the slice's
+/// first byte: it used to be taken for one still at byte 0, so the fill stopped once its
+/// window was full, waiting for that reader to move, which waited for bytes past the window;
+/// neither moved, and the fill held its origin connection for good.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_seek_into_a_paced_fill_gets_its_bytes() {
+    const BIG: usize = 34 << 20;
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    let n = Node::start_with_env(
+        &config(&[o.url()], &cache, "", "slice_size = \"0\""),
+        &[("FAILPOINTS", "cache_write=return(enospc)")],
+    );
+    let body = pattern(BIG, 5);
+    o.put("/seek.bin", Object::new(body.clone()));
+    let at = 30 << 20;
+    let mut c = n.srv.connect();
+    c.send(
+        format!(
+            "GET /seek.bin HTTP/1.1\r\nHost: t\r\nRange: bytes={at}-{}\r\nConnection: close\r\n\r\n",
+            at + 99
+        )
+        .as_bytes(),
+    );
+    let r = c
+        .response(false)
+        .expect("no whole answer (15 s without a byte): the fill waits for a reader at byte 0");
+    assert_eq!((r.status, xcache(&r)), (206, "MISS"));
+    assert!(r.body == body[at..at + 100]);
+    assert_eq!(cache_files(&cache), (0, 0));
 }
 
 #[test]

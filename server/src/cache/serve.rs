@@ -922,13 +922,9 @@ impl Ctx<'_> {
         cv.count(status);
         let now_ms = unix_now_ms();
         let now = now_ms / 1000;
-        // Age in whole seconds (RFC 9111 §5.1).
-        let age = match &first {
-            Source::Stored(s) => {
-                s.meta.initial_age as i64 + (now_ms - s.meta.stored_at_ms).max(0) / 1000
-            }
-            Source::Fill(_, h) => h.meta.initial_age as i64,
-        };
+        // Age in whole seconds (RFC 9111 §5.1): what the origin said, plus the time since its
+        // answer came (a request joining a long fill too).
+        let age = meta.initial_age as i64 + (now_ms - meta.stored_at_ms).max(0) / 1000;
         let is_type = |n: &str| n.eq_ignore_ascii_case("content-type");
         let ctype = meta
             .headers
@@ -1430,6 +1426,9 @@ impl Ctx<'_> {
         let fill = reader.fill();
         let mut rx = fill.subscribe();
         let mut pos = a;
+        // Where this reader is from now on: a fill paced by its readers (not storing) must
+        // not wait for it to take bytes before `a` it will never ask for.
+        reader.at(pos);
         while pos < b {
             let (avail, done) = match &*rx.borrow_and_update() {
                 Progress::Body { avail, done, .. } => (*avail, *done),
