@@ -180,7 +180,8 @@ fn a_coded_answer_varying_by_accept_encoding_goes_only_to_clients_that_accept_it
         );
     }
     // Fills still ask without one (their answer is for every client), and an answer in no
-    // coding is for everyone.
+    // coding is for everyone but a client that refuses the uncoded form (`identity;q=0`, or
+    // `*;q=0` without naming identity: RFC 9110 §12.5.3), which is passed through.
     o.put(
         "/plain.js",
         Object::new(pattern(4000, 2))
@@ -189,13 +190,24 @@ fn a_coded_answer_varying_by_accept_encoding_goes_only_to_clients_that_accept_it
     );
     get(&n, "/plain.js", "Accept-Encoding: gzip\r\n");
     wait_committed(&n);
-    let r = get(&n, "/plain.js", "Accept-Encoding: identity\r\n");
-    assert_eq!(xcache(&r), "HIT");
+    for ae in ["identity", "gzip", "*;q=0, identity"] {
+        let r = get(&n, "/plain.js", &format!("Accept-Encoding: {ae}\r\n"));
+        assert_eq!(xcache(&r), "HIT", "{ae}");
+    }
     assert!(o
         .seen()
         .iter()
         .filter(|s| s.path == "/plain.js")
         .all(|s| s.header("accept-encoding").is_none()));
+    for ae in ["br, identity;q=0", "*;q=0"] {
+        let r = get(&n, "/plain.js", &format!("Accept-Encoding: {ae}\r\n"));
+        assert_eq!(xcache(&r), "BYPASS", "{ae}");
+        let seen = o.seen();
+        assert_eq!(
+            seen.last().and_then(|s| s.header("accept-encoding")),
+            Some(ae)
+        );
+    }
 }
 
 /// An If-Range date is honoured only when it is a strong validator (RFC 9110 §13.1.5): for a
@@ -2748,6 +2760,25 @@ fn a_seek_into_a_paced_fill_gets_its_bytes() {
     assert_eq!((r.status, xcache(&r)), (206, "MISS"));
     assert!(r.body == body[at..at + 100]);
     assert_eq!(cache_files(&cache), (0, 0));
+}
+
+/// An origin answering a slice's range with fewer bytes and an unknown total
+/// (`Content-Range: bytes 0-2999/*`, allowed by RFC 9110 §14.4: a representation still growing)
+/// is not stored (no total to slice by): the request is passed through, not answered 502.
+#[test]
+fn a_206_of_unknown_total_is_passed_through() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(3000, 21);
+    o.put("/growing.log", Object::new(body.clone()));
+    let mut raw = b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-2999/*\r\n\
+                    Content-Length: 3000\r\nETag: \"v1\"\r\n\r\n"
+        .to_vec();
+    raw.extend_from_slice(&body);
+    o.fault_times("/growing.log", Fault::Raw(raw), 1);
+    let r = get(&n, "/growing.log", "");
+    assert_eq!((r.status, xcache(&r)), (200, "BYPASS"));
+    assert!(r.body == body);
+    assert_eq!(o.requests("/growing.log"), 2);
 }
 
 #[test]

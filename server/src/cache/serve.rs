@@ -1602,8 +1602,8 @@ impl Ctx<'_> {
 
     /// Whether this client may have an answer with these `Vary` and `Content-Encoding`
     /// values: unless it varies by Accept-Encoding and has a coding the client's
-    /// Accept-Encoding refuses (the answer was chosen by a request without one, which accepts
-    /// every coding).
+    /// Accept-Encoding refuses, or has none where it refuses the uncoded form (the answer was
+    /// chosen by a request without one, which accepts every coding).
     fn takes_coding<'h>(
         &self,
         mut vary: impl Iterator<Item = &'h str>,
@@ -1617,11 +1617,7 @@ impl Ctx<'_> {
             return true;
         }
         let codings: Vec<&str> = encodings.collect();
-        codings.is_empty()
-            || crate::http::encoding::accepts(
-                self.req.accept_encoding.as_deref(),
-                &codings.join(","),
-            )
+        crate::http::encoding::accepts(self.req.accept_encoding.as_deref(), &codings.join(","))
     }
 
     /// [`Self::takes_coding`] for a stored entry's fields.

@@ -34,17 +34,43 @@ fn q_for(accept: &str, coding: &str) -> f32 {
 }
 
 /// Whether a request with `accept` (its Accept-Encoding) accepts a body of `content_encoding`
-/// (a Content-Encoding value, codings in the order applied): no Accept-Encoding accepts any
-/// coding; `identity` is no coding.
+/// (a Content-Encoding value, codings in the order applied; empty for none): no
+/// Accept-Encoding accepts any coding; `identity` is no coding. A body without a coding is
+/// acceptable unless `identity;q=0`, or `*;q=0` without an `identity` entry, excludes it
+/// (RFC 9110 §12.5.3).
 pub fn accepts(accept: Option<&str>, content_encoding: &str) -> bool {
     let Some(accept) = accept else {
         return true;
     };
-    content_encoding
+    let codings: Vec<&str> = content_encoding
         .split(',')
         .map(str::trim)
         .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
+        .collect();
+    if codings.is_empty() {
+        return identity_accepted(accept);
+    }
+    codings
+        .iter()
         .all(|c| q_for(accept, &c.to_ascii_lowercase()) > 0.0)
+}
+
+/// Whether `accept` leaves the uncoded form acceptable: it is unless named with q=0 or, not
+/// named, covered by `*;q=0`.
+fn identity_accepted(accept: &str) -> bool {
+    let named = |name: &str| {
+        accept.split(',').any(|el| {
+            el.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case(name)
+        })
+    };
+    if named("identity") || named("*") {
+        return q_for(accept, "identity") > 0.0;
+    }
+    true
 }
 
 /// The configured codings the request accepts, best first; empty when none (or no header).
@@ -66,6 +92,27 @@ pub fn acceptable(accept: Option<&str>, order: &[Precompressed]) -> Vec<Precompr
 mod tests {
     use super::*;
     use Precompressed::*;
+
+    #[test]
+    fn an_uncoded_body_is_acceptable_unless_excluded() {
+        for accept in [
+            "gzip",
+            "br, gzip;q=0.5",
+            "",
+            "identity",
+            "*",
+            "*;q=0, identity",
+        ] {
+            assert!(accepts(Some(accept), ""), "{accept:?}");
+            assert!(accepts(Some(accept), "identity"), "{accept:?}");
+        }
+        for accept in ["br, identity;q=0", "*;q=0", "gzip, *;q=0", "IDENTITY;q=0"] {
+            assert!(!accepts(Some(accept), ""), "{accept:?}");
+        }
+        assert!(accepts(None, ""));
+        assert!(accepts(Some("br, identity;q=0"), "br"));
+        assert!(!accepts(Some("gzip;q=0"), "gzip"));
+    }
 
     const ALL: &[Precompressed] = &[Br, Zstd, Gzip];
 

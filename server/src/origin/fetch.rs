@@ -366,9 +366,10 @@ fn announced_length(
             ))
         })?;
         if let Some((a, b)) = req.range {
-            let ends_early = range
-                .total
-                .is_some_and(|t| range.end + 1 == t && range.end < b);
+            // Shorter than asked where the object ends; or, its total unknown (`*`: a
+            // representation still growing, RFC 9110 §14.4), where it ends for now: never a
+            // slice (no total), passed through.
+            let ends_early = range.end < b && range.total.is_none_or(|t| range.end + 1 == t);
             if range.start != a || (range.end != b && !ends_early) {
                 return Err(protocol(format!(
                     "206 for bytes {}-{}/{} where bytes {a}-{b} were asked for",
