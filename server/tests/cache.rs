@@ -1255,6 +1255,37 @@ fn a_304_that_forbids_storing_withdraws_a_sliced_object_after_its_readers() {
     }
 }
 
+/// A 304 saying `private` withdraws the shared copy as `no-store` does (RFC 9111 §5.2.2.7: a
+/// shared cache must not keep it), whatever the origin says afterwards.
+#[test]
+fn a_304_saying_private_withdraws_the_stored_copy() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    let v1 = pattern(3000, 7);
+    o.put(
+        "/p304",
+        Object::version(v1.clone(), 1).cache_control("max-age=1, stale-while-revalidate=0"),
+    );
+    assert_eq!(xcache(&get(&n, "/p304", "")), "MISS");
+    wait_committed(&n);
+    std::thread::sleep(Duration::from_millis(1050));
+    o.fault(
+        "/p304",
+        Fault::Raw(
+            b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nCache-Control: private, max-age=100\r\n\r\n"
+                .to_vec(),
+        ),
+    );
+    let r = get(&n, "/p304", "");
+    assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"));
+    assert!(r.body == v1);
+    settle(&n);
+    assert_eq!(cache_files(&n.cache).1, 0, "the private copy is still stored");
+    o.clear_fault("/p304");
+    let r = get(&n, "/p304", "");
+    assert_eq!(xcache(&r), "BYPASS");
+    assert!(r.body == v1);
+}
+
 /// A 304 that forbids storing withdraws every slice of the object, not only the first and the
 /// one revalidated: a seek into a later slice is passed through too, not served from the
 /// cache (it was a HIT with the old fields while full reads were BYPASS).
