@@ -15,6 +15,7 @@ use crate::crd::{
     EmptyDirMedium, GatewayParentRef, EMPTY_DIR_CACHE_PERCENT, MAX_VOLUME_NAME, ORIGIN_CA_DIR,
     PURGE_TOKEN_DIR,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::HashSet;
 use std::fmt;
@@ -323,7 +324,46 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
         }
         push(field, e.message);
     }
+    for e in resources_valid(spec) {
+        push(e.field, e.message);
+    }
+    if let Some(i) = &spec.metrics.service_monitor.interval {
+        if !is_prometheus_duration(i) {
+            push(
+                "spec.metrics.serviceMonitor.interval".into(),
+                format!("{i:?} is not a Prometheus duration such as 30s or 1m30s"),
+            );
+        }
+    }
     errs
+}
+
+/// The Prometheus Operator's duration pattern (the CRD's, for a cluster without it): `0`, or
+/// numbers with units in the order y, w, d, h, m, s, ms, each at most once.
+fn is_prometheus_duration(s: &str) -> bool {
+    const UNITS: [&str; 7] = ["y", "w", "d", "h", "m", "s", "ms"];
+    if s == "0" {
+        return true;
+    }
+    let mut rest = s;
+    let mut next = 0;
+    while !rest.is_empty() {
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 {
+            return false;
+        }
+        rest = &rest[digits..];
+        let Some(at) = UNITS.iter().rposition(|u| rest.starts_with(u)) else {
+            return false;
+        };
+        let unit = UNITS[at];
+        if at < next {
+            return false;
+        }
+        next = at + 1;
+        rest = &rest[unit.len()..];
+    }
+    true
 }
 
 /// The CPU request the pods get, above 0: `resources.requests.cpu`, or without one
@@ -335,10 +375,60 @@ fn has_cpu_request(spec: &ContentServerSpec) -> bool {
         .and_then(|r| r.requests.as_ref())
         .and_then(|m| m.get("cpu"));
     let limit = r.and_then(|r| r.limits.as_ref()).and_then(|m| m.get("cpu"));
-    // Any digit 1-9 in a quantity makes it more than 0 (`0`, `0m`, `0.0` are 0).
     request
         .or(limit)
-        .is_some_and(|q| q.0.contains(|c: char| ('1'..='9').contains(&c)))
+        .is_some_and(|q| quantity_value(&q.0).is_some_and(|v| v > 0.0))
+}
+
+/// The container's `resources`, as the API server would take them in the Deployment: each a
+/// quantity of at least 0, and no request above its limit. (Refused there, the ContentServer
+/// would fail every apply with its ConfigMap already written; here the field is named.)
+fn resources_valid(spec: &ContentServerSpec) -> Vec<SpecError> {
+    let Some(r) = &spec.resources else {
+        return Vec::new();
+    };
+    let mut errs = Vec::new();
+    let values = |kind: &str, m: Option<&std::collections::BTreeMap<String, Quantity>>| {
+        m.into_iter()
+            .flatten()
+            .map(|(name, q)| {
+                (
+                    format!("spec.resources.{kind}.{name}"),
+                    name.clone(),
+                    q.0.clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let requests = values("requests", r.requests.as_ref());
+    let limits = values("limits", r.limits.as_ref());
+    for (field, _, q) in requests.iter().chain(&limits) {
+        match quantity_value(q) {
+            Some(v) if v >= 0.0 => {}
+            Some(_) => errs.push(SpecError {
+                field: field.clone(),
+                message: format!("{q:?} is negative"),
+            }),
+            None => errs.push(SpecError {
+                field: field.clone(),
+                message: format!("{q:?} is not a quantity such as 500m or 2Gi"),
+            }),
+        }
+    }
+    for (field, name, q) in &requests {
+        let Some((_, _, lq)) = limits.iter().find(|(_, n, _)| n == name) else {
+            continue;
+        };
+        if let (Some(req), Some(lim)) = (quantity_value(q), quantity_value(lq)) {
+            if req > lim {
+                errs.push(SpecError {
+                    field: field.clone(),
+                    message: format!("{q} is above its limit {lq}"),
+                });
+            }
+        }
+    }
+    errs
 }
 
 /// The Gateway API's two rules for an HTTPRoute's `parentRefs` (CEL in its CRD, the same in
@@ -695,4 +785,21 @@ pub fn validate_cache(spec: &ContentServerSpec) -> Vec<SpecError> {
 /// No `//` and no `.` or `..` segment (a trailing `/` is fine).
 fn is_clean_path(p: &str) -> bool {
     !p.contains("//") && !p.split('/').any(|seg| seg == "." || seg == "..")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_prometheus_duration;
+
+    #[test]
+    fn prometheus_durations() {
+        for ok in ["0", "30s", "1m30s", "1h", "500ms", "1y2w3d4h5m6s7ms", ""] {
+            assert!(is_prometheus_duration(ok), "{ok:?}");
+        }
+        for bad in [
+            "30", "s", "1s1m", "1m1m", "1.5s", "-1s", "1S", "1sms", "1µs",
+        ] {
+            assert!(!is_prometheus_duration(bad), "{bad:?}");
+        }
+    }
 }

@@ -1619,3 +1619,62 @@ fn ip_family_policy_reaches_every_service() {
     let bad = serde_json::json!({"ipFamilyPolicy": "DualStack"});
     assert!(serde_json::from_value::<content_operator::crd::ServiceSpec>(bad).is_err());
 }
+
+/// The container's resources are checked as the API server would check them in the
+/// Deployment, naming the field: a value that is no quantity, a negative one, a request above
+/// its limit. (Accepted, every apply of the Deployment failed, its ConfigMap already written.)
+#[test]
+fn container_resources_are_quantities_with_requests_within_limits() {
+    let with = |requests: serde_json::Value, limits: serde_json::Value| {
+        let mut cs = example("minimal.yaml");
+        cs.spec.resources = Some(
+            serde_json::from_value(serde_json::json!({"requests": requests, "limits": limits}))
+                .expect("resources"),
+        );
+        validate(&cs.spec)
+            .into_iter()
+            .filter(|e| e.field.starts_with("spec.resources"))
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        with(
+            serde_json::json!({"cpu": "500m", "memory": "1.5Gi"}),
+            serde_json::json!({"cpu": 2, "memory": "8589934592000m"})
+        ),
+        Vec::<String>::new()
+    );
+    let errs = with(
+        serde_json::json!({"cpu": "abc", "memory": "2Gi", "ephemeral-storage": "-1Gi"}),
+        serde_json::json!({"memory": "1Gi"}),
+    );
+    assert_eq!(errs.len(), 3, "{errs:?}");
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("spec.resources.requests.cpu: \"abc\" is not a quantity")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e
+                .starts_with("spec.resources.requests.ephemeral-storage: \"-1Gi\" is negative")),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e == "spec.resources.requests.memory: 2Gi is above its limit 1Gi"),
+        "{errs:?}"
+    );
+    // A CPU request that only contains a digit is not one above 0 for the HPA.
+    let mut cs = example("hpa.yaml");
+    cs.spec.resources = Some(
+        serde_json::from_value(serde_json::json!({"requests": {"cpu": "abc1"}}))
+            .expect("resources"),
+    );
+    if let Some(a) = cs.spec.autoscaling.as_mut() {
+        a.target_cpu_utilization = Some(70);
+    }
+    assert!(validate(&cs.spec)
+        .iter()
+        .any(|e| e.field == "spec.autoscaling.targetCPUUtilization"));
+}

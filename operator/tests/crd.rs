@@ -986,3 +986,65 @@ fn cel_refuses_a_cpu_target_without_a_cpu_request() {
         .remove("targetCPUUtilization");
     assert_eq!(cel_errors(&obj), Vec::<String>::new());
 }
+
+/// Every field the schema lets be null (`nullable: true`: the API server keeps a null there)
+/// is one the operator can read as null: set to null in each example in turn, the object
+/// still decodes. (`pdb.maxUnavailable` was nullable but not optional: such a ContentServer
+/// was admitted and then never reconciled.)
+#[test]
+fn every_nullable_field_decodes_as_null() {
+    fn walk(value: &Value, schema: &Value, path: &mut Vec<Value>, found: &mut Vec<Vec<Value>>) {
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let Some(s) = schema["properties"].get(k) else {
+                        continue;
+                    };
+                    path.push(json!(k));
+                    if s["nullable"] == json!(true) {
+                        found.push(path.clone());
+                    }
+                    walk(v, s, path, found);
+                    path.pop();
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    path.push(json!(i));
+                    walk(v, &schema["items"], path, found);
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    let schema = root_schema();
+    let mut checked = 0;
+    for (file, _, cs) in example_contentservers() {
+        let obj = serde_json::to_value(&cs).expect("json");
+        let mut found = Vec::new();
+        walk(&obj, &schema, &mut Vec::new(), &mut found);
+        for path in found {
+            let mut nulled = obj.clone();
+            let mut node = &mut nulled;
+            for p in &path {
+                node = match p {
+                    Value::String(k) => &mut node[k.as_str()],
+                    Value::Number(i) => &mut node[i.as_u64().expect("index") as usize],
+                    _ => unreachable!(),
+                };
+            }
+            *node = Value::Null;
+            if let Err(e) = serde_json::from_value::<ContentServer>(nulled) {
+                panic!(
+                    "examples/{file}: {path:?} set to null is admitted but does not decode: {e}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(
+        checked > 50,
+        "only {checked} nullable fields set in the examples"
+    );
+}

@@ -71,8 +71,15 @@ pub const PERCENT_PATTERN: &str = "^0*(100|[1-9]?[0-9])%$";
 pub struct PdbSpec {
     /// Pods that may be voluntarily disrupted at once (number or percentage). The bounds apply
     /// to a number (an i32: the operator could not read a larger one), the pattern to a string.
+    // Not nullable: a null is pruned and defaulted by the API server (kept, it would be an
+    // object the operator cannot read).
     #[serde(default = "default_max_unavailable")]
-    #[schemars(extend("minimum" = 0, "maximum" = i32::MAX, "pattern" = PERCENT_PATTERN))]
+    #[schemars(extend(
+        "minimum" = 0,
+        "maximum" = i32::MAX,
+        "pattern" = PERCENT_PATTERN,
+        "nullable" = false
+    ))]
     pub max_unavailable: IntOrString,
 }
 
