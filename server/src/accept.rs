@@ -123,11 +123,35 @@ fn ensure_free(t: Target) -> std::io::Result<()> {
     }
 }
 
-/// Bind every listener once per worker: `result[worker][listener]`. A listener with port 0 gets
-/// a kernel-chosen port on the first bind, which the other workers then share. A port some
-/// other socket listens on already is an error ([`ensure_free`]).
-pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Vec<Vec<TcpListener>>> {
+/// Every listener bound once per worker (`sockets[worker][listener]`), not accepting yet.
+pub struct Bound {
+    pub sockets: Vec<Vec<TcpListener>>,
+    /// Each listener's address as bound (a port 0 resolved).
+    targets: Vec<Target>,
+}
+
+impl Bound {
+    /// Log each listener's address and settings (once the start can no longer be refused).
+    pub fn announce(&self, cfg: &Config) {
+        let workers = self.sockets.len();
+        for (t, l) in self.targets.iter().zip(&cfg.listeners) {
+            tracing::info!(
+                addr = %t.addr, dual_stack = t.dual, workers, backlog = l.backlog,
+                defer_accept_secs = l.defer_accept_secs,
+                notsent_lowat_bytes = l.notsent_lowat_bytes,
+                congestion_control = l.congestion_control.as_deref().unwrap_or("(host default)"),
+                "listening"
+            );
+        }
+    }
+}
+
+/// Bind every listener once per worker. A listener with port 0 gets a kernel-chosen port on
+/// the first bind, which the other workers then share. A port some other socket listens on
+/// already is an error ([`ensure_free`]).
+pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Bound> {
     let mut out: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut targets = Vec::with_capacity(cfg.listeners.len());
     for (i, l) in cfg.listeners.iter().enumerate() {
         let ip: ListenIp = l.address.parse().map_err(|_| {
             anyhow::anyhow!(
@@ -158,18 +182,15 @@ pub fn bind_all(cfg: &Config, workers: usize) -> anyhow::Result<Vec<Vec<TcpListe
                     .context("local_addr of a bound listener")?
                     .port();
                 t = t.with_port(port);
-                tracing::info!(
-                    addr = %t.addr, dual_stack = t.dual, workers, backlog = l.backlog,
-                    defer_accept_secs = l.defer_accept_secs,
-                    notsent_lowat_bytes = l.notsent_lowat_bytes,
-                    congestion_control = l.congestion_control.as_deref().unwrap_or("(host default)"),
-                    "listening"
-                );
             }
             slot.push(sock);
         }
+        targets.push(t);
     }
-    Ok(out)
+    Ok(Bound {
+        sockets: out,
+        targets,
+    })
 }
 
 /// Connections accepted (and started) per turn of the accept loop before it lets the worker's

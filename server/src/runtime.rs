@@ -124,6 +124,13 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
         return Err(crate::config::ConfigError::Invalid(overlaps))
             .context("volume directories overlap once symlinks are resolved");
     }
+    // What can refuse the start without touching a directory comes first: every port bound
+    // (nothing accepted until the workers run, so a refused start answers no request) and the
+    // origin clients (their CA files read).
+    let listeners = accept::bind_all(&config, workers)?;
+    let admin_socket = crate::admin::bind(&config).context("start the admin listener")?;
+    let origins = crate::origin::Origins::from_config(&config, &metrics)
+        .context("start the origin clients")?;
     crate::cache::create_dirs(&config)?;
     let volumes = config
         .volumes
@@ -136,11 +143,10 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
             threads = v.pool.threads, max_queue = v.pool.max_queue, "volume ready"
         );
     }
-    let (caches, cache_routes) = crate::cache::start(&config, &volumes, &metrics)?;
+    let (caches, cache_routes) = crate::cache::start(&config, &volumes, &origins, &metrics)?;
     let router = Router::new(&config);
     let purge = crate::cache::purge::Purge::from_config(&config, &caches)?;
-    let listeners = accept::bind_all(&config, workers)?;
-    lifecycle.add_listeners_bound(listeners.iter().map(Vec::len).sum());
+    lifecycle.add_listeners_bound(listeners.sockets.iter().map(Vec::len).sum());
     let http = crate::http::plan::Policy::new(&config);
     let shared = Arc::new(Shared {
         http,
@@ -153,7 +159,8 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
         cache_routes,
     });
     let mut handles = Vec::with_capacity(workers);
-    for (w, socks) in listeners.into_iter().enumerate() {
+    listeners.announce(&shared.config);
+    for (w, socks) in listeners.sockets.into_iter().enumerate() {
         let shared = shared.clone();
         let probe = lag.worker(w);
         let h = std::thread::Builder::new()
@@ -162,7 +169,7 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
             .context("spawn worker thread")?;
         handles.push(h);
     }
-    let admin = crate::admin::start(crate::admin::AdminState {
+    let admin_state = crate::admin::AdminState {
         config: Arc::new(shared.config.clone()),
         metrics: metrics.clone(),
         lag,
@@ -182,8 +189,11 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
                 }
             })
             .collect(),
-    })
-    .context("start the admin listener")?;
+    };
+    let admin = admin_socket
+        .map(|socket| crate::admin::serve(admin_state, socket))
+        .transpose()
+        .context("start the admin listener")?;
     lifecycle.set_ready();
     Ok(Server {
         shared,
@@ -324,17 +334,20 @@ async fn drain(server: &Server, signal: &str, again: impl std::future::Future<Ou
         }
     }
     let left = lc.connections();
+    let fills_left = fills();
     if let Some(sig) = cut {
         tracing::warn!(
             signal = sig,
             connections = left,
-            fills = fills(),
+            fills = fills_left,
             "second signal while draining; closing remaining connections now"
         );
-    } else if left > 0 {
+    } else if left > 0 || fills_left > 0 {
+        // A fill cut here stores nothing (its temporary file goes at the next start).
         tracing::warn!(
             connections = left,
-            "shutdown timeout reached; closing remaining connections"
+            fills = fills_left,
+            "shutdown timeout reached; closing remaining connections and cutting fills"
         );
     } else {
         tracing::info!(

@@ -1279,7 +1279,11 @@ fn a_304_saying_private_withdraws_the_stored_copy() {
     assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"));
     assert!(r.body == v1);
     settle(&n);
-    assert_eq!(cache_files(&n.cache).1, 0, "the private copy is still stored");
+    assert_eq!(
+        cache_files(&n.cache).1,
+        0,
+        "the private copy is still stored"
+    );
     o.clear_fault("/p304");
     let r = get(&n, "/p304", "");
     assert_eq!(xcache(&r), "BYPASS");
@@ -1625,6 +1629,39 @@ fn stored_then_stopped(cfg: &Config, objects: &[(&str, &[u8])]) {
     }
     n.srv.signal(common::SIGTERM);
     assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+}
+
+/// A drain that reaches `shutdown_timeout_secs` with a fill still running says so (the fill is
+/// cut, nothing of it stored), though no client connection is left: it said "drained".
+#[test]
+fn a_drain_that_cuts_a_fill_says_so() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", "slice_size = 0");
+    cfg.shutdown_timeout_secs = 1;
+    o.put("/long.bin", Object::new(pattern(1 << 20, 4)));
+    // 128 chunks of 8 KiB, 50 ms apart: the fill takes about 6 s.
+    o.set_timing(Timing {
+        chunk_size: 8192,
+        chunk_delay: Duration::from_millis(50),
+        ..Timing::default()
+    });
+    let mut n = Node::start(&cfg);
+    {
+        let mut c = n.srv.connect();
+        c.send(b"GET /long.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+        let mut b = [0u8; 100];
+        let _ = std::io::Read::read(&mut c.stream, &mut b);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    n.srv.signal(common::SIGTERM);
+    assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+    let logs = n.srv.stop();
+    assert!(
+        logs.contains("shutdown timeout reached") && logs.contains("fills=1"),
+        "{logs}"
+    );
+    assert!(!logs.contains("drained; exiting"), "{logs}");
 }
 
 #[test]

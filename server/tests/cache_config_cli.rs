@@ -482,3 +482,57 @@ fn every_byte_size_takes_the_same_forms() {
         ],
     );
 }
+
+/// A start refused by something that needs no directory (a data or admin port in use, an
+/// origin CA file that cannot be read) is refused before the cache directories are made, and
+/// before any port serves: it used to make the directory, bind and serve the data port, then
+/// fail on the admin port.
+#[test]
+fn a_start_refused_for_a_port_or_a_ca_file_makes_no_directory() {
+    let d = tempdir();
+    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let busy = held.local_addr().expect("addr").to_string();
+    let new = d.path().join("new");
+    let new_s = new.to_str().expect("a UTF-8 path");
+    let base = [
+        "serve",
+        "--origin",
+        "http://127.0.0.1:9",
+        "--cache-dir",
+        new_s,
+    ];
+    for (ports, want) in [
+        (
+            ["--listen", "127.0.0.1:0", "--admin-listen", &busy],
+            "admin.listen",
+        ),
+        (["--listen", &busy, "--admin-listen", ""], "listeners[0]"),
+    ] {
+        let args: Vec<&str> = base.iter().chain(ports.iter()).copied().collect();
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains(want), "{want}: {err}");
+        assert!(!err.contains("listening"), "{want}: it served first: {err}");
+        assert!(
+            !new.exists(),
+            "{want}: the refused start made {}",
+            new.display()
+        );
+    }
+    let cfg = d.path().join("ca.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[[origins]]\nname = \"o\"\nservers = [\"https://127.0.0.1:9\"]\nca_file = \"{}\"\n\
+             [[volumes]]\nname = \"c\"\npath = \"{new_s}\"\n[volumes.cache]\n\
+             [[routes]]\nprefix = \"/\"\nvolume = \"c\"\norigin = \"o\"\n[routes.cache]\n\
+             [[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n[admin]\nlisten = \"\"\n",
+            d.path().join("missing-ca.pem").display()
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = run(&["serve", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("missing-ca.pem"), "{err}");
+    assert!(!new.exists(), "the refused start made {}", new.display());
+}

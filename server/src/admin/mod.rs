@@ -117,11 +117,17 @@ impl AdminServer {
     }
 }
 
-/// Bind `state.config.admin.listen` and serve on a dedicated thread. `Ok(None)` when the admin
-/// listener is disabled (empty `listen`). The socket is bound before this returns, so a bind
-/// error is reported at start-up.
-pub fn start(state: AdminState) -> Result<Option<AdminServer>, AdminError> {
-    let listen = state.config.admin.listen.trim();
+/// The admin listener's socket, bound (not served yet).
+pub struct AdminSocket {
+    listener: std::net::TcpListener,
+    bound: SocketAddr,
+}
+
+/// Bind `admin.listen` (`Ok(None)` when the admin listener is disabled: empty `listen`): done
+/// at start-up before anything else is made, so a port in use refuses the start before the
+/// data ports serve a request or a cache directory is touched.
+pub fn bind(config: &Config) -> Result<Option<AdminSocket>, AdminError> {
+    let listen = config.admin.listen.trim();
     if listen.is_empty() {
         return Ok(None);
     }
@@ -138,6 +144,12 @@ pub fn start(state: AdminState) -> Result<Option<AdminServer>, AdminError> {
     listener
         .set_nonblocking(true)
         .map_err(|source| AdminError::Bind { addr, source })?;
+    Ok(Some(AdminSocket { listener, bound }))
+}
+
+/// Serve the bound admin `socket` on a dedicated thread.
+pub fn serve(state: AdminState, socket: AdminSocket) -> Result<AdminServer, AdminError> {
+    let AdminSocket { listener, bound } = socket;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("admin-blocking")
@@ -164,11 +176,11 @@ pub fn start(state: AdminState) -> Result<Option<AdminServer>, AdminError> {
         })
         .map_err(AdminError::Thread)?;
     tracing::info!("admin listening on http://{bound} (/metrics /healthz /readyz /config)");
-    Ok(Some(AdminServer {
+    Ok(AdminServer {
         addr: bound,
         shutdown: Some(tx),
         thread: Some(thread),
-    }))
+    })
 }
 
 /// The admin routes (public for tests that drive it without a socket).
@@ -367,6 +379,14 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Bind and serve, as the server's start does in two steps.
+    fn start(state: AdminState) -> Result<Option<AdminServer>, AdminError> {
+        match bind(&state.config)? {
+            Some(socket) => serve(state, socket).map(Some),
+            None => Ok(None),
+        }
+    }
 
     struct Flags {
         bound: AtomicBool,

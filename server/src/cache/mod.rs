@@ -68,19 +68,18 @@ pub fn create_dirs(cfg: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Start-up: the origin clients, one [`CacheVolume`] per cache volume (temporary files removed,
-/// rebuild and upkeep started on its pool) and the run-time form of every cache route.
+/// Start-up: one [`CacheVolume`] per cache volume (temporary files removed, rebuild and upkeep
+/// started on its pool) and the run-time form of every cache route (with `origins`' clients).
 #[allow(clippy::type_complexity)]
 pub fn start(
     cfg: &Config,
     volumes: &[crate::volume::Volume],
+    origins: &crate::origin::Origins,
     metrics: &Metrics,
 ) -> anyhow::Result<(
     Vec<Option<Arc<CacheVolume<Fill>>>>,
     Vec<Option<serve::CacheRoute>>,
 )> {
-    let origins =
-        crate::origin::Origins::from_config(cfg, metrics).context("start the origin clients")?;
     let mut caches = Vec::with_capacity(cfg.volumes.len());
     for (v, vol) in cfg.volumes.iter().zip(volumes) {
         caches.push(match &v.cache {
