@@ -166,8 +166,7 @@ impl ServeArgs {
                 Config::for_root(root)
             }
             (None, Some(file)) => {
-                let text = std::fs::read_to_string(file)
-                    .with_context(|| format!("cannot read {}", file.display()))?;
+                let text = Config::read_text(file)?;
                 Config::from_toml(&text).with_context(|| format!("in {}", file.display()))?
             }
             (None, None) => {
@@ -176,6 +175,7 @@ impl ServeArgs {
                 )
             }
         };
+        let as_read = cfg.clone();
         if self.listen.is_some() || self.port.is_some() {
             // One socket: what --listen and --port name, the rest (the address or port not
             // named, and every other setting) from the first configured listener.
@@ -248,11 +248,15 @@ impl ServeArgs {
         if self.access_log {
             cfg.logging.access_log = true;
         }
+        let overridden = cfg != as_read;
         cfg.normalize();
         match (&self.config, &self.root, &self.origin) {
-            (Some(file), None, None) => cfg
+            (Some(file), None, None) if overridden => cfg
                 .validate()
                 .with_context(|| format!("in {} with this command line", file.display()))?,
+            (Some(file), None, None) => cfg
+                .validate()
+                .with_context(|| format!("in {}", file.display()))?,
             _ => cfg.validate()?,
         }
         Ok(cfg)
@@ -290,6 +294,14 @@ fn check_config(file: &std::path::Path) -> ExitCode {
         let _ = writeln!(std::io::stderr(), "{}: {what}", file.display());
         ExitCode::FAILURE
     };
+    let fail_named = |e: &crate::config::ConfigError| match e {
+        // These name the file themselves.
+        crate::config::ConfigError::Read { .. } | crate::config::ConfigError::NotUtf8 { .. } => {
+            let _ = writeln!(std::io::stderr(), "{e}");
+            ExitCode::FAILURE
+        }
+        _ => fail(e),
+    };
     match Config::load(file).and_then(|c| c.to_toml()) {
         Ok(text) => {
             // A reader that stopped early (`| head`) or a full disk is an exit code, not a panic.
@@ -299,7 +311,7 @@ fn check_config(file: &std::path::Path) -> ExitCode {
                 Err(e) => fail(&format_args!("cannot write the normalized config: {e}")),
             }
         }
-        Err(e) => fail(&e),
+        Err(e) => fail_named(&e),
     }
 }
 

@@ -52,9 +52,33 @@ volume = "nope"
         "[[volumes]]\nname = \"a\"\npath = \"/x\"\nbogus = 1\n",
         &["bogus"],
     );
-    let (code, _, err) = run(&["check-config", "/nonexistent/c.toml"]);
-    assert_eq!(code, 1);
-    assert!(err.contains("cannot read"), "{err}");
+    // A file that cannot be read, or is not UTF-8, is named once, by check-config and serve
+    // alike (the latter with the bad byte's line and column too).
+    let d = tempdir();
+    let bin = d.path().join("bin.toml");
+    std::fs::write(&bin, b"a = \"\xff\"\n").unwrap();
+    let bin = bin.to_str().unwrap();
+    for args in [
+        &["check-config", "/nonexistent/c.toml"][..],
+        &["serve", "--config", "/nonexistent/c.toml"],
+        &["check-config", bin],
+        &["serve", "--config", bin],
+    ] {
+        let (code, _, err) = run(args);
+        assert_eq!(code, 1, "{args:?}");
+        let file = args[args.len() - 1];
+        assert_eq!(err.matches(file).count(), 1, "{args:?}: {err}");
+        let why = if file == bin {
+            "is not UTF-8 text: the first bad byte is at line 1, column 6"
+        } else {
+            "cannot read"
+        };
+        assert!(err.contains(why), "{args:?}: {err}");
+        assert!(
+            err.matches("os error").count() <= 1,
+            "the cause said twice: {err}"
+        );
+    }
 }
 
 /// A refused start says why on stderr; a stderr nobody reads (a closed pipe) changes only
@@ -523,7 +547,18 @@ fn check_config_rejects_log_levels_that_are_not_levels() {
     let (code, _, err) = run(&["serve", "--config", path.to_str().unwrap()]);
     assert_eq!(code, 1);
     assert!(err.contains("logging.level"), "{err}");
-    // Naming the file, as its syntax errors do.
+    // Naming the file, as its syntax errors do; the command line only when it changed what
+    // the file says.
+    assert!(err.contains(&format!("in {}:", path.display())), "{err}");
+    assert!(!err.contains("with this command line"), "{err}");
+    let (code, _, err) = run(&[
+        "serve",
+        "--config",
+        path.to_str().unwrap(),
+        "--threads",
+        "2",
+    ]);
+    assert_eq!(code, 1);
     assert!(
         err.contains(&format!("in {} with this command line", path.display())),
         "{err}"

@@ -27,11 +27,9 @@ impl fmt::Display for FieldError {
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    // (`io`, not `source`: the message already says it, a chain would say it twice.)
+    #[error("cannot read {path}: {io}")]
+    Read { path: PathBuf, io: std::io::Error },
     #[error("invalid TOML: {0}")]
     Parse(String),
     #[error("{path} is not UTF-8 text: the first bad byte is at {at}")]
@@ -83,6 +81,14 @@ pub(super) fn plain_types(message: &str) -> String {
     ];
     // A number past i64 is read as i128 and reported as such: too large is what it is.
     let mut out = message.replace("` as i128, expected", "` (too large), expected");
+    // A section given as a value (`logging = "json"`) names the Rust struct it was read into.
+    const STRUCT: &str = "expected struct ";
+    while let Some(at) = out.find(STRUCT) {
+        let name_end = out[at + STRUCT.len()..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(out.len(), |i| at + STRUCT.len() + i);
+        out.replace_range(at..name_end, "expected a table");
+    }
     for (rust, words) in NAMES {
         // Only the whole word: `expected u8` must not match inside `expected u8x`.
         let mut from = 0;

@@ -511,17 +511,23 @@ impl Config {
         })
     }
 
+    /// A configuration file's text (the errors name the file; a byte that is not UTF-8 by its
+    /// line and column).
+    pub fn read_text(path: &Path) -> Result<String, ConfigError> {
+        let bytes = std::fs::read(path).map_err(|io| ConfigError::Read {
+            path: path.to_owned(),
+            io,
+        })?;
+        String::from_utf8(bytes).map_err(|e| ConfigError::NotUtf8 {
+            path: path.to_owned(),
+            at: errors::utf8_position(e.as_bytes(), &e.utf8_error()),
+        })
+    }
+
     /// Read, parse and validate a file; the result is normalized (see [`Config::normalize`]).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let bytes = std::fs::read(path).map_err(|e| ConfigError::Read {
-            path: path.to_owned(),
-            source: e,
-        })?;
-        let text = std::str::from_utf8(&bytes).map_err(|e| ConfigError::NotUtf8 {
-            path: path.to_owned(),
-            at: errors::utf8_position(&bytes, &e),
-        })?;
-        let mut cfg = Config::from_toml(text)?;
+        let text = Config::read_text(path)?;
+        let mut cfg = Config::from_toml(&text)?;
         cfg.normalize();
         cfg.validate()?;
         Ok(cfg)

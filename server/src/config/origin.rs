@@ -111,7 +111,15 @@ pub fn parse_server_url(s: &str) -> Result<ServerUrl, String> {
     if authority.is_empty() {
         return Err(format!("{s:?} has no host"));
     }
-    if authority.contains(['/', '?', '#', '@']) || authority.chars().any(|c| c.is_whitespace()) {
+    if authority
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "{s:?} contains a space or a control character (a host name has none)"
+        ));
+    }
+    if authority.contains(['/', '?', '#', '@']) {
         return Err(format!(
             "{s:?} must be only scheme://host[:port] (no path, query or user)"
         ));

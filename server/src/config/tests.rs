@@ -448,6 +448,8 @@ fn server_urls() {
     assert_eq!((u.port, u.authority.as_str()), (65535, "127.0.0.1:65535"));
     let msg = parse_server_url("http://fe80::1").unwrap_err();
     assert!(msg.contains("must be written in brackets"), "{msg}");
+    let msg = parse_server_url("http://exa mple").unwrap_err();
+    assert!(msg.contains("contains a space"), "{msg}");
     let msg = parse_server_url("http://127.0.0.1:+21050").unwrap_err();
     assert!(msg.contains("plain digits"), "{msg}");
 }
@@ -591,6 +593,7 @@ fn a_type_error_names_no_rust_type() {
             "(too large)",
             "i128",
         ),
+        ("logging = \"json\"\n", "expected a table", "struct Logging"),
     ] {
         let e = Config::from_toml(text).expect_err(text).to_string();
         assert!(e.contains(words) && !e.contains(rust), "{e}");
