@@ -127,6 +127,10 @@ impl EntryMeta {
     /// the next slice or the end. A stored slice of another length would leave a hole or an
     /// overlap in every response assembled from it.
     pub fn shape_ok(&self) -> bool {
+        // A file longer than a u64 counts is no file (a hand-made header).
+        if self.body_len.checked_add(self.body_offset()).is_none() {
+            return false;
+        }
         if self.whole_answer() || self.slice_size == 0 || self.total_size == 0 {
             return self.slice == 0 && self.body_len == self.total_size;
         }
@@ -147,7 +151,7 @@ impl EntryMeta {
 
     /// The file's length once complete.
     pub fn file_len(&self) -> u64 {
-        self.body_offset() + self.body_len
+        self.body_offset().saturating_add(self.body_len)
     }
 
     fn encoded_len(&self) -> usize {
@@ -542,6 +546,16 @@ mod tests {
         // Empty file.
         let e = read_meta(write_file(dir.path(), b"")).unwrap_err();
         assert!(matches!(e, EntryError::Short { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn a_body_longer_than_a_file_can_be_is_no_shape() {
+        let mut m = sample_meta(b"/huge", 0, 7);
+        (m.slice_size, m.body_len, m.total_size) = (0, u64::MAX - 10, u64::MAX - 10);
+        assert!(!m.shape_ok());
+        assert_eq!(m.file_len(), u64::MAX);
+        (m.body_len, m.total_size) = (1 << 40, 1 << 40);
+        assert!(m.shape_ok());
     }
 
     #[test]
