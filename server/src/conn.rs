@@ -22,6 +22,7 @@ use crate::socket::Socket;
 use std::cell::RefCell;
 use std::future::Future;
 use std::io::Read;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -32,6 +33,43 @@ use tokio::time::{sleep_until, Instant as TokioInstant, Sleep};
 thread_local! {
     /// This worker's read buffer (`limits.max_header_bytes` long, allocated on first use).
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The sockets of this worker's responses in flight (for [`cut_in_flight`]).
+    static IN_FLIGHT: RefCell<Vec<RawFd>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A response in flight on this worker, listed while it is answered.
+struct InFlight(RawFd);
+
+impl InFlight {
+    fn register(sock: &Socket) -> InFlight {
+        let fd = sock.stream().as_raw_fd();
+        IN_FLIGHT.with_borrow_mut(|v| v.push(fd));
+        InFlight(fd)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.with_borrow_mut(|v| {
+            if let Some(i) = v.iter().rposition(|fd| *fd == self.0) {
+                v.swap_remove(i);
+            }
+        });
+    }
+}
+
+/// Cut this worker's responses in flight (the drain's deadline passed): each socket is shut
+/// down, so its next write fails as a vanished client's would and the response ends the same
+/// way, counted and logged with what it sent. (A socket is listed only while its connection
+/// holds it open, so the descriptor is that socket.)
+pub fn cut_in_flight() -> usize {
+    IN_FLIGHT.with_borrow(|v| {
+        for fd in v {
+            // SAFETY: shutdown(2) on a descriptor this worker's connection holds open.
+            unsafe { libc::shutdown(*fd, libc::SHUT_RDWR) };
+        }
+        v.len()
+    })
 }
 
 /// Why no request came.
@@ -234,7 +272,9 @@ async fn answer(
         .then(|| sock.stream().peer_addr().ok())
         .flatten();
     shared.metrics.http_requests_in_flight.inc();
+    let in_flight = InFlight::register(sock);
     let served = serve::respond(shared, sock, &req).await;
+    drop(in_flight);
     shared.metrics.http_requests_in_flight.dec();
     let asked = Asked {
         method: req.method.as_str(),

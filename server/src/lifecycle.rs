@@ -1,5 +1,6 @@
 //! Process lifecycle flags shared by the workers, the signal handler and the admin endpoints:
-//! listeners bound, ready, draining, and the count of open client connections.
+//! listeners bound, ready, draining (and its end, the cut), and the count of open client
+//! connections.
 //!
 //! Owns only state and the drain broadcast; it must not start or stop anything itself.
 
@@ -15,6 +16,7 @@ pub struct Lifecycle {
     connections: AtomicUsize,
     drain_tx: watch::Sender<bool>,
     drain_notify: Notify,
+    cut_tx: watch::Sender<bool>,
 }
 
 impl Default for Lifecycle {
@@ -26,6 +28,7 @@ impl Default for Lifecycle {
 impl Lifecycle {
     pub fn new() -> Lifecycle {
         let (drain_tx, _) = watch::channel(false);
+        let (cut_tx, _) = watch::channel(false);
         Lifecycle {
             ready: AtomicBool::new(false),
             draining: AtomicBool::new(false),
@@ -33,6 +36,7 @@ impl Lifecycle {
             connections: AtomicUsize::new(0),
             drain_tx,
             drain_notify: Notify::new(),
+            cut_tx,
         }
     }
 
@@ -73,6 +77,17 @@ impl Lifecycle {
     /// A receiver that changes to `true` when draining starts.
     pub fn subscribe_drain(&self) -> watch::Receiver<bool> {
         self.drain_tx.subscribe()
+    }
+
+    /// The drain's wait is over (its deadline, or a second signal): responses still in flight
+    /// are to be cut now, each ending (and logging) as a client gone would.
+    pub fn cut(&self) {
+        self.cut_tx.send_replace(true);
+    }
+
+    /// A receiver that changes to `true` at [`Lifecycle::cut`].
+    pub fn subscribe_cut(&self) -> watch::Receiver<bool> {
+        self.cut_tx.subscribe()
     }
 
     /// Listening sockets bound (one per listener per worker).

@@ -227,6 +227,13 @@ fn worker_main(
         if let Some(p) = lag_probe {
             tokio::spawn(p.run());
         }
+        // The drain's end: this worker's responses still in flight are cut (and logged).
+        let mut cut = shared.lifecycle.subscribe_cut();
+        tokio::spawn(async move {
+            if cut.wait_for(|c| *c).await.is_ok() {
+                crate::conn::cut_in_flight();
+            }
+        });
         for l in listeners {
             let shared = shared.clone();
             tokio::spawn(async move {
@@ -301,6 +308,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     })
 }
 
+/// How long responses cut at the drain's end get to end (and be logged) before the exit.
+const CUT_WAIT: Duration = Duration::from_millis(500);
+
 async fn drain(server: &Server, signal: &str, again: impl std::future::Future<Output = &str>) {
     let timeout = Duration::from_secs(server.shared.config.shutdown_timeout_secs);
     let lc = &server.lifecycle;
@@ -335,6 +345,15 @@ async fn drain(server: &Server, signal: &str, again: impl std::future::Future<Ou
     }
     let left = lc.connections();
     let fills_left = fills();
+    if left > 0 {
+        // What is still in flight is cut, each response ending as a vanished client's (its
+        // access line written); a moment for that, then the process exits.
+        lc.cut();
+        let cut_at = Instant::now();
+        while lc.connections() > 0 && cut_at.elapsed() < CUT_WAIT {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     if let Some(sig) = cut {
         tracing::warn!(
             signal = sig,

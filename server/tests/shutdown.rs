@@ -216,3 +216,42 @@ fn a_listing_made_after_draining_began_says_close() {
     assert!(String::from_utf8_lossy(&r.body).contains("a.txt"));
     assert_eq!(r.header("Connection"), Some("close"));
 }
+
+/// A response cut by the drain's deadline (a download its client stopped reading) still gets
+/// its access line, with what it sent, as a client that went away would: the cut ends it, it
+/// is not lost with the process.
+#[test]
+fn a_response_cut_at_the_deadline_is_logged() {
+    let base = tempdir();
+    let big = base.path().join("big.bin");
+    let len: u64 = 256 << 20;
+    std::fs::File::create(&big).unwrap().set_len(len).unwrap();
+    let mut cfg = Config {
+        volumes: vec![volume("v", base.path())],
+        ..config(2)
+    };
+    cfg.shutdown_timeout_secs = 1;
+    cfg.logging.access_log = true;
+    let mut s = Server::start(&cfg);
+    let mut c = s.connect();
+    c.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut b = [0u8; 1000];
+    let _ = std::io::Read::read(&mut c.stream, &mut b);
+    std::thread::sleep(Duration::from_millis(200));
+    let (st, took) = terminate(&mut s, Duration::from_secs(5));
+    assert_eq!(st.code(), Some(0));
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    let logs = s.stop();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("path=/big.bin") || l.contains("path=\"/big.bin\""))
+        .unwrap_or_else(|| panic!("no access line for the cut response:\n{logs}"));
+    assert!(line.contains("status=200"), "{line}");
+    let bytes: u64 = line
+        .split("bytes=")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no bytes in {line}"));
+    assert!(bytes > 0 && bytes < len, "{line}");
+}
