@@ -11,9 +11,9 @@
 use crate::builders::configmap::server_config;
 use crate::builders::configmap::CONFIG_DIR;
 use crate::crd::{
-    default_cache_bytes, empty_dir_cache_bytes, quantity_bytes, quantity_value, ContentServerSpec,
-    EmptyDirMedium, GatewayParentRef, EMPTY_DIR_CACHE_PERCENT, MAX_VOLUME_NAME, ORIGIN_CA_DIR,
-    PURGE_TOKEN_DIR,
+    default_cache_bytes, empty_dir_cache_bytes, quantity_bytes, quantity_nanos, quantity_value,
+    ContentServerSpec, EmptyDirMedium, GatewayParentRef, EMPTY_DIR_CACHE_PERCENT, MAX_VOLUME_NAME,
+    ORIGIN_CA_DIR, PURGE_TOKEN_DIR,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -327,7 +327,8 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
     for e in resources_valid(spec) {
         push(e.field, e.message);
     }
-    if let Some(i) = &spec.metrics.service_monitor.interval {
+    let monitor = &spec.metrics.service_monitor;
+    if let (true, Some(i)) = (monitor.enabled, &monitor.interval) {
         if !is_prometheus_duration(i) {
             push(
                 "spec.metrics.serviceMonitor.interval".into(),
@@ -419,13 +420,18 @@ fn resources_valid(spec: &ContentServerSpec) -> Vec<SpecError> {
         let Some((_, _, lq)) = limits.iter().find(|(_, n, _)| n == name) else {
             continue;
         };
-        if let (Some(req), Some(lim)) = (quantity_value(q), quantity_value(lq)) {
-            if req > lim {
-                errs.push(SpecError {
-                    field: field.clone(),
-                    message: format!("{q} is above its limit {lq}"),
-                });
-            }
+        // Exactly where both are plain quantities (`700m` is `0.7`: as f64 they differ).
+        let above = match (quantity_nanos(q), quantity_nanos(lq)) {
+            (Some(req), Some(lim)) => Some(req > lim),
+            _ => quantity_value(q)
+                .zip(quantity_value(lq))
+                .map(|(req, lim)| req > lim * (1.0 + 1e-12)),
+        };
+        if above == Some(true) {
+            errs.push(SpecError {
+                field: field.clone(),
+                message: format!("{q} is above its limit {lq}"),
+            });
         }
     }
     errs

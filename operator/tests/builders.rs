@@ -1644,6 +1644,22 @@ fn container_resources_are_quantities_with_requests_within_limits() {
         ),
         Vec::<String>::new()
     );
+    // Equal values in two spellings are equal (as f64, 700m came out above 0.7).
+    for (req, lim) in [
+        ("700m", "0.7"),
+        ("9m", "0.009"),
+        ("13m", "0.013"),
+        ("1Gi", "1024Mi"),
+    ] {
+        assert_eq!(
+            with(
+                serde_json::json!({"cpu": req}),
+                serde_json::json!({"cpu": lim})
+            ),
+            Vec::<String>::new(),
+            "{req} / {lim}"
+        );
+    }
     let errs = with(
         serde_json::json!({"cpu": "abc", "memory": "2Gi", "ephemeral-storage": "-1Gi"}),
         serde_json::json!({"memory": "1Gi"}),
@@ -1677,4 +1693,21 @@ fn container_resources_are_quantities_with_requests_within_limits() {
     assert!(validate(&cs.spec)
         .iter()
         .any(|e| e.field == "spec.autoscaling.targetCPUUtilization"));
+}
+
+/// A ServiceMonitor interval the Prometheus Operator would refuse is reported, naming the
+/// field, when a ServiceMonitor is rendered; left alone while none is.
+#[test]
+fn a_service_monitor_interval_is_checked_when_one_is_rendered() {
+    let errs = |enabled: bool| {
+        let mut cs = example("minimal.yaml");
+        cs.spec.metrics.service_monitor.enabled = enabled;
+        cs.spec.metrics.service_monitor.interval = Some("30".into());
+        validate(&cs.spec)
+            .into_iter()
+            .filter(|e| e.field == "spec.metrics.serviceMonitor.interval")
+            .count()
+    };
+    assert_eq!(errs(true), 1);
+    assert_eq!(errs(false), 0);
 }

@@ -50,23 +50,28 @@ pub fn bind(t: Target, l: &Listener) -> std::io::Result<TcpListener> {
             tracing::warn!(addr = %addr, error = %e, "cannot set TCP_NOTSENT_LOWAT; sending without it");
         }
     }
-    rustix::net::listen(&fd, l.backlog.min(i32::MAX as u32) as i32)?;
-    if l.defer_accept_secs > 0 {
-        if let Err(e) = set_tcp_int(&fd, libc::TCP_DEFER_ACCEPT, l.defer_accept_secs) {
-            tracing::warn!(addr = %addr, error = %e, "cannot set TCP_DEFER_ACCEPT; accepting at once");
-        }
-    }
     Ok(TcpListener::from(fd))
 }
 
+/// Start listening on a socket [`bind`] made (a connection is refused until then).
+pub fn listen(sock: &TcpListener, addr: std::net::SocketAddr, l: &Listener) -> std::io::Result<()> {
+    rustix::net::listen(sock, l.backlog.min(i32::MAX as u32) as i32)?;
+    if l.defer_accept_secs > 0 {
+        if let Err(e) = set_tcp_int(sock, libc::TCP_DEFER_ACCEPT, l.defer_accept_secs) {
+            tracing::warn!(addr = %addr, error = %e, "cannot set TCP_DEFER_ACCEPT; accepting at once");
+        }
+    }
+    Ok(())
+}
+
 /// One IPPROTO_TCP integer option.
-fn set_tcp_int(fd: &OwnedFd, opt: libc::c_int, value: u32) -> std::io::Result<()> {
+fn set_tcp_int(fd: &impl AsRawFd, opt: libc::c_int, value: u32) -> std::io::Result<()> {
     let v = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
     set_tcp_opt(fd, opt, &v.to_ne_bytes())
 }
 
 /// One IPPROTO_TCP option given as its bytes.
-fn set_tcp_opt(fd: &OwnedFd, opt: libc::c_int, value: &[u8]) -> std::io::Result<()> {
+fn set_tcp_opt(fd: &impl AsRawFd, opt: libc::c_int, value: &[u8]) -> std::io::Result<()> {
     // SAFETY: setsockopt reads `value.len()` bytes from the pointer, on a socket we own.
     let r = unsafe {
         libc::setsockopt(
@@ -131,10 +136,17 @@ pub struct Bound {
 }
 
 impl Bound {
-    /// Log each listener's address and settings (once the start can no longer be refused).
-    pub fn announce(&self, cfg: &Config) {
+    /// Listen on every socket, and log each listener's address and settings: once the start
+    /// can no longer be refused (until then, connections are refused, not queued for a start
+    /// that may fail).
+    pub fn listen(&self, cfg: &Config) -> anyhow::Result<()> {
         let workers = self.sockets.len();
-        for (t, l) in self.targets.iter().zip(&cfg.listeners) {
+        for (i, (t, l)) in self.targets.iter().zip(&cfg.listeners).enumerate() {
+            for (w, socks) in self.sockets.iter().enumerate() {
+                listen(&socks[i], t.addr, l).with_context(|| {
+                    format!("cannot listen on {} (listeners[{i}], worker {w})", t.addr)
+                })?;
+            }
             tracing::info!(
                 addr = %t.addr, dual_stack = t.dual, workers, backlog = l.backlog,
                 defer_accept_secs = l.defer_accept_secs,
@@ -143,6 +155,7 @@ impl Bound {
                 "listening"
             );
         }
+        Ok(())
     }
 }
 

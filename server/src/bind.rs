@@ -63,9 +63,16 @@ impl Target {
 
     /// A blocking std listener bound to the target (backlog 1024), for the admin listener.
     pub fn listen_std(&self) -> std::io::Result<TcpListener> {
+        let l = self.bind_std()?;
+        rustix::net::listen(&l, 1024)?;
+        Ok(l)
+    }
+
+    /// [`Self::listen_std`] without the listen(2): the port is held, a connection to it is
+    /// still refused (listen later, on the same socket).
+    pub fn bind_std(&self) -> std::io::Result<TcpListener> {
         let fd = self.socket(SocketFlags::CLOEXEC)?;
         rustix::net::bind(&fd, &self.addr)?;
-        rustix::net::listen(&fd, 1024)?;
         Ok(TcpListener::from(fd))
     }
 }

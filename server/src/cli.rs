@@ -248,7 +248,8 @@ impl ServeArgs {
         if self.access_log {
             cfg.logging.access_log = true;
         }
-        let overridden = cfg != as_read;
+        // (Compared as data: a NaN read from the file is never equal to itself.)
+        let overridden = serde_json::to_value(&cfg).ok() != serde_json::to_value(&as_read).ok();
         cfg.normalize();
         match (&self.config, &self.root, &self.origin) {
             (Some(file), None, None) if overridden => cfg

@@ -60,13 +60,16 @@ impl Drop for InFlight {
 
 /// Cut this worker's responses in flight (the drain's deadline passed): each socket is shut
 /// down, so its next write fails as a vanished client's would and the response ends the same
-/// way, counted and logged with what it sent. (A socket is listed only while its connection
-/// holds it open, so the descriptor is that socket.)
+/// way, counted and logged with what it sent; and it is closed with a reset, so no cut body
+/// looks complete (one whose end is its connection's close). (A socket is listed only while
+/// its connection holds it open, so the descriptor is that socket.)
 pub fn cut_in_flight() -> usize {
     IN_FLIGHT.with_borrow(|v| {
-        for fd in v {
-            // SAFETY: shutdown(2) on a descriptor this worker's connection holds open.
-            unsafe { libc::shutdown(*fd, libc::SHUT_RDWR) };
+        for &fd in v {
+            // SAFETY: a descriptor this worker's connection holds open, borrowed for the calls.
+            let sock = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            let _ = rustix::net::sockopt::set_socket_linger(sock, Some(Duration::ZERO));
+            let _ = rustix::net::shutdown(sock, rustix::net::Shutdown::Both);
         }
         v.len()
     })

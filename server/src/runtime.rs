@@ -125,8 +125,8 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
             .context("volume directories overlap once symlinks are resolved");
     }
     // What can refuse the start without touching a directory comes first: every port bound
-    // (nothing accepted until the workers run, so a refused start answers no request) and the
-    // origin clients (their CA files read).
+    // (not listening until the start cannot fail: a connection meanwhile is refused, as with
+    // no server) and the origin clients (their CA files read).
     let listeners = accept::bind_all(&config, workers)?;
     let admin_socket = crate::admin::bind(&config).context("start the admin listener")?;
     let origins = crate::origin::Origins::from_config(&config, &metrics)
@@ -159,7 +159,7 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
         cache_routes,
     });
     let mut handles = Vec::with_capacity(workers);
-    listeners.announce(&shared.config);
+    listeners.listen(&shared.config)?;
     for (w, socks) in listeners.sockets.into_iter().enumerate() {
         let shared = shared.clone();
         let probe = lag.worker(w);

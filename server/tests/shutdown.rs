@@ -254,4 +254,15 @@ fn a_response_cut_at_the_deadline_is_logged() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no bytes in {line}"));
     assert!(bytes > 0 && bytes < len, "{line}");
+    // Ended with a reset, not a FIN: a cut body never looks complete to its client (one whose
+    // end is its connection's close would).
+    let mut buf = vec![0u8; 1 << 20];
+    let end = loop {
+        match std::io::Read::read(&mut c.stream, &mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(_) => continue,
+            Err(e) => break Err(e.kind()),
+        }
+    };
+    assert_eq!(end, Err(std::io::ErrorKind::ConnectionReset));
 }

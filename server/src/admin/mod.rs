@@ -124,8 +124,8 @@ pub struct AdminSocket {
 }
 
 /// Bind `admin.listen` (`Ok(None)` when the admin listener is disabled: empty `listen`): done
-/// at start-up before anything else is made, so a port in use refuses the start before the
-/// data ports serve a request or a cache directory is touched.
+/// at start-up before anything else is made, so a port in use refuses the start before a
+/// cache directory is touched. Not listening yet: until [`serve`], a connection is refused.
 pub fn bind(config: &Config) -> Result<Option<AdminSocket>, AdminError> {
     let listen = config.admin.listen.trim();
     if listen.is_empty() {
@@ -136,7 +136,7 @@ pub fn bind(config: &Config) -> Result<Option<AdminSocket>, AdminError> {
     let target = crate::bind::Target::of(ip, port);
     let addr = target.addr;
     let listener = target
-        .listen_std()
+        .bind_std()
         .map_err(|source| AdminError::Bind { addr, source })?;
     let bound = listener
         .local_addr()
@@ -150,6 +150,10 @@ pub fn bind(config: &Config) -> Result<Option<AdminSocket>, AdminError> {
 /// Serve the bound admin `socket` on a dedicated thread.
 pub fn serve(state: AdminState, socket: AdminSocket) -> Result<AdminServer, AdminError> {
     let AdminSocket { listener, bound } = socket;
+    rustix::net::listen(&listener, 1024).map_err(|e| AdminError::Bind {
+        addr: bound,
+        source: e.into(),
+    })?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("admin-blocking")

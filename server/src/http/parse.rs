@@ -116,17 +116,22 @@ enum OtherVersion {
 }
 
 fn other_version(buf: &[u8]) -> OtherVersion {
-    let Some(eol) = buf.iter().position(|&b| b == b'\n') else {
+    // Empty lines before the request line are skipped, as httparse skips them (RFC 9112 §2.2).
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
+    let Some(eol) = buf[start..].iter().position(|&b| b == b'\n') else {
         return OtherVersion::Incomplete;
     };
-    let line = &buf[..eol];
+    let line = &buf[start..start + eol];
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let Some(sp) = line.iter().rposition(|&b| b == b' ') else {
         return OtherVersion::Bad;
     };
     match &line[sp + 1..] {
         [b'H', b'T', b'T', b'P', b'/', b'1', b'.', d] if (b'2'..=b'9').contains(d) => {
-            OtherVersion::LaterMinor(sp + 8)
+            OtherVersion::LaterMinor(start + sp + 8)
         }
         [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
             if (b'2'..=b'9').contains(major) && minor.is_ascii_digit() =>
@@ -524,6 +529,12 @@ mod tests {
         assert_eq!(status(b"GET / HTTP/1.2\r\n\r\n"), 400);
         // Incomplete request line: wait for more.
         assert!(parse(b"GET / HTTP/1.2", 8192).unwrap().is_none());
+        // Empty lines before the request line are skipped for these too, as for 1.1.
+        let r = parse(b"\r\n\r\nGET /b HTTP/1.2\r\nHost: h\r\n\r\n", 8192)
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.minor, r.path.as_str(), r.head_len), (1, "/b", 32));
+        assert_eq!(status(b"\r\nGET / HTTP/2.0\r\nHost: h\r\n\r\n"), 505);
     }
 
     #[test]
