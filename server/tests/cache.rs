@@ -598,6 +598,46 @@ fn old_later_slices_behind_a_new_first_slice_are_refetched_not_cut() {
 
 /// A 304's fields replace the stored ones of their names with every line they have (RFC 9111
 /// §4.3.4), and `s-maxage` / `must-revalidate` then forbid serving the entry stale.
+/// A 304 the node makes for a client's own revalidation repeats the origin's CORS answer with
+/// the validators (a browser checks CORS on the 304 of a script's conditional request: without
+/// them it fails), from the cache and for an answer passed through alike; not the fields that
+/// describe the body.
+#[test]
+fn a_304_repeats_the_origins_cors_fields() {
+    let (o, n) = origin_and_node("");
+    let cors = |obj: Object| {
+        obj.cache_control("max-age=600")
+            .header("Access-Control-Allow-Origin", "*")
+            .header("Access-Control-Expose-Headers", "Content-Range, ETag")
+            .header("Timing-Allow-Origin", "*")
+            .header("Content-Language", "en")
+    };
+    o.put("/seg.m4s", cors(Object::new(pattern(5000, 3))));
+    // Passed through (not stored): an answer that sets a cookie.
+    o.put(
+        "/private.m4s",
+        cors(Object::new(pattern(5000, 4))).header("Set-Cookie", "s=1"),
+    );
+    assert_eq!(xcache(&get(&n, "/seg.m4s", "")), "MISS");
+    wait_committed(&n);
+    for (path, status) in [("/seg.m4s", "HIT"), ("/private.m4s", "BYPASS")] {
+        let r = get(
+            &n,
+            path,
+            "Origin: https://player.example\r\nIf-None-Match: \"v1\"\r\n",
+        );
+        assert_eq!((r.status, xcache(&r)), (304, status), "{path}");
+        assert_eq!(r.header("Access-Control-Allow-Origin"), Some("*"), "{path}");
+        assert_eq!(
+            r.header("Access-Control-Expose-Headers"),
+            Some("Content-Range, ETag"),
+            "{path}"
+        );
+        assert_eq!(r.header("Timing-Allow-Origin"), Some("*"), "{path}");
+        assert_eq!(r.header("Content-Language"), None, "{path}");
+    }
+}
+
 #[test]
 fn a_304_replaces_stored_fields_with_all_their_lines() {
     let (o, n) = origin_and_node("slice_size = 0");

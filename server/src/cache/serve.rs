@@ -40,6 +40,22 @@ use std::time::Duration;
 /// Fields a 304 repeats besides the validators (RFC 9110 §15.4.5).
 const NOT_MODIFIED_FIELDS: &[&str] = &["cache-control", "content-location", "expires", "vary"];
 
+/// Whether a 304 repeats the object's field `name`: those of RFC 9110 §15.4.5, and the
+/// origin's CORS answer (`Access-Control-*`, `Timing-Allow-Origin`), which says nothing of the
+/// body but without which a browser fails a script's own revalidation in CORS mode (nginx's
+/// 304 from its cache repeats them too).
+fn repeated_on_304(name: &str) -> bool {
+    let starts = |p: &str| {
+        name.get(..p.len())
+            .is_some_and(|h| h.eq_ignore_ascii_case(p))
+    };
+    NOT_MODIFIED_FIELDS
+        .iter()
+        .any(|f| name.eq_ignore_ascii_case(f))
+        || starts("access-control-")
+        || name.eq_ignore_ascii_case("timing-allow-origin")
+}
+
 /// A cache route at run time: its origin and freshness policy.
 pub struct CacheRoute {
     pub origin: Arc<Origin>,
@@ -972,11 +988,7 @@ impl Ctx<'_> {
                 let fields = meta
                     .headers
                     .iter()
-                    .filter(|(n, _)| {
-                        NOT_MODIFIED_FIELDS
-                            .iter()
-                            .any(|f| n.eq_ignore_ascii_case(f))
-                    })
+                    .filter(|(n, _)| repeated_on_304(n))
                     .map(|(n, v)| (n.as_str(), v.as_str()));
                 let head = self.with_fields(stored_head(304, &meta), fields, ctype, now);
                 let keep_alive = self.keep_alive();
@@ -1551,13 +1563,15 @@ impl Ctx<'_> {
     /// this client, not a description of the body it already has.
     async fn not_modified_through(&self, h: &http::HeaderMap, status: CacheStatus) -> Served {
         // Written as the other answers write them (`ETag`, `Set-Cookie`), not as looked up.
-        let named: Vec<(String, &str)> = ["etag", "last-modified", "set-cookie"]
+        let named: Vec<(String, &str)> = h
             .iter()
-            .chain(NOT_MODIFIED_FIELDS)
-            .flat_map(|n| h.get_all(*n).iter().map(move |v| (*n, v)))
+            .filter(|(n, _)| {
+                let n = n.as_str();
+                ["etag", "last-modified", "set-cookie"].contains(&n) || repeated_on_304(n)
+            })
             .filter_map(|(n, v)| {
                 Some((
-                    super::fill::canonical(n),
+                    super::fill::canonical(n.as_str()),
                     std::str::from_utf8(v.as_bytes()).ok()?,
                 ))
             })
