@@ -102,6 +102,7 @@ pub fn start(
                 origin: origins.get(name)?,
                 policy: Arc::new(r.cache.clone().unwrap_or_default()),
                 max_ranges: cfg.http.max_ranges,
+                answers_cors: r.http.cors.is_some(),
             })
         })
         .collect();

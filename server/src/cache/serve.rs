@@ -62,6 +62,10 @@ pub struct CacheRoute {
     pub policy: Arc<CachePolicy>,
     /// `http.max_ranges`, as for static files.
     pub max_ranges: usize,
+    /// The route answers CORS itself (`http.cors`), replacing every `Access-Control-*` field
+    /// of the origin's: the client's `Origin` is not forwarded, and an origin's `Vary: Origin`
+    /// (its own CORS answer's) does not keep its answers out of the cache.
+    pub answers_cors: bool,
 }
 
 struct Ctx<'a> {
@@ -319,8 +323,16 @@ impl Ctx<'_> {
             policy: self.route.policy.clone(),
             revalidate,
             authorization: self.auth.map(str::to_string),
-            client_origin: self.req.origin_to_forward(),
+            client_origin: self.origin_to_forward(),
+            answers_cors: self.route.answers_cors,
         }
+    }
+
+    /// The client's `Origin` for the origin, unless the route answers CORS itself.
+    fn origin_to_forward(&self) -> Option<String> {
+        self.req
+            .origin_to_forward()
+            .filter(|_| !self.route.answers_cors)
     }
 
     /// May stored answer `s` answer this request? With Authorization only if it says it may be
@@ -1325,7 +1337,7 @@ impl Ctx<'_> {
     ) -> Result<u64, u64> {
         let mut r = OriginRequest::get(self.target.clone());
         r.authorization = self.auth.map(str::to_string);
-        r.origin = self.req.origin_to_forward();
+        r.origin = self.origin_to_forward();
         let mut resp = match self.route.origin.fetch(r).await {
             Ok(resp) => resp,
             Err(e) => {
@@ -1652,7 +1664,7 @@ impl Ctx<'_> {
             r.method = crate::origin::Method::Head;
         }
         r.authorization = self.auth.map(str::to_string);
-        r.origin = self.req.origin_to_forward();
+        r.origin = self.origin_to_forward();
         r.accept_encoding = self.req.accept_encoding.clone();
         r.if_none_match = self.req.if_none_match.clone();
         r.if_modified_since = self.req.if_modified_since.clone();
