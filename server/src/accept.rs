@@ -142,6 +142,12 @@ impl Bound {
     pub fn listen(&self, cfg: &Config) -> anyhow::Result<()> {
         let workers = self.sockets.len();
         for (i, (t, l)) in self.targets.iter().zip(&cfg.listeners).enumerate() {
+            // Asked again: a socket that is only bound does not stop another program (another
+            // copy of this server starting beside it) from binding and listening there.
+            if l.port != 0 {
+                ensure_free(*t)
+                    .with_context(|| format!("cannot listen on {} (listeners[{i}])", t.addr))?;
+            }
             for (w, socks) in self.sockets.iter().enumerate() {
                 listen(&socks[i], t.addr, l).with_context(|| {
                     format!("cannot listen on {} (listeners[{i}], worker {w})", t.addr)

@@ -58,18 +58,19 @@ impl Drop for InFlight {
     }
 }
 
-/// Cut this worker's responses in flight (the drain's deadline passed): each socket is shut
-/// down, so its next write fails as a vanished client's would and the response ends the same
-/// way, counted and logged with what it sent; and it is closed with a reset, so no cut body
-/// looks complete (one whose end is its connection's close). (A socket is listed only while
-/// its connection holds it open, so the descriptor is that socket.)
+/// Cut this worker's responses in flight (the drain's deadline passed): each connection is
+/// reset at once (connect(2) to AF_UNSPEC: a reset, no FIN before it), so no cut body looks
+/// complete (one whose end is its connection's close would, after a FIN), and its next write
+/// fails as a vanished client's would: the response ends the same way, counted and logged with
+/// what it sent. (What earlier answers on the connection left unsent goes with it; a response
+/// waiting for a disk read or the origin ends when that comes, or with the process.) A socket
+/// is listed only while its connection holds it open, so the descriptor is that socket.
 pub fn cut_in_flight() -> usize {
     IN_FLIGHT.with_borrow(|v| {
         for &fd in v {
-            // SAFETY: a descriptor this worker's connection holds open, borrowed for the calls.
+            // SAFETY: a descriptor this worker's connection holds open, borrowed for the call.
             let sock = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            let _ = rustix::net::sockopt::set_socket_linger(sock, Some(Duration::ZERO));
-            let _ = rustix::net::shutdown(sock, rustix::net::Shutdown::Both);
+            let _ = rustix::net::connect_unspec(sock);
         }
         v.len()
     })

@@ -159,6 +159,9 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
         cache_routes,
     });
     let mut handles = Vec::with_capacity(workers);
+    if let Some(a) = &admin_socket {
+        a.listen().context("start the admin listener")?;
+    }
     listeners.listen(&shared.config)?;
     for (w, socks) in listeners.sockets.into_iter().enumerate() {
         let shared = shared.clone();

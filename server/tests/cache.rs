@@ -1704,6 +1704,57 @@ fn a_drain_that_cuts_a_fill_says_so() {
     assert!(!logs.contains("drained; exiting"), "{logs}");
 }
 
+/// A body whose end is its connection's close (an answer of unknown length passed through to
+/// an HTTP/1.0 client), cut at the drain's end while it waits for the origin, ends with a
+/// reset: a FIN would make it look complete.
+#[test]
+fn a_close_delimited_body_cut_at_the_drain_is_reset() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    cfg.shutdown_timeout_secs = 1;
+    o.put("/live.ts", Object::new(pattern(4 << 20, 6)));
+    o.fault("/live.ts", Fault::Chunked(None));
+    o.set_timing(Timing {
+        chunk_size: 8192,
+        chunk_delay: Duration::from_millis(100),
+        ..Timing::default()
+    });
+    let mut n = Node::start(&cfg);
+    let mut c = n.srv.connect();
+    c.send(b"GET /live.ts HTTP/1.0\r\nHost: t\r\n\r\n");
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let t = std::time::Instant::now();
+    while got.len() < 100_000 && t.elapsed() < Duration::from_secs(10) {
+        match std::io::Read::read(&mut c.stream, &mut buf) {
+            Ok(0) => panic!("closed before the drain"),
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let head = String::from_utf8_lossy(&got[..got.len().min(400)]).to_string();
+    assert!(
+        head.starts_with("HTTP/1.1 200") && !head.contains("Content-Length"),
+        "{head}"
+    );
+    n.srv.signal(common::SIGTERM);
+    let end = loop {
+        match std::io::Read::read(&mut c.stream, &mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(_) => continue,
+            Err(e) => break Err(e.kind()),
+        }
+    };
+    assert_eq!(
+        end,
+        Err(std::io::ErrorKind::ConnectionReset),
+        "{}",
+        n.srv.logs()
+    );
+    assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
+}
+
 #[test]
 fn a_restart_serves_from_disk_at_once_without_refetching() {
     let o = FaultOrigin::start();
@@ -3712,6 +3763,30 @@ fn without_route_cors_origin_is_forwarded_and_vary_origin_passed_through() {
         .seen()
         .iter()
         .all(|s| s.header("origin") == Some("https://player.example")));
+    // Stored by a route that answers CORS itself, it is not served by one that does not (the
+    // route's CORS removed): the origin's own answer depends on the Origin.
+    let d = common::tempdir();
+    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    cfg.routes = vec![toml::from_str(
+        "prefix = \"/\"\nvolume = \"c1\"\norigin = \"origin\"\n\
+         [http.cors]\nallow_origins = [\"https://player.example\"]\n",
+    )
+    .expect("route TOML")];
+    let mut with_cors = Node::start(&cfg);
+    assert_eq!(xcache(&get(&with_cors, "/vo.m3u8", "")), "MISS");
+    wait_committed(&with_cors);
+    assert_eq!(xcache(&get(&with_cors, "/vo.m3u8", "")), "HIT");
+    with_cors.srv.stop();
+    cfg.routes.clear();
+    let n = Node::start(&cfg);
+    let asked = o.requests("/vo.m3u8");
+    let r = get(&n, "/vo.m3u8", "Origin: https://player.example\r\n");
+    assert_eq!(xcache(&r), "BYPASS");
+    assert_eq!(
+        r.header("Access-Control-Allow-Origin"),
+        Some("https://player.example")
+    );
+    assert_eq!(o.requests("/vo.m3u8"), asked + 1);
 }
 
 /// An answer passed through spells the origin's field names as stored and static answers do

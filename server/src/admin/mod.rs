@@ -147,13 +147,20 @@ pub fn bind(config: &Config) -> Result<Option<AdminSocket>, AdminError> {
     Ok(Some(AdminSocket { listener, bound }))
 }
 
-/// Serve the bound admin `socket` on a dedicated thread.
+impl AdminSocket {
+    /// Start listening (before the data ports do, so a failure here still refuses the start
+    /// before any request is answered).
+    pub fn listen(&self) -> Result<(), AdminError> {
+        rustix::net::listen(&self.listener, 1024).map_err(|e| AdminError::Bind {
+            addr: self.bound,
+            source: e.into(),
+        })
+    }
+}
+
+/// Serve the admin `socket` ([`AdminSocket::listen`] called) on a dedicated thread.
 pub fn serve(state: AdminState, socket: AdminSocket) -> Result<AdminServer, AdminError> {
     let AdminSocket { listener, bound } = socket;
-    rustix::net::listen(&listener, 1024).map_err(|e| AdminError::Bind {
-        addr: bound,
-        source: e.into(),
-    })?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("admin-blocking")
@@ -384,10 +391,13 @@ mod tests {
     use std::io::{Read, Write};
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    /// Bind and serve, as the server's start does in two steps.
+    /// Bind, listen and serve, as the server's start does in steps.
     fn start(state: AdminState) -> Result<Option<AdminServer>, AdminError> {
         match bind(&state.config)? {
-            Some(socket) => serve(state, socket).map(Some),
+            Some(socket) => {
+                socket.listen()?;
+                serve(state, socket).map(Some)
+            }
             None => Ok(None),
         }
     }

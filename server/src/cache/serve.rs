@@ -336,16 +336,25 @@ impl Ctx<'_> {
     }
 
     /// May stored answer `s` answer this request? With Authorization only if it says it may be
-    /// shared (RFC 9111 §3.5).
+    /// shared (RFC 9111 §3.5). Not one that varies by `Origin` (stored by a route that answers
+    /// CORS itself) unless this route answers CORS too: the origin's own answer would depend on
+    /// it (the route's CORS removed since, or another route's now).
     fn usable(&self, s: &Stored) -> bool {
-        self.auth.is_none()
-            || freshness::shared_with_authorization(
-                s.meta
-                    .headers
-                    .iter()
-                    .filter(|(n, _)| n.eq_ignore_ascii_case("cache-control"))
-                    .map(|(_, v)| v.as_str()),
-            )
+        let by_origin = || {
+            stored_values(&s.meta.headers, "vary").any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("origin"))
+            })
+        };
+        (self.route.answers_cors || !by_origin())
+            && (self.auth.is_none()
+                || freshness::shared_with_authorization(
+                    s.meta
+                        .headers
+                        .iter()
+                        .filter(|(n, _)| n.eq_ignore_ascii_case("cache-control"))
+                        .map(|(_, v)| v.as_str()),
+                ))
     }
 
     /// The pass marks for this request (`cache/pass.rs`): a request with Authorization has
@@ -567,6 +576,11 @@ impl Ctx<'_> {
             // Another key of the same hash is being filled: like a stored entry of another
             // key, this one is fetched and passed through, nothing stored.
             FillFor::Collision => return First::FetchThrough(CacheStatus::Bypass),
+            // An entry this request may not use (found by the registry, not by the lookup
+            // that judged it): passed through, as with another key's.
+            FillFor::Stored(s) if !self.usable(&s) => {
+                return First::FetchThrough(CacheStatus::Bypass)
+            }
             // Committed just now by the fill this request would have joined: as a joiner, a hit
             // (unless it was stale at once: no-cache, max-age=0; the origin is asked then).
             FillFor::Stored(s) if now_ms < s.meta.fresh_until_ms => {

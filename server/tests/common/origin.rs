@@ -99,8 +99,9 @@ pub enum Fault {
     /// Answer a range request with this many bytes from the range's start (shorter or longer
     /// than asked; Content-Range and Content-Length agree with what is sent).
     RangeBytes(u64),
-    /// Answer 200 with the whole body chunked (no Content-Length, Range ignored); with
-    /// `Some(n)`, close after `n` body bytes without the last chunk (a body that broke off).
+    /// Answer 200 with the whole body chunked (no Content-Length, Range ignored; chunks of
+    /// 10,000 bytes, each after the timing's `chunk_delay`); with `Some(n)`, close after `n`
+    /// body bytes without the last chunk (a body that broke off).
     Chunked(Option<usize>),
     /// Write exactly these bytes as the answer, then close (a malformed or unusual head).
     Raw(Vec<u8>),
@@ -669,6 +670,9 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
         }
         let limit = cut.unwrap_or(obj.body.len()).min(obj.body.len());
         for part in obj.body[..limit].chunks(10_000) {
+            if !timing.chunk_delay.is_zero() {
+                std::thread::sleep(timing.chunk_delay);
+            }
             let framed = [format!("{:x}\r\n", part.len()).as_bytes(), part, b"\r\n"].concat();
             if stream.write_all(&framed).is_err() {
                 return false;
