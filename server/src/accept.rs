@@ -141,13 +141,16 @@ impl Bound {
     /// that may fail).
     pub fn listen(&self, cfg: &Config) -> anyhow::Result<()> {
         let workers = self.sockets.len();
+        // Asked again, for every port before any listens: a socket that is only bound does not
+        // stop another program (another copy of this server starting beside it) from binding
+        // and listening there.
         for (i, (t, l)) in self.targets.iter().zip(&cfg.listeners).enumerate() {
-            // Asked again: a socket that is only bound does not stop another program (another
-            // copy of this server starting beside it) from binding and listening there.
             if l.port != 0 {
                 ensure_free(*t)
                     .with_context(|| format!("cannot listen on {} (listeners[{i}])", t.addr))?;
             }
+        }
+        for (i, (t, l)) in self.targets.iter().zip(&cfg.listeners).enumerate() {
             for (w, socks) in self.sockets.iter().enumerate() {
                 listen(&socks[i], t.addr, l).with_context(|| {
                     format!("cannot listen on {} (listeners[{i}], worker {w})", t.addr)

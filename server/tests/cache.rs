@@ -3787,6 +3787,9 @@ fn without_route_cors_origin_is_forwarded_and_vary_origin_passed_through() {
         Some("https://player.example")
     );
     assert_eq!(o.requests("/vo.m3u8"), asked + 1);
+    // And withdrawn: it would stay unusable here, found (and passed by) at every request.
+    settle(&n);
+    assert_eq!(cache_files(&d.path().join("cache")).1, 0);
 }
 
 /// An answer passed through spells the origin's field names as stored and static answers do

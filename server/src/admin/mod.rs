@@ -125,7 +125,8 @@ pub struct AdminSocket {
 
 /// Bind `admin.listen` (`Ok(None)` when the admin listener is disabled: empty `listen`): done
 /// at start-up before anything else is made, so a port in use refuses the start before a
-/// cache directory is touched. Not listening yet: until [`serve`], a connection is refused.
+/// cache directory is touched. Not listening yet: until [`AdminSocket::listen`], a connection is
+/// refused.
 pub fn bind(config: &Config) -> Result<Option<AdminSocket>, AdminError> {
     let listen = config.admin.listen.trim();
     if listen.is_empty() {

@@ -577,9 +577,12 @@ impl Ctx<'_> {
             // key, this one is fetched and passed through, nothing stored.
             FillFor::Collision => return First::FetchThrough(CacheStatus::Bypass),
             // An entry this request may not use (found by the registry, not by the lookup
-            // that judged it): passed through, as with another key's.
+            // that judged it: it varies by Origin and this route has no CORS of its own). A
+            // key maps to one route, so it stays unusable: withdrawn (else every request for
+            // it would find it and pass through), this one passed through.
             FillFor::Stored(s) if !self.usable(&s) => {
-                return First::FetchThrough(CacheStatus::Bypass)
+                super::fill::withdraw_object(self.cv, s.id.hash(), false).await;
+                return First::FetchThrough(CacheStatus::Bypass);
             }
             // Committed just now by the fill this request would have joined: as a joiner, a hit
             // (unless it was stale at once: no-cache, max-age=0; the origin is asked then).
