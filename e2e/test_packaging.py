@@ -351,11 +351,16 @@ def test_cel_allows_hostpath_when_opted_in(crd: dict) -> None:
 
 
 def test_int_or_string_and_nullable_are_accepted(crd: dict) -> None:
+    """A null maxUnavailable is accepted as the API server takes it: pruned (the field is not
+    nullable, so the operator never reads a null there) and defaulted."""
     (_, base) = [cs for cs in content_servers() if cs[0] == "minimal.yaml"][0]
     for value in (1, "25%", None):
         d = copy.deepcopy(base)
         d["spec"]["pdb"] = {"maxUnavailable": value}
         assert crd_schema.errors(crd, d) == [], value
+    pdb = crd_schema.raw_schema(crd, "v1alpha1")["properties"]["spec"]["properties"]["pdb"]
+    pruned = crd_schema.prune_nulls(pdb, {"maxUnavailable": None})
+    assert crd_schema.apply_defaults(pdb, pruned) == {"maxUnavailable": 1}
 
 
 def test_crd_carries_cel_rules(crd: dict) -> None:

@@ -4,7 +4,8 @@ Owns the mapping of Kubernetes' OpenAPI dialect onto JSON Schema, modelling what
 enforces with strict field validation (kubectl's default):
 
 - `x-kubernetes-int-or-string: true` -> integer or string;
-- `nullable: true` -> null is accepted too;
+- `nullable: true` -> null is accepted too; a null where the schema is not nullable is pruned
+  before validation and defaulting, as the API server prunes it (`errors` only);
 - an object with `properties` rejects unknown fields unless `x-kubernetes-preserve-unknown-fields`
   (or `x-kubernetes-embedded-resource`) says otherwise;
 - other `x-kubernetes-*` extensions are dropped.
@@ -100,6 +101,7 @@ def errors(crd: dict[str, Any], obj: dict[str, Any]) -> list[str]:
     valid). CEL rules run only on an object that passed the structural schema, as in the API
     server where a type error stops validation before CEL."""
     version = obj["apiVersion"].split("/", 1)[1]
+    obj = prune_nulls(raw_schema(crd, version), obj)
     v = validator(crd, version)
     out = [
         f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}"
@@ -109,6 +111,26 @@ def errors(crd: dict[str, Any], obj: dict[str, Any]) -> list[str]:
         return out
     schema = raw_schema(crd, version)
     return cel_errors(schema, apply_defaults(schema, obj))
+
+
+def prune_nulls(schema: dict[str, Any], value: Any) -> Any:
+    """The API server's pruning of nulls: an object's property whose value is null and whose
+    schema is not `nullable` is removed (then defaulted, if it has a default), recursively."""
+    value = copy.deepcopy(value)
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for k in list(value):
+            sub = props.get(k, extra if isinstance(extra, dict) else None)
+            if sub is None:
+                continue
+            if value[k] is None and not sub.get("nullable", False):
+                del value[k]
+            else:
+                value[k] = prune_nulls(sub, value[k])
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        value = [prune_nulls(schema["items"], x) for x in value]
+    return value
 
 
 def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
