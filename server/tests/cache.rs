@@ -1641,22 +1641,35 @@ fn stored_then_stopped(cfg: &Config, objects: &[(&str, &[u8])]) {
     assert!(n.srv.wait_exit(Duration::from_secs(10)).is_some());
 }
 
+/// A node (cache volume `vol`) whose drain waits 1 s, before an origin that `put` fills and
+/// that sends bodies in 8 KiB chunks `delay_ms` apart.
+fn draining_in_1s_before_a_slow_origin(
+    vol: &str,
+    delay_ms: u64,
+    put: impl FnOnce(&FaultOrigin),
+) -> (FaultOrigin, tempfile::TempDir, Node) {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", vol);
+    cfg.shutdown_timeout_secs = 1;
+    put(&o);
+    o.set_timing(Timing {
+        chunk_size: 8192,
+        chunk_delay: Duration::from_millis(delay_ms),
+        ..Timing::default()
+    });
+    let n = Node::start(&cfg);
+    (o, d, n)
+}
+
 /// A drain that reaches `shutdown_timeout_secs` with a fill still running says so (the fill is
 /// cut, nothing of it stored), though no client connection is left: it said "drained".
 #[test]
 fn a_drain_that_cuts_a_fill_says_so() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", "slice_size = 0");
-    cfg.shutdown_timeout_secs = 1;
-    o.put("/long.bin", Object::new(pattern(1 << 20, 4)));
     // 128 chunks of 8 KiB, 50 ms apart: the fill takes about 6 s.
-    o.set_timing(Timing {
-        chunk_size: 8192,
-        chunk_delay: Duration::from_millis(50),
-        ..Timing::default()
+    let (_o, _d, mut n) = draining_in_1s_before_a_slow_origin("slice_size = 0", 50, |o| {
+        o.put("/long.bin", Object::new(pattern(1 << 20, 4)))
     });
-    let mut n = Node::start(&cfg);
     {
         let mut c = n.srv.connect();
         c.send(b"GET /long.bin HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -1679,18 +1692,10 @@ fn a_drain_that_cuts_a_fill_says_so() {
 /// reset: a FIN would make it look complete.
 #[test]
 fn a_close_delimited_body_cut_at_the_drain_is_reset() {
-    let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
-    cfg.shutdown_timeout_secs = 1;
-    o.put("/live.ts", Object::new(pattern(4 << 20, 6)));
-    o.fault("/live.ts", Fault::Chunked(None));
-    o.set_timing(Timing {
-        chunk_size: 8192,
-        chunk_delay: Duration::from_millis(100),
-        ..Timing::default()
+    let (_o, _d, mut n) = draining_in_1s_before_a_slow_origin(SLICED, 100, |o| {
+        o.put("/live.ts", Object::new(pattern(4 << 20, 6)));
+        o.fault("/live.ts", Fault::Chunked(None));
     });
-    let mut n = Node::start(&cfg);
     let mut c = n.srv.connect();
     c.send(b"GET /live.ts HTTP/1.0\r\nHost: t\r\n\r\n");
     let mut got = Vec::new();
