@@ -537,9 +537,10 @@ impl Fill {
         }
         let fresh = match freshness::evaluate(
             status,
-            &judged(&resp.headers, &job),
+            &resp.headers,
             &job.policy,
             authorized,
+            job.answers_cors,
             now / 1000,
         ) {
             Freshness::Storable(f) => f,
@@ -663,9 +664,10 @@ impl Fill {
         let authorized = job.authorization.is_some();
         match freshness::evaluate(
             old.meta.status,
-            &judged(&merged, job),
+            &merged,
             &job.policy,
             authorized,
+            job.answers_cors,
             now / 1000,
         ) {
             Freshness::Storable(f) => {
@@ -1001,38 +1003,6 @@ pub async fn withdraw_object(cv: &CacheVolume<Fill>, hash: u128, pass: bool) {
     if pass {
         cv.passes.shared.mark(hash, unix_now_ms());
     }
-}
-
-/// `headers` as judged for storing: without `Origin` in `Vary` when the route answers CORS
-/// itself (the origin's varying answer is its CORS answer, which the route replaces).
-fn judged<'h>(
-    headers: &'h http::HeaderMap,
-    job: &FillJob,
-) -> std::borrow::Cow<'h, http::HeaderMap> {
-    let vary = http::header::VARY;
-    if !job.answers_cors || !headers.contains_key(&vary) {
-        return std::borrow::Cow::Borrowed(headers);
-    }
-    let mut h = headers.clone();
-    h.remove(&vary);
-    for v in headers.get_all(&vary) {
-        let Ok(text) = v.to_str() else {
-            // Unreadable: kept, to be judged (and refused) as it is.
-            h.append(&vary, v.clone());
-            continue;
-        };
-        let rest: Vec<&str> = text
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("origin"))
-            .collect();
-        if let Ok(v) = http::HeaderValue::from_str(&rest.join(", ")) {
-            if !rest.is_empty() {
-                h.append(&vary, v);
-            }
-        }
-    }
-    std::borrow::Cow::Owned(h)
 }
 
 fn abort(cv: &CacheVolume<Fill>, t: TempEntry) {

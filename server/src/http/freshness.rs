@@ -197,15 +197,17 @@ fn header_str(headers: &HeaderMap, name: http::header::HeaderName) -> Option<&st
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-/// The `Vary` fields other than Accept-Encoding, if any.
-fn vary_blocker(headers: &HeaderMap) -> Option<String> {
+/// The `Vary` fields other than Accept-Encoding (and `Origin` with `cors_by_route`), if any.
+fn vary_blocker(headers: &HeaderMap, cors_by_route: bool) -> Option<String> {
     let mut other = Vec::new();
     for v in headers.get_all(VARY) {
         let Ok(v) = v.to_str() else {
             return Some("(unreadable)".into());
         };
         for f in split_list(v) {
-            if !f.eq_ignore_ascii_case("accept-encoding") {
+            let tolerated = f.eq_ignore_ascii_case("accept-encoding")
+                || (cors_by_route && f.eq_ignore_ascii_case("origin"));
+            if !tolerated {
                 other.push(f.to_string());
             }
         }
@@ -214,12 +216,15 @@ fn vary_blocker(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Decide for one response. `authorized`: the request sent to the origin carried
-/// Authorization. `now`: seconds since the epoch.
+/// Authorization. `cors_by_route`: the route answers CORS itself, replacing the origin's CORS
+/// answer, so the origin's `Vary: Origin` (that answer's) does not keep it out of the cache.
+/// `now`: seconds since the epoch.
 pub fn evaluate(
     status: u16,
     headers: &HeaderMap,
     policy: &CachePolicy,
     authorized: bool,
+    cors_by_route: bool,
     now: i64,
 ) -> Freshness {
     use Freshness::NotStorable as No;
@@ -229,7 +234,7 @@ pub fn evaluate(
     if headers.contains_key(SET_COOKIE) {
         return No(NotStorable::SetCookie);
     }
-    if let Some(v) = vary_blocker(headers) {
+    if let Some(v) = vary_blocker(headers, cors_by_route) {
         return No(NotStorable::Vary(v));
     }
     let d = directives(headers);
@@ -345,7 +350,14 @@ mod tests {
     }
 
     fn eval(status: u16, pairs: &[(&'static str, &str)]) -> Freshness {
-        evaluate(status, &h(pairs), &CachePolicy::default(), false, NOW)
+        evaluate(
+            status,
+            &h(pairs),
+            &CachePolicy::default(),
+            false,
+            false,
+            NOW,
+        )
     }
 
     fn storable(f: Freshness) -> Storable {
@@ -436,7 +448,7 @@ mod tests {
                 ("expires", "Tue, 14 Nov 2023 22:13:20 GMT"),
             ],
         ] {
-            let f = storable(evaluate(200, &h(&headers), &policy, false, NOW));
+            let f = storable(evaluate(200, &h(&headers), &policy, false, false, NOW));
             assert_eq!(
                 (f.fresh_for, f.stale_while_revalidate),
                 (0, 0),
@@ -450,6 +462,7 @@ mod tests {
             &h(&[("cache-control", "max-age=0, stale-while-revalidate=30")]),
             &policy,
             false,
+            false,
             NOW,
         ));
         assert_eq!(f.stale_while_revalidate, 30);
@@ -457,6 +470,7 @@ mod tests {
             200,
             &h(&[("cache-control", "max-age=1")]),
             &policy,
+            false,
             false,
             NOW,
         ));
@@ -553,19 +567,44 @@ mod tests {
             NotStorable::Vary("*".into())
         );
         storable(eval(200, &[("vary", "accept-encoding")]));
+        // `Origin` only when the route answers CORS itself.
+        let origin = h(&[
+            ("cache-control", "max-age=60"),
+            ("vary", "Origin, Accept-Encoding"),
+        ]);
+        let p = CachePolicy::default();
+        assert_eq!(
+            refused(evaluate(200, &origin, &p, false, false, NOW)),
+            NotStorable::Vary("Origin".into())
+        );
+        storable(evaluate(200, &origin, &p, false, true, NOW));
     }
 
     #[test]
     fn authorization_needs_explicit_permission() {
         let p = CachePolicy::default();
-        let no = evaluate(200, &h(&[("cache-control", "max-age=60")]), &p, true, NOW);
+        let no = evaluate(
+            200,
+            &h(&[("cache-control", "max-age=60")]),
+            &p,
+            true,
+            false,
+            NOW,
+        );
         assert_eq!(refused(no), NotStorable::Authorization);
         for cc in [
             "public, max-age=60",
             "s-maxage=60",
             "must-revalidate, max-age=60",
         ] {
-            storable(evaluate(200, &h(&[("cache-control", cc)]), &p, true, NOW));
+            storable(evaluate(
+                200,
+                &h(&[("cache-control", cc)]),
+                &p,
+                true,
+                false,
+                NOW,
+            ));
             assert!(shared_with_authorization(["max-age=1", cc]), "{cc}");
         }
         // No permission, or private/no-store besides it.
@@ -578,7 +617,7 @@ mod tests {
         ] {
             let hm = h(&[("cache-control", cc)]);
             assert_eq!(
-                refused(evaluate(200, &hm, &p, true, NOW)),
+                refused(evaluate(200, &hm, &p, true, false, NOW)),
                 NotStorable::Authorization,
                 "{cc:?}"
             );
@@ -587,7 +626,7 @@ mod tests {
         assert!(!shared_with_authorization([]));
         let hm = h(&[("cache-control", "public, private")]);
         assert_eq!(
-            refused(evaluate(200, &hm, &p, true, NOW)),
+            refused(evaluate(200, &hm, &p, true, false, NOW)),
             NotStorable::Private
         );
         // Ignoring the origin's freshness headers does not ignore its permission to share.
@@ -597,13 +636,13 @@ mod tests {
         };
         let hm = h(&[("cache-control", "max-age=60")]);
         assert_eq!(
-            refused(evaluate(200, &hm, &ignore, true, NOW)),
+            refused(evaluate(200, &hm, &ignore, true, false, NOW)),
             NotStorable::Authorization
         );
-        storable(evaluate(200, &hm, &ignore, false, NOW));
+        storable(evaluate(200, &hm, &ignore, false, false, NOW));
         let hm = h(&[("cache-control", "public, max-age=5")]);
         assert_eq!(
-            storable(evaluate(200, &hm, &ignore, true, NOW)).fresh_for,
+            storable(evaluate(200, &hm, &ignore, true, false, NOW)).fresh_for,
             3600
         );
     }
@@ -674,7 +713,7 @@ mod tests {
                 CACHE_CONTROL,
                 http::HeaderValue::from_bytes(line).expect("obs-text is a valid value"),
             );
-            evaluate(200, &m, &CachePolicy::default(), false, NOW)
+            evaluate(200, &m, &CachePolicy::default(), false, false, NOW)
         };
         assert_eq!(
             refused(with("private, x-note=\"café\"".as_bytes())),
@@ -692,7 +731,14 @@ mod tests {
             EXPIRES,
             http::HeaderValue::from_bytes(b"Thu, 01 Jan 2099 00:00:00 GMT\xe9").expect("obs-text"),
         );
-        let s = storable(evaluate(200, &m, &CachePolicy::default(), false, NOW));
+        let s = storable(evaluate(
+            200,
+            &m,
+            &CachePolicy::default(),
+            false,
+            false,
+            NOW,
+        ));
         assert_eq!(s.fresh_for, 0);
     }
 
@@ -758,7 +804,7 @@ mod tests {
             ("age", "100"),
             ("expires", "0"),
         ]);
-        let s = storable(evaluate(200, &hm, &p, false, NOW));
+        let s = storable(evaluate(200, &hm, &p, false, false, NOW));
         assert_eq!(
             (
                 s.fresh_for,
@@ -769,18 +815,18 @@ mod tests {
             (120, 0, 1, 2)
         );
         assert_eq!(
-            refused(evaluate(404, &hm, &p, false, NOW)),
+            refused(evaluate(404, &hm, &p, false, false, NOW)),
             NotStorable::NoLifetime(404)
         );
         // Set-Cookie and Vary still forbid storing.
         let hm = h(&[("set-cookie", "x=1")]);
         assert_eq!(
-            refused(evaluate(200, &hm, &p, false, NOW)),
+            refused(evaluate(200, &hm, &p, false, false, NOW)),
             NotStorable::SetCookie
         );
         let hm = h(&[("vary", "Cookie")]);
         assert_eq!(
-            refused(evaluate(200, &hm, &p, false, NOW)),
+            refused(evaluate(200, &hm, &p, false, false, NOW)),
             NotStorable::Vary("Cookie".into())
         );
     }
