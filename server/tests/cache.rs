@@ -3567,16 +3567,26 @@ fn a_seek_into_a_large_object_not_stored_gets_its_range() {
 /// A `valid` rule of 0 seconds (nginx `proxy_cache_valid ... 0`) means every use is checked with
 /// the origin: the route's default stale-while-revalidate does not serve the stored answer
 /// unchecked (each answer was one version late, marked UPDATING).
+/// A sliced node's configuration (cache at `dir/cache`) with an explicit route for `/` to the
+/// origin, its `extra` TOML tables added.
+fn with_root_route(o: &FaultOrigin, dir: &Path, extra: &str) -> Config {
+    let mut cfg = config(&[o.url()], &dir.join("cache"), "", SLICED);
+    cfg.routes = vec![toml::from_str(&format!(
+        "prefix = \"/\"\nvolume = \"c1\"\norigin = \"origin\"\n{extra}"
+    ))
+    .expect("route TOML")];
+    cfg
+}
+
 #[test]
 fn a_valid_rule_of_zero_seconds_is_never_served_unchecked() {
     let o = FaultOrigin::start();
     let d = common::tempdir();
-    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
-    cfg.routes = vec![toml::from_str(
-        "prefix = \"/\"\nvolume = \"c1\"\norigin = \"origin\"\n\
-         [cache]\nvalid = [{ status = [200], secs = 0 }]\n",
-    )
-    .expect("route TOML")];
+    let cfg = with_root_route(
+        &o,
+        d.path(),
+        "[cache]\nvalid = [{ status = [200], secs = 0 }]\n",
+    );
     let n = Node::start(&cfg);
     o.put("/z.txt", Object::version(b"one".to_vec(), 1));
     let r = get(&n, "/z.txt", "");
@@ -3592,14 +3602,13 @@ fn a_valid_rule_of_zero_seconds_is_never_served_unchecked() {
 fn a_cache_route_sends_its_cors_and_configured_headers_like_a_static_one() {
     let o = FaultOrigin::start();
     let d = common::tempdir();
-    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
-    cfg.routes = vec![toml::from_str(
-        "prefix = \"/\"\nvolume = \"c1\"\norigin = \"origin\"\n\
-         [http.headers]\nadd = { \"X-Edge\" = \"1\" }\n\
+    let cfg = with_root_route(
+        &o,
+        d.path(),
+        "[http.headers]\nadd = { \"X-Edge\" = \"1\" }\n\
          [http.media_headers.m3u8]\ncache_control = \"public, max-age=2\"\n\
          [http.cors]\nallow_origins = [\"https://player.example\"]\n",
-    )
-    .expect("route TOML")];
+    );
     let n = Node::start(&cfg);
     let body = pattern(5000, 3);
     // The origin's own CORS and Cache-Control are replaced by the route's.
@@ -3741,12 +3750,11 @@ fn without_route_cors_origin_is_forwarded_and_vary_origin_passed_through() {
     // Stored by a route that answers CORS itself, it is not served by one that does not (the
     // route's CORS removed): the origin's own answer depends on the Origin.
     let d = common::tempdir();
-    let mut cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
-    cfg.routes = vec![toml::from_str(
-        "prefix = \"/\"\nvolume = \"c1\"\norigin = \"origin\"\n\
-         [http.cors]\nallow_origins = [\"https://player.example\"]\n",
-    )
-    .expect("route TOML")];
+    let mut cfg = with_root_route(
+        &o,
+        d.path(),
+        "[http.cors]\nallow_origins = [\"https://player.example\"]\n",
+    );
     let mut with_cors = Node::start(&cfg);
     assert_eq!(xcache(&get(&with_cors, "/vo.m3u8", "")), "MISS");
     wait_committed(&with_cors);
