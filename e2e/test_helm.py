@@ -106,6 +106,20 @@ def test_lint_reports_template_fail() -> None:
     assert any("serviceMonitor.enabled needs metrics.service.enabled" in line for line in res.template_failures)
 
 
+@pytest.mark.parametrize("arg,value", [("--lease-name=other", "fullnameOverride"),
+                                       ("--metrics-listen=0.0.0.0:9999", "metrics.address"),
+                                       ("--namespaces", "watchNamespaces")])
+def test_lint_refuses_extra_args_the_chart_sets_itself(arg: str, value: str) -> None:
+    """The operator refuses a flag given twice, and a --lease-name of its own would miss the
+    Role's resourceNames: the template names the value to use instead."""
+    res = helm_native.lint_with_values(CHART, {"extraArgs": [arg]})
+    assert not res.ok
+    flag = arg.split("=", 1)[0]
+    assert any(f"extraArgs: {flag} is set by the chart; use {value}" in line
+               for line in res.template_failures), describe(res)
+    assert helm_native.lint_with_values(CHART, {"extraArgs": ["--lease-namespace=ops"]}).ok
+
+
 def test_lint_fails_on_a_broken_template(tmp_path: Path) -> None:
     copy = tmp_path / CHART.name
     shutil.copytree(CHART, copy)
@@ -311,7 +325,16 @@ def test_cluster_wide_rbac_is_exactly_the_rules_file(default_manifests: list[dic
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": NS}]
     self_role = one(default_manifests, "Role")
     assert self_role["metadata"]["namespace"] == NS
-    assert self_role["rules"] == rules["operatorNamespace"]
+    # The Lease rules name the operator's own Lease: the --lease-name the chart passes.
+    args = one(default_manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    lease = next(a.split("=", 1)[1] for a in args if a.startswith("--lease-name="))
+    assert lease == FULLNAME
+    named = [dict(r, resourceNames=[lease]) if r.get("resourceNames") == ["LEASE_NAME"] else r
+             for r in rules["operatorNamespace"]]
+    assert named != rules["operatorNamespace"], "the Lease's get/update must be limited to its name"
+    assert self_role["rules"] == named
+    assert not any("create" in r["verbs"] and r.get("resourceNames") for r in self_role["rules"]), \
+        "create cannot be limited by resourceNames: the Lease could never be created"
     for m in by_kind(default_manifests, "ClusterRole") + by_kind(default_manifests, "Role"):
         for rule in m["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule

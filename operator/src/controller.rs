@@ -19,7 +19,7 @@
 //! | gateway.networking.k8s.io | httproutes | get, create, patch, delete | optional HTTPRoute (CRD may be missing: not watched) |
 //! | monitoring.coreos.com | servicemonitors | get, create, patch, delete | optional ServiceMonitor (CRD may be missing: not watched) |
 //! | events.k8s.io | events | create, patch | Events on the ContentServer |
-//! | coordination.k8s.io | leases | get, create, update | leader election (operator's own namespace) |
+//! | coordination.k8s.io | leases | get, create, update | leader election (operator's own namespace; the chart limits get and update to the `--lease-name`) |
 //!
 //! # Objects that do not decode
 //!

@@ -90,13 +90,27 @@ compare them with the operator's code. Usage: include "cso.rules" (list . "watch
 {{- with (index $all $key) }}{{ toYaml . }}{{ end }}
 {{- end }}
 
-{{/* content-operator's command line (operator/src/main.rs: `content-operator run ...`). */}}
+{{/* The leader-election Lease's name (the operator's --lease-name; the Role names it). */}}
+{{- define "cso.leaseName" -}}
+{{- include "cso.fullname" . }}
+{{- end }}
+
+{{/* content-operator's command line (operator/src/main.rs: `content-operator run ...`). The flags
+the chart sets itself cannot be repeated in extraArgs (the operator refuses a flag given twice);
+the template says which value sets each instead. */}}
 {{- define "cso.operatorArgs" -}}
+{{- $own := dict "--metrics-listen" "metrics.address and metrics.port" "--lease-name" "fullnameOverride (the Lease is named like the chart's objects)" "--namespaces" "watchNamespaces" }}
+{{- range .Values.extraArgs }}
+{{- $flag := regexReplaceAll "=.*$" (toString .) "" }}
+{{- if hasKey $own $flag }}
+{{- fail (printf "extraArgs: %s is set by the chart; use %s instead" $flag (index $own $flag)) }}
+{{- end }}
+{{- end }}
 - run
 {{- $addr := .Values.metrics.address | default "*" }}
 {{- if contains ":" $addr }}{{ $addr = printf "[%s]" $addr }}{{ end }}
 - {{ printf "--metrics-listen=%s:%v" $addr .Values.metrics.port | quote }}
-- {{ printf "--lease-name=%s" (include "cso.fullname" .) | quote }}
+- {{ printf "--lease-name=%s" (include "cso.leaseName" .) | quote }}
 {{- with .Values.watchNamespaces }}
 - {{ printf "--namespaces=%s" (join "," .) | quote }}
 {{- end }}
