@@ -120,6 +120,20 @@ def test_lint_refuses_extra_args_the_chart_sets_itself(arg: str, value: str) -> 
     assert helm_native.lint_with_values(CHART, {"extraArgs": ["--lease-namespace=ops"]}).ok
 
 
+@pytest.mark.parametrize("interval,timeout,ok", [("30s", "10s", True), ("30s", "30s", True),
+                                                 ("30s", "31s", False), ("1m", "59s999ms", True),
+                                                 ("1m", "1m1ms", False), ("1h", "2m", True),
+                                                 ("500ms", "1s", False)])
+def test_lint_refuses_a_scrape_timeout_longer_than_the_interval(interval: str, timeout: str, ok: bool) -> None:
+    """Prometheus refuses a scrape config whose timeout exceeds its interval."""
+    res = helm_native.lint_with_values(CHART, {"serviceMonitor": {
+        "enabled": True, "interval": interval, "scrapeTimeout": timeout}})
+    assert res.ok == ok, describe(res)
+    if not ok:
+        assert any(f"serviceMonitor.scrapeTimeout ({timeout}) is longer than serviceMonitor.interval ({interval})"
+                   in line for line in res.template_failures), describe(res)
+
+
 def test_lint_fails_on_a_broken_template(tmp_path: Path) -> None:
     copy = tmp_path / CHART.name
     shutil.copytree(CHART, copy)

@@ -115,3 +115,14 @@ the template says which value sets each instead. */}}
 - {{ printf "--namespaces=%s" (join "," .) | quote }}
 {{- end }}
 {{- end }}
+
+{{/* A Prometheus duration ("1h30m", "10s", "500ms"; the values schema checks the syntax) in
+milliseconds. Usage: include "cso.durationMs" "30s". */}}
+{{- define "cso.durationMs" -}}
+{{- $units := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 }}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+(ms|y|w|d|h|m|s)" (toString .) -1 }}
+{{- $total = add $total (mul (regexFind "^[0-9]+" .) (get $units (regexReplaceAll "^[0-9]+" . ""))) }}
+{{- end }}
+{{- $total }}
+{{- end }}
