@@ -1935,9 +1935,13 @@ fn answers_to_authorized_requests_are_never_served_to_anyone_else() {
     assert_eq!((r.status, xcache(&r)), (200, "HIT"));
     assert!(r.body == pattern(1000, 23));
 
-    // An answer that says `public` (or s-maxage) may be shared: stored once, then a hit for
-    // everyone, users included.
-    for (p, cc) in [("/pub", "public, max-age=600"), ("/smax", "s-maxage=600")] {
+    // An answer that says `public` (or s-maxage, or must-revalidate) may be shared: stored
+    // once, then a hit for everyone, users included.
+    for (p, cc) in [
+        ("/pub", "public, max-age=600"),
+        ("/smax", "s-maxage=600"),
+        ("/mustrv", "must-revalidate, max-age=600"),
+    ] {
         o.put_for(
             p,
             Some("Bearer alice"),
@@ -1960,6 +1964,37 @@ fn answers_to_authorized_requests_are_never_served_to_anyone_else() {
         }
         assert_eq!(o.requests(p), asked, "{p}: hits ask the origin nothing");
     }
+
+    // proxy-revalidate is not among them (RFC 9111 §3.5): each user keeps getting their own.
+    let stored = cache_files(&n.cache).1;
+    let cc = "proxy-revalidate, max-age=600";
+    for (auth, seed) in users {
+        o.put_for(
+            "/proxyrv",
+            Some(auth),
+            Object::new(pattern(len, seed)).cache_control(cc),
+        );
+    }
+    for round in 0..2 {
+        for (auth, seed) in users {
+            let r = try_get(&n, "/proxyrv", &as_user(auth)).unwrap();
+            assert_eq!((r.status, xcache(&r)), (200, "BYPASS"), "{auth} {round}");
+            assert!(
+                r.body == pattern(len, seed),
+                "{auth} got someone else's answer"
+            );
+        }
+    }
+    assert!(
+        o.requests("/proxyrv") >= 4,
+        "every request reached the origin"
+    );
+    wait_committed(&n);
+    assert_eq!(
+        cache_files(&n.cache).1,
+        stored,
+        "nothing of /proxyrv stored"
+    );
 }
 
 /// An answer that may not be stored, for an object of several slices: the client asked for the

@@ -86,6 +86,9 @@ struct Directives {
     private: bool,
     public: bool,
     must_revalidate: bool,
+    /// `must-revalidate` itself: with `public` and `s-maxage`, what lets an answer to an
+    /// Authorization request be shared (§3.5); `proxy-revalidate` does not.
+    must_revalidate_named: bool,
     max_age: Option<u64>,
     s_maxage: Option<u64>,
     swr: Option<u64>,
@@ -120,7 +123,11 @@ fn parse_directives<'a>(values: impl IntoIterator<Item = &'a str>) -> Directives
                 "no-cache" => d.no_cache = true,
                 "private" => d.private = true,
                 "public" => d.public = true,
-                "must-revalidate" | "proxy-revalidate" => d.must_revalidate = true,
+                "must-revalidate" => {
+                    d.must_revalidate = true;
+                    d.must_revalidate_named = true;
+                }
+                "proxy-revalidate" => d.must_revalidate = true,
                 // A directive given twice counts by its smallest value: RFC 9111 §4.2.1 has
                 // the first one used or the response taken as stale; the smallest lies between
                 // those two, never fresher than the first.
@@ -147,7 +154,7 @@ fn smallest(slot: &mut Option<u64>, v: u64) {
 impl Directives {
     /// §3.5: may an answer to a request with Authorization be shared?
     fn shareable_with_authorization(&self) -> bool {
-        self.public || self.s_maxage.is_some() || self.must_revalidate
+        self.public || self.s_maxage.is_some() || self.must_revalidate_named
     }
 }
 
@@ -612,6 +619,8 @@ mod tests {
             "",
             "max-age=60",
             "no-cache, max-age=60",
+            // proxy-revalidate is not in §3.5's list (nor was it in RFC 7234 §3.2).
+            "proxy-revalidate, max-age=60",
             "x-public",
             "community=\"public\"",
         ] {
