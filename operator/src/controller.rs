@@ -47,7 +47,7 @@ use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{watcher, Controller};
+use kube::runtime::{predicates, watcher, Controller, PredicateConfig, WatchStreamExt};
 use kube::Client;
 use std::sync::Arc;
 use std::time::Duration;
@@ -132,6 +132,12 @@ pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: Strin
             watcher::Config::default().any_semantic(),
             recorder.clone(),
         );
+        // Only a new generation (a spec change, a deletion's start) triggers: the operator's
+        // own status writes would retrigger at once, past the error policy's backoff, and in a
+        // loop when a failure's text differs each time. Children, requeues and the
+        // periodic resync reconcile the rest.
+        let contentservers =
+            contentservers.predicate_filter(predicates::generation, PredicateConfig::default());
         let controller = Controller::for_stream(contentservers, store)
             .owns(cms, owned.clone())
             .owns(deps, owned.clone())

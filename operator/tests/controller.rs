@@ -185,3 +185,69 @@ async fn an_undecodable_contentserver_is_reported_and_the_others_reconciled() {
         "{reason}: {note}"
     );
 }
+
+/// A failed reconcile writes its status, and the API server tells every watcher of the
+/// ContentServer about that write. The write must not trigger the next attempt: the retry waits
+/// for the backoff (5 s first), even when the error's text differs every time (an admission
+/// webhook's denial quoting a temporary file), which would otherwise write a new status and
+/// retry at once, in a loop. A change of the spec (a new generation) is still reconciled at
+/// once, and so is the deletion of a child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_write_does_not_retrigger_a_failed_reconcile() {
+    let fake = FakeApi::new();
+    fake.stream_watches(&contentservers());
+    fake.insert(&contentservers(), example_contentserver("exposed.yaml"));
+    let name = fake.names(&contentservers())[0].clone();
+    fake.vary_failure_messages();
+    fake.fail("PATCH", "/ingresses/", 422);
+    let (_metrics, task) = start(&fake);
+    let ingress_patches = || {
+        fake.log()
+            .iter()
+            .filter(|l| l.method == "PATCH" && l.path.contains("/ingresses/"))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ingress_patches() == 0 {
+        assert!(Instant::now() < deadline, "the Ingress was never applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The failure is in the status (so the status was written)...
+    let written = Instant::now() + Duration::from_secs(5);
+    loop {
+        let cs = fake.get(&contentservers(), &name).expect("contentserver");
+        if cs["status"].to_string().contains("injected failure") {
+            break;
+        }
+        assert!(Instant::now() < written, "failure not in the status: {cs}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // ...and the next attempt waits for the backoff.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    assert_eq!(
+        ingress_patches(),
+        1,
+        "the Ingress was retried before the backoff (status writes re-triggered the reconcile)"
+    );
+    // A new generation is reconciled at once, backoff or not.
+    fake.heal();
+    let before = fake.log().len();
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["replicas"] = serde_json::json!(3);
+    });
+    // The edit happened behind the watch's back: tell the watchers as the API server would.
+    let edited = fake.get(&contentservers(), &name).expect("contentserver");
+    fake.announce(&contentservers(), &edited);
+    let quick = Instant::now() + Duration::from_secs(2);
+    while !fake.log()[before..]
+        .iter()
+        .any(|l| l.method == "PATCH" && l.path.contains("/ingresses/"))
+    {
+        assert!(
+            Instant::now() < quick,
+            "a spec change was not reconciled at once"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    task.abort();
+}

@@ -7,9 +7,12 @@
 //! `metadata.generation` when anything outside metadata/status changes. Every request is logged
 //! so tests can assert what the operator did — and what it did not do. Failures (`fail`),
 //! requests that are never answered (`hang`) and slow answers (`delay`) can be injected.
+//! Watches stay open and silent (objects come from the initial LIST), except on the collections
+//! given to `stream_watches`, whose watches get every later write as a watch event.
 #![allow(dead_code)]
 
 use bytes::Bytes;
+
 use content_operator::crd::ContentServer;
 use http::{Request, Response, StatusCode};
 use http_body::Frame;
@@ -62,6 +65,13 @@ struct State {
     log: Vec<Logged>,
     rv: u64,
     uid: u64,
+    /// Collections whose watches stream every later write as an event ([`FakeApi::stream_watches`]).
+    streamed: Vec<String>,
+    /// Open streamed watches: (collection, where its events go).
+    watchers: Vec<(String, futures::channel::mpsc::UnboundedSender<Bytes>)>,
+    /// Injected failures say which attempt they answer ([`FakeApi::vary_failure_messages`]).
+    vary_failures: bool,
+    failures_answered: u64,
 }
 
 /// The in-memory API server.
@@ -222,7 +232,19 @@ impl FakeApi {
                         .expect("response");
                     return Ok::<_, Infallible>(resp);
                 }
-                if parts.uri.query().unwrap_or("").contains("watch=true") {
+                let watch = parts.uri.query().unwrap_or("").contains("watch=true");
+                if watch {
+                    if let Some(events) = fake.streamed_watch(parts.uri.path()) {
+                        let frames = futures::StreamExt::map(events, |b| {
+                            Ok::<_, Infallible>(Frame::data(b))
+                        });
+                        let resp = Response::builder()
+                            .status(StatusCode::OK)
+                            .header("content-type", "application/json")
+                            .body(StreamBody::new(frames).boxed())
+                            .expect("response");
+                        return Ok::<_, Infallible>(resp);
+                    }
                     // A watch that stays open and silent: objects come from the initial LIST.
                     let pending = futures::stream::pending::<Result<Frame<Bytes>, Infallible>>();
                     let resp = Response::builder()
@@ -243,6 +265,9 @@ impl FakeApi {
                         .unwrap_or(""),
                     &bytes,
                 );
+                if parts.method != http::Method::GET && (200..300).contains(&code) {
+                    fake.notify(parts.method.as_str(), parts.uri.path(), code, &value);
+                }
                 let resp = Response::builder()
                     .status(StatusCode::from_u16(code).expect("status code"))
                     .header("content-type", "application/json")
@@ -275,11 +300,18 @@ impl FakeApi {
             .iter()
             .find(|(m, p, _)| m == method && path.contains(p.as_str()))
         {
-            return status_response(
-                *code,
-                "Invalid",
-                format!("injected failure for {method} {path}"),
-            );
+            let code = *code;
+            st.failures_answered += 1;
+            let message = if st.vary_failures {
+                // An admission webhook's denial quoting a temporary file name, say.
+                format!(
+                    "injected failure #{} for {method} {path}",
+                    st.failures_answered
+                )
+            } else {
+                format!("injected failure for {method} {path}")
+            };
+            return status_response(code, "Invalid", message);
         }
         let (collection, name, sub) = split_path(path);
         if let Some(crd) = crd_backed(&collection) {
@@ -522,6 +554,61 @@ impl FakeApi {
             path_part.into(),
             code,
         ));
+    }
+
+    /// Injected failures say which attempt they answer: a message that differs every time.
+    pub fn vary_failure_messages(&self) {
+        self.state.lock().expect("fake state").vary_failures = true;
+    }
+
+    /// Watches of `collection` opened from now on get every later write to it as a watch
+    /// event (ADDED, MODIFIED, DELETED), as a real API server's would.
+    pub fn stream_watches(&self, collection: &str) {
+        self.state
+            .lock()
+            .expect("fake state")
+            .streamed
+            .push(collection.to_string());
+    }
+
+    /// The events of a new watch of `path`'s collection, when that collection is streamed.
+    fn streamed_watch(
+        &self,
+        path: &str,
+    ) -> Option<futures::channel::mpsc::UnboundedReceiver<Bytes>> {
+        let (collection, _, _) = split_path(path);
+        let mut st = self.state.lock().expect("fake state");
+        if !st.streamed.contains(&collection) {
+            return None;
+        }
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        st.watchers.push((collection, tx));
+        Some(rx)
+    }
+
+    /// Tell `collection`'s streamed watches that `obj` changed (after [`FakeApi::edit`] or
+    /// [`FakeApi::insert`], which are not requests).
+    pub fn announce(&self, collection: &str, obj: &Value) {
+        self.notify("PUT", &format!("{collection}/x"), 200, obj);
+    }
+
+    /// A write to `path` answered `code` with `obj`: a watch event for its collection's
+    /// streamed watches.
+    fn notify(&self, method: &str, path: &str, code: u16, obj: &Value) {
+        let (collection, _, _) = split_path(path);
+        let kind = match (method, code) {
+            ("DELETE", _) => "DELETED",
+            (_, 201) => "ADDED",
+            _ => "MODIFIED",
+        };
+        if !obj["metadata"]["name"].is_string() {
+            return; // a Status answer (a delete of a collection), not an object
+        }
+        let line = format!("{}\n", json!({"type": kind, "object": obj}));
+        let mut st = self.state.lock().expect("fake state");
+        st.watchers.retain(|(c, tx)| {
+            *c != collection || tx.unbounded_send(Bytes::from(line.clone())).is_ok()
+        });
     }
 
     /// Drop every failure injected by [`FakeApi::fail`] (the API server is back).
