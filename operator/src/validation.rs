@@ -5,7 +5,8 @@
 //! `Config::field_errors()` (the server's rules, defined once), whose field paths are mapped back
 //! to spec paths (`volumes[1].pool.max_queue` -> `spec.volumes[1].pool.maxQueue`), plus the
 //! Kubernetes-side rules the server cannot know (one volume source, hostPath opt-in, ports,
-//! quantities, the Gateway API's rules for HTTPRoute parents, a CPU request for a CPU target).
+//! quantities, the Gateway API's rules for HTTPRoute parents, a CPU request for a CPU target,
+//! label, annotation and object-name syntax in `meta`).
 //! Pure: no API calls.
 
 use crate::builders::configmap::server_config;
@@ -19,6 +20,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::HashSet;
 use std::fmt;
+
+mod meta;
 
 /// One invalid spec field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +47,11 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
     }
     if spec.image.trim().is_empty() {
         push("spec.image".into(), "must not be empty".into());
+    } else if spec.image.trim() != spec.image {
+        push(
+            "spec.image".into(),
+            "must not have leading or trailing whitespace".into(),
+        );
     }
     if let Some(e) = privileged_port_without_sysctl(spec) {
         push(e.field, e.message);
@@ -336,6 +344,7 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
             );
         }
     }
+    errs.extend(meta::errors(spec));
     errs
 }
 

@@ -897,6 +897,28 @@ fn media_node_renders_three_pools_a_split_and_a_statefulset() {
     assert!(pdb::pdb(&cs).is_some());
 }
 
+/// The ServiceMonitor carries the user's labels (for a Prometheus selector), but never in
+/// place of the operator's own: a `managed-by` or `instance` of theirs would make it look like
+/// someone else's object.
+#[test]
+fn service_monitor_labels_never_replace_the_operators_own() {
+    let mut cs = example("media-node.yaml");
+    cs.spec.metrics.service_monitor.enabled = true;
+    cs.spec.metrics.service_monitor.labels = [
+        ("release", "kube-prometheus-stack"),
+        ("app.kubernetes.io/managed-by", "helm"),
+        ("app.kubernetes.io/instance", "other"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let sm = servicemonitor::servicemonitor(&cs).expect("ServiceMonitor");
+    let labels = sm.metadata.labels.expect("labels");
+    assert_eq!(labels["release"], "kube-prometheus-stack");
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "content-operator");
+    assert_eq!(labels["app.kubernetes.io/instance"], "media");
+}
+
 #[test]
 fn config_hash_changes_with_config_not_with_replicas() {
     let cs = example("media-node.yaml");

@@ -281,6 +281,55 @@ async fn invalid_spec_sets_condition_emits_event_and_leaves_children_untouched()
     );
 }
 
+/// What a spec copies verbatim into its children's metadata and references (label and
+/// annotation keys and values, names of other objects, the image) is checked with Kubernetes'
+/// own syntax rules before anything is applied: the API server would refuse the child with a
+/// 422 naming the child's field, after the children before it were written. Here the status
+/// names each spec field and no child is written.
+#[tokio::test]
+async fn metadata_and_names_kubernetes_refuses_are_invalid_spec_fields() {
+    let (fake, ctx, name) = reconciled("exposed.yaml").await;
+    fake.edit(&contentservers(), &name, |cs| {
+        let spec = &mut cs["spec"];
+        spec["pod"]["labels"] = json!({"team name": "media", "tier": "edge cache"});
+        spec["pod"]["annotations"] = json!({"example.com/ok": "any value at all", "a/b/c": "x"});
+        spec["pod"]["serviceAccountName"] = json!("My_SA");
+        spec["service"]["annotations"] = json!({"-lb": "x"});
+        spec["scheduling"]["priorityClassName"] = json!("High");
+        spec["scheduling"]["nodeSelector"] = json!({"disk": "ssd nvme"});
+        spec["metrics"]["serviceMonitor"]["labels"] = json!({"release/": "kps"});
+        spec["expose"]["ingress"]["className"] = json!("nginx_public");
+        spec["expose"]["ingress"]["tls"]["secretName"] = json!("Downloads-TLS");
+        spec["image"] = json!(" ghcr.io/example/content-server:1.0");
+    });
+    let cs = run_without_child_writes(&fake, &ctx, &name, "invalid metadata").await;
+    let rec = condition(&cs, "Reconciled");
+    assert_eq!(
+        (rec.status.as_str(), rec.reason.as_str()),
+        ("False", "InvalidSpec")
+    );
+    for field in [
+        "spec.pod.labels: key \"team name\"",
+        "spec.pod.labels: value \"edge cache\" of \"tier\"",
+        "spec.pod.annotations: key \"a/b/c\"",
+        "spec.pod.serviceAccountName: \"My_SA\"",
+        "spec.service.annotations: key \"-lb\"",
+        "spec.scheduling.priorityClassName: \"High\"",
+        "spec.scheduling.nodeSelector: value \"ssd nvme\"",
+        "spec.metrics.serviceMonitor.labels: key \"release/\"",
+        "spec.expose.ingress.className: \"nginx_public\"",
+        "spec.expose.ingress.tls.secretName: \"Downloads-TLS\"",
+        "spec.image: must not have leading or trailing whitespace",
+    ] {
+        assert!(
+            rec.message.contains(field),
+            "{field} not in {}",
+            rec.message
+        );
+    }
+    assert!(!rec.message.contains("example.com/ok"), "{}", rec.message);
+}
+
 /// Each invalid edit's Warning Event names what is wrong now: one invalid edit, fixed, then
 /// another one gets an Event of its own, not a repeat of the first Event's note.
 #[tokio::test]

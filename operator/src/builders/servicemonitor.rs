@@ -26,9 +26,11 @@ pub fn servicemonitor(cs: &ContentServer) -> Option<DynamicObject> {
         return None;
     }
     let mut meta = child_meta(cs, workload_name(cs));
-    if let Some(labels) = meta.labels.as_mut() {
-        labels.extend(sm.labels.clone());
-    }
+    // The user's labels (a Prometheus selector's) go under the operator's own: a
+    // `managed-by` or `instance` of theirs would make the child look like someone else's.
+    let mut labels = sm.labels.clone();
+    labels.extend(meta.labels.take().unwrap_or_default());
+    meta.labels = Some(labels);
     // The dashboards and alerts (dashboards/README.md) select by a `contentserver` target label:
     // the ContentServer's name, from the pod label app.kubernetes.io/instance.
     let mut endpoint = json!({
