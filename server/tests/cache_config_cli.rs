@@ -535,4 +535,38 @@ fn a_start_refused_for_a_port_or_a_ca_file_makes_no_directory() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("missing-ca.pem"), "{err}");
     assert!(!new.exists(), "the refused start made {}", new.display());
+
+    // A FIFO in the CA file's place is refused at once: a blocking open waited for a writer
+    // for ever, before the signal handlers could stop the process (only SIGKILL did).
+    let fifo = d.path().join("missing-ca.pem");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .expect("mkfifo");
+    let out = std::process::Command::new("timeout")
+        .args([
+            "-s",
+            "KILL",
+            "10",
+            BIN,
+            "serve",
+            "--config",
+            cfg.to_str().unwrap(),
+        ])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run content-server");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "missing-ca.pem is a FIFO: it must be a regular file holding PEM certificates"
+        ),
+        "{err}"
+    );
+    assert!(!new.exists(), "the refused start made {}", new.display());
 }

@@ -88,46 +88,8 @@ impl Target {
 /// no token or more than one line, or a token with whitespace or control characters inside is
 /// an error saying so (the token itself is never in the message).
 pub fn read_token(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let shown = path.display();
-    let mut bytes = Vec::new();
-    // Non-blocking, and only a regular file is read: a FIFO (or a device) put there would
-    // block the opener, at start-up before any port is open or on the admin port's thread.
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let kind = f
-        .metadata()
-        .map_err(|e| format!("cannot read {shown}: {e}"))?
-        .file_type();
-    if !kind.is_file() {
-        use std::os::unix::fs::FileTypeExt;
-        let what = if kind.is_dir() {
-            "a directory"
-        } else if kind.is_fifo() {
-            "a FIFO"
-        } else if kind.is_socket() {
-            "a socket"
-        } else if kind.is_char_device() || kind.is_block_device() {
-            "a device"
-        } else {
-            "not a regular file"
-        };
-        return Err(format!(
-            "{shown} is {what}: it must be a regular file holding one token"
-        ));
-    }
-    f.take(MAX_TOKEN_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {shown}: {e}"))?;
-    if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
-        return Err(format!(
-            "{shown} is larger than {MAX_TOKEN_FILE_BYTES} bytes: it should hold one token"
-        ));
-    }
+    let bytes = crate::fs::small::read(path, MAX_TOKEN_FILE_BYTES, "one token")?;
     let text = String::from_utf8(bytes).map_err(|_| format!("{shown} is not UTF-8 text"))?;
     let token = text.trim();
     if token.is_empty() {

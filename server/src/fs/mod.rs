@@ -1,8 +1,8 @@
 //! File primitives beneath a volume root: the openat2 open ([`open`]), page-cache-only reads and
 //! residency checks ([`nowait`]), which bytes sendfile can send without a read ([`mincore`]), reading a directory for a listing ([`listdir`]), keeping the server's own code in memory
 //! ([`pin`]), the support probe for them ([`probe`]), the open-file cache
-//! ([`cache`]), sendfile of one chunk ([`sendfile`]) and the blocks a thread submitted for
-//! reading ([`rusage`]).
+//! ([`cache`]), sendfile of one chunk ([`sendfile`]), the blocks a thread submitted for
+//! reading ([`rusage`]) and small configuration files read whole ([`small`]).
 //!
 //! Each runs wherever its caller puts it (a pool thread or the event loop); this module never
 //! decides that and imports nothing above it: no pool, no volume, no offload mode, no HTTP.
@@ -16,6 +16,7 @@ pub mod pin;
 pub mod probe;
 pub mod rusage;
 pub mod sendfile;
+pub mod small;
 
 /// Helpers for unit tests of files on a real disk.
 #[cfg(test)]

@@ -92,6 +92,9 @@ impl Tls {
     }
 }
 
+/// A CA bundle larger than this is no CA bundle (the system's whole store is some 200 KiB).
+const MAX_CA_FILE_BYTES: u64 = 16 << 20;
+
 /// Build the TLS client configuration for origin `name`: the `system` roots plus `ca_file`'s.
 fn client_config(
     name: &str,
@@ -104,8 +107,10 @@ fn client_config(
     };
     let mut roots = system.clone();
     if let Some(path) = ca_file {
-        let certs = CertificateDer::pem_file_iter(path)
-            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        let bytes = crate::fs::small::read(path, MAX_CA_FILE_BYTES, "PEM certificates")
+            .map_err(|e| setup(format!("ca_file {e}")))?;
+        let certs = CertificateDer::pem_slice_iter(&bytes)
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| setup(format!("ca_file {}: {}", path.display(), pem_problem(&e))))?;
         if certs.is_empty() {
             return Err(setup(format!(
