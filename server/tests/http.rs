@@ -954,55 +954,62 @@ fn garbage_input_never_panics() {
 
 /// A file rewritten in place within the same second (same inode, same size: a live playlist)
 /// gets another ETag, so neither If-None-Match (304) nor an If-Range resume (206 of the new
-/// bytes after the old ones) takes the new content for the old.
+/// bytes after the old ones) takes the new content for the old. So does one whose mtimes are
+/// before 1970 (an archive's, `touch -d @-100`): all such tags were one.
 #[test]
 fn a_file_rewritten_within_the_same_second_gets_another_etag() {
     let d = tempdir();
-    let p = d.path().join("live.m3u8");
     let s = serve_with(d.path(), "v", 1, |c| {
         c.volumes[0].offload = Offload::Never;
     });
-    let old = UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_nanos(100);
-    let new = old + Duration::from_nanos(5_000);
-    std::fs::write(&p, b"AAAAAAAAAA").unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&p)
-        .unwrap()
-        .set_modified(old)
-        .unwrap();
-    let first = s.get("/live.m3u8");
-    let etag = first.header("etag").expect("an ETag").to_string();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&p)
-        .unwrap()
-        .write_all_at(b"BBBBBBBBBB", 0)
-        .unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&p)
-        .unwrap()
-        .set_modified(new)
-        .unwrap();
-    let r = request(
-        s.addr,
-        "GET",
-        "/live.m3u8",
-        &[("If-None-Match", etag.as_str())],
-    );
-    assert_eq!(r.status, 200, "a 304 for changed bytes");
-    assert_eq!(r.body, b"BBBBBBBBBB");
-    let r = request(
-        s.addr,
-        "GET",
-        "/live.m3u8",
-        &[("Range", "bytes=5-"), ("If-Range", etag.as_str())],
-    );
-    assert_eq!(
-        (r.status, r.body.as_slice()),
-        (200, b"BBBBBBBBBB".as_slice())
-    );
+    let in_2023 = UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_nanos(100);
+    let before_1970 = UNIX_EPOCH - Duration::from_secs(100);
+    for (name, old, new) in [
+        ("live.m3u8", in_2023, in_2023 + Duration::from_nanos(5_000)),
+        (
+            "old.txt",
+            before_1970,
+            before_1970 - Duration::from_secs(4_900),
+        ),
+    ] {
+        let p = d.path().join(name);
+        let path = format!("/{name}");
+        std::fs::write(&p, b"AAAAAAAAAA").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let first = s.get(&path);
+        let etag = first.header("etag").expect("an ETag").to_string();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .write_all_at(b"BBBBBBBBBB", 0)
+            .unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(new)
+            .unwrap();
+        let r = request(s.addr, "GET", &path, &[("If-None-Match", etag.as_str())]);
+        assert_eq!(r.status, 200, "{name}: a 304 for changed bytes ({etag})");
+        assert_eq!(r.body, b"BBBBBBBBBB");
+        let r = request(
+            s.addr,
+            "GET",
+            &path,
+            &[("Range", "bytes=5-"), ("If-Range", etag.as_str())],
+        );
+        assert_eq!(
+            (r.status, r.body.as_slice()),
+            (200, b"BBBBBBBBBB".as_slice()),
+            "{name}"
+        );
+    }
 }
 
 /// A file rewritten in place while a download is under way (`rsync --inplace`, `dd

@@ -31,7 +31,12 @@ pub fn entity_tag(v: FileVersion, with_inode: bool, coding: Option<&str>) -> Str
         push_hex(&mut t, v.ino);
         t.push('-');
     }
-    push_hex(&mut t, v.mtime.max(0) as u64);
+    // Signed, as nginx's `%xT` prints it: mtimes before 1970 (archives, `touch -d @-1`) keep
+    // distinct tags (clamped to 0 they all matched one another).
+    if v.mtime < 0 {
+        t.push('-');
+    }
+    push_hex(&mut t, v.mtime.unsigned_abs());
     if with_inode && v.mtime_nsec != 0 {
         t.push('.');
         push_hex(&mut t, u64::from(v.mtime_nsec));
@@ -288,9 +293,18 @@ mod tests {
             entity_tag(v, true, None),
             entity_tag(FileVersion { ino: 256, ..v }, true, None)
         );
+        // Before 1970: signed, as nginx prints it, so two such mtimes never share a tag.
         assert_eq!(
-            entity_tag(FileVersion { mtime: -5, ..v }, false, None),
-            "\"0-10\""
+            entity_tag(FileVersion { mtime: -5000, ..v }, false, None),
+            "\"-1388-10\""
+        );
+        assert_eq!(
+            entity_tag(FileVersion { mtime: -100, ..v }, true, None),
+            "\"ff--64-10\""
+        );
+        assert_ne!(
+            entity_tag(FileVersion { mtime: -1, ..v }, true, None),
+            entity_tag(FileVersion { mtime: 0, ..v }, true, None)
         );
         // Rewritten within the same second: another tag (not in nginx's shape).
         let again = FileVersion {
