@@ -227,30 +227,42 @@ const MIN_PROGRESS: i64 = 64 * 1024;
 /// Wait for room to write, failing with `TimedOut` once the client took (nearly) nothing for
 /// `quiet` (the send timeout). Taking bytes is what counts, not the kernel's wake-up: with
 /// TCP_NOTSENT_LOWAT the kernel wakes a writer only once the unsent bytes fell below half the
-/// mark, which a slow but steady reader may take longer than `quiet` to bring about; so a wait
-/// that timed out goes on while the send queue shrank meanwhile (SIOCOUTQ) by
-/// [`MIN_PROGRESS`], or by all it held.
+/// mark, which a slow but steady reader may take longer than `quiet` to bring about. So the
+/// send queue (SIOCOUTQ) is looked at every [`progress_tick`] of the wait, and the `quiet`
+/// period starts again whenever it shrank by [`MIN_PROGRESS`] (or by all it held) since the
+/// period's start. Looked at only at the period's end, the bytes the client's kernel takes
+/// into its receive buffer right after a write, the application reading nothing, passed for
+/// progress: a client that read nothing was dropped after twice the send timeout.
 async fn room(
     io: &Registration,
     quiet: Duration,
 ) -> io::Result<AsyncFdReadyGuard<'_, Arc<TcpStream>>> {
-    let mut queued = send_queue(io.get_ref());
+    let tick = progress_tick(quiet);
+    let mut mark = (send_queue(io.get_ref()), tokio::time::Instant::now());
     loop {
-        match tokio::time::timeout(quiet, io.writable()).await {
-            Ok(guard) => return guard,
-            Err(_) => {
-                let now = send_queue(io.get_ref());
-                match (queued, now) {
-                    (Some(before), Some(after))
-                        if after < before && before - after >= MIN_PROGRESS.min(before) =>
-                    {
-                        queued = now
-                    }
-                    _ => return Err(io::ErrorKind::TimedOut.into()),
-                }
+        if let Ok(guard) = tokio::time::timeout(tick, io.writable()).await {
+            return guard;
+        }
+        let now = send_queue(io.get_ref());
+        match (mark.0, now) {
+            (Some(before), Some(after))
+                if after < before && before - after >= MIN_PROGRESS.min(before) =>
+            {
+                mark = (now, tokio::time::Instant::now());
             }
+            _ if mark.1.elapsed() >= quiet => return Err(io::ErrorKind::TimedOut.into()),
+            _ => {}
         }
     }
+}
+
+/// How often a wait for room looks at the send queue: a sixteenth of the send timeout, within
+/// 50 ms and 1 s (so a client that takes nothing is dropped within that much of the timeout,
+/// and a connection that waits costs at most one ioctl a second).
+fn progress_tick(quiet: Duration) -> Duration {
+    (quiet / 16)
+        .clamp(Duration::from_millis(50), Duration::from_secs(1))
+        .min(quiet)
 }
 
 /// Bytes in the socket's send queue, sent or not, that the client has not acknowledged

@@ -444,6 +444,29 @@ fn a_trickling_reader_is_dropped_at_the_send_timeout() {
     assert!(dropped, "the trickling reader kept its connection for 5 s");
 }
 
+/// A client that reads nothing more is dropped at the send timeout, not after twice it: the
+/// bytes its kernel takes into the receive buffer right after a write (the application reading
+/// nothing) are no progress of the client's. With a 2 s send timeout it was dropped at 4 s.
+#[test]
+fn a_client_that_reads_nothing_is_dropped_at_the_send_timeout() {
+    let d = tempdir();
+    std::fs::write(d.path().join("big.bin"), bytes(60_000_000, 9)).unwrap();
+    let s = serve_with(d.path(), "site", 1, |c| {
+        c.limits.send_timeout_secs = 2;
+    });
+    let active = || s.metrics().get("contentserver_connections_active", &[]);
+    let (c, _) = partly_read(s.addr, "/big.bin", "Connection: close\r\n", None, 1);
+    let start = Instant::now();
+    let dropped = wait_until(Duration::from_secs(6), || active() == 0.0);
+    let took = start.elapsed();
+    drop(c);
+    assert!(dropped, "still connected after 6 s");
+    assert!(
+        took > Duration::from_millis(1800) && took < Duration::from_millis(3000),
+        "dropped after {took:?} with a send timeout of 2 s"
+    );
+}
+
 #[test]
 fn header_read_and_keepalive_timeouts() {
     let d = site();
