@@ -102,7 +102,38 @@ fn valid_origin(o: &str) -> bool {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
     };
-    host_ok && port.is_none_or(|p| p.parse::<u16>().is_ok())
+    host_ok && port.is_none_or(|p| port_problem(scheme, p).is_none())
+}
+
+/// What keeps an origin's `:port` from ever matching the `Origin` a browser sends (RFC 6454
+/// §6.2: the port in plain digits, and none at all when it is the scheme's default), if
+/// anything.
+fn port_problem(scheme: &str, port: &str) -> Option<String> {
+    let plain = !port.is_empty()
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && !(port.len() > 1 && port.starts_with('0'));
+    match port.parse::<u16>() {
+        Ok(n) if plain && n > 0 => {
+            let default = match scheme.to_ascii_lowercase().as_str() {
+                "http" => Some(80),
+                "https" => Some(443),
+                _ => None,
+            };
+            (default == Some(n)).then(|| {
+                format!("browsers send the origin without the default port {n}: leave \":{n}\" out")
+            })
+        }
+        _ => Some("the port must be 1-65535 in plain digits (no sign, no leading zero)".into()),
+    }
+}
+
+/// The origin's `:port`, when it has one (after an IPv6 literal's `]`).
+fn port_of(o: &str) -> Option<&str> {
+    let rest = o.split_once("://")?.1;
+    match rest.rfind(']') {
+        Some(i) => rest[i + 1..].strip_prefix(':'),
+        None => rest.split_once(':').map(|(_, p)| p),
+    }
 }
 
 pub(super) fn check(e: &mut Errors, field: &str, c: &Cors) {
@@ -127,9 +158,14 @@ pub(super) fn check(e: &mut Errors, field: &str, c: &Cors) {
                 );
             }
         } else if !valid_origin(o) {
+            let scheme = o.split_once("://").map_or("", |(s, _)| s);
+            let why = port_of(o).and_then(|p| port_problem(scheme, p));
             e.push(
                 format!("{field}.allow_origins[{i}]"),
-                format!("{o:?} must be scheme://host[:port] without a path (or \"*\")"),
+                match why {
+                    Some(why) => format!("{o:?}: {why}"),
+                    None => format!("{o:?} must be scheme://host[:port] without a path (or \"*\")"),
+                },
             );
         }
     }

@@ -238,6 +238,32 @@ fn http_violations_name_their_field() {
          [routes.http.cors]\nallow_origins = [\"http://[::1]:8080\", \"https://a.example:8443\", \"https://*.b.example\"]\n",
     );
     assert_eq!(fields(&ok), Vec::<String>::new());
+    // Ports a browser's Origin never carries: the scheme's default, signs, leading zeros.
+    for (origin, why) in [
+        (
+            "https://b.example:443",
+            "without the default port 443: leave \":443\" out",
+        ),
+        ("http://[::1]:80", "without the default port 80"),
+        (
+            "https://a.example:+443",
+            "plain digits (no sign, no leading zero)",
+        ),
+        ("https://c.example:0443", "plain digits"),
+        ("https://b.example:0", "1-65535"),
+        ("https://b.example:", "1-65535"),
+    ] {
+        let c = parse(&format!(
+            "[[volumes]]\nname = \"a\"\npath = \"/a\"\n[[routes]]\nprefix = \"/\"\nvolume = \"a\"\n\
+             [routes.http.cors]\nallow_origins = [\"{origin}\"]\n"
+        ));
+        let errs = c.field_errors();
+        let e = errs
+            .iter()
+            .find(|e| e.field == "routes[0].http.cors.allow_origins[0]")
+            .unwrap_or_else(|| panic!("{origin} accepted"));
+        assert!(e.message.contains(why), "{origin}: {}", e.message);
+    }
 }
 
 const CACHE_NODE: &str = include_str!("../../tests/data/cache-node.toml");
