@@ -908,6 +908,17 @@ fn check_config_refuses_split_targets_without_a_share_or_listed_twice() {
         &split("{ volume = \"c1\", percent = 50.0 }, { volume = \"c1\", percent = 50.0 }"),
         &["routes[0].split[1].volume: \"c1\" is already routes[0].split[0].volume"],
     );
+    // A refused share is one error, not also a sum that leaves it out ("add up to 0").
+    let err = check_config_fails(
+        &split("{ volume = \"c1\", percent = 150.0 }"),
+        &["routes[0].split[0].percent: 150 must be greater than 0 and at most 100"],
+    );
+    assert!(!err.contains("add up to"), "{err}");
+    // And an admin port is written like every other port (SocketAddr took `025301`).
+    check_config_fails(
+        "[[volumes]]\nname = \"v\"\npath = \"/srv/v\"\n[admin]\nlisten = \"127.0.0.1:025301\"\n",
+        &["admin.listen: \"127.0.0.1:025301\" is not ADDR:PORT"],
+    );
     let v = check_config_ok(&split(
         "{ volume = \"c1\", percent = 99.5 }, { volume = \"c2\" }",
     ));

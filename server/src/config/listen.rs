@@ -84,6 +84,9 @@ pub fn parse_socket(s: &str) -> Option<(ListenIp, u16)> {
         return plain_port(port).map(|p| (ListenIp::Any, p));
     }
     let a: SocketAddr = s.parse().ok()?;
+    // The port as every other port is written (SocketAddr takes `080` too).
+    let (_, port) = s.rsplit_once(':')?;
+    plain_port(port)?;
     Some((ListenIp::Ip(a.ip()), a.port()))
 }
 
@@ -115,6 +118,14 @@ mod tests {
         assert_eq!(parse_socket("*:+80"), None);
         assert_eq!(parse_socket("*"), None);
         assert_eq!(parse_socket("*:70000"), None);
+        // Leading zeros are refused in every form, as for every other port.
+        assert_eq!(parse_socket("127.0.0.1:025301"), None);
+        assert_eq!(parse_socket("[::1]:080"), None);
+        assert_eq!(parse_socket("*:080"), None);
+        assert_eq!(
+            parse_socket("127.0.0.1:0"),
+            Some((ListenIp::Ip("127.0.0.1".parse().expect("ip")), 0))
+        );
     }
 
     #[test]

@@ -185,7 +185,7 @@ impl Config {
             None => e.push(
                 "admin.listen",
                 format!(
-                    "{:?} is not ADDR:PORT, [V6]:PORT or *:PORT (empty disables the admin listener)",
+                    "{:?} is not ADDR:PORT, [V6]:PORT or *:PORT with the port 0-65535 in plain digits (empty disables the admin listener)",
                     self.admin.listen
                 ),
             ),
@@ -485,6 +485,7 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
     }
     let mut total = 0.0;
     let mut rest = 0;
+    let mut refused = 0;
     let mut listed: HashMap<&str, usize> = HashMap::new();
     for (j, t) in r.split.iter().enumerate() {
         let sf = format!("{f}.split[{j}]");
@@ -505,14 +506,20 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
             );
         }
         match t.percent {
-            Some(p) if !(p > 0.0 && p <= 100.0) => e.push(
-                format!("{sf}.percent"),
-                format!("{p} must be greater than 0 and at most 100"),
-            ),
-            Some(p) if p < MIN_SHARE_PERCENT => e.push(
-                format!("{sf}.percent"),
-                format!("{p} is less than {MIN_SHARE_PERCENT}, the smallest share: a target must get a share of the URI hashes"),
-            ),
+            Some(p) if !(p > 0.0 && p <= 100.0) => {
+                refused += 1;
+                e.push(
+                    format!("{sf}.percent"),
+                    format!("{p} must be greater than 0 and at most 100"),
+                )
+            }
+            Some(p) if p < MIN_SHARE_PERCENT => {
+                refused += 1;
+                e.push(
+                    format!("{sf}.percent"),
+                    format!("{p} is less than {MIN_SHARE_PERCENT}, the smallest share: a target must get a share of the URI hashes"),
+                )
+            }
             Some(p) => total += p,
             None => {
                 rest += 1;
@@ -525,7 +532,8 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
             }
         }
     }
-    if !r.split.is_empty() {
+    // A sum without the refused shares would be a second, misleading error.
+    if !r.split.is_empty() && refused == 0 {
         if total > 100.0 + 1e-9 {
             e.push(
                 format!("{f}.split"),
