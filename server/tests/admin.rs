@@ -34,6 +34,40 @@ fn healthz_and_readyz_are_ok_when_serving() {
     );
 }
 
+/// An HTTP/1.1 request without a Host field, or with two, is answered 400 on the admin port
+/// too (RFC 9112 §3.2); HTTP/1.0 needs none.
+#[test]
+fn admin_requests_need_exactly_one_host_on_http_1_1() {
+    use std::io::{Read, Write};
+    let dir = content_dir(1, 100);
+    let server = server_for(dir.path());
+    let ask = |head: &str| {
+        let mut c = std::net::TcpStream::connect(server.admin()).expect("connect");
+        c.write_all(head.as_bytes()).expect("send");
+        let mut out = String::new();
+        c.read_to_string(&mut out).expect("read");
+        out
+    };
+    for (head, want) in [
+        (
+            "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 400",
+        ),
+        (
+            "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 400",
+        ),
+        (
+            "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 200",
+        ),
+        ("GET /healthz HTTP/1.0\r\n\r\n", "HTTP/1.0 200"),
+    ] {
+        let out = ask(head);
+        assert!(out.starts_with(want), "{head:?}: {out}");
+    }
+}
+
 #[test]
 fn config_endpoint_is_the_effective_configuration() {
     let dir = content_dir(1, 100);

@@ -204,6 +204,22 @@ pub fn router(state: AdminState) -> Router {
         .route("/config", get(config))
         .route("/cache/purge", axum::routing::post(purge))
         .with_state(state)
+        .layer(axum::middleware::from_fn(one_host))
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request without a Host field, or with more than one, is answered
+/// 400 (as the data port does); hyper leaves that to the application.
+async fn one_host(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let hosts = req.headers().get_all(header::HOST).iter().count();
+    if req.version() == axum::http::Version::HTTP_11 && hosts != 1 {
+        let why = if hosts == 0 {
+            "missing Host header\n"
+        } else {
+            "more than one Host header\n"
+        };
+        return (StatusCode::BAD_REQUEST, why).into_response();
+    }
+    next.run(req).await
 }
 
 async fn metrics(State(s): State<AdminState>) -> Response {
