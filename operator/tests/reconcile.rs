@@ -1151,6 +1151,48 @@ async fn a_refused_ingress_does_not_stop_the_workload_switch() {
     );
 }
 
+/// Each child past the workload is applied whatever became of the ones before it: a refused
+/// PDB and a refused Ingress (an admission webhook) no longer keep the NetworkPolicy and the
+/// HTTPRoute (after them) from being written. Reconciled names both refusals.
+#[tokio::test]
+async fn each_optional_child_is_applied_whatever_became_of_the_others() {
+    let fake = FakeApi::new();
+    install_gateway_api(&fake);
+    let ctx = context(&fake);
+    let name = create(&fake, "exposed.yaml");
+    fake.fail("PATCH", "/poddisruptionbudgets/", 422);
+    fake.fail("PATCH", "/ingresses/", 422);
+    let err = reconcile(Arc::new(current(&fake, &name).await), ctx.clone())
+        .await
+        .expect_err("the PDB and the Ingress are refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("PodDisruptionBudget") && text.contains("Ingress"),
+        "{text}"
+    );
+    assert!(
+        fake.get(&networkpolicies(), &name).is_some(),
+        "NetworkPolicy"
+    );
+    assert!(fake.get(&httproutes(), &name).is_some(), "HTTPRoute");
+    assert!(fake.get(&pdbs(), &name).is_none() && fake.get(&ingresses(), &name).is_none());
+    let cs = current(&fake, &name).await;
+    let rec = condition(&cs, "Reconciled");
+    assert_eq!(
+        (rec.status.as_str(), rec.reason.as_str()),
+        ("False", "ApplyFailed")
+    );
+    assert!(
+        rec.message.contains("PodDisruptionBudget") && rec.message.contains("Ingress"),
+        "{}",
+        rec.message
+    );
+    fake.heal();
+    let cs = run(&fake, &ctx, &name).await;
+    assert!(fake.get(&pdbs(), &name).is_some() && fake.get(&ingresses(), &name).is_some());
+    assert_eq!(condition(&cs, "Reconciled").status, "True");
+}
+
 /// A child past the workload that keeps being refused does not freeze the rest of the status:
 /// the config hash and the counts follow the workload (a config change shows its new hash, the
 /// pods' loss of readiness shows), and Reconciled names the refusal.

@@ -1,8 +1,9 @@
 //! Apply every child the spec wants, in dependency order: the ConfigMap (pods mount it), the
 //! Services, the workload, then the optional children (PDB, HPA, NetworkPolicy, Ingress,
-//! HTTPRoute, ServiceMonitor), each pruned when the spec stops wanting it. A failure past the
-//! workload is kept in `Applied::optional_failed` (the reconcile fails with it after the
-//! workload switch, the pruning and the status). Every write goes
+//! HTTPRoute, ServiceMonitor), each pruned when the spec stops wanting it. Past the workload
+//! each child is attempted whatever became of the others; their refusals are kept in
+//! `Applied::optional_failed` (the reconcile fails with them after the workload switch, the
+//! pruning and the status). Every write goes
 //! through the ownership check of `api.rs`: a same-named object this ContentServer does not own
 //! is neither taken over nor deleted. A kind whose CRD is not installed (HTTPRoute,
 //! ServiceMonitor: the API answers 404 for the kind) is reported in `Applied::missing_crds`, not
@@ -81,30 +82,60 @@ pub async fn apply_all(scope: &Scope<'_>) -> Result<Applied, Error> {
 }
 
 /// The children past the workload: the metrics Service, PDB, HPA, NetworkPolicy, Ingress,
-/// HTTPRoute and ServiceMonitor.
+/// HTTPRoute and ServiceMonitor. Each is applied (or pruned) whatever became of the others: a
+/// refused Ingress must not keep the ServiceMonitor (the autoscaler's metric) from being
+/// written. The refusals, if any, are returned together.
 async fn apply_optional(scope: &Scope<'_>, applied: &mut Applied) -> Result<(), Error> {
     let cs = scope.cs;
     let svcs: Api<Service> = scope.api();
     let name = builders::workload_name(cs);
+    let mut refused = Vec::new();
+    let mut keep = |r: Result<(), Error>| {
+        if let Err(e) = r {
+            refused.push(e);
+        }
+    };
     let metrics_svc = service::metrics_service(cs);
     let metrics_name = service::metrics_service_name(cs);
-    apply_or_delete(&svcs, cs, "Service", &metrics_name, metrics_svc).await?;
+    keep(
+        apply_or_delete(&svcs, cs, "Service", &metrics_name, metrics_svc)
+            .await
+            .map(drop),
+    );
     let pdbs: Api<PodDisruptionBudget> = scope.api();
-    apply_or_delete(&pdbs, cs, "PodDisruptionBudget", &name, pdb::pdb(cs)).await?;
+    keep(
+        apply_or_delete(&pdbs, cs, "PodDisruptionBudget", &name, pdb::pdb(cs))
+            .await
+            .map(drop),
+    );
     let hpas: Api<HorizontalPodAutoscaler> = scope.api();
-    apply_or_delete(&hpas, cs, "HorizontalPodAutoscaler", &name, hpa::hpa(cs)).await?;
+    keep(
+        apply_or_delete(&hpas, cs, "HorizontalPodAutoscaler", &name, hpa::hpa(cs))
+            .await
+            .map(drop),
+    );
     let netpols: Api<NetworkPolicy> = scope.api();
     let netpol = networkpolicy::network_policy(cs);
-    apply_or_delete(&netpols, cs, "NetworkPolicy", &name, netpol).await?;
+    keep(
+        apply_or_delete(&netpols, cs, "NetworkPolicy", &name, netpol)
+            .await
+            .map(drop),
+    );
     let ingresses: Api<Ingress> = scope.api();
-    apply_or_delete(&ingresses, cs, "Ingress", &name, expose::ingress(cs)).await?;
+    keep(
+        apply_or_delete(&ingresses, cs, "Ingress", &name, expose::ingress(cs))
+            .await
+            .map(drop),
+    );
 
     let routes: Api<HTTPRoute> = scope.api();
     let route = expose::http_route(cs);
-    if !apply_if_kind_exists(&routes, cs, "HTTPRoute", &name, route).await? {
-        applied
+    match apply_if_kind_exists(&routes, cs, "HTTPRoute", &name, route).await {
+        Ok(true) => {}
+        Ok(false) => applied
             .missing_crds
-            .push("HTTPRoute (httproutes.gateway.networking.k8s.io)".into());
+            .push("HTTPRoute (httproutes.gateway.networking.k8s.io)".into()),
+        Err(e) => refused.push(e),
     }
     let sms: Api<DynamicObject> = Api::namespaced_with(
         scope.ctx.client.clone(),
@@ -112,13 +143,19 @@ async fn apply_optional(scope: &Scope<'_>, applied: &mut Applied) -> Result<(), 
         &servicemonitor::api_resource(),
     );
     let sm = servicemonitor::servicemonitor(cs);
-    if !apply_if_kind_exists(&sms, cs, "ServiceMonitor", &name, sm).await? {
-        applied.missing_crds.push(format!(
+    match apply_if_kind_exists(&sms, cs, "ServiceMonitor", &name, sm).await {
+        Ok(true) => {}
+        Ok(false) => applied.missing_crds.push(format!(
             "ServiceMonitor ({})",
             servicemonitor::SERVICEMONITOR_CRD
-        ));
+        )),
+        Err(e) => refused.push(e),
     }
-    Ok(())
+    match refused.len() {
+        0 => Ok(()),
+        1 => Err(refused.remove(0)),
+        _ => Err(Error::Several(refused)),
+    }
 }
 
 /// [`apply_or_delete`] for a kind defined by an optional CRD: false when the API does not know

@@ -56,6 +56,9 @@ pub enum Error {
     Render(#[from] content_server::config::ConfigError),
     #[error("ContentServer has no {0}")]
     Missing(&'static str),
+    /// Several children past the workload were refused (each one was attempted).
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Several(Vec<Error>),
 }
 
 /// Shared state of every reconcile.
@@ -288,6 +291,7 @@ fn failure_reason(err: &Error) -> &'static str {
     match err {
         Error::NameTaken { .. } => "NameTaken",
         Error::AwaitingGc { .. } => status::AWAITING_GC,
+        Error::Several(all) => all.first().map_or("ApplyFailed", failure_reason),
         _ => "ApplyFailed",
     }
 }
