@@ -140,7 +140,8 @@ def code_access(src: Path) -> set[Triple]:
 
         # Watched kinds: everything controller wiring names is listed and watched.
         if re.search(r"Controller::(?:new|for_stream)\(|\.owns\(|watcher\(", text):
-            for kind in re.findall(r"Api<\s*(\w+)\s*>", text):
+            # (`Api<PartialObjectMeta<K>>`: K's metadata, listed and watched as K.)
+            for kind in re.findall(r"Api<\s*(?:PartialObjectMeta<\s*)?(\w+)\s*>", text):
                 if not _type_param(kind):
                     add(typed(kind), {"list", "watch"})
         if "Recorder::new(" in text:

@@ -251,3 +251,53 @@ async fn a_status_write_does_not_retrigger_a_failed_reconcile() {
     }
     task.abort();
 }
+
+/// The autoscaler rewrites its HPA's status at every sync (currentMetrics): that must not run a
+/// full reconcile of the ContentServer each time. An edit of the HPA's spec (a new generation)
+/// still does, so the operator puts its own spec back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hpa_status_updates_do_not_trigger_reconciles_but_spec_edits_do() {
+    let fake = FakeApi::new();
+    fake.stream_watches(&hpas());
+    fake.insert(&contentservers(), example_contentserver("hpa.yaml"));
+    let name = fake.names(&contentservers())[0].clone();
+    let (metrics, task) = start(&fake);
+    let ok = || metrics.reconciles.with_label_values(&["ok"]).get();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fake.get(&hpas(), &name).is_none() || ok() == 0 {
+        assert!(Instant::now() < deadline, "no HPA within 20s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let settled = ok();
+    for i in 0..5 {
+        fake.set_status(
+            &hpas(),
+            &name,
+            serde_json::json!({"currentReplicas": 2, "desiredReplicas": 2,
+                "currentMetrics": [{"type": "Pods", "pods": {"metric": {"name": "m"},
+                    "current": {"averageValue": format!("{}m", 500 + i)}}}]}),
+        );
+        let hpa = fake.get(&hpas(), &name).expect("HPA");
+        fake.announce(&hpas(), &hpa);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(ok(), settled, "HPA status updates ran reconciles");
+    // Someone edits the HPA's spec: reconciled at once (the operator's spec is applied again).
+    fake.edit(&hpas(), &name, |h| {
+        h["spec"]["maxReplicas"] = serde_json::json!(99);
+    });
+    let hpa = fake.get(&hpas(), &name).expect("HPA");
+    fake.announce(&hpas(), &hpa);
+    let quick = Instant::now() + Duration::from_secs(3);
+    while fake.get(&hpas(), &name).expect("HPA")["spec"]["maxReplicas"] == 99 {
+        assert!(
+            Instant::now() < quick,
+            "an edited HPA spec was not put back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ok() > settled);
+    task.abort();
+}
