@@ -32,11 +32,15 @@ pub struct WorkloadState {
     /// The rollout made no progress within its deadline (a Deployment's
     /// `Progressing=False/ProgressDeadlineExceeded`: new pods that never become ready).
     pub stalled: bool,
+    /// Ready pods of the workload of the other kind, still serving during a switch (counted in
+    /// `ready`): the switch is not done while there are any.
+    pub serving_elsewhere: i32,
 }
 
 impl WorkloadState {
     pub fn rolled_out(&self) -> bool {
-        self.observed_latest
+        self.serving_elsewhere == 0
+            && self.observed_latest
             && self.updated >= self.desired
             && self.ready >= self.desired
             && self.replicas <= self.desired

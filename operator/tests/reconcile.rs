@@ -614,6 +614,26 @@ async fn switching_to_claim_templates_keeps_the_deployment_until_the_statefulset
     assert!(condition(&cs, "Reconciled")
         .message
         .contains("previous Deployment keeps serving"));
+    // The StatefulSet's controller made its pod, not ready yet; the Deployment's pod serves.
+    // The status counts that pod as ready but does not call the switch done.
+    fake.set_rolled_out(&deployments(), &name, 1);
+    let gen =
+        fake.get(&statefulsets(), &name).expect("StatefulSet")["metadata"]["generation"].clone();
+    fake.set_status(
+        &statefulsets(),
+        &name,
+        json!({"replicas": 1, "readyReplicas": 0, "updatedReplicas": 1, "observedGeneration": gen}),
+    );
+    let cs = run(&fake, &ctx, &name).await;
+    assert!(fake.get(&deployments(), &name).is_some());
+    assert_eq!(cs.status.as_ref().map(|s| s.ready_replicas), Some(1));
+    let progressing = condition(&cs, "Progressing");
+    assert_eq!(
+        (progressing.status.as_str(), progressing.reason.as_str()),
+        ("True", "RollingOut"),
+        "the switch is not complete while the old workload serves"
+    );
+    assert_ne!(cs.status.and_then(|s| s.phase).as_deref(), Some("Ready"));
 
     fake.set_rolled_out(&statefulsets(), &name, 1);
     let uid = fake.get(&deployments(), &name).expect("Deployment")["metadata"]["uid"].clone();

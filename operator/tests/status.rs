@@ -19,6 +19,7 @@ fn state(desired: i32, ready: i32, updated: i32) -> WorkloadState {
         updated,
         observed_latest: true,
         stalled: false,
+        serving_elsewhere: 0,
     }
 }
 

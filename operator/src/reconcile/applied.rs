@@ -56,6 +56,7 @@ pub fn rollout_state(
         updated: updated.unwrap_or(0),
         observed_latest: observed_generation >= meta.generation,
         stalled: false,
+        serving_elsewhere: 0,
     })
 }
 

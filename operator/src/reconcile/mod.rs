@@ -208,6 +208,7 @@ async fn write_applied_status(
     let w = match applied.state {
         Some(mut w) => {
             w.ready += applied.serving_elsewhere;
+            w.serving_elsewhere = applied.serving_elsewhere;
             w
         }
         None => WorkloadState {
