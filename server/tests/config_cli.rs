@@ -932,11 +932,22 @@ fn check_config_refuses_split_targets_without_a_share_or_listed_twice() {
 fn check_config_refuses_tables_written_as_arrays() {
     check_config_fails(
         "limits = [100, 5]\n[[volumes]]\nname = \"a\"\npath = \"/srv/a\"\n",
-        &["field limits: a table is expected, not an array"],
+        &[
+            "field limits: a table is expected, not an array",
+            "at line 1, column 10",
+        ],
     );
     check_config_fails(
         "[[volumes]]\nname = \"a\"\npath = \"/srv/a\"\n[http.media_headers]\nm3u8 = [\"no-store\", 5]\n",
-        &["field http.media_headers.m3u8: a table is expected"],
+        &["field http.media_headers.m3u8: a table is expected", "at line 5, column 8"],
+    );
+    // An array of tables where one table belongs: the line of its header.
+    check_config_fails(
+        "[[volumes]]\nname = \"a\"\npath = \"/srv/a\"\n\n[[admin]]\nlisten = \"\"\n",
+        &[
+            "field admin: a table is expected, not an array",
+            "at line 5, column 1",
+        ],
     );
 }
 

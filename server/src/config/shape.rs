@@ -5,27 +5,47 @@
 //! be, an array is an error naming the field. Owns only that check.
 
 use serde_json::Value as Json;
+use toml::de::DeValue;
 
-/// `Err(message naming the field)` when `text` (valid TOML) has an array where the
-/// configuration expects a table. TOML syntax errors are left to the parser.
+/// `Err(message naming the field and its line)` when `text` (valid TOML) has an array where
+/// the configuration expects a table. TOML syntax errors are left to the parser.
 pub fn check(text: &str) -> Result<(), String> {
-    let Ok(table) = text.parse::<toml::Table>() else {
+    let Ok(table) = toml::de::DeTable::parse(text) else {
         return Ok(());
     };
     let schema = schemars::schema_for!(super::Config);
     let root = schema.as_value();
-    walk(root, root, &toml::Value::Table(table), "")
+    let span = table.span();
+    let value = toml::Spanned::new(span, DeValue::Table(table.into_inner()));
+    walk(root, root, &value, "").map_err(|(path, at)| {
+        let (line, column) = line_column(text, at);
+        format!(
+            "field {path}: a table is expected, not an array (fields are named, never taken by position), at line {line}, column {column}"
+        )
+    })
 }
 
-fn walk(root: &Json, schema: &Json, value: &toml::Value, path: &str) -> Result<(), String> {
+/// 1-based line and column of byte `at` in `text`.
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let before = &text[..at.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// `Err((field path, byte offset))` of the first array where only a table may be.
+fn walk(
+    root: &Json,
+    schema: &Json,
+    value: &toml::Spanned<DeValue<'_>>,
+    path: &str,
+) -> Result<(), (String, usize)> {
     let alts = alternatives(root, schema);
-    match value {
-        toml::Value::Array(items) => {
+    match value.get_ref() {
+        DeValue::Array(items) => {
             if let Some(types) = types(root, schema) {
                 if types.contains(&"object") && !types.contains(&"array") {
-                    return Err(format!(
-                        "field {path}: a table is expected, not an array (fields are named, never taken by position)"
-                    ));
+                    return Err((path.to_string(), value.span().start));
                 }
             }
             if let Some(item) = alts.iter().find_map(|s| s.get("items")) {
@@ -34,8 +54,9 @@ fn walk(root: &Json, schema: &Json, value: &toml::Value, path: &str) -> Result<(
                 }
             }
         }
-        toml::Value::Table(t) => {
+        DeValue::Table(t) => {
             for (k, v) in t {
+                let k: &str = k.get_ref();
                 let sub = alts
                     .iter()
                     .find_map(|s| s.get("properties").and_then(|p| p.get(k)))
@@ -45,7 +66,7 @@ fn walk(root: &Json, schema: &Json, value: &toml::Value, path: &str) -> Result<(
                     });
                 if let Some(sub) = sub {
                     let p = if path.is_empty() {
-                        k.clone()
+                        k.to_string()
                     } else {
                         format!("{path}.{k}")
                     };
