@@ -34,10 +34,10 @@ fn healthz_and_readyz_are_ok_when_serving() {
     );
 }
 
-/// An HTTP/1.1 request without a Host field, or with two, is answered 400 on the admin port
-/// too (RFC 9112 §3.2); HTTP/1.0 needs none.
+/// An HTTP/1.1 request without a Host field, one with two or with an invalid one is answered
+/// 400 on the admin port too, and its connection closed (RFC 9112 §3.2); HTTP/1.0 needs none.
 #[test]
-fn admin_requests_need_exactly_one_host_on_http_1_1() {
+fn admin_requests_need_exactly_one_valid_host() {
     use std::io::{Read, Write};
     let dir = content_dir(1, 100);
     let server = server_for(dir.path());
@@ -62,6 +62,18 @@ fn admin_requests_need_exactly_one_host_on_http_1_1() {
             "HTTP/1.1 200",
         ),
         ("GET /healthz HTTP/1.0\r\n\r\n", "HTTP/1.0 200"),
+        // As on the data port: an invalid or empty value, and two fields in any version (no
+        // `Connection: close` asked: reading to the end shows the server closed).
+        ("GET /healthz HTTP/1.1\r\nHost: a b\r\n\r\n", "HTTP/1.1 400"),
+        ("GET /healthz HTTP/1.1\r\nHost:\r\n\r\n", "HTTP/1.1 400"),
+        (
+            "GET /healthz HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n",
+            "HTTP/1.0 400",
+        ),
+        (
+            "GET /healthz HTTP/1.1\r\nHost: [::1]:9190\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 200",
+        ),
     ] {
         let out = ask(head);
         assert!(out.starts_with(want), "{head:?}: {out}");

@@ -914,6 +914,17 @@ fn check_config_refuses_split_targets_without_a_share_or_listed_twice() {
         &["routes[0].split[0].percent: 150 must be greater than 0 and at most 100"],
     );
     assert!(!err.contains("add up to"), "{err}");
+    // Over 100 is said anyway: no refused share can bring the sum back.
+    check_config_fails(
+        &format!(
+            "[[volumes]]\nname = \"c3\"\npath = \"/srv/c3\"\n{}",
+            split("{ volume = \"c1\", percent = 60.0 }, { volume = \"c2\", percent = 60.0 }, { volume = \"c3\", percent = 0.0 }")
+        ),
+        &[
+            "routes[0].split[2].percent: 0 must be greater than 0",
+            "routes[0].split: percentages add up to 120, more than 100",
+        ],
+    );
     // And an admin port is written like every other port (SocketAddr took `025301`).
     check_config_fails(
         "[[volumes]]\nname = \"v\"\npath = \"/srv/v\"\n[admin]\nlisten = \"127.0.0.1:025301\"\n",

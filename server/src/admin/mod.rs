@@ -207,17 +207,27 @@ pub fn router(state: AdminState) -> Router {
         .layer(axum::middleware::from_fn(one_host))
 }
 
-/// RFC 9112 §3.2: an HTTP/1.1 request without a Host field, or with more than one, is answered
-/// 400 (as the data port does); hyper leaves that to the application.
+/// RFC 9112 §3.2, as on the data port (`http::host`): a request with more than one Host
+/// field, an HTTP/1.1 one without any, or one whose Host is no valid authority is answered 400
+/// and its connection closed; hyper leaves that to the application.
 async fn one_host(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let hosts = req.headers().get_all(header::HOST).iter().count();
-    if req.version() == axum::http::Version::HTTP_11 && hosts != 1 {
-        let why = if hosts == 0 {
-            "missing Host header\n"
-        } else {
-            "more than one Host header\n"
-        };
-        return (StatusCode::BAD_REQUEST, why).into_response();
+    let hosts: Vec<_> = req.headers().get_all(header::HOST).iter().collect();
+    let why = match hosts.as_slice() {
+        [] if req.version() == axum::http::Version::HTTP_11 => Some("missing Host header\n"),
+        [] => None,
+        [one] => match one.to_str() {
+            Ok(v) if crate::http::host::valid(v.trim()) => None,
+            _ => Some("invalid Host header\n"),
+        },
+        _ => Some("more than one Host header\n"),
+    };
+    if let Some(why) = why {
+        return (
+            StatusCode::BAD_REQUEST,
+            [(header::CONNECTION, "close")],
+            why,
+        )
+            .into_response();
     }
     next.run(req).await
 }

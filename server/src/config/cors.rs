@@ -158,8 +158,16 @@ pub(super) fn check(e: &mut Errors, field: &str, c: &Cors) {
                 );
             }
         } else if !valid_origin(o) {
+            // The port's own problem only when the rest is right (a trailing `/` after a port
+            // is a path, not a bad port).
             let scheme = o.split_once("://").map_or("", |(s, _)| s);
-            let why = port_of(o).and_then(|p| port_problem(scheme, p));
+            let why = port_of(o)
+                .filter(|p| {
+                    !p.contains(['/', '@', '?', '#'])
+                        && !p.contains(char::is_whitespace)
+                        && valid_origin(&o[..o.len() - p.len() - 1])
+                })
+                .and_then(|p| port_problem(scheme, p));
             e.push(
                 format!("{field}.allow_origins[{i}]"),
                 match why {

@@ -252,6 +252,19 @@ fn http_violations_name_their_field() {
         ("https://c.example:0443", "plain digits"),
         ("https://b.example:0", "1-65535"),
         ("https://b.example:", "1-65535"),
+        // A path after a good port is the mistake, not the port.
+        (
+            "https://a.example:8443/",
+            "must be scheme://host[:port] without a path",
+        ),
+        (
+            "http://[::1]:8080/x",
+            "must be scheme://host[:port] without a path",
+        ),
+        (
+            "https://bad_host:443",
+            "must be scheme://host[:port] without a path",
+        ),
     ] {
         let c = parse(&format!(
             "[[volumes]]\nname = \"a\"\npath = \"/a\"\n[[routes]]\nprefix = \"/\"\nvolume = \"a\"\n\

@@ -532,8 +532,9 @@ fn check_route(e: &mut Errors, i: usize, r: &Route, volumes: &HashSet<&str>) {
             }
         }
     }
-    // A sum without the refused shares would be a second, misleading error.
-    if !r.split.is_empty() && refused == 0 {
+    // Over 100 whatever the refused shares are; any other sum without them would be a
+    // second, misleading error.
+    if !r.split.is_empty() && (refused == 0 || total > 100.0 + 1e-9) {
         if total > 100.0 + 1e-9 {
             e.push(
                 format!("{f}.split"),
