@@ -108,7 +108,8 @@ def test_lint_reports_template_fail() -> None:
 
 @pytest.mark.parametrize("arg,value", [("--lease-name=other", "fullnameOverride"),
                                        ("--metrics-listen=0.0.0.0:9999", "metrics.address"),
-                                       ("--namespaces", "watchNamespaces")])
+                                       ("--namespaces", "watchNamespaces"),
+                                       ("--lease-namespace=ops", "the release namespace")])
 def test_lint_refuses_extra_args_the_chart_sets_itself(arg: str, value: str) -> None:
     """The operator refuses a flag given twice, and a --lease-name of its own would miss the
     Role's resourceNames: the template names the value to use instead."""
@@ -117,13 +118,15 @@ def test_lint_refuses_extra_args_the_chart_sets_itself(arg: str, value: str) -> 
     flag = arg.split("=", 1)[0]
     assert any(f"extraArgs: {flag} is set by the chart; use {value}" in line
                for line in res.template_failures), describe(res)
-    assert helm_native.lint_with_values(CHART, {"extraArgs": ["--lease-namespace=ops"]}).ok
+    assert helm_native.lint_with_values(CHART, {"extraArgs": ["--namespaces-x=ops"]}).ok
 
 
 @pytest.mark.parametrize("interval,timeout,ok", [("30s", "10s", True), ("30s", "30s", True),
                                                  ("30s", "31s", False), ("1m", "59s999ms", True),
                                                  ("1m", "1m1ms", False), ("1h", "2m", True),
-                                                 ("500ms", "1s", False)])
+                                                 ("500ms", "1s", False), ("0", "10s", True),
+                                                 ("010s", "9s", True), ("90s", "1m30s", True),
+                                                 ("08s", "9s", False)])
 def test_lint_refuses_a_scrape_timeout_longer_than_the_interval(interval: str, timeout: str, ok: bool) -> None:
     """Prometheus refuses a scrape config whose timeout exceeds its interval."""
     res = helm_native.lint_with_values(CHART, {"serviceMonitor": {

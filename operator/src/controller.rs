@@ -45,7 +45,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{predicates, watcher, Controller, PredicateConfig, WatchStreamExt};
 use kube::Client;
@@ -119,7 +119,7 @@ pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: Strin
         let stss: Api<StatefulSet> = scoped(&client, ns.as_deref());
         let svcs: Api<Service> = scoped(&client, ns.as_deref());
         let pdbs: Api<PodDisruptionBudget> = scoped(&client, ns.as_deref());
-        let hpas: Api<PartialObjectMeta<HorizontalPodAutoscaler>> = scoped(&client, ns.as_deref());
+        let hpas: Api<HorizontalPodAutoscaler> = scoped(&client, ns.as_deref());
         let ingresses: Api<Ingress> = scoped(&client, ns.as_deref());
         let netpols: Api<NetworkPolicy> = scoped(&client, ns.as_deref());
         let owned = watcher::Config::default().labels(&format!(
@@ -144,14 +144,8 @@ pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: Strin
             .owns(stss, owned.clone())
             .owns(svcs, owned.clone())
             .owns(pdbs, owned.clone())
-            // Only the HPA's spec (a new generation: someone edited it) needs a reconcile; its
-            // status changes with every sync of the autoscaler (currentMetrics), which would
-            // run a full reconcile per ContentServer every 15 s.
-            .owns_stream(
-                watcher(hpas, owned.clone())
-                    .touched_objects()
-                    .predicate_filter(predicates::generation, PredicateConfig::default()),
-            )
+            // A new HPA, an edited spec, a deletion; not the autoscaler's status syncs.
+            .owns_stream(crate::watch::hpa_triggers(hpas, owned.clone()))
             .owns(ingresses, owned.clone())
             .owns(netpols, owned)
             .shutdown_on_signal();

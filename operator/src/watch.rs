@@ -5,15 +5,19 @@
 //! Warning Event on it) while every other ContentServer keeps being reconciled. A typed watch
 //! decodes a LIST as a whole: one such object would stop them all.
 //!
+//! Also which events of owned HPAs call for a reconcile ([`hpa_triggers`]).
+//!
 //! Owns the decoding and the store of decoded objects; must not reconcile anything.
 
 use crate::crd::ContentServer;
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Resource, ResourceExt};
+use std::collections::HashMap;
 
 /// Longest error text logged for a failed LIST or WATCH or an object that does not decode.
 pub const MAX_ERROR_LEN: usize = 300;
@@ -135,6 +139,45 @@ async fn reported(obj: DynamicObject, recorder: &Recorder) -> Option<ContentServ
             None
         }
     }
+}
+
+/// The owned HPAs' events that call for a reconcile: a new one, a spec that changed (someone
+/// edited it: the operator puts its own back) and a deletion (it is made again). Not the
+/// autoscaler's status syncs, which change it every 15 s under load: each would run a whole
+/// reconcile. Compared by the spec itself, not `metadata.generation`, which HPAs carry only
+/// from Kubernetes 1.37 (the `HPAGeneration` gate); a deletion passes whatever it holds.
+pub fn hpa_triggers(
+    api: Api<HorizontalPodAutoscaler>,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<HorizontalPodAutoscaler, watcher::Error>> + Send + 'static {
+    let mut specs: HashMap<String, u64> = HashMap::new();
+    watcher(api, config).filter_map(move |ev| {
+        let key =
+            |h: &HorizontalPodAutoscaler| h.metadata.uid.clone().unwrap_or_else(|| h.name_any());
+        let out = match ev {
+            Ok(watcher::Event::Apply(h) | watcher::Event::InitApply(h)) => {
+                let spec = spec_hash(&h);
+                (specs.insert(key(&h), spec) != Some(spec)).then_some(Ok(h))
+            }
+            Ok(watcher::Event::Delete(h)) => {
+                specs.remove(&key(&h));
+                Some(Ok(h))
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Err(e) => Some(Err(e)),
+        };
+        futures::future::ready(out)
+    })
+}
+
+/// A hash of an HPA's spec (its JSON: the fields as the API server stores them).
+fn spec_hash(h: &HorizontalPodAutoscaler) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&h.spec)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
 }
 
 #[cfg(test)]

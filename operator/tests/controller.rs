@@ -191,7 +191,7 @@ async fn an_undecodable_contentserver_is_reported_and_the_others_reconciled() {
 /// for the backoff (5 s first), even when the error's text differs every time (an admission
 /// webhook's denial quoting a temporary file), which would otherwise write a new status and
 /// retry at once, in a loop. A change of the spec (a new generation) is still reconciled at
-/// once, and so is the deletion of a child.
+/// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_status_write_does_not_retrigger_a_failed_reconcile() {
     let fake = FakeApi::new();
@@ -253,8 +253,9 @@ async fn a_status_write_does_not_retrigger_a_failed_reconcile() {
 }
 
 /// The autoscaler rewrites its HPA's status at every sync (currentMetrics): that must not run a
-/// full reconcile of the ContentServer each time. An edit of the HPA's spec (a new generation)
-/// still does, so the operator puts its own spec back.
+/// full reconcile of the ContentServer each time. An edit of the HPA's spec still does, so the
+/// operator puts its own spec back, and so does its deletion (it is made again). The fake's
+/// HPAs carry no generation, as before Kubernetes 1.37.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hpa_status_updates_do_not_trigger_reconciles_but_spec_edits_do() {
     let fake = FakeApi::new();
@@ -299,5 +300,13 @@ async fn hpa_status_updates_do_not_trigger_reconciles_but_spec_edits_do() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ok() > settled);
+    // Deleted (a hand's `kubectl delete hpa`): made again at once, not at the 5-minute requeue.
+    let gone = fake.remove(&hpas(), &name).expect("HPA");
+    fake.notify_deleted(&hpas(), &gone);
+    let quick = Instant::now() + Duration::from_secs(3);
+    while fake.get(&hpas(), &name).is_none() {
+        assert!(Instant::now() < quick, "a deleted HPA was not made again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     task.abort();
 }

@@ -328,6 +328,30 @@ async fn metadata_and_names_kubernetes_refuses_are_invalid_spec_fields() {
         );
     }
     assert!(!rec.message.contains("example.com/ok"), "{}", rec.message);
+
+    // What Kubernetes accepts stays valid: empty service account and priority class (the pod
+    // defaults, as docs/operator.md shows them), annotation keys in any case.
+    fake.edit(&contentservers(), &name, |cs| {
+        let spec = &mut cs["spec"];
+        spec["pod"]["labels"] = json!({"team": "media"});
+        spec["pod"]["annotations"] = json!({"Example.com/Team": "x"});
+        spec["pod"]["serviceAccountName"] = json!("");
+        spec["service"]["annotations"] = json!({});
+        spec["scheduling"]["priorityClassName"] = json!("");
+        spec["scheduling"]["nodeSelector"] = json!({});
+        spec["metrics"]["serviceMonitor"]["labels"] = json!({});
+        spec["expose"]["ingress"]["className"] = json!("nginx");
+        spec["expose"]["ingress"]["tls"]["secretName"] = json!("downloads-tls");
+        spec["image"] = json!("ghcr.io/example/content-server:1.0");
+    });
+    let cs = run(&fake, &ctx, &name).await;
+    let rec = condition(&cs, "Reconciled");
+    assert_ne!(rec.reason, "InvalidSpec", "{}", rec.message);
+    let dep = fake.get(&deployments(), &name).expect("Deployment");
+    assert_eq!(
+        dep["spec"]["template"]["metadata"]["annotations"]["Example.com/Team"],
+        "x"
+    );
 }
 
 /// Each invalid edit's Warning Event names what is wrong now: one invalid edit, fixed, then
@@ -1211,6 +1235,41 @@ async fn each_optional_child_is_applied_whatever_became_of_the_others() {
     let cs = run(&fake, &ctx, &name).await;
     assert!(fake.get(&pdbs(), &name).is_some() && fake.get(&ingresses(), &name).is_some());
     assert_eq!(condition(&cs, "Reconciled").status, "True");
+}
+
+/// Several children awaiting the garbage collector (a ContentServer deleted and made again) are
+/// a wait, retried every 10 s without backoff, like one; a real refusal beside them is a
+/// failure, backed off.
+#[tokio::test]
+async fn several_refusals_wait_for_gc_only_when_each_one_does() {
+    use content_operator::reconcile::Error;
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let cs = Arc::new(example("minimal.yaml"));
+    let gc = |what: &str| Error::AwaitingGc {
+        what: what.into(),
+        uid: "old".into(),
+    };
+    let waiting = Error::Several(vec![
+        gc("PodDisruptionBudget web"),
+        gc("HorizontalPodAutoscaler web"),
+    ]);
+    assert!(waiting.awaiting_gc_only());
+    for _ in 0..3 {
+        assert_eq!(
+            error_policy(cs.clone(), &waiting, ctx.clone()),
+            Action::requeue(Duration::from_secs(10))
+        );
+    }
+    let mixed = Error::Several(vec![
+        gc("PodDisruptionBudget web"),
+        Error::Missing("namespace"),
+    ]);
+    assert!(!mixed.awaiting_gc_only());
+    assert_eq!(
+        error_policy(cs.clone(), &mixed, ctx.clone()),
+        Action::requeue(Duration::from_secs(5))
+    );
 }
 
 /// A child past the workload that keeps being refused does not freeze the rest of the status:

@@ -99,7 +99,7 @@ compare them with the operator's code. Usage: include "cso.rules" (list . "watch
 the chart sets itself cannot be repeated in extraArgs (the operator refuses a flag given twice);
 the template says which value sets each instead. */}}
 {{- define "cso.operatorArgs" -}}
-{{- $own := dict "--metrics-listen" "metrics.address and metrics.port" "--lease-name" "fullnameOverride (the Lease is named like the chart's objects)" "--namespaces" "watchNamespaces" }}
+{{- $own := dict "--metrics-listen" "metrics.address and metrics.port" "--lease-name" "fullnameOverride (the Lease is named like the chart's objects)" "--lease-namespace" "the release namespace (the Lease's Role is there)" "--namespaces" "watchNamespaces" }}
 {{- range .Values.extraArgs }}
 {{- $flag := regexReplaceAll "=.*$" (toString .) "" }}
 {{- if hasKey $own $flag }}
@@ -122,7 +122,8 @@ milliseconds. Usage: include "cso.durationMs" "30s". */}}
 {{- $units := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 }}
 {{- $total := 0 }}
 {{- range regexFindAll "[0-9]+(ms|y|w|d|h|m|s)" (toString .) -1 }}
-{{- $total = add $total (mul (regexFind "^[0-9]+" .) (get $units (regexReplaceAll "^[0-9]+" . ""))) }}
+{{- /* atoi: base 10, so "010s" is 10 s as Prometheus reads it (mul alone reads 010 as octal). */}}
+{{- $total = add $total (mul (atoi (regexFind "^[0-9]+" .)) (get $units (regexReplaceAll "^[0-9]+" . ""))) }}
 {{- end }}
 {{- $total }}
 {{- end }}

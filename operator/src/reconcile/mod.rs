@@ -61,6 +61,17 @@ pub enum Error {
     Several(Vec<Error>),
 }
 
+impl Error {
+    /// Only waiting for the garbage collector (one child, or every one refused), no failure.
+    pub fn awaiting_gc_only(&self) -> bool {
+        match self {
+            Error::AwaitingGc { .. } => true,
+            Error::Several(all) => !all.is_empty() && all.iter().all(Error::awaiting_gc_only),
+            _ => false,
+        }
+    }
+}
+
 /// Shared state of every reconcile.
 pub struct Context {
     pub client: Client,
@@ -292,7 +303,13 @@ fn failure_reason(err: &Error) -> &'static str {
     match err {
         Error::NameTaken { .. } => "NameTaken",
         Error::AwaitingGc { .. } => status::AWAITING_GC,
-        Error::Several(all) => all.first().map_or("ApplyFailed", failure_reason),
+        // Waiting for the garbage collector only when every refusal is that wait: a real
+        // refusal beside it must show (a Warning, phase Error).
+        Error::Several(all) => all
+            .iter()
+            .find(|e| !e.awaiting_gc_only())
+            .or(all.first())
+            .map_or("ApplyFailed", failure_reason),
         _ => "ApplyFailed",
     }
 }
@@ -301,7 +318,7 @@ fn failure_reason(err: &Error) -> &'static str {
 /// garbage collection is looked at again every [`PROGRESS_REQUEUE`] (no backoff: the wait is
 /// expected to be short and is not a failure).
 pub fn error_policy(cs: Arc<ContentServer>, err: &Error, ctx: Arc<Context>) -> Action {
-    if matches!(err, Error::AwaitingGc { .. }) {
+    if err.awaiting_gc_only() {
         return Action::requeue(PROGRESS_REQUEUE);
     }
     let n = ctx

@@ -19,10 +19,13 @@ pub fn errors(spec: &ContentServerSpec) -> Vec<SpecError> {
     let pod = &spec.pod;
     labels(&mut errs, "spec.pod.labels", &pod.labels);
     annotations(&mut errs, "spec.pod.annotations", &pod.annotations);
+    // "" is the pod default for these two (Kubernetes checks them only when set).
     name(
         &mut errs,
         "spec.pod.serviceAccountName",
-        pod.service_account_name.as_deref(),
+        pod.service_account_name
+            .as_deref()
+            .filter(|n| !n.is_empty()),
     );
     labels(
         &mut errs,
@@ -32,7 +35,10 @@ pub fn errors(spec: &ContentServerSpec) -> Vec<SpecError> {
     name(
         &mut errs,
         "spec.scheduling.priorityClassName",
-        spec.scheduling.priority_class_name.as_deref(),
+        spec.scheduling
+            .priority_class_name
+            .as_deref()
+            .filter(|n| !n.is_empty()),
     );
     annotations(
         &mut errs,
@@ -93,7 +99,8 @@ fn labels(errs: &mut Vec<SpecError>, field: &str, map: &BTreeMap<String, String>
 
 fn annotations(errs: &mut Vec<SpecError>, field: &str, map: &BTreeMap<String, String>) {
     for k in map.keys() {
-        if let Some(why) = qualified_name(k) {
+        // apimachinery's ValidateAnnotations: a qualified name, except that case does not matter.
+        if let Some(why) = qualified_name(&k.to_ascii_lowercase()) {
             errs.push(err(field, format!("key {k:?}: {why}")));
         }
     }

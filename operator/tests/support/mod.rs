@@ -517,6 +517,17 @@ impl FakeApi {
         m["resourceVersion"] = json!(st.rv.to_string());
         m["generation"] = json!(1);
         m["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+        Self::without_generation_if_hpa(obj);
+    }
+
+    /// HPAs carry no `metadata.generation` before Kubernetes 1.37 (the `HPAGeneration` gate):
+    /// the fake serves them so, as the clusters the operator supports do.
+    fn without_generation_if_hpa(obj: &mut Value) {
+        if obj["kind"] == "HorizontalPodAutoscaler" {
+            if let Some(m) = obj["metadata"].as_object_mut() {
+                m.remove("generation");
+            }
+        }
     }
 
     fn stamp_update(st: &mut State, old: &Value, obj: &mut Value) {
@@ -530,6 +541,7 @@ impl FakeApi {
                 obj["metadata"][k] = old["metadata"][k].clone();
             }
         }
+        Self::without_generation_if_hpa(obj);
     }
 
     /// Store an object as a create would (stamping uid, generation, resourceVersion).
@@ -592,6 +604,11 @@ impl FakeApi {
         self.notify("PUT", &format!("{collection}/x"), 200, obj);
     }
 
+    /// Tell `collection`'s streamed watches that `obj` was deleted (after [`FakeApi::remove`]).
+    pub fn notify_deleted(&self, collection: &str, obj: &Value) {
+        self.notify("DELETE", &format!("{collection}/x"), 200, obj);
+    }
+
     /// A write to `path` answered `code` with `obj`: a watch event for its collection's
     /// streamed watches.
     fn notify(&self, method: &str, path: &str, code: u16, obj: &Value) {
@@ -601,8 +618,10 @@ impl FakeApi {
             (_, 201) => "ADDED",
             _ => "MODIFIED",
         };
-        if !obj["metadata"]["name"].is_string() {
-            return; // a Status answer (a delete of a collection), not an object
+        if !obj["metadata"]["name"].is_string() || obj["kind"] == "Scale" {
+            // A Status answer (a delete of a collection), or a /scale answer (the API server
+            // announces the object scaled, not the Scale): not an object of the collection.
+            return;
         }
         let line = format!("{}\n", json!({"type": kind, "object": obj}));
         let mut st = self.state.lock().expect("fake state");
