@@ -1300,7 +1300,7 @@ fn an_object_of_more_slices_than_can_be_numbered_is_not_stored() {
 
 /// A self-signed certificate that is a CA (what `openssl req -x509` makes by default) is
 /// refused as a server certificate even from `ca_file` (rustls): the log says why and what to
-/// issue instead, not a bare error code.
+/// issue instead, not a bare error code; so does one from a CA the node does not trust.
 #[test]
 fn a_ca_certificate_as_the_origin_certificate_is_refused_with_the_remedy() {
     let (tls, pem) = TestCa::self_signed_ca_as_server(&["cdn.test"]);
@@ -1321,6 +1321,24 @@ fn a_ca_certificate_as_the_origin_certificate_is_refused_with_the_remedy() {
             .srv
             .logs()
             .contains("basicConstraints CA:FALSE")),
+        "{}",
+        n.srv.logs()
+    );
+
+    // A certificate from a CA the node does not trust: the log says where the CA goes.
+    let other = TestCa::new("another CA");
+    let o = FaultOrigin::start_tls(&other, &["cdn.test"]);
+    o.put("/y", Object::new(pattern(100, 2)));
+    let d = common::tempdir();
+    let n = node(d.path(), &[o.url()], "sni = \"cdn.test\"", "");
+    assert_eq!(get(&n, "/y", "").status, 502);
+    assert!(
+        common::wait_until(Duration::from_secs(5), || n.srv.logs().contains(
+            "UnknownIssuer: the origin's certificate was not issued by a CA this node trusts"
+        ) && n
+            .srv
+            .logs()
+            .contains("put the issuing CA's certificate in ca_file")),
         "{}",
         n.srv.logs()
     );

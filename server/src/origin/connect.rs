@@ -263,17 +263,31 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A handshake error with what to do about it, where rustls' words name no remedy: a server
 /// certificate that is itself a CA (`basicConstraints CA:TRUE`, what `openssl req -x509` makes
 /// by default for a self-signed one) is refused even when `ca_file` holds it, where OpenSSL
-/// (nginx, curl) accepts it.
+/// (nginx, curl) accepts it; one whose issuer is not trusted (`UnknownIssuer`) needs its CA,
+/// or a missing intermediate, in `ca_file`.
 fn explained(e: std::io::Error) -> std::io::Error {
-    let webpki = e
+    let rustls_error = e
         .get_ref()
-        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        .and_then(|r| match r {
-            rustls::Error::InvalidCertificate(rustls::CertificateError::Other(o)) => {
-                o.0.downcast_ref::<webpki::Error>()
-            }
-            _ => None,
-        });
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    if let Some(rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)) =
+        rustls_error
+    {
+        return std::io::Error::new(
+            e.kind(),
+            format!(
+                "{e}: the origin's certificate was not issued by a CA this node trusts (the \
+                 system's roots and the origin's ca_file): put the issuing CA's certificate in \
+                 ca_file; a server that sends its certificate without the intermediate one needs \
+                 the intermediate in ca_file too"
+            ),
+        );
+    }
+    let webpki = rustls_error.and_then(|r| match r {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(o)) => {
+            o.0.downcast_ref::<webpki::Error>()
+        }
+        _ => None,
+    });
     match webpki {
         Some(webpki::Error::CaUsedAsEndEntity) => std::io::Error::new(
             e.kind(),
