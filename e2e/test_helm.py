@@ -124,7 +124,7 @@ def test_lint_refuses_extra_args_the_chart_sets_itself(arg: str, value: str) -> 
 @pytest.mark.parametrize("interval,timeout,ok", [("30s", "10s", True), ("30s", "30s", True),
                                                  ("30s", "31s", False), ("1m", "59s999ms", True),
                                                  ("1m", "1m1ms", False), ("1h", "2m", True),
-                                                 ("500ms", "1s", False), ("0", "10s", True),
+                                                 ("500ms", "1s", False), ("0", "10s", False),
                                                  ("010s", "9s", True), ("90s", "1m30s", True),
                                                  ("08s", "9s", False)])
 def test_lint_refuses_a_scrape_timeout_longer_than_the_interval(interval: str, timeout: str, ok: bool) -> None:
@@ -135,6 +135,12 @@ def test_lint_refuses_a_scrape_timeout_longer_than_the_interval(interval: str, t
     if not ok:
         assert any(f"serviceMonitor.scrapeTimeout ({timeout}) is longer than serviceMonitor.interval ({interval})"
                    in line for line in res.template_failures), describe(res)
+    if interval == "0":
+        assert any("leave interval empty for Prometheus' global interval" in line
+                   for line in res.template_failures), describe(res)
+    # An empty interval is Prometheus' global one: not checked.
+    assert helm_native.lint_with_values(CHART, {"serviceMonitor": {
+        "enabled": True, "interval": "", "scrapeTimeout": timeout}}).ok
 
 
 def test_lint_fails_on_a_broken_template(tmp_path: Path) -> None:

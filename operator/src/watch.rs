@@ -150,24 +150,67 @@ pub fn hpa_triggers(
     api: Api<HorizontalPodAutoscaler>,
     config: watcher::Config,
 ) -> impl Stream<Item = Result<HorizontalPodAutoscaler, watcher::Error>> + Send + 'static {
-    let mut specs: HashMap<String, u64> = HashMap::new();
-    watcher(api, config).filter_map(move |ev| {
+    let mut triggers = HpaTriggers::default();
+    watcher(api, config).flat_map(move |ev| {
+        let out: Vec<_> = match ev {
+            Ok(ev) => triggers.on(ev).into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e)],
+        };
+        futures::stream::iter(out)
+    })
+}
+
+/// What [`hpa_triggers`] remembers: each known HPA (by uid) with its spec's hash, and during a
+/// relist the uids listed so far, so that one deleted while the watch was down (no Delete event
+/// comes for it) still triggers its owner, and is forgotten.
+#[derive(Default)]
+struct HpaTriggers {
+    known: HashMap<String, (u64, HorizontalPodAutoscaler)>,
+    relisted: Option<std::collections::HashSet<String>>,
+}
+
+impl HpaTriggers {
+    /// The HPAs whose owners this event calls to reconcile.
+    fn on(&mut self, ev: watcher::Event<HorizontalPodAutoscaler>) -> Vec<HorizontalPodAutoscaler> {
         let key =
             |h: &HorizontalPodAutoscaler| h.metadata.uid.clone().unwrap_or_else(|| h.name_any());
-        let out = match ev {
-            Ok(watcher::Event::Apply(h) | watcher::Event::InitApply(h)) => {
+        match ev {
+            watcher::Event::Init => {
+                self.relisted = Some(Default::default());
+                Vec::new()
+            }
+            watcher::Event::InitApply(h) | watcher::Event::Apply(h) => {
+                let k = key(&h);
+                if let Some(seen) = self.relisted.as_mut() {
+                    seen.insert(k.clone());
+                }
                 let spec = spec_hash(&h);
-                (specs.insert(key(&h), spec) != Some(spec)).then_some(Ok(h))
+                let changed = self.known.get(&k).map(|(s, _)| *s) != Some(spec);
+                self.known.insert(k, (spec, h.clone()));
+                if changed {
+                    vec![h]
+                } else {
+                    Vec::new()
+                }
             }
-            Ok(watcher::Event::Delete(h)) => {
-                specs.remove(&key(&h));
-                Some(Ok(h))
+            watcher::Event::InitDone => {
+                let seen = self.relisted.take().unwrap_or_default();
+                let gone: Vec<String> = self
+                    .known
+                    .keys()
+                    .filter(|k| !seen.contains(*k))
+                    .cloned()
+                    .collect();
+                gone.iter()
+                    .filter_map(|k| self.known.remove(k).map(|(_, h)| h))
+                    .collect()
             }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
-            Err(e) => Some(Err(e)),
-        };
-        futures::future::ready(out)
-    })
+            watcher::Event::Delete(h) => {
+                self.known.remove(&key(&h));
+                vec![h]
+            }
+        }
+    }
 }
 
 /// A hash of an HPA's spec (its JSON: the fields as the API server stores them).
@@ -184,6 +227,56 @@ fn spec_hash(h: &HorizontalPodAutoscaler) -> u64 {
 mod tests {
     use super::*;
     use kube::runtime::events::Reporter;
+
+    fn hpa(uid: &str, max: i32, current: i32) -> HorizontalPodAutoscaler {
+        let mut h = HorizontalPodAutoscaler::default();
+        h.metadata.name = Some(format!("hpa-{uid}"));
+        h.metadata.uid = Some(uid.into());
+        h.spec = Some(
+            k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscalerSpec {
+                max_replicas: max,
+                ..Default::default()
+            },
+        );
+        h.status = Some(
+            k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscalerStatus {
+                current_replicas: Some(current),
+                ..Default::default()
+            },
+        );
+        h
+    }
+
+    fn uids(hs: Vec<HorizontalPodAutoscaler>) -> Vec<String> {
+        let mut u: Vec<String> = hs.into_iter().filter_map(|h| h.metadata.uid).collect();
+        u.sort();
+        u
+    }
+
+    /// New HPAs, spec changes and deletions trigger, status syncs do not; an HPA gone while the
+    /// watch was down (a relist without it) triggers at the relist's end and is forgotten.
+    #[test]
+    fn hpa_triggers_follow_the_spec_and_deletions_also_across_relists() {
+        use watcher::Event::*;
+        let mut t = HpaTriggers::default();
+        assert!(t.on(Init).is_empty());
+        assert_eq!(uids(t.on(InitApply(hpa("a", 5, 1)))), ["a"]);
+        assert_eq!(uids(t.on(InitApply(hpa("b", 5, 1)))), ["b"]);
+        assert!(t.on(InitDone).is_empty());
+        // The autoscaler's syncs: status only.
+        assert!(t.on(Apply(hpa("a", 5, 2))).is_empty());
+        assert!(t.on(Apply(hpa("a", 5, 3))).is_empty());
+        // An edit of the spec, then the operator's own spec back: both trigger.
+        assert_eq!(uids(t.on(Apply(hpa("a", 99, 3)))), ["a"]);
+        assert_eq!(uids(t.on(Apply(hpa("a", 5, 3)))), ["a"]);
+        // A relist where b is missing (deleted while the watch was down) and a unchanged.
+        assert!(t.on(Init).is_empty());
+        assert!(t.on(InitApply(hpa("a", 5, 4))).is_empty());
+        assert_eq!(uids(t.on(InitDone)), ["b"]);
+        assert_eq!(t.known.len(), 1);
+        assert_eq!(uids(t.on(Delete(hpa("a", 5, 4)))), ["a"]);
+        assert!(t.known.is_empty());
+    }
 
     /// A client whose API answers 404 to everything (the Events the decoding reports).
     fn client() -> kube::Client {

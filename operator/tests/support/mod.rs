@@ -618,10 +618,23 @@ impl FakeApi {
             (_, 201) => "ADDED",
             _ => "MODIFIED",
         };
-        if !obj["metadata"]["name"].is_string() || obj["kind"] == "Scale" {
-            // A Status answer (a delete of a collection), or a /scale answer (the API server
-            // announces the object scaled, not the Scale): not an object of the collection.
-            return;
+        let scaled;
+        let obj = if obj["kind"] == "Scale" {
+            // The API server announces the object scaled, not the Scale answer.
+            let (_, name, _) = split_path(path);
+            let st = self.state.lock().expect("fake state");
+            match name.and_then(|n| st.objects.get(&(collection.clone(), n)).cloned()) {
+                Some(o) => {
+                    scaled = o;
+                    &scaled
+                }
+                None => return,
+            }
+        } else {
+            obj
+        };
+        if !obj["metadata"]["name"].is_string() {
+            return; // a Status answer (a delete of a collection), not an object
         }
         let line = format!("{}\n", json!({"type": kind, "object": obj}));
         let mut st = self.state.lock().expect("fake state");
