@@ -70,6 +70,19 @@ fn admin_requests_need_exactly_one_valid_host() {
             "GET /healthz HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n",
             "HTTP/1.0 400",
         ),
+        // An absolute-form target's authority is checked too, as on the data port.
+        (
+            "GET http://user@x/healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+            "HTTP/1.1 400",
+        ),
+        (
+            "CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n",
+            "HTTP/1.1 400",
+        ),
+        (
+            "GET http://x:9190/healthz HTTP/1.1\r\nHost: x:9190\r\nConnection: close\r\n\r\n",
+            "HTTP/1.1 200",
+        ),
         (
             "GET /healthz HTTP/1.1\r\nHost: [::1]:9190\r\nConnection: close\r\n\r\n",
             "HTTP/1.1 200",

@@ -208,11 +208,20 @@ pub fn router(state: AdminState) -> Router {
 }
 
 /// RFC 9112 §3.2, as on the data port (`http::host`): a request with more than one Host
-/// field, an HTTP/1.1 one without any, or one whose Host is no valid authority is answered 400
-/// and its connection closed; hyper leaves that to the application.
+/// field, an HTTP/1.1 one without any, one whose Host (or absolute-form target's authority) is
+/// no valid authority is answered 400 and its connection closed; hyper leaves that to the
+/// application.
 async fn one_host(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let hosts: Vec<_> = req.headers().get_all(header::HOST).iter().collect();
+    // An absolute-form target's authority is checked like a Host (`parse.rs` on the data port);
+    // an authority-form one (CONNECT) or another scheme names no path here.
+    let target_ok = match (req.uri().scheme_str(), req.uri().authority()) {
+        (None, None) => true,
+        (Some("http" | "https"), Some(a)) => crate::http::host::valid(a.as_str()),
+        _ => false,
+    };
     let why = match hosts.as_slice() {
+        _ if !target_ok => Some("invalid request target\n"),
         [] if req.version() == axum::http::Version::HTTP_11 => Some("missing Host header\n"),
         [] => None,
         [one] => match one.to_str() {
