@@ -109,11 +109,9 @@ fn valid_origin(o: &str) -> bool {
 /// §6.2: the port in plain digits, and none at all when it is the scheme's default), if
 /// anything.
 fn port_problem(scheme: &str, port: &str) -> Option<String> {
-    let plain = !port.is_empty()
-        && port.bytes().all(|b| b.is_ascii_digit())
-        && !(port.len() > 1 && port.starts_with('0'));
-    match port.parse::<u16>() {
-        Ok(n) if plain && n > 0 => {
+    // The rule every port of the configuration follows (`listen::plain_port`), 0 excluded.
+    match super::listen::plain_port(port) {
+        Some(n) if n > 0 => {
             let default = match scheme.to_ascii_lowercase().as_str() {
                 "http" => Some(80),
                 "https" => Some(443),

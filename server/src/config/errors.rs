@@ -147,9 +147,16 @@ pub(super) fn utf8_position(bytes: &[u8], e: &std::str::Utf8Error) -> String {
     let at = e.valid_up_to();
     // Valid up to `at`, so this slice is text.
     let before = std::str::from_utf8(&bytes[..at]).unwrap_or_default();
+    let (line, column) = line_column(before, at);
+    format!("line {line}, column {column} (byte {at})")
+}
+
+/// 1-based line and column (in characters) of byte `at` of `text`, as an editor counts.
+pub(super) fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let before = text.get(..at.min(text.len())).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    format!("line {line}, column {column} (byte {at})")
+    (line, column)
 }
 
 /// `FIELD.name` must be a valid name, not used by an earlier entry of the same `kind`.

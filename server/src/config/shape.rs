@@ -18,19 +18,11 @@ pub fn check(text: &str) -> Result<(), String> {
     let span = table.span();
     let value = toml::Spanned::new(span, DeValue::Table(table.into_inner()));
     walk(root, root, &value, "").map_err(|(path, at)| {
-        let (line, column) = line_column(text, at);
+        let (line, column) = super::errors::line_column(text, at);
         format!(
             "field {path}: a table is expected, not an array (fields are named, never taken by position), at line {line}, column {column}"
         )
     })
-}
-
-/// 1-based line and column of byte `at` in `text`.
-fn line_column(text: &str, at: usize) -> (usize, usize) {
-    let before = &text[..at.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
 }
 
 /// `Err((field path, byte offset))` of the first array where only a table may be.
