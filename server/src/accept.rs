@@ -268,24 +268,30 @@ fn refuse_with_spare(listener: &TcpListener) -> bool {
     let accepted = rustix::net::accept_with(listener.as_fd(), SocketFlags::CLOEXEC);
     let ok = match accepted {
         Ok(sock) => {
-            // Its request (there with TCP_DEFER_ACCEPT) is read first: closing a socket with
-            // unread bytes sends a reset, which can overtake the 503.
-            let _ = rustix::net::sockopt::set_socket_timeout(
-                &sock,
-                rustix::net::sockopt::Timeout::Send,
-                Some(Duration::from_millis(100)),
-            );
-            let mut buf = [0u8; 4096];
-            let _ = rustix::net::recv(&sock, &mut buf, rustix::net::RecvFlags::DONTWAIT);
-            let out = crate::http::response::error(503, false, false, &[("Retry-After", "1")]);
-            let _ = rustix::net::send(&sock, &out, rustix::net::SendFlags::NOSIGNAL);
-            let _ = rustix::net::shutdown(&sock, rustix::net::Shutdown::Write);
+            unavailable(sock);
             true
         }
         Err(_) => false,
     };
     SPARE.retake();
     ok
+}
+
+/// Answer a connection that cannot be served (no descriptors, or `max_connections` reached)
+/// `503` at once, and close it.
+fn unavailable(sock: OwnedFd) {
+    // Its request (there with TCP_DEFER_ACCEPT) is read first: closing a socket with unread
+    // bytes sends a reset, which can overtake the 503.
+    let _ = rustix::net::sockopt::set_socket_timeout(
+        &sock,
+        rustix::net::sockopt::Timeout::Send,
+        Some(Duration::from_millis(100)),
+    );
+    let mut buf = [0u8; 4096];
+    let _ = rustix::net::recv(&sock, &mut buf, rustix::net::RecvFlags::DONTWAIT);
+    let out = crate::http::response::error(503, false, false, &[("Retry-After", "1")]);
+    let _ = rustix::net::send(&sock, &out, rustix::net::SendFlags::NOSIGNAL);
+    let _ = rustix::net::shutdown(&sock, rustix::net::Shutdown::Write);
 }
 
 /// Accept connections on `listener` until draining starts, starting each on the current
@@ -311,9 +317,18 @@ pub async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) -> anyhow::
                 afd.get_ref().as_fd(),
                 SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
             ) {
+                Ok(fd) if crate::descriptors::in_admin_reserve(fd.as_fd()) => {
+                    // Every number below the admin port's reserve is taken: out of
+                    // descriptors for the data plane.
+                    if crate::logging::once_a_second(&LAST_EMFILE_LOG) {
+                        tracing::error!("accept: out of descriptors (the last ones are kept for the admin port; raise RLIMIT_NOFILE or lower limits.max_connections); answering 503 while it lasts");
+                    }
+                    unavailable(fd);
+                    shared.metrics.connections_refused_total.inc();
+                }
                 Ok(fd) => {
                     if !shared.lifecycle.try_add_connection(max) && !make_room(&shared, max) {
-                        drop(fd);
+                        unavailable(fd);
                         shared.metrics.connections_refused_total.inc();
                         if crate::logging::once_a_second(&LAST_REFUSAL_LOG) {
                             tracing::warn!(

@@ -1,13 +1,16 @@
 //! Running out of file descriptors: telling it from other errors, the spare descriptor
 //! (libev's "accept with a spare descriptor") that lets a listener still accept one connection
-//! then, to answer it (a 503, a health probe) instead of leaving it in the backlog, and the
-//! share of RLIMIT_NOFILE each volume may keep open.
+//! then, to answer it (a 503, a health probe) instead of leaving it in the backlog, the share of
+//! RLIMIT_NOFILE each volume may keep open, and the admin port's reserve: the last descriptor
+//! numbers, which the data plane never keeps.
 //!
 //! Owns only that; what to answer is the listener's.
 
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use rustix::io::Errno;
 use std::fs::File;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 /// EMFILE / ENFILE: the process's (or system's) limit, not a fault of what was opened.
@@ -23,6 +26,46 @@ pub fn volume_share(volumes: usize) -> usize {
         .current
         .unwrap_or(u64::MAX);
     (limit / 4 / volumes.max(1) as u64).min(usize::MAX as u64) as usize
+}
+
+/// Descriptor numbers from here up are the admin port's reserve ([`reserve_for_admin`]); none
+/// until it is set.
+static DATA_PLANE_LIMIT: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// How many descriptors RLIMIT_NOFILE's soft limit `limit` keeps for the admin port: room for
+/// its 64 connections and what answering them opens, at most; 8 at least (a few probes).
+pub fn admin_reserve(limit: u64) -> u64 {
+    (limit / 64).clamp(8, 72)
+}
+
+/// Keep the last [`admin_reserve`] descriptor numbers below `limit` (the soft RLIMIT_NOFILE) for
+/// the admin port. Its accepts and the data plane's share one descriptor table, and the kernel
+/// gives out the lowest free number: with the table full, a number the admin port frees to
+/// accept a probe (its spare) could go to a data-plane accept first, again and again under a
+/// storm of new connections. With the reserve, the data plane runs out first, at
+/// `limit - reserve` ([`in_admin_reserve`]), and the admin port still has numbers to accept on.
+pub fn reserve_for_admin(limit: u64) {
+    DATA_PLANE_LIMIT.store(
+        limit.saturating_sub(admin_reserve(limit)),
+        Ordering::Relaxed,
+    );
+}
+
+/// Is `fd`, which the data plane just got, numbered in the admin port's reserve? The kernel
+/// gives out the lowest free number, so then every number below it was taken: the data plane is
+/// out of descriptors, as if at its own limit.
+pub fn in_admin_reserve(fd: BorrowedFd<'_>) -> bool {
+    fd.as_raw_fd() as u64 >= DATA_PLANE_LIMIT.load(Ordering::Relaxed)
+}
+
+/// A descriptor the data plane just got (an opened file, a cache entry): closed and EMFILE when
+/// it is numbered in the admin port's reserve ([`in_admin_reserve`]), so the data plane never
+/// keeps one of those numbers and its callers see what running out looks like.
+pub fn for_data_plane(opened: Result<OwnedFd, Errno>) -> Result<OwnedFd, Errno> {
+    match opened {
+        Ok(fd) if in_admin_reserve(fd.as_fd()) => Err(Errno::MFILE),
+        other => other,
+    }
 }
 
 /// One descriptor (`/dev/null`) held back for the moment every other one is taken.

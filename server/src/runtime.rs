@@ -91,6 +91,9 @@ pub fn start(mut config: Config) -> anyhow::Result<Server> {
     config.validate()?;
     crate::accept::hold_spare_descriptor();
     if let Some(limit) = raise_nofile_limit() {
+        if !config.admin.listen.is_empty() {
+            crate::descriptors::reserve_for_admin(limit);
+        }
         let fit = connections_within(limit).max(1);
         if config.limits.max_connections as u64 > fit {
             tracing::warn!(

@@ -332,6 +332,26 @@ fn max_connections_is_lowered_to_fit_the_descriptor_limit_and_the_admin_port_kee
     }
     let h = request(s.admin(), "GET", "/healthz", &[]);
     assert_eq!(h.status, 200);
+    // The refused ones were told 503 (their request read first, so no reset overtook it); the
+    // others wait for the rest of their heads.
+    let mut answers = std::collections::BTreeMap::<String, u32>::new();
+    for c in &mut held {
+        c.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        let mut answer = Vec::new();
+        let seen = match c.read_to_end(&mut answer) {
+            Ok(_) => String::from_utf8_lossy(answer.get(..12).unwrap_or(&answer)).to_string(),
+            Err(e) => format!("{:?}", e.kind()),
+        };
+        *answers.entry(seen).or_insert(0) += 1;
+    }
+    assert!(
+        answers.get("HTTP/1.1 503").copied().unwrap_or(0) as f64 == refused()
+            && answers
+                .keys()
+                .all(|a| a == "HTTP/1.1 503" || a == "WouldBlock"),
+        "{answers:?}, refused {}",
+        refused()
+    );
     drop(held);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(s.get("/hello.txt").status, 200);
@@ -471,4 +491,112 @@ fn idle_keep_alive_connections_make_room_for_new_ones_at_max_connections() {
             .get("contentserver_connections_refused_total", &[]),
         0.0
     );
+}
+
+/// One `GET /healthz` on the admin port, as a kubelet probe sends it (a fresh connection, one
+/// second to answer): its status, or why there was none, and how long it took.
+fn probe_health(admin: std::net::SocketAddr) -> (String, Duration) {
+    let t = Instant::now();
+    let answer = (|| -> std::io::Result<String> {
+        let mut c = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(1))?;
+        c.set_read_timeout(Some(Duration::from_secs(1)))?;
+        c.write_all(b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")?;
+        let mut line = [0u8; 12];
+        c.read_exact(&mut line)?;
+        Ok(String::from_utf8_lossy(&line[9..12]).to_string())
+    })();
+    (
+        answer.unwrap_or_else(|e| format!("{:?}", e.kind())),
+        t.elapsed(),
+    )
+}
+
+/// Out of descriptors with new data-port connections arriving all the time: the admin port's
+/// health check is still answered, within a probe's second, every time. The data plane keeps
+/// clear of the last descriptors (the admin port's), so a new data-port connection cannot take
+/// the one an admin connection needs.
+#[test]
+fn the_admin_port_answers_every_probe_while_new_connections_storm_a_full_descriptor_table() {
+    let d = tempdir();
+    for i in 0..200 {
+        let f = std::fs::File::create(d.path().join(format!("b{i}.bin"))).unwrap();
+        f.set_len(8 << 20).unwrap();
+    }
+    std::fs::write(d.path().join("hello.txt"), b"hello world\n").unwrap();
+    let cfg = one_volume(2, volume("site", d.path()));
+    let s = Server::start_with_nofile(d.path(), &cfg, 256);
+    assert!(
+        s.wait_log("lowered_to=128", Duration::from_secs(2)),
+        "{}",
+        s.logs()
+    );
+    // Downloads nobody reads, each holding its socket and its file: the table fills.
+    let mut held = Vec::new();
+    for i in 0..127 {
+        let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+        c.write_all(format!("GET /b{i}.bin HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .expect("send");
+        held.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // A new data-port connection every 5 ms.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let storms: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = stop.clone();
+            let addr = s.addr;
+            std::thread::spawn(move || {
+                let mut statuses = std::collections::BTreeMap::<String, u32>::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let status = (|| -> std::io::Result<String> {
+                        let mut c =
+                            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+                        c.set_read_timeout(Some(Duration::from_secs(2)))?;
+                        c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")?;
+                        let mut line = [0u8; 12];
+                        c.read_exact(&mut line)?;
+                        Ok(String::from_utf8_lossy(&line[9..12]).to_string())
+                    })()
+                    .unwrap_or_else(|e| format!("{:?}", e.kind()));
+                    *statuses.entry(status).or_insert(0) += 1;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                statuses
+            })
+        })
+        .collect();
+    let mut probes = Vec::new();
+    for _ in 0..30 {
+        probes.push(probe_health(s.admin()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut storm = std::collections::BTreeMap::<String, u32>::new();
+    for t in storms {
+        for (k, v) in t.join().expect("the storm thread") {
+            *storm.entry(k).or_insert(0) += v;
+        }
+    }
+    let late: Vec<_> = probes
+        .iter()
+        .filter(|(status, took)| status != "200" || *took > Duration::from_secs(1))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "probes not answered 200 within a second: {late:?}\nall: {probes:?}\nstorm: {storm:?}"
+    );
+    // The storm's connections were answered (503 or 200), not left in the backlog.
+    assert!(
+        storm.keys().all(|k| k == "200" || k == "503") && storm.contains_key("503"),
+        "{storm:?}"
+    );
+    // The data plane ran out, the admin port never did: it did not need its spare.
+    assert!(
+        s.logs()
+            .contains("the last ones are kept for the admin port"),
+        "{}",
+        s.logs()
+    );
+    assert!(!s.logs().contains("admin: accept failed"), "{}", s.logs());
+    drop(held);
 }

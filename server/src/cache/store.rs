@@ -281,9 +281,9 @@ impl Store {
     /// readahead (so its header read marks no body page: see [`without_readahead`]).
     fn open_read(&self, id: EntryId) -> Result<OwnedFd, Errno> {
         let rel = id.rel_path();
-        let fd = self.noatime.open(READ_FLAGS, |flags| {
+        let fd = crate::descriptors::for_data_plane(self.noatime.open(READ_FLAGS, |flags| {
             rustix::fs::openat(&self.dir().root, rel.as_str(), flags, Mode::empty())
-        })?;
+        }))?;
         without_readahead(fd.as_fd());
         Ok(fd)
     }
@@ -340,6 +340,11 @@ impl Store {
             written: 0,
             meta,
         };
+        // A number of the admin port's reserve: the data plane is out of descriptors.
+        if crate::descriptors::in_admin_reserve(t.fd.as_fd()) {
+            t.abort();
+            return Err(io::Error::from_raw_os_error(libc::EMFILE));
+        }
         if let Err(e) = entry::pwrite_all(t.fd.as_fd(), &header, 0) {
             t.abort();
             return Err(e);

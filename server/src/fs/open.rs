@@ -154,7 +154,7 @@ pub fn open_beneath(
                 Err(Errno::AGAIN) if !resolve.contains(ResolveFlags::CACHED) && raced < 32 => {
                     raced += 1;
                 }
-                r => return r,
+                r => return crate::descriptors::for_data_plane(r),
             }
         }
     })

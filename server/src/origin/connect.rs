@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http_body_util::Empty;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -162,6 +163,11 @@ async fn connect_one(
     let mut err = std::io::Error::new(std::io::ErrorKind::NotFound, "no address for the host");
     for a in addrs {
         match TcpStream::connect(a).await {
+            // Every number below the admin port's reserve is taken: out of descriptors.
+            Ok(s) if crate::descriptors::in_admin_reserve(s.as_fd()) => {
+                err = std::io::Error::from_raw_os_error(libc::EMFILE);
+                break;
+            }
             Ok(s) => {
                 tcp = Some(s);
                 break;
