@@ -32,10 +32,11 @@ pub fn volume_share(volumes: usize) -> usize {
 /// until it is set.
 static DATA_PLANE_LIMIT: AtomicU64 = AtomicU64::new(u64::MAX);
 
-/// How many descriptors RLIMIT_NOFILE's soft limit `limit` keeps for the admin port: room for
-/// its 64 connections and what answering them opens, at most; 8 at least (a few probes).
+/// How many descriptors RLIMIT_NOFILE's soft limit `limit` keeps for the admin port: 1/64 of
+/// it, 8 at least (a few probes), 72 at most (its 64 connections and what answering them
+/// opens), and never more than an eighth (a tiny limit is mostly the data plane's).
 pub fn admin_reserve(limit: u64) -> u64 {
-    (limit / 64).clamp(8, 72)
+    (limit / 64).clamp(8, 72).min(limit / 8)
 }
 
 /// Keep the last [`admin_reserve`] descriptor numbers below `limit` (the soft RLIMIT_NOFILE) for
@@ -45,9 +46,12 @@ pub fn admin_reserve(limit: u64) -> u64 {
 /// storm of new connections. With the reserve, the data plane runs out first, at
 /// `limit - reserve` ([`in_admin_reserve`]), and the admin port still has numbers to accept on.
 pub fn reserve_for_admin(limit: u64) {
-    DATA_PLANE_LIMIT.store(
-        limit.saturating_sub(admin_reserve(limit)),
-        Ordering::Relaxed,
+    let reserve = admin_reserve(limit);
+    DATA_PLANE_LIMIT.store(limit.saturating_sub(reserve), Ordering::Relaxed);
+    tracing::info!(
+        rlimit_nofile = limit,
+        admin_reserve = reserve,
+        "the last descriptors are kept for the admin port"
     );
 }
 
@@ -113,5 +117,19 @@ impl SpareDescriptor {
 impl Default for SpareDescriptor {
     fn default() -> SpareDescriptor {
         SpareDescriptor::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::admin_reserve;
+
+    #[test]
+    fn the_admin_reserve_is_a_64th_within_8_and_72_and_never_over_an_eighth() {
+        assert_eq!(admin_reserve(256), 8);
+        assert_eq!(admin_reserve(1024), 16);
+        assert_eq!(admin_reserve(1 << 20), 72);
+        assert_eq!(admin_reserve(32), 4);
+        assert_eq!(admin_reserve(7), 0);
     }
 }

@@ -530,6 +530,7 @@ fn the_admin_port_answers_every_probe_while_new_connections_storm_a_full_descrip
         "{}",
         s.logs()
     );
+    assert!(s.logs().contains("admin_reserve=8"), "{}", s.logs());
     // Downloads nobody reads, each holding its socket and its file: the table fills.
     let mut held = Vec::new();
     for i in 0..127 {
