@@ -37,6 +37,18 @@ impl fmt::Display for SpecError {
     }
 }
 
+/// What Kubernetes refuses in an image reference (a container's image, an image volume's
+/// reference) that the CRD's schema lets through.
+fn image_problem(image: &str) -> Option<&'static str> {
+    if image.trim().is_empty() {
+        Some("must not be empty")
+    } else if image.trim() != image {
+        Some("must not have leading or trailing whitespace")
+    } else {
+        None
+    }
+}
+
 /// All problems of a spec (empty when valid).
 pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
     let mut errs = Vec::new();
@@ -45,13 +57,8 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
     if spec.replicas < 0 {
         push("spec.replicas".into(), "must be at least 0".into());
     }
-    if spec.image.trim().is_empty() {
-        push("spec.image".into(), "must not be empty".into());
-    } else if spec.image.trim() != spec.image {
-        push(
-            "spec.image".into(),
-            "must not have leading or trailing whitespace".into(),
-        );
+    if let Some(problem) = image_problem(&spec.image) {
+        push("spec.image".into(), problem.into());
     }
     if let Some(e) = privileged_port_without_sysctl(spec) {
         push(e.field, e.message);
@@ -88,6 +95,9 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
                 format!("{f}.source.hostPath"),
                 "hostPath volumes require spec.allowHostPath: true".into(),
             );
+        }
+        if let Some(problem) = s.image.as_ref().and_then(|i| image_problem(&i.reference)) {
+            push(format!("{f}.source.image.reference"), problem.into());
         }
         if let Some(pvc) = &s.persistent_volume_claim {
             if pvc.claim_name.is_empty() {

@@ -604,9 +604,24 @@ fn exposed_example_renders_route_ingress_network_policy_and_an_image_volume() {
         r.ports.as_ref().and_then(|p| p[0].port.clone())
     };
     assert_eq!(ingress.len(), 2);
-    assert_eq!(port(&ingress[0]), Some(IntOrString::Int(8080)));
+    // By name, as the container's ports: a port change cuts off no old pod during its rollout.
+    let container_ports: Vec<_> = pod_template(&cs, "h").spec.expect("pod").containers[0]
+        .ports
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| (p.name.unwrap_or_default(), p.container_port))
+        .collect();
+    assert_eq!(
+        container_ports,
+        [("http".to_string(), 8080), ("metrics".to_string(), 9190)]
+    );
+    assert_eq!(port(&ingress[0]), Some(IntOrString::String("http".into())));
     assert!(ingress[0].from.is_none(), "HTTP port open to every client");
-    assert_eq!(port(&ingress[1]), Some(IntOrString::Int(9190)));
+    assert_eq!(
+        port(&ingress[1]),
+        Some(IntOrString::String("metrics".into()))
+    );
     let from = ingress[1].from.as_ref().expect("metrics peers");
     assert_eq!(from.len(), 1);
     assert_eq!(

@@ -301,6 +301,7 @@ async fn metadata_and_names_kubernetes_refuses_are_invalid_spec_fields() {
         spec["expose"]["ingress"]["className"] = json!("nginx_public");
         spec["expose"]["ingress"]["tls"]["secretName"] = json!("Downloads-TLS");
         spec["image"] = json!(" ghcr.io/example/content-server:1.0");
+        spec["volumes"][1]["source"]["image"]["reference"] = json!("registry.example/docs-site:2 ");
     });
     let cs = run_without_child_writes(&fake, &ctx, &name, "invalid metadata").await;
     let rec = condition(&cs, "Reconciled");
@@ -320,6 +321,7 @@ async fn metadata_and_names_kubernetes_refuses_are_invalid_spec_fields() {
         "spec.expose.ingress.className: \"nginx_public\"",
         "spec.expose.ingress.tls.secretName: \"Downloads-TLS\"",
         "spec.image: must not have leading or trailing whitespace",
+        "spec.volumes[1].source.image.reference: must not have leading or trailing whitespace",
     ] {
         assert!(
             rec.message.contains(field),
@@ -343,6 +345,7 @@ async fn metadata_and_names_kubernetes_refuses_are_invalid_spec_fields() {
         spec["expose"]["ingress"]["className"] = json!("nginx");
         spec["expose"]["ingress"]["tls"]["secretName"] = json!("downloads-tls");
         spec["image"] = json!("ghcr.io/example/content-server:1.0");
+        spec["volumes"][1]["source"]["image"]["reference"] = json!("registry.example/docs-site:2");
     });
     let cs = run(&fake, &ctx, &name).await;
     let rec = condition(&cs, "Reconciled");
@@ -879,7 +882,7 @@ async fn expose_applies_route_ingress_and_network_policy_updates_and_prunes_them
     assert_eq!(ing["spec"]["ingressClassName"], "nginx");
     assert_eq!(ing["spec"]["tls"][0]["secretName"], "downloads-tls");
     let np = fake.get(&networkpolicies(), &name).expect("NetworkPolicy");
-    assert_eq!(np["spec"]["ingress"][1]["ports"][0]["port"], 9190);
+    assert_eq!(np["spec"]["ingress"][1]["ports"][0]["port"], "metrics");
     for obj in [&route, &ing, &np] {
         assert_eq!(
             obj["metadata"]["ownerReferences"][0]["kind"],
@@ -1372,7 +1375,7 @@ async fn switching_kinds_with_a_shared_claim_cache_removes_the_old_workload_at_o
 /// Each config has its own ConfigMap (named by its hash), so a pod that restarts during a
 /// rollout reads its own template's config; the earlier ones are deleted once the rollout is
 /// complete, along with the single `NAME-config` of earlier operator versions. A ConfigMap this
-/// ContentServer does not own is never deleted.
+/// ContentServer does not own (another controller's, whatever its labels) is never deleted.
 #[tokio::test]
 async fn a_config_change_gets_a_new_configmap_and_the_old_one_goes_after_the_rollout() {
     let (fake, ctx, name) = reconciled("minimal.yaml").await;
@@ -1392,7 +1395,10 @@ async fn a_config_change_gets_a_new_configmap_and_the_old_one_goes_after_the_rol
     let foreign = fake.insert(
         &configmaps(),
         json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": format!("{name}-config-theirs"), "labels": labels},
+               "metadata": {"name": format!("{name}-config-theirs"), "labels": labels,
+                            "ownerReferences": [{"apiVersion": "v1", "kind": "Secret",
+                                                 "name": "x", "uid": "another-controller",
+                                                 "controller": true}]},
                "data": {"x": "y"}}),
     );
     let first = mounted_config_name(&fake, &name);

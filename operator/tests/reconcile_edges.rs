@@ -403,3 +403,71 @@ async fn a_recreated_contentserver_waits_for_the_old_children_to_be_collected() 
         json!(cs.metadata.uid)
     );
 }
+
+/// Objects left by an orphaning delete of an earlier ContentServer of the same name (its labels,
+/// no owner reference) count as this one's: the ones it no longer wants are deleted, as its own
+/// would be. Here the earlier one ran as a Deployment with a NetworkPolicy; the new one is a
+/// StatefulSet without: the orphaned Deployment goes once the StatefulSet is ready (its pods
+/// would otherwise stay behind the Service forever, serving the old config), the NetworkPolicy
+/// at once, and the earlier config's ConfigMap after the rollout.
+#[tokio::test]
+async fn orphans_of_an_earlier_contentserver_are_removed_when_not_wanted() {
+    let fake = FakeApi::new();
+    let ctx = context(&fake);
+    let labels = json!({"app.kubernetes.io/managed-by": "content-operator",
+                        "app.kubernetes.io/instance": "media",
+                        "app.kubernetes.io/name": "content-server"});
+    fake.insert(
+        &deployments(),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "media", "labels": labels},
+               "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                        "template": {"metadata": {"labels": labels},
+                                     "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+    );
+    fake.insert(
+        &networkpolicies(),
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+               "metadata": {"name": "media", "labels": labels}, "spec": {"podSelector": {}}}),
+    );
+    fake.insert(
+        &configmaps(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "media-config-0123456789", "labels": labels},
+               "data": {"config.toml": "old"}}),
+    );
+    // Someone else's, by the same names' rules: never touched.
+    let theirs = fake.insert(
+        &configmaps(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "media-config-9876543210", "labels": {"team": "other"}},
+               "data": {"config.toml": "theirs"}}),
+    );
+    let name = create(&fake, "media-node.yaml");
+    assert_eq!(name, "media");
+    run(&fake, &ctx, &name).await;
+    assert!(
+        fake.get(&networkpolicies(), &name).is_none(),
+        "the orphaned NetworkPolicy is not wanted"
+    );
+    assert!(
+        fake.get(&deployments(), &name).is_some(),
+        "the orphaned Deployment serves until the StatefulSet is ready"
+    );
+    let replicas = current(&fake, &name).await.spec.replicas;
+    fake.set_rolled_out(&statefulsets(), &name, replicas);
+    run(&fake, &ctx, &name).await;
+    assert!(
+        fake.get(&deployments(), &name).is_none(),
+        "the orphaned Deployment removed once the StatefulSet is ready"
+    );
+    run(&fake, &ctx, &name).await;
+    assert!(
+        fake.get(&configmaps(), "media-config-0123456789").is_none(),
+        "the earlier config's orphaned ConfigMap pruned after the rollout"
+    );
+    assert_eq!(
+        fake.get(&configmaps(), "media-config-9876543210"),
+        Some(theirs)
+    );
+}

@@ -31,6 +31,11 @@ pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Value of [`NAME_LABEL`].
 pub const APP_NAME: &str = "content-server";
+/// Name of the container's HTTP port: Services, probes and the NetworkPolicy name it, so that
+/// a port change reaches old pods and new ones alike during the rollout.
+pub const HTTP_PORT: &str = "http";
+/// Name of the container's admin port (`/metrics`, probes, purge).
+pub const METRICS_PORT: &str = "metrics";
 
 /// Selector labels: the same on every child and on the pods.
 pub fn selector_labels(cs: &ContentServer) -> BTreeMap<String, String> {

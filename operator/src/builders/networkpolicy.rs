@@ -1,8 +1,10 @@
 //! The NetworkPolicy of `spec.networkPolicy`: ingress to the pods is allowed from anywhere on
 //! the HTTP port and only from the listed peers on the admin/metrics port (where `/metrics`,
-//! `/config` and the token-protected purge live). Pure.
+//! `/config` and the token-protected purge live). The ports are named, as the Services' target
+//! ports are: each pod's own number is allowed, so a port change cuts off no old pod while the
+//! rollout keeps it serving. Pure.
 
-use crate::builders::{child_meta, selector_labels, workload_name};
+use crate::builders::{child_meta, selector_labels, workload_name, HTTP_PORT, METRICS_PORT};
 use crate::crd::ContentServer;
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -11,9 +13,9 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-fn tcp(port: i32) -> Option<Vec<NetworkPolicyPort>> {
+fn tcp(port: &str) -> Option<Vec<NetworkPolicyPort>> {
     Some(vec![NetworkPolicyPort {
-        port: Some(IntOrString::Int(port)),
+        port: Some(IntOrString::String(port.into())),
         protocol: Some("TCP".into()),
         ..NetworkPolicyPort::default()
     }])
@@ -25,7 +27,7 @@ pub fn network_policy(cs: &ContentServer) -> Option<NetworkPolicy> {
     let mut ingress = vec![NetworkPolicyIngressRule {
         // No `from`: every source may reach the HTTP port.
         from: None,
-        ports: tcp(cs.spec.server.port),
+        ports: tcp(HTTP_PORT),
     }];
     if !np.metrics_from.is_empty() {
         ingress.push(NetworkPolicyIngressRule {
@@ -39,7 +41,7 @@ pub fn network_policy(cs: &ContentServer) -> Option<NetworkPolicy> {
                     })
                     .collect(),
             ),
-            ports: tcp(cs.spec.metrics.port),
+            ports: tcp(METRICS_PORT),
         });
     }
     Some(NetworkPolicy {

@@ -25,8 +25,8 @@ fn port(name: &str, port: i32) -> ServicePort {
 
 fn ports(cs: &ContentServer, service_port: i32) -> Vec<ServicePort> {
     vec![
-        port("http", service_port),
-        port("metrics", cs.spec.metrics.port),
+        port(super::HTTP_PORT, service_port),
+        port(super::METRICS_PORT, cs.spec.metrics.port),
     ]
 }
 
@@ -64,7 +64,7 @@ pub fn metrics_service(cs: &ContentServer) -> Option<Service> {
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             selector: Some(selector_labels(cs)),
-            ports: Some(vec![port("metrics", cs.spec.metrics.port)]),
+            ports: Some(vec![port(super::METRICS_PORT, cs.spec.metrics.port)]),
             ip_family_policy: ip_family_policy(cs),
             ..ServiceSpec::default()
         }),
@@ -92,7 +92,7 @@ pub fn service(cs: &ContentServer) -> Service {
             type_: Some(cs.spec.service.type_.as_str().into()),
             selector: Some(selector_labels(cs)),
             ports: Some(if published(cs) {
-                vec![port("http", cs.spec.service.port)]
+                vec![port(super::HTTP_PORT, cs.spec.service.port)]
             } else {
                 ports(cs, cs.spec.service.port)
             }),

@@ -34,7 +34,7 @@ pub fn servicemonitor(cs: &ContentServer) -> Option<DynamicObject> {
     // The dashboards and alerts (dashboards/README.md) select by a `contentserver` target label:
     // the ContentServer's name, from the pod label app.kubernetes.io/instance.
     let mut endpoint = json!({
-        "port": "metrics",
+        "port": super::METRICS_PORT,
         "path": "/metrics",
         "relabelings": [{
             "sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"],

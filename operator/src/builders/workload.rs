@@ -134,7 +134,7 @@ fn probe(path: &str, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.into()),
-            port: IntOrString::String("metrics".into()),
+            port: IntOrString::String(super::METRICS_PORT.into()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),
@@ -294,13 +294,13 @@ pub fn pod_template(cs: &ContentServer, config_hash: &str) -> PodTemplateSpec {
         ]),
         ports: Some(vec![
             ContainerPort {
-                name: Some("http".into()),
+                name: Some(super::HTTP_PORT.into()),
                 container_port: spec.server.port,
                 protocol: Some("TCP".into()),
                 ..ContainerPort::default()
             },
             ContainerPort {
-                name: Some("metrics".into()),
+                name: Some(super::METRICS_PORT.into()),
                 container_port: spec.metrics.port,
                 protocol: Some("TCP".into()),
                 ..ContainerPort::default()

@@ -7,7 +7,7 @@
 //! *ours* when an owner reference carries this ContentServer's uid ([`owned_by`]); an orphan
 //! carrying this ContentServer's labels (`app.kubernetes.io/managed-by: content-operator` and its
 //! instance label) and no controller reference (left by `kubectl delete --cascade=orphan`) is
-//! adopted by the next apply. Any other object holding a child's name is left exactly as it is:
+//! adopted by the next apply, or deleted when it is no longer wanted ([`ours_or_orphan`]). Any other object holding a child's name is left exactly as it is:
 //! a forced server-side apply would otherwise take over its fields and add our controller
 //! reference (the garbage collector would then delete it with the ContentServer), so a wanted
 //! child whose name is taken fails the reconcile with [`Error::NameTaken`] (shown as
@@ -110,7 +110,7 @@ where
     .map_err(call(describe(obj)))
 }
 
-/// Apply `obj` when its name is free or the object holding it is ours ([`may_apply_to`]);
+/// Apply `obj` when its name is free or the object holding it is ours ([`ours_or_orphan`]);
 /// [`Error::NameTaken`] otherwise, without writing anything.
 pub async fn apply_owned<K>(api: &Api<K>, cs: &ContentServer, obj: &K) -> Result<K, Error>
 where
@@ -119,7 +119,7 @@ where
     let name = obj.meta().name.clone().unwrap_or_default();
     let existing = api.get_opt(&name).await.map_err(call(describe(obj)))?;
     if let Some(e) = existing {
-        if !may_apply_to(&e, cs) {
+        if !ours_or_orphan(&e, cs) {
             return Err(name_taken(&e, cs, describe(obj)));
         }
     }
@@ -148,7 +148,7 @@ pub fn name_taken<K: Resource>(existing: &K, cs: &ContentServer, what: String) -
     }
 }
 
-/// Delete `name` (a `kind`) only when this ContentServer owns it ([`owned_by`]); Ok(false) when
+/// Delete `name` (a `kind`) only when it is this ContentServer's ([`ours_or_orphan`]); Ok(false) when
 /// it is absent (also a 404 for a kind whose CRD is not installed) or someone else's, which is
 /// left alone. The delete is conditional on the uid just read, so an object recreated in
 /// between by someone else is not deleted either.
@@ -166,7 +166,7 @@ where
     let Some(existing) = api.get_opt(name).await.map_err(call(what.clone()))? else {
         return Ok(false);
     };
-    if !owned_by(&existing, cs) {
+    if !ours_or_orphan(&existing, cs) {
         tracing::debug!(contentserver = %key(cs), object = %what,
             "not deleting an object this ContentServer does not own");
         return Ok(false);
@@ -236,10 +236,11 @@ pub fn owned_by<K: Resource>(obj: &K, cs: &ContentServer) -> bool {
         .any(|o| Some(o.uid.as_str()) == uid)
 }
 
-/// May an apply write `obj` (which holds a child's name)? When it is ours ([`owned_by`]), or an
-/// orphan of ours: no controller reference, and this ContentServer's managed-by and instance
-/// labels (the apply adopts it by adding the owner reference).
-pub fn may_apply_to<K: Resource>(obj: &K, cs: &ContentServer) -> bool {
+/// Is `obj` (which holds a child's name) this ContentServer's to write or delete? When it is
+/// ours ([`owned_by`]), or an orphan of ours (left by an orphaning delete of the ContentServer):
+/// no controller reference, and this ContentServer's managed-by and instance labels. An apply
+/// adopts it (adding the owner reference); a delete removes it, as it would an owned one.
+pub fn ours_or_orphan<K: Resource>(obj: &K, cs: &ContentServer) -> bool {
     if owned_by(obj, cs) {
         return true;
     }

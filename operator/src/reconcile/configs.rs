@@ -3,11 +3,12 @@
 //! Deployment <-> StatefulSet switch) reads the config its own template was made for, never the
 //! next one (which may name a volume the pod does not mount). This step removes the ConfigMaps
 //! of earlier configs once no pod can need them: the rollout is complete and the workload of the
-//! other kind is gone. Only ConfigMaps this ContentServer owns are touched (`api::delete_owned`).
+//! other kind is gone. Only ConfigMaps of this ContentServer (owned, or orphans of it left by an
+//! orphaning delete) are touched (`api::delete_owned`).
 
 use crate::builders::{self, configmap_name, configmap_prefix, INSTANCE_LABEL, MANAGED_BY_LABEL};
 use crate::crd::ContentServer;
-use crate::reconcile::api::{call, delete_owned, owned_by};
+use crate::reconcile::api::{call, delete_owned, ours_or_orphan};
 use crate::reconcile::applied::Applied;
 use crate::reconcile::{Error, Scope};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -35,7 +36,9 @@ pub async fn prune_old(scope: &Scope<'_>, applied: &Applied) -> Result<(), Error
     for name in stale(
         cs,
         &current,
-        list.items.iter().map(|m| (m.name_any(), owned_by(m, cs))),
+        list.items
+            .iter()
+            .map(|m| (m.name_any(), ours_or_orphan(m, cs))),
     ) {
         delete_owned(&cms, cs, "ConfigMap", &name, &DeleteParams::default()).await?;
     }

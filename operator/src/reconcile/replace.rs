@@ -12,8 +12,7 @@ use crate::builders::workload::{
 };
 use crate::builders::{self, headless_service_name};
 use crate::reconcile::api::{
-    apply, call, delete_if_exists, delete_owned, may_apply_to, name_taken, owned_by, publish,
-    same_object,
+    apply, call, delete_if_exists, delete_owned, name_taken, ours_or_orphan, publish, same_object,
 };
 use crate::reconcile::applied::{rollout_state, Applied};
 use crate::reconcile::{Error, Scope};
@@ -33,7 +32,7 @@ pub async fn apply_statefulset(scope: &Scope<'_>, applied: &mut Applied) -> Resu
     let desired = statefulset(cs, &applied.config_hash);
     let object = format!("StatefulSet {name}");
     let existing = stss.get_opt(&name).await.map_err(call(object.clone()))?;
-    if let Some(e) = existing.as_ref().filter(|e| !may_apply_to(*e, cs)) {
+    if let Some(e) = existing.as_ref().filter(|e| !ours_or_orphan(*e, cs)) {
         return Err(name_taken(e, cs, object));
     }
     if existing
@@ -88,8 +87,8 @@ pub async fn apply_statefulset(scope: &Scope<'_>, applied: &mut Applied) -> Resu
 /// cache directory is shared between pods ([`shares_a_cache_directory`]): the old pods hold the
 /// directory's lock, so the new pods could never become ready beside them (the switch would
 /// stall forever); like a `Recreate` rollout, serving stops until the new pods start. The
-/// headless Service goes with the StatefulSet it governs. Only workloads and Services this
-/// ContentServer owns are removed (`api::delete_owned`).
+/// headless Service goes with the StatefulSet it governs. Only workloads and Services of this
+/// ContentServer (owned, or orphans of it) are removed (`api::delete_owned`).
 pub async fn remove_other_kind(scope: &Scope<'_>, applied: &mut Applied) -> Result<(), Error> {
     let ready = applied
         .state
@@ -171,7 +170,7 @@ where
     let name = builders::workload_name(scope.cs);
     let what = format!("{old} {name}");
     let existing = api.get_opt(&name).await.map_err(call(what.clone()))?;
-    let Some(existing) = existing.filter(|o| owned_by(o, scope.cs)) else {
+    let Some(existing) = existing.filter(|o| ours_or_orphan(o, scope.cs)) else {
         return Ok(false);
     };
     let message = match why {
