@@ -1302,6 +1302,7 @@ impl Ctx<'_> {
                     tracing::warn!(volume = %self.cv.name, key = %self.target, slice = k, "the object changed at the origin mid-response twice within a minute (a validator per answer?); passed through from now on");
                     self.pass_from_now_on(meta).await;
                 } else {
+                    tracing::warn!(volume = %self.cv.name, key = %self.target, slice = k, sent, "object changed at the origin (a new validator) mid-response: the response is cut, never mixing versions; its stored slices are dropped");
                     self.drop_version(meta).await;
                 }
                 return Err((sent, "object changed at the origin mid-response"));
