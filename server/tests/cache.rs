@@ -1515,6 +1515,64 @@ fn a_background_refresh_past_the_new_end_drops_the_old_first_slice() {
     assert!(r.body == v2, "not the new version ({} bytes)", r.body.len());
 }
 
+/// A request that joins a refetch whose answer is stale already (max-age=1, the origin slow
+/// with the body) asks the origin itself; when that fails, it gets the stored copy, stale
+/// (stale-if-error), as a request that made the refetch would. It used to get the origin's
+/// 500.
+#[test]
+fn a_request_joining_a_refetch_already_stale_still_gets_stale_if_error() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(
+        &[o.url()],
+        &d.path().join("cache"),
+        "read_timeout_ms = 5000",
+        "",
+    );
+    let n = Node::start(&cfg);
+    let body = pattern(5000, 3);
+    o.put(
+        "/live.m3u8",
+        Object::new(body.clone()).cache_control("max-age=1, stale-while-revalidate=0"),
+    );
+    assert_eq!(xcache(&get(&n, "/live.m3u8", "")), "MISS");
+    std::thread::sleep(Duration::from_millis(1200));
+    // The refetch: a new version (no 304), whose head comes at once and body stalls.
+    o.put(
+        "/live.m3u8",
+        Object::version(pattern(5000, 4), 2).cache_control("max-age=1, stale-while-revalidate=0"),
+    );
+    o.fault("/live.m3u8", Fault::StallAfter(100));
+    let addr = n.srv.addr;
+    let first = std::thread::spawn(move || {
+        common::Conn::new(addr)
+            .request("GET", "/live.m3u8", &[])
+            .map(|r| r.status)
+    });
+    assert!(common::wait_until(Duration::from_secs(2), || o
+        .requests("/live.m3u8")
+        == 2));
+    // Its answer is stale now; the origin fails.
+    std::thread::sleep(Duration::from_millis(1300));
+    o.fault("/live.m3u8", Fault::Status(500));
+    let r = get(&n, "/live.m3u8", "");
+    assert_eq!((r.status, xcache(&r)), (200, "STALE"), "{}", n.srv.logs());
+    assert!(r.body == body);
+    assert_eq!(o.requests("/live.m3u8"), 3, "asked the origin itself");
+    // No answer at all: stale too.
+    o.fault("/live.m3u8", Fault::CloseBeforeHead);
+    let r = get(&n, "/live.m3u8", "");
+    assert_eq!((r.status, xcache(&r)), (200, "STALE"));
+    // A seek gets the stored bytes it asks for.
+    o.fault("/live.m3u8", Fault::Status(503));
+    let r = get(&n, "/live.m3u8", "Range: bytes=1000-1999\r\n");
+    assert_eq!((r.status, xcache(&r)), (206, "STALE"));
+    assert!(r.body == body[1000..2000]);
+    o.clear_fault("/live.m3u8");
+    // (The first request ends with the node: not waited for.)
+    drop(first);
+}
+
 #[test]
 fn stale_entries_are_revalidated_refreshed_in_the_background_or_served_on_error() {
     let (o, n) = origin_and_node("slice_size = 0");
@@ -2854,11 +2912,13 @@ fn a_version_change_does_not_wait_for_a_paced_fill() {
     assert_eq!((r.status, xcache(&r)), (206, "MISS"));
     wait_committed(&n);
     n.srv.stop();
-    // Then a full disk, whose first file takes 3 s to fail: the third slice's fill, which
-    // goes on for nobody once its request has its bytes.
+    // Then a full disk, whose first file takes 8 s to fail: the third slice's fill, which
+    // goes on for nobody once its request has its bytes. (Once it fails, the disk-full
+    // eviction takes the first slice too, and a full read then gets the new version whole:
+    // the read below must find the first slice before that, on a busy machine too.)
     let n = Node::start_with_env(
         &cfg,
-        &[("FAILPOINTS", "cache_write=1*sleep(3000)->return(enospc)")],
+        &[("FAILPOINTS", "cache_write=1*sleep(8000)->return(enospc)")],
     );
     let at = 2 * BIG;
     let r = get(&n, "/p.bin", &format!("Range: bytes={at}-{}\r\n", at + 99));

@@ -116,6 +116,11 @@ enum First {
     /// Ask the origin directly and pass the answer through, said to be this (BYPASS: a private
     /// answer, a collision; MISS: an answer that was stale at once).
     FetchThrough(CacheStatus),
+    /// [`First::FetchThrough`] as a MISS (the fill this request would join has an answer
+    /// already stale), but when the origin fails (a server error, no answer) this stored entry,
+    /// stale within its stale-if-error, is served instead: as it would be had the request made
+    /// the fill.
+    FetchThroughElseStale(Arc<Stored>),
     /// Answer this status (origin down without a usable stale entry: 502/504; 416).
     Error(u16, Option<u64>),
     /// The origin answered the fill this request joined with this server error, whose answer
@@ -209,6 +214,7 @@ pub async fn respond(
             cv.count(status);
             cx.fetch_through(status).await
         }
+        First::FetchThroughElseStale(stale) => cx.fetch_through_else_stale(stale).await,
         First::Error(status, total) => {
             cv.count(CacheStatus::Miss);
             cx.error(status, total, CacheStatus::Miss).await
@@ -591,6 +597,9 @@ impl Ctx<'_> {
             // Stale at once, it is revalidated like any stale entry (REVALIDATED on a 304).
             FillFor::Stored(s) => match self.fill(s.id.slice, Some(s.clone()), false) {
                 FillFor::Fill(fill, joined) => (fill, joined, Some(s)),
+                FillFor::Stored(_) if now_ms < s.meta.stale_if_error_until_ms => {
+                    return First::FetchThroughElseStale(s)
+                }
                 FillFor::Stored(_) => return First::FetchThrough(CacheStatus::Miss),
                 FillFor::Collision => return First::FetchThrough(CacheStatus::Bypass),
             },
@@ -621,7 +630,10 @@ impl Ctx<'_> {
             Progress::Body { head, .. }
                 if joined && !before_head && now_ms >= head.meta.fresh_until_ms =>
             {
-                First::FetchThrough(CacheStatus::Miss)
+                match stale_ok(&stale) {
+                    Some(s) => First::FetchThroughElseStale(s),
+                    None => First::FetchThrough(CacheStatus::Miss),
+                }
             }
             Progress::Body { head, avail, .. } => {
                 if let Some(s) = &stale {
@@ -1672,6 +1684,45 @@ impl Ctx<'_> {
     /// revalidating client gets the origin's 304 and a seek its 206 (several ranges would come
     /// back as a multipart body: the whole object then).
     async fn fetch_through(&self, status: CacheStatus) -> Served {
+        match self.route.origin.fetch(self.through_request()).await {
+            Ok(resp) => self.pass_through(resp, status).await,
+            Err(e) => self.origin_error(&e, status).await,
+        }
+    }
+
+    /// [`First::FetchThroughElseStale`]: [`Self::fetch_through`] (a MISS), unless the origin
+    /// fails (a 5xx, a timeout, no connection), when `stale` is served (STALE).
+    async fn fetch_through_else_stale(&self, stale: Arc<Stored>) -> Served {
+        let got = self.route.origin.fetch(self.through_request()).await;
+        match got {
+            Ok(resp) if resp.status < 500 => {
+                self.cv.count(CacheStatus::Miss);
+                self.pass_through(resp, CacheStatus::Miss).await
+            }
+            Err(e @ OriginError::Request { .. }) => {
+                self.cv.count(CacheStatus::Miss);
+                self.origin_error(&e, CacheStatus::Miss).await
+            }
+            _ => {
+                let slice = stale.id.slice;
+                self.serve(Source::Stored(stale), slice, CacheStatus::Stale)
+                    .await
+            }
+        }
+    }
+
+    /// The answer to a request passed through when the origin gave none.
+    async fn origin_error(&self, e: &OriginError, status: CacheStatus) -> Served {
+        match e {
+            OriginError::Timeout { .. } => self.error(504, None, status).await,
+            OriginError::Request { .. } => self.error(400, None, status).await,
+            OriginError::NoDescriptors { .. } => self.error(503, None, status).await,
+            _ => self.error(502, None, status).await,
+        }
+    }
+
+    /// The origin request of [`Self::fetch_through`].
+    fn through_request(&self) -> OriginRequest {
         let mut r = OriginRequest::get(self.target.clone());
         if self.head_only {
             r.method = crate::origin::Method::Head;
@@ -1685,13 +1736,7 @@ impl Ctx<'_> {
         r.if_unmodified_since = self.req.if_unmodified_since.clone();
         r.client_range = range::single(self.req.range.as_deref(), self.route.max_ranges)
             .map(|v| (v, self.req.if_range.clone()));
-        match self.route.origin.fetch(r).await {
-            Ok(resp) => self.pass_through(resp, status).await,
-            Err(OriginError::Timeout { .. }) => self.error(504, None, status).await,
-            Err(OriginError::Request { .. }) => self.error(400, None, status).await,
-            Err(OriginError::NoDescriptors { .. }) => self.error(503, None, status).await,
-            Err(_) => self.error(502, None, status).await,
-        }
+        r
     }
 
     /// Stream an origin answer to the client unchanged (hop-by-hop headers dropped), not stored.
