@@ -601,3 +601,51 @@ fn the_admin_port_answers_every_probe_while_new_connections_storm_a_full_descrip
     assert!(!s.logs().contains("admin: accept failed"), "{}", s.logs());
     drop(held);
 }
+
+/// Idle connections on the admin port (anyone in the cluster may open them) while the data
+/// plane holds every descriptor it may: more of them than the admin port's reserve cannot
+/// keep a probe out. On running out, the oldest idle one gives its descriptor up.
+#[test]
+fn idle_admin_connections_cannot_keep_a_probe_out_when_descriptors_run_out() {
+    let d = tempdir();
+    for i in 0..200 {
+        let f = std::fs::File::create(d.path().join(format!("b{i}.bin"))).unwrap();
+        f.set_len(8 << 20).unwrap();
+    }
+    let cfg = one_volume(2, volume("site", d.path()));
+    let s = Server::start_with_nofile(d.path(), &cfg, 256);
+    assert!(
+        s.wait_log("admin_reserve=8", Duration::from_secs(2)),
+        "{}",
+        s.logs()
+    );
+    let mut held = Vec::new();
+    for i in 0..127 {
+        let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+        c.write_all(format!("GET /b{i}.bin HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .expect("send");
+        held.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // Idle admin connections, three times the reserve.
+    let idle: Vec<_> = (0..24)
+        .map(|_| std::net::TcpStream::connect(s.admin()).expect("connect to the admin port"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut probes = Vec::new();
+    for _ in 0..10 {
+        probes.push(probe_health(s.admin()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let late: Vec<_> = probes
+        .iter()
+        .filter(|(status, took)| status != "200" || *took > Duration::from_secs(1))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "probes not answered 200 within a second: {late:?}\nall: {probes:?}\n{}",
+        s.logs()
+    );
+    drop(idle);
+    drop(held);
+}

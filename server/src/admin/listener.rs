@@ -15,7 +15,8 @@
 //!   [`CLOSE_GRACE`] later whatever it does (a client that does not read its `/metrics`);
 //! - one spare descriptor is held: when accept fails for want of descriptors, it is let go so
 //!   that one connection can be accepted and answered (a health probe still gets its answer),
-//!   and taken again afterwards.
+//!   and taken again afterwards; and the oldest connection not being answered is closed, so
+//!   idle connections cannot hold the descriptors a probe needs.
 //!
 //! It knows nothing of the routes.
 
@@ -64,10 +65,13 @@ fn lock(t: &Table) -> std::sync::MutexGuard<'_, Open> {
 /// Makes room for one more connection: true when there is room, or the oldest connection not
 /// being answered was closed for it.
 fn room(t: &Table) -> bool {
+    lock(t).slots.len() < MAX_CONNECTIONS || close_oldest_idle(t)
+}
+
+/// Close the oldest connection not being answered (its task aborted: its socket goes when the
+/// runtime drops the task); false when every one is being answered.
+fn close_oldest_idle(t: &Table) -> bool {
     let mut open = lock(t);
-    if open.slots.len() < MAX_CONNECTIONS {
-        return true;
-    }
     let now = super::activity::now_ms();
     match open.slots.iter().position(|s| !s.activity.busy(now)) {
         Some(i) => {
@@ -138,7 +142,12 @@ pub async fn serve(
             Ok(a) => a,
             Err(e) if crate::descriptors::out_of_descriptors(&e) => {
                 if crate::logging::once_a_second(&LAST_EMFILE_LOG) {
-                    tracing::error!(%bound, error = %e, "admin: accept failed, out of descriptors; answering one connection with the spare descriptor");
+                    tracing::error!(%bound, error = %e, "admin: accept failed, out of descriptors; closing idle admin connections and answering one with the spare descriptor");
+                }
+                // A descriptor an idle admin connection holds is worth more to the connection
+                // waiting (a probe): the oldest goes, and its number is free for the next turn.
+                if close_oldest_idle(&table) {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 // Let the spare go for one connection (if it is not in use already).
                 if !spare.release() {
