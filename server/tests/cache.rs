@@ -2299,6 +2299,60 @@ fn an_entry_that_cannot_be_opened_for_want_of_descriptors_is_kept() {
     );
 }
 
+/// A later slice of a response under way that cannot be opened for want of descriptors for a
+/// moment is waited for: the response is whole (a HIT), not cut after its head said 200.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_later_slice_that_cannot_be_opened_for_a_moment_is_waited_for_not_cut() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", SLICED);
+    let a = pattern(3 * SLICE, 1);
+    o.put("/a.bin", Object::new(a.clone()));
+    stored_then_stopped(&cfg, &[("/a.bin", &a)]);
+    // The first slice opens; the second fails three times (EMFILE), then opens.
+    let n = Node::start_with_env(
+        &cfg,
+        &[("FAILPOINTS", "cache_open=1*off->3*return(emfile)")],
+    );
+    assert!(n
+        .srv
+        .wait_log("cache index rebuilt", Duration::from_secs(5)));
+    let r = get(&n, "/a.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"), "{}", n.srv.logs());
+    assert!(r.body == a, "cut: {} of {} bytes", r.body.len(), a.len());
+    assert_eq!(o.requests("/a.bin"), 3, "a slice was fetched again");
+    assert!(n
+        .srv
+        .logs()
+        .contains("cannot open a cache entry now (kept)"));
+}
+
+/// Out of descriptors for a while, every request meets it: the warning is logged once a
+/// second at most, not once per request (hundreds a second, under load).
+#[cfg(feature = "failpoints")]
+#[test]
+fn entries_that_cannot_be_opened_are_logged_once_a_second_not_per_request() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(&[o.url()], &d.path().join("cache"), "", "");
+    let a = pattern(1000, 1);
+    o.put("/a.bin", Object::new(a.clone()));
+    stored_then_stopped(&cfg, &[("/a.bin", &a)]);
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_open=return(emfile)")]);
+    let started = Instant::now();
+    for _ in 0..40 {
+        assert_eq!(get(&n, "/a.bin", "").status, 503);
+    }
+    let secs = started.elapsed().as_secs() + 1;
+    let lines = n
+        .srv
+        .logs()
+        .matches("cannot open a cache entry now (kept)")
+        .count() as u64;
+    assert!((1..=secs + 1).contains(&lines), "{lines} lines in {secs} s");
+}
+
 /// A purge whose files cannot be deleted says so (500, naming the file and the error), and
 /// the object it named is not served from the disk afterwards: the next request goes to the
 /// origin.

@@ -37,6 +37,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::watch;
 
+/// When "cannot store cache entry" was last logged.
+static LAST_STORE_FAILED_LOG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Longest answer of unknown length (no Content-Length) stored on a volume of whole objects:
 /// it is read into memory before its head goes to anyone, to learn its length. Longer ones are
 /// passed through (a sliced volume's cap is its slice size).
@@ -980,7 +983,10 @@ impl Fill {
         if e.raw_os_error() == Some(libc::ENOSPC) {
             cv.disk_full();
         } else {
-            tracing::warn!(volume = %cv.name, entry = %self.id.rel_path(), error = %e, "cannot store cache entry");
+            // (Once a second at most: out of descriptors, every fill meets it.)
+            if crate::logging::once_a_second(&LAST_STORE_FAILED_LOG) {
+                tracing::warn!(volume = %cv.name, entry = %self.id.rel_path(), error = %e, "cannot store cache entry");
+            }
         }
     }
 }

@@ -109,6 +109,12 @@ impl Source {
 }
 
 /// The first slice, decided.
+/// A later slice of a response under way that cannot be opened for want of descriptors is
+/// asked for again this many times, this long apart (a second in all), before the response is
+/// cut.
+const UNAVAILABLE_TRIES: u32 = 50;
+const UNAVAILABLE_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
 enum First {
     Serve(Source, CacheStatus),
     /// Stream this origin answer through unchanged (not storable).
@@ -718,11 +724,23 @@ impl Ctx<'_> {
     /// there: found no more, the slice would be fetched twice).
     async fn source(&self, slice: u32, held: Option<Held>) -> Result<Source, Unavailable> {
         let id = self.key.slice(slice);
-        match self.cv.find(id, &self.key_bytes).await {
+        let mut tries = 0;
+        let found = loop {
+            match self.cv.find(id, &self.key_bytes).await {
+                // A stored slice that cannot be opened now (out of descriptors: a moment's
+                // shortage): its head is sent, so it is waited for a while rather than cut.
+                Ok(Found::Unavailable) if tries < UNAVAILABLE_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(UNAVAILABLE_PAUSE).await;
+                }
+                found => break found,
+            }
+        };
+        match found {
             Ok(Found::Stored(s)) if self.usable(&s) => return Ok(Source::Stored(s)),
             Ok(Found::Stored(_) | Found::Absent) => {}
-            // (A stored slice that cannot be opened now cuts the response like an origin
-            // failure; it stays stored.)
+            // (Still not openable: the response is cut like an origin failure; the slice
+            // stays stored.)
             Ok(Found::Collision | Found::Unavailable) | Err(_) => return Err(Unavailable::Origin),
         }
         match held {

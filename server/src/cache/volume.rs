@@ -24,6 +24,9 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+/// When "cannot open a cache entry now" was last logged.
+static LAST_UNAVAILABLE_LOG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Open entries kept per volume (descriptors + parsed headers of recently served slices), at
 /// most: fewer when the volume's share of RLIMIT_NOFILE is smaller
 /// ([`crate::descriptors::volume_share`]).
@@ -429,7 +432,10 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
             Err(EntryError::Collision) => Ok(Found::Collision),
             // The node's own shortage says nothing of the file: it is not deleted.
             Err(EntryError::Io(e)) if transient(&e) => {
-                tracing::warn!(volume = %self.name, entry = %id.rel_path(), error = %e, "cannot open a cache entry now (kept)");
+                // (Once a second at most: while it lasts, every request meets it.)
+                if crate::logging::once_a_second(&LAST_UNAVAILABLE_LOG) {
+                    tracing::warn!(volume = %self.name, entry = %id.rel_path(), error = %e, "cannot open a cache entry now (kept)");
+                }
                 Ok(Found::Unavailable)
             }
             Err(e) => {

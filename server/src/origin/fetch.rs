@@ -18,6 +18,9 @@ use http::header::{
 use http::HeaderValue;
 use http_body_util::Empty;
 use std::sync::Arc;
+
+/// When an origin request not sent for want of descriptors was last logged.
+static LAST_NO_DESCRIPTORS_LOG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 use std::time::Instant;
 
 const UA: &str = concat!("content-server/", env!("CARGO_PKG_VERSION"));
@@ -30,8 +33,14 @@ pub(crate) async fn fetch(
     let result = fetch_head(&inner, &req).await;
     match &result {
         // Never sent (a target or field this client cannot write): not the origin's failure.
-        Err(e @ (OriginError::Request { .. } | OriginError::NoDescriptors { .. })) => {
+        Err(e @ OriginError::Request { .. }) => {
             tracing::warn!(origin = %inner.name, target = %described(&req), error = %e, "origin request not sent")
+        }
+        // (Once a second at most: while it lasts, every origin request meets it.)
+        Err(e @ OriginError::NoDescriptors { .. }) => {
+            if crate::logging::once_a_second(&LAST_NO_DESCRIPTORS_LOG) {
+                tracing::warn!(origin = %inner.name, target = %described(&req), error = %e, "origin request not sent")
+            }
         }
         Err(e) => {
             inner.metrics.count(None);
