@@ -2388,6 +2388,71 @@ fn a_purge_that_cannot_delete_says_so_and_serves_the_object_no_more() {
     assert!(o.requests("/p/a.bin") > before);
 }
 
+/// A prefix purge that cannot read some entries' keys (out of descriptors) says so (500:
+/// they may be under the prefix and stay), after purging those it could read; it used to
+/// answer 200 as though there were none.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_prefix_purge_that_cannot_read_every_entry_says_so() {
+    let (o, n) = common::cache::origin_and_purge_node_with_env(
+        SLICED,
+        &[("FAILPOINTS", "cache_prefix_open=1*off->1*return(emfile)")],
+    );
+    for p in ["/p/a.bin", "/p/b.bin"] {
+        o.put(p, Object::new(pattern(1000, 11)));
+        assert_eq!(xcache(&get(&n, p, "")), "MISS");
+    }
+    settle(&n);
+    let r = admin(&n, "POST", "/cache/purge?prefix=/p", PURGE_AUTH);
+    let body = String::from_utf8_lossy(&r.body).to_string();
+    assert_eq!(r.status, 500, "{body}");
+    assert!(body.contains("\"purged_files\":1"), "{body}");
+    assert!(
+        body.contains("1 entries could not be read (out of descriptors)"),
+        "{body}"
+    );
+    // Again, with every entry readable: the rest goes.
+    let r = admin(&n, "POST", "/cache/purge?prefix=/p", PURGE_AUTH);
+    let body = String::from_utf8_lossy(&r.body).to_string();
+    assert_eq!(r.status, 200, "{body}");
+    assert!(body.contains("\"purged_files\":1"), "{body}");
+    assert_eq!(cache_files(&n.cache).1, 0);
+}
+
+/// A purge whose client leaves before the answer (a timeout) still runs to its end and is
+/// logged: it used to stop half done, with no log line.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_purge_whose_client_leaves_runs_to_its_end() {
+    let (o, n) = common::cache::origin_and_purge_node_with_env(
+        SLICED,
+        &[("FAILPOINTS", "cache_remove=sleep(300)")],
+    );
+    let paths = ["/q/a.bin", "/q/b.bin", "/q/c.bin"];
+    for p in paths {
+        o.put(p, Object::new(pattern(1000, 12)));
+        assert_eq!(xcache(&get(&n, p, "")), "MISS");
+    }
+    settle(&n);
+    {
+        let mut c = common::Conn::new(n.srv.admin());
+        c.send(
+            format!("POST /cache/purge?prefix=/q HTTP/1.1\r\nHost: a\r\n{PURGE_AUTH}Content-Length: 0\r\n\r\n")
+                .as_bytes(),
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        n.srv.wait_log("files=3", Duration::from_secs(5)),
+        "{}",
+        n.srv.logs()
+    );
+    assert_eq!(cache_files(&n.cache).1, 0);
+    for p in paths {
+        assert_eq!(xcache(&get(&n, p, "")), "MISS", "{p}");
+    }
+}
+
 /// A prefix purge takes whole path segments, as routes match: `prefix=/dir` purges `/dir`,
 /// `/dir/…` and `/dir?…`, never `/dirx…` (it used to, by plain string prefix).
 #[test]

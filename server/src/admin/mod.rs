@@ -300,8 +300,13 @@ async fn purge(
         Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     };
     // Incomplete (a volume's pool full, its files not removable): 500 with what failed, so
-    // the caller knows the old content may still be served and can retry.
-    let (n, failed) = p.purge(&target).await;
+    // the caller knows the old content may still be served and can retry. A task of its own:
+    // a client that leaves (a timeout) does not stop it half done, unlogged.
+    let purge = p.clone();
+    let (n, failed) = match tokio::spawn(async move { purge.purge(&target).await }).await {
+        Ok(done) => done,
+        Err(e) => (0, vec![format!("the purge did not finish: {e}")]),
+    };
     if failed.is_empty() {
         Json(serde_json::json!({ "purged_files": n })).into_response()
     } else {

@@ -128,6 +128,12 @@ pub(crate) fn failpoint_open() -> std::io::Result<()> {
     failpoint_errno("cache_open", "emfile", libc::EMFILE)
 }
 
+/// Failpoint `cache_prefix_open`: `return(emfile)` fails the opening of an entry a purge by
+/// prefix reads the key of with EMFILE, as a process out of descriptors would.
+pub(crate) fn failpoint_prefix_open() -> std::io::Result<()> {
+    failpoint_errno("cache_prefix_open", "emfile", libc::EMFILE)
+}
+
 /// `cache_commit` failpoint (e.g. `sleep(300)`): an entry's commit (on the pool) delayed.
 pub(crate) fn failpoint_commit() {
     fail::fail_point!("cache_commit");

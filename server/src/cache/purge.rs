@@ -197,7 +197,11 @@ impl Purge {
                     let store = cv.store.clone();
                     let prefix = p.clone().into_bytes();
                     let ids = match cv.blocking(move || store.find_prefix(&prefix)).await {
-                        Ok(Ok(ids)) => ids,
+                        Ok(Ok((ids, 0))) => ids,
+                        Ok(Ok((ids, unread))) => {
+                            failed.push(format!("volume {}: {unread} entries could not be read (out of descriptors): they may be under the prefix and stay; purge again", cv.name));
+                            ids
+                        }
                         Ok(Err(e)) => {
                             failed.push(format!("volume {}: cannot walk the cache: {e}", cv.name));
                             Vec::new()

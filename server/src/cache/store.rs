@@ -521,21 +521,33 @@ impl Store {
     }
 
     /// Every entry whose key is under `prefix` by whole segments ([`super::key::under_prefix`];
-    /// reads each header: purge by prefix is rare). Unreadable entries are skipped.
-    pub fn find_prefix(&self, prefix: &[u8]) -> io::Result<Vec<EntryId>> {
+    /// reads each header: purge by prefix is rare), and how many entries could not be read
+    /// for want of descriptors or memory (they may be under it: the caller must say so).
+    /// Entries removed meanwhile or unreadable otherwise (not entries) are skipped.
+    pub fn find_prefix(&self, prefix: &[u8]) -> io::Result<(Vec<EntryId>, usize)> {
         let mut ids = Vec::new();
         for l1 in 0..16u8 {
             self.walk_level(l1, &mut |id, _| ids.push(id))?;
         }
-        Ok(ids
-            .into_iter()
-            .filter(|id| {
-                let Ok(fd) = self.open_read(*id) else {
-                    return false;
-                };
-                entry::read_meta(&fd).is_ok_and(|m| super::key::under_prefix(&m.key, prefix))
-            })
-            .collect())
+        let mut unread = 0;
+        let mut found = Vec::new();
+        for id in ids {
+            let opened = match super::failpoint_prefix_open() {
+                Ok(()) => self.open_read(id),
+                Err(_) => Err(Errno::MFILE),
+            };
+            match opened {
+                Ok(fd) => {
+                    if entry::read_meta(&fd).is_ok_and(|m| super::key::under_prefix(&m.key, prefix))
+                    {
+                        found.push(id);
+                    }
+                }
+                Err(Errno::MFILE | Errno::NFILE | Errno::NOMEM) => unread += 1,
+                Err(_) => {}
+            }
+        }
+        Ok((found, unread))
     }
 
     /// Filesystem size and free bytes (statvfs), for "keep 10% free" and full-disk handling.
@@ -1170,7 +1182,7 @@ mod tests {
             s.walk_level(l1, &mut |id, _| found.push(id)).unwrap();
         }
         assert_eq!(found, vec![a]);
-        assert_eq!(s.find_prefix(b"/").unwrap(), vec![a]);
+        assert_eq!(s.find_prefix(b"/").unwrap(), (vec![a], 0));
         drop(s);
         let (s, removed) = Store::open(&d.path().join("cache")).unwrap();
         assert_eq!(removed, 1);
@@ -1191,7 +1203,7 @@ mod tests {
         assert!(s.open_entry(other, b"/w/x").is_ok());
         let v1 = put(&s, b"/v/1", 0, b"1");
         let v2 = put(&s, b"/v/2?q", 3, b"2");
-        let mut found = s.find_prefix(b"/v/").unwrap();
+        let mut found = s.find_prefix(b"/v/").unwrap().0;
         found.sort();
         let mut want = vec![v1, v2];
         want.sort();
@@ -1221,7 +1233,7 @@ mod tests {
         let mut want = vec![a, b];
         want.sort();
         assert_eq!(found, want);
-        let mut purged = s.find_prefix(b"/dir/").unwrap();
+        let mut purged = s.find_prefix(b"/dir/").unwrap().0;
         purged.sort();
         assert_eq!(purged, want);
     }
