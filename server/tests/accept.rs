@@ -357,17 +357,15 @@ fn max_connections_is_lowered_to_fit_the_descriptor_limit_and_the_admin_port_kee
     assert_eq!(s.get("/hello.txt").status, 200);
 }
 
-/// Responses of files not in the open-file cache hold a descriptor each, so connections under
-/// `max_connections` can still use every descriptor: then a file that cannot be opened is a
-/// 503 (not a 500), a connection that cannot be accepted is accepted with the spare descriptor
-/// and told 503 at once (not left in the backlog), and the admin port still answers.
-#[test]
-fn out_of_descriptors_is_503_for_content_and_the_admin_port_answers() {
+/// A server (two workers) under RLIMIT_NOFILE 256: 128 connections, a reserve of 8 for the
+/// admin port. Its volume holds `hello.txt` and 200 files of 8 MiB, `/b0.bin` to `/b199.bin`.
+fn low_descriptor_server() -> (tempfile::TempDir, Server) {
     let d = tempdir();
     for i in 0..200 {
         let f = std::fs::File::create(d.path().join(format!("b{i}.bin"))).unwrap();
         f.set_len(8 << 20).unwrap();
     }
+    std::fs::write(d.path().join("hello.txt"), b"hello world\n").unwrap();
     let cfg = one_volume(2, volume("site", d.path()));
     let s = Server::start_with_nofile(d.path(), &cfg, 256);
     assert!(
@@ -375,6 +373,29 @@ fn out_of_descriptors_is_503_for_content_and_the_admin_port_answers() {
         "{}",
         s.logs()
     );
+    (d, s)
+}
+
+/// 127 downloads of different files of a [`low_descriptor_server`], none read: each holds
+/// its socket and its file, so the data plane uses every descriptor it may.
+fn stalled_downloads(s: &Server) -> Vec<std::net::TcpStream> {
+    (0..127)
+        .map(|i| {
+            let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+            c.write_all(format!("GET /b{i}.bin HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+                .expect("send");
+            c
+        })
+        .collect()
+}
+
+/// Responses of files not in the open-file cache hold a descriptor each, so connections under
+/// `max_connections` can still use every descriptor: then a file that cannot be opened is a
+/// 503 (not a 500), a connection that cannot be accepted is accepted with the spare descriptor
+/// and told 503 at once (not left in the backlog), and the admin port still answers.
+#[test]
+fn out_of_descriptors_is_503_for_content_and_the_admin_port_answers() {
+    let (_d, s) = low_descriptor_server();
     let spares = || {
         std::fs::read_dir(format!("/proc/{}/fd", s.pid()))
             .map(|d| {
@@ -387,14 +408,7 @@ fn out_of_descriptors_is_503_for_content_and_the_admin_port_answers() {
             .unwrap_or(0)
     };
     let at_start = spares();
-    // 127 downloads of different files, none read: each holds its socket and its file.
-    let mut held = Vec::new();
-    for i in 0..127 {
-        let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
-        c.write_all(format!("GET /b{i}.bin HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
-            .expect("send");
-        held.push(c);
-    }
+    let mut held = stalled_downloads(&s);
     std::thread::sleep(Duration::from_millis(1500));
     let h = request(s.admin(), "GET", "/healthz", &[]);
     assert_eq!(h.status, 200);
@@ -517,28 +531,9 @@ fn probe_health(admin: std::net::SocketAddr) -> (String, Duration) {
 /// the one an admin connection needs.
 #[test]
 fn the_admin_port_answers_every_probe_while_new_connections_storm_a_full_descriptor_table() {
-    let d = tempdir();
-    for i in 0..200 {
-        let f = std::fs::File::create(d.path().join(format!("b{i}.bin"))).unwrap();
-        f.set_len(8 << 20).unwrap();
-    }
-    std::fs::write(d.path().join("hello.txt"), b"hello world\n").unwrap();
-    let cfg = one_volume(2, volume("site", d.path()));
-    let s = Server::start_with_nofile(d.path(), &cfg, 256);
-    assert!(
-        s.wait_log("lowered_to=128", Duration::from_secs(2)),
-        "{}",
-        s.logs()
-    );
+    let (_d, s) = low_descriptor_server();
     assert!(s.logs().contains("admin_reserve=8"), "{}", s.logs());
-    // Downloads nobody reads, each holding its socket and its file: the table fills.
-    let mut held = Vec::new();
-    for i in 0..127 {
-        let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
-        c.write_all(format!("GET /b{i}.bin HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
-            .expect("send");
-        held.push(c);
-    }
+    let held = stalled_downloads(&s);
     std::thread::sleep(Duration::from_millis(500));
     // A new data-port connection every 5 ms.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -607,25 +602,8 @@ fn the_admin_port_answers_every_probe_while_new_connections_storm_a_full_descrip
 /// keep a probe out. On running out, the oldest idle one gives its descriptor up.
 #[test]
 fn idle_admin_connections_cannot_keep_a_probe_out_when_descriptors_run_out() {
-    let d = tempdir();
-    for i in 0..200 {
-        let f = std::fs::File::create(d.path().join(format!("b{i}.bin"))).unwrap();
-        f.set_len(8 << 20).unwrap();
-    }
-    let cfg = one_volume(2, volume("site", d.path()));
-    let s = Server::start_with_nofile(d.path(), &cfg, 256);
-    assert!(
-        s.wait_log("admin_reserve=8", Duration::from_secs(2)),
-        "{}",
-        s.logs()
-    );
-    let mut held = Vec::new();
-    for i in 0..127 {
-        let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
-        c.write_all(format!("GET /b{i}.bin HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
-            .expect("send");
-        held.push(c);
-    }
+    let (_d, s) = low_descriptor_server();
+    let held = stalled_downloads(&s);
     std::thread::sleep(Duration::from_millis(500));
     // Idle admin connections, three times the reserve.
     let idle: Vec<_> = (0..24)
