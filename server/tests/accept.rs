@@ -525,6 +525,25 @@ fn probe_health(admin: std::net::SocketAddr) -> (String, Duration) {
     )
 }
 
+/// `n` probes ([`probe_health`]), 100 ms apart.
+fn probe_health_times(admin: std::net::SocketAddr, n: usize) -> Vec<(String, Duration)> {
+    (0..n)
+        .map(|_| {
+            let p = probe_health(admin);
+            std::thread::sleep(Duration::from_millis(100));
+            p
+        })
+        .collect()
+}
+
+/// The probes not answered 200 within a second.
+fn late(probes: &[(String, Duration)]) -> Vec<&(String, Duration)> {
+    probes
+        .iter()
+        .filter(|(status, took)| status != "200" || *took > Duration::from_secs(1))
+        .collect()
+}
+
 /// Out of descriptors with new data-port connections arriving all the time: the admin port's
 /// health check is still answered, within a probe's second, every time. The data plane keeps
 /// clear of the last descriptors (the admin port's), so a new data-port connection cannot take
@@ -561,11 +580,7 @@ fn the_admin_port_answers_every_probe_while_new_connections_storm_a_full_descrip
             })
         })
         .collect();
-    let mut probes = Vec::new();
-    for _ in 0..30 {
-        probes.push(probe_health(s.admin()));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let probes = probe_health_times(s.admin(), 30);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut storm = std::collections::BTreeMap::<String, u32>::new();
     for t in storms {
@@ -573,10 +588,7 @@ fn the_admin_port_answers_every_probe_while_new_connections_storm_a_full_descrip
             *storm.entry(k).or_insert(0) += v;
         }
     }
-    let late: Vec<_> = probes
-        .iter()
-        .filter(|(status, took)| status != "200" || *took > Duration::from_secs(1))
-        .collect();
+    let late = late(&probes);
     assert!(
         late.is_empty(),
         "probes not answered 200 within a second: {late:?}\nall: {probes:?}\nstorm: {storm:?}"
@@ -610,15 +622,8 @@ fn idle_admin_connections_cannot_keep_a_probe_out_when_descriptors_run_out() {
         .map(|_| std::net::TcpStream::connect(s.admin()).expect("connect to the admin port"))
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let mut probes = Vec::new();
-    for _ in 0..10 {
-        probes.push(probe_health(s.admin()));
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let late: Vec<_> = probes
-        .iter()
-        .filter(|(status, took)| status != "200" || *took > Duration::from_secs(1))
-        .collect();
+    let probes = probe_health_times(s.admin(), 10);
+    let late = late(&probes);
     assert!(
         late.is_empty(),
         "probes not answered 200 within a second: {late:?}\nall: {probes:?}\n{}",
