@@ -288,8 +288,10 @@ fn unavailable(sock: OwnedFd) {
         Some(Duration::from_millis(100)),
     );
     let mut buf = [0u8; 4096];
-    let _ = rustix::net::recv(&sock, &mut buf, rustix::net::RecvFlags::DONTWAIT);
-    let out = crate::http::response::error(503, false, false, &[("Retry-After", "1")]);
+    let n = rustix::net::recv(&sock, &mut buf, rustix::net::RecvFlags::DONTWAIT).map_or(0, |r| r.0);
+    // A HEAD gets no body (its request line, if it came, says so).
+    let head_only = buf[..n].starts_with(b"HEAD ");
+    let out = crate::http::response::error(503, head_only, false, &[("Retry-After", "1")]);
     let _ = rustix::net::send(&sock, &out, rustix::net::SendFlags::NOSIGNAL);
     let _ = rustix::net::shutdown(&sock, rustix::net::Shutdown::Write);
 }

@@ -632,3 +632,82 @@ fn idle_admin_connections_cannot_keep_a_probe_out_when_descriptors_run_out() {
     drop(idle);
     drop(held);
 }
+
+/// A burst of concurrent probes and scrapes on the admin port while the data plane holds
+/// every descriptor it may: each is answered, none reset. (Out of descriptors, the admin port
+/// closed its oldest connection not yet being answered, which in a burst was the probe
+/// accepted just before, its request there but not yet handled.)
+#[test]
+fn a_burst_of_admin_requests_out_of_descriptors_resets_none() {
+    let (_d, s) = low_descriptor_server();
+    let held = stalled_downloads(&s);
+    std::thread::sleep(Duration::from_millis(500));
+    let until = Instant::now() + Duration::from_secs(2);
+    let admin = s.admin();
+    let bursts: Vec<_> = (0..8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let path = if i % 2 == 0 { "/healthz" } else { "/metrics" };
+                let mut answers = std::collections::BTreeMap::<String, u32>::new();
+                while Instant::now() < until {
+                    let answer = (|| -> std::io::Result<String> {
+                        let mut c = std::net::TcpStream::connect(admin)?;
+                        c.set_read_timeout(Some(Duration::from_secs(2)))?;
+                        c.write_all(
+                            format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                                .as_bytes(),
+                        )?;
+                        let mut line = [0u8; 12];
+                        c.read_exact(&mut line)?;
+                        let mut rest = Vec::new();
+                        c.read_to_end(&mut rest)?;
+                        Ok(String::from_utf8_lossy(&line[9..12]).to_string())
+                    })()
+                    .unwrap_or_else(|e| format!("{:?}", e.kind()));
+                    *answers.entry(answer).or_insert(0) += 1;
+                }
+                answers
+            })
+        })
+        .collect();
+    let mut answers = std::collections::BTreeMap::<String, u32>::new();
+    for b in bursts {
+        for (k, v) in b.join().expect("a burst thread") {
+            *answers.entry(k).or_insert(0) += v;
+        }
+    }
+    assert!(
+        answers.keys().all(|k| k == "200") && answers.get("200") > Some(&20),
+        "{answers:?}"
+    );
+    drop(held);
+}
+
+/// A HEAD refused at `max_connections` gets its 503 without a body (RFC 9110 §9.3.2).
+#[test]
+fn a_head_refused_at_max_connections_gets_no_body() {
+    let (_d, s) = server(|c| {
+        c.workers = 1;
+        c.limits.max_connections = 1;
+    });
+    let mut first = std::net::TcpStream::connect(s.addr).expect("connect");
+    first
+        .write_all(b"GET /hello.txt HTTP/1.1\r\n")
+        .expect("half a head");
+    std::thread::sleep(Duration::from_millis(200));
+    let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+    c.write_all(b"HEAD /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .expect("send");
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut answer = Vec::new();
+    c.read_to_end(&mut answer)
+        .expect("the answer, then the close");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.contains("Retry-After: 1"), "{text}");
+    assert!(
+        text.ends_with("\r\n\r\n"),
+        "a body after the head: {text:?}"
+    );
+    drop(first);
+}

@@ -1518,7 +1518,8 @@ fn a_background_refresh_past_the_new_end_drops_the_old_first_slice() {
 /// A request that joins a refetch whose answer is stale already (max-age=1, the origin slow
 /// with the body) asks the origin itself; when that fails, it gets the stored copy, stale
 /// (stale-if-error), as a request that made the refetch would. It used to get the origin's
-/// 500.
+/// 500. Not when the refetch brought a new version: the old one's slices are going, and a
+/// stale copy of several slices would be cut after its first.
 #[test]
 fn a_request_joining_a_refetch_already_stale_still_gets_stale_if_error() {
     let o = FaultOrigin::start();
@@ -1527,37 +1528,63 @@ fn a_request_joining_a_refetch_already_stale_still_gets_stale_if_error() {
         &[o.url()],
         &d.path().join("cache"),
         "read_timeout_ms = 5000",
-        "",
+        SLICED,
     );
     let n = Node::start(&cfg);
-    let body = pattern(5000, 3);
+    let cc = "max-age=1, stale-while-revalidate=0";
+    // No validators: the refetch is a plain GET (no 304), the same version (same size).
+    let small = pattern(5000, 3);
     o.put(
         "/live.m3u8",
-        Object::new(body.clone()).cache_control("max-age=1, stale-while-revalidate=0"),
+        Object::new(small.clone()).no_validators().cache_control(cc),
     );
-    assert_eq!(xcache(&get(&n, "/live.m3u8", "")), "MISS");
+    // Compressed, varying by Accept-Encoding.
+    let gz = pattern(4000, 4);
+    o.put(
+        "/gz.txt",
+        Object::new(gz.clone())
+            .no_validators()
+            .cache_control(cc)
+            .header("Content-Encoding", "gzip")
+            .header("Vary", "Accept-Encoding"),
+    );
+    // Three slices, whose refetch brings a new version.
+    let big = pattern(3 * SLICE, 5);
+    o.put(
+        "/big.bin",
+        Object::version(big.clone(), 1).cache_control(cc),
+    );
+    for p in ["/live.m3u8", "/big.bin", "/gz.txt"] {
+        assert_eq!(xcache(&get(&n, p, "")), "MISS");
+    }
+    settle(&n);
     std::thread::sleep(Duration::from_millis(1200));
-    // The refetch: a new version (no 304), whose head comes at once and body stalls.
+    // The refetches: their heads come at once, their bodies stall.
     o.put(
-        "/live.m3u8",
-        Object::version(pattern(5000, 4), 2).cache_control("max-age=1, stale-while-revalidate=0"),
+        "/big.bin",
+        Object::version(pattern(3 * SLICE, 6), 2).cache_control(cc),
     );
-    o.fault("/live.m3u8", Fault::StallAfter(100));
-    let addr = n.srv.addr;
-    let first = std::thread::spawn(move || {
-        common::Conn::new(addr)
-            .request("GET", "/live.m3u8", &[])
-            .map(|r| r.status)
-    });
-    assert!(common::wait_until(Duration::from_secs(2), || o
-        .requests("/live.m3u8")
-        == 2));
-    // Its answer is stale now; the origin fails.
+    let mut first = Vec::new();
+    for (p, asked) in [("/live.m3u8", 2), ("/big.bin", 4), ("/gz.txt", 2)] {
+        o.fault(p, Fault::StallAfter(100));
+        let addr = n.srv.addr;
+        first.push(std::thread::spawn(move || {
+            common::Conn::new(addr)
+                .request("GET", p, &[])
+                .map(|r| r.status)
+        }));
+        assert!(
+            common::wait_until(Duration::from_secs(2), || o.requests(p) >= asked),
+            "{p}: {} requests",
+            o.requests(p)
+        );
+    }
+    // Their answers are stale now; the origin fails.
     std::thread::sleep(Duration::from_millis(1300));
     o.fault("/live.m3u8", Fault::Status(500));
     let r = get(&n, "/live.m3u8", "");
     assert_eq!((r.status, xcache(&r)), (200, "STALE"), "{}", n.srv.logs());
-    assert!(r.body == body);
+    assert!(r.body == small);
     assert_eq!(o.requests("/live.m3u8"), 3, "asked the origin itself");
     // No answer at all: stale too.
     o.fault("/live.m3u8", Fault::CloseBeforeHead);
@@ -1567,9 +1594,19 @@ fn a_request_joining_a_refetch_already_stale_still_gets_stale_if_error() {
     o.fault("/live.m3u8", Fault::Status(503));
     let r = get(&n, "/live.m3u8", "Range: bytes=1000-1999\r\n");
     assert_eq!((r.status, xcache(&r)), (206, "STALE"));
-    assert!(r.body == body[1000..2000]);
-    o.clear_fault("/live.m3u8");
-    // (The first request ends with the node: not waited for.)
+    assert!(r.body == small[1000..2000]);
+    // The old version of the object of several slices is not served: the origin's answer is.
+    o.fault("/big.bin", Fault::Status(500));
+    let r = get(&n, "/big.bin", "");
+    assert_eq!((r.status, xcache(&r)), (500, "MISS"), "{}", n.srv.logs());
+    // A stale copy in a coding the client refuses is not its copy (RFC 9111 §4.1).
+    o.fault("/gz.txt", Fault::Status(500));
+    let r = get(&n, "/gz.txt", "Accept-Encoding: identity\r\n");
+    assert_eq!((r.status, xcache(&r)), (500, "BYPASS"), "{}", n.srv.logs());
+    let r = get(&n, "/gz.txt", "Accept-Encoding: gzip\r\n");
+    assert_eq!((r.status, xcache(&r)), (200, "STALE"));
+    assert!(r.body == gz);
+    // (The first requests end with the node: not waited for.)
     drop(first);
 }
 
@@ -2326,6 +2363,60 @@ fn a_later_slice_that_cannot_be_opened_for_a_moment_is_waited_for_not_cut() {
         .srv
         .logs()
         .contains("cannot open a cache entry now (kept)"));
+}
+
+/// An entry that cannot be opened for want of descriptors makes the volume close a few of the
+/// entries it keeps open for later requests (nobody using them), so that the next try can
+/// open: descriptors a response needs now are worth more than ones kept for later.
+#[cfg(feature = "failpoints")]
+#[test]
+fn an_entry_that_cannot_be_opened_sheds_entries_kept_open() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cache = d.path().join("cache");
+    let cfg = config(&[o.url()], &cache, "", "");
+    let objects: Vec<(String, Vec<u8>)> = (0..11)
+        .map(|i| (format!("/o{i}.bin"), pattern(1000, i)))
+        .collect();
+    for (p, b) in &objects {
+        o.put(p, Object::new(b.clone()));
+    }
+    let refs: Vec<(&str, &[u8])> = objects
+        .iter()
+        .map(|(p, b)| (p.as_str(), b.as_slice()))
+        .collect();
+    stored_then_stopped(&cfg, &refs);
+    // Ten open (and kept open), the eleventh fails.
+    let n = Node::start_with_env(
+        &cfg,
+        &[("FAILPOINTS", "cache_open=10*off->1*return(emfile)")],
+    );
+    assert!(n
+        .srv
+        .wait_log("cache index rebuilt", Duration::from_secs(5)));
+    let cache = std::fs::canonicalize(&cache).expect("cache dir");
+    let kept_open = || {
+        std::fs::read_dir(format!("/proc/{}/fd", n.srv.pid()))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter_map(|e| std::fs::read_link(e.path()).ok())
+                    .filter(|l| l.starts_with(&cache) && !l.ends_with(".lock"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    // (The cache directory itself and its `.tmp` are open too.)
+    let base = kept_open();
+    for (p, b) in &objects[..10] {
+        let r = get(&n, p, "");
+        assert_eq!(xcache(&r), "HIT", "{p}");
+        assert!(r.body == *b);
+    }
+    assert_eq!(kept_open(), base + 10);
+    assert_eq!(get(&n, &objects[10].0, "").status, 503);
+    assert_eq!(kept_open(), base + 6, "four entries kept open were closed");
+    let r = get(&n, &objects[10].0, "");
+    assert_eq!(xcache(&r), "HIT");
 }
 
 /// Out of descriptors for a while, every request meets it: the warning is logged once a

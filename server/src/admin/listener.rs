@@ -52,6 +52,8 @@ struct Open {
 
 struct Slot {
     id: u64,
+    /// When it was accepted ([`super::activity::now_ms`]).
+    accepted_ms: i64,
     activity: Arc<Activity>,
     task: tokio::task::AbortHandle,
 }
@@ -65,15 +67,24 @@ fn lock(t: &Table) -> std::sync::MutexGuard<'_, Open> {
 /// Makes room for one more connection: true when there is room, or the oldest connection not
 /// being answered was closed for it.
 fn room(t: &Table) -> bool {
-    lock(t).slots.len() < MAX_CONNECTIONS || close_oldest_idle(t)
+    lock(t).slots.len() < MAX_CONNECTIONS || close_oldest_idle(t, 0)
 }
 
-/// Close the oldest connection not being answered (its task aborted: its socket goes when the
-/// runtime drops the task); false when every one is being answered.
-fn close_oldest_idle(t: &Table) -> bool {
+/// A connection accepted this recently is not closed for want of descriptors: its request may
+/// be there, not yet handled (under a burst of probes and scrapes, each new one closed the one
+/// before).
+const SETTLING_MS: i64 = 250;
+
+/// Close the oldest connection not being answered and accepted at least `min_age_ms` ago (its
+/// task aborted: its socket goes when the runtime drops the task); false when there is none.
+fn close_oldest_idle(t: &Table, min_age_ms: i64) -> bool {
     let mut open = lock(t);
     let now = super::activity::now_ms();
-    match open.slots.iter().position(|s| !s.activity.busy(now)) {
+    match open
+        .slots
+        .iter()
+        .position(|s| now - s.accepted_ms >= min_age_ms && !s.activity.busy(now))
+    {
         Some(i) => {
             if let Some(s) = open.slots.remove(i) {
                 s.task.abort();
@@ -104,6 +115,7 @@ fn start(
     });
     open.slots.push_back(Slot {
         id,
+        accepted_ms: super::activity::now_ms(),
         activity,
         task: task.abort_handle(),
     });
@@ -146,7 +158,7 @@ pub async fn serve(
                 }
                 // A descriptor an idle admin connection holds is worth more to the connection
                 // waiting (a probe): the oldest goes, and its number is free for the next turn.
-                if close_oldest_idle(&table) {
+                if close_oldest_idle(&table, SETTLING_MS) {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 // Let the spare go for one connection (if it is not in use already).

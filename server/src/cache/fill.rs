@@ -983,8 +983,9 @@ impl Fill {
         if e.raw_os_error() == Some(libc::ENOSPC) {
             cv.disk_full();
         } else {
-            // (Once a second at most: out of descriptors, every fill meets it.)
-            if crate::logging::once_a_second(&LAST_STORE_FAILED_LOG) {
+            // (Out of descriptors, once a second at most: every fill meets it then.)
+            let shortage = crate::descriptors::out_of_descriptors(e);
+            if !shortage || crate::logging::once_a_second(&LAST_STORE_FAILED_LOG) {
                 tracing::warn!(volume = %cv.name, entry = %self.id.rel_path(), error = %e, "cannot store cache entry");
             }
         }

@@ -108,13 +108,14 @@ impl Source {
     }
 }
 
-/// The first slice, decided.
 /// A later slice of a response under way that cannot be opened for want of descriptors is
-/// asked for again this many times, this long apart (a second in all), before the response is
-/// cut.
-const UNAVAILABLE_TRIES: u32 = 50;
-const UNAVAILABLE_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+/// asked for again this many times ([`UNAVAILABLE_PAUSE`] apart: five seconds in all; each
+/// failed try closes a few entries kept open for later requests) before the response is cut.
+const UNAVAILABLE_TRIES: u32 = 100;
+/// The pause between two of those tries.
+const UNAVAILABLE_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// The first slice, decided.
 enum First {
     Serve(Source, CacheStatus),
     /// Stream this origin answer through unchanged (not storable).
@@ -603,9 +604,6 @@ impl Ctx<'_> {
             // Stale at once, it is revalidated like any stale entry (REVALIDATED on a 304).
             FillFor::Stored(s) => match self.fill(s.id.slice, Some(s.clone()), false) {
                 FillFor::Fill(fill, joined) => (fill, joined, Some(s)),
-                FillFor::Stored(_) if now_ms < s.meta.stale_if_error_until_ms => {
-                    return First::FetchThroughElseStale(s)
-                }
                 FillFor::Stored(_) => return First::FetchThrough(CacheStatus::Miss),
                 FillFor::Collision => return First::FetchThrough(CacheStatus::Bypass),
             },
@@ -633,10 +631,12 @@ impl Ctx<'_> {
         };
         match p {
             Progress::Waiting => unreachable!("loop ends on another state"),
+            // (The stored copy only while it is the version the origin last gave: a newer one
+            // made its slices go, the first maybe the only one left.)
             Progress::Body { head, .. }
                 if joined && !before_head && now_ms >= head.meta.fresh_until_ms =>
             {
-                match stale_ok(&stale) {
+                match stale_ok(&stale).filter(|s| s.meta.same_version(&head.meta)) {
                     Some(s) => First::FetchThroughElseStale(s),
                     None => First::FetchThrough(CacheStatus::Miss),
                 }
@@ -1660,7 +1660,9 @@ impl Ctx<'_> {
         }
         match first {
             First::Serve(src, _) => !self.takes_stored_coding(&src.meta().headers),
-            First::PastEnd(s0) => !self.takes_stored_coding(&s0.meta.headers),
+            First::PastEnd(s0) | First::FetchThroughElseStale(s0) => {
+                !self.takes_stored_coding(&s0.meta.headers)
+            }
             First::PassThrough(resp, _) => !self.takes_coding(
                 head_values(&resp.headers, "vary"),
                 head_values(&resp.headers, "content-encoding"),
@@ -1711,22 +1713,22 @@ impl Ctx<'_> {
     /// [`First::FetchThroughElseStale`]: [`Self::fetch_through`] (a MISS), unless the origin
     /// fails (a 5xx, a timeout, no connection), when `stale` is served (STALE).
     async fn fetch_through_else_stale(&self, stale: Arc<Stored>) -> Served {
-        let got = self.route.origin.fetch(self.through_request()).await;
-        match got {
+        match self.route.origin.fetch(self.through_request()).await {
             Ok(resp) if resp.status < 500 => {
                 self.cv.count(CacheStatus::Miss);
-                self.pass_through(resp, CacheStatus::Miss).await
+                return self.pass_through(resp, CacheStatus::Miss).await;
             }
             Err(e @ OriginError::Request { .. }) => {
                 self.cv.count(CacheStatus::Miss);
-                self.origin_error(&e, CacheStatus::Miss).await
+                return self.origin_error(&e, CacheStatus::Miss).await;
             }
-            _ => {
-                let slice = stale.id.slice;
-                self.serve(Source::Stored(stale), slice, CacheStatus::Stale)
-                    .await
-            }
+            // The origin's error answer (and its connection) goes now, not after the stale
+            // copy is sent.
+            Ok(_) | Err(_) => {}
         }
+        let slice = stale.id.slice;
+        self.serve(Source::Stored(stale), slice, CacheStatus::Stale)
+            .await
     }
 
     /// The answer to a request passed through when the origin gave none.

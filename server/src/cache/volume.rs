@@ -24,8 +24,8 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// When "cannot open a cache entry now" was last logged.
-static LAST_UNAVAILABLE_LOG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Open entries closed when one cannot be opened for want of descriptors.
+const SHED_ON_SHORTAGE: usize = 4;
 
 /// Open entries kept per volume (descriptors + parsed headers of recently served slices), at
 /// most: fewer when the volume's share of RLIMIT_NOFILE is smaller
@@ -236,6 +236,8 @@ pub struct CacheVolume<F> {
     /// Every fill running, joinable or not (a purge finds those of the objects it removes).
     running: Mutex<Vec<Arc<F>>>,
     open: Mutex<IndexMap<EntryId, Arc<Stored>>>,
+    /// When "cannot open a cache entry now" was last logged for this volume.
+    last_unavailable_log: std::sync::atomic::AtomicU64,
     /// How many entries `open` keeps.
     open_max: usize,
     /// Draws of the entry a full `open` gives up ([`Self::keep_open`]).
@@ -351,6 +353,7 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
             fills: Mutex::new(HashMap::new()),
             running: Mutex::new(Vec::new()),
             open: Mutex::new(IndexMap::new()),
+            last_unavailable_log: std::sync::atomic::AtomicU64::new(0),
             open_max,
             open_draws: std::sync::atomic::AtomicU64::new(0),
             max_size,
@@ -432,9 +435,13 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
             Err(EntryError::Collision) => Ok(Found::Collision),
             // The node's own shortage says nothing of the file: it is not deleted.
             Err(EntryError::Io(e)) if transient(&e) => {
+                // Descriptors kept open for later requests are worth less than this one's: a
+                // few go, so that its next try (a response under way waits for its next
+                // slice) can open.
+                let shed = self.shed_open(SHED_ON_SHORTAGE);
                 // (Once a second at most: while it lasts, every request meets it.)
-                if crate::logging::once_a_second(&LAST_UNAVAILABLE_LOG) {
-                    tracing::warn!(volume = %self.name, entry = %id.rel_path(), error = %e, "cannot open a cache entry now (kept)");
+                if crate::logging::once_a_second(&self.last_unavailable_log) {
+                    tracing::warn!(volume = %self.name, entry = %id.rel_path(), error = %e, shed, "cannot open a cache entry now (kept); closed entries kept open for later requests");
                 }
                 Ok(Found::Unavailable)
             }
@@ -527,6 +534,26 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
     /// at the index, so an entry deleted while it was being opened or committed (by another
     /// loop) cannot stay open, served from a deleted file that no purge reaches. Without
     /// `replace`, an entry already open for the id (committed meanwhile) stays.
+    /// Close up to `n` open entries nobody is using (only this table holds them); how many
+    /// were closed.
+    fn shed_open(&self, n: usize) -> usize {
+        let mut open = lock(&self.open);
+        let mut closed = 0;
+        let mut i = 0;
+        while closed < n && i < open.len() {
+            let unused = open
+                .get_index(i)
+                .is_some_and(|(_, s)| Arc::strong_count(s) == 1 && Arc::strong_count(&s.fd) == 1);
+            if unused {
+                open.shift_remove_index(i);
+                closed += 1;
+            } else {
+                i += 1;
+            }
+        }
+        closed
+    }
+
     fn keep_open(&self, s: Arc<Stored>, replace: bool) {
         {
             let mut open = lock(&self.open);

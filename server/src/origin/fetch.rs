@@ -18,10 +18,10 @@ use http::header::{
 use http::HeaderValue;
 use http_body_util::Empty;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// When an origin request not sent for want of descriptors was last logged.
 static LAST_NO_DESCRIPTORS_LOG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-use std::time::Instant;
 
 const UA: &str = concat!("content-server/", env!("CARGO_PKG_VERSION"));
 
