@@ -21,8 +21,8 @@ pub const LAYERS: &[&[&str]] = &[
     &["admin"],
     &["cache"],
     &["volume"],
-    &["logging", "origin", "pool", "resolve"],
-    &["bind", "fs", "http"],
+    &["origin", "pool", "resolve"],
+    &["bind", "fs", "http", "logging"],
     &[
         "config",
         "descriptors",
