@@ -599,7 +599,9 @@ def test_kind_script_names_match_the_operator_and_server() -> None:
     text = KIND_SCRIPT.read_text()
     src = "\n".join(p.read_text() for p in OPERATOR_SRC.rglob("*.rs"))
     # Ports and labels the script looks up by name.
-    assert 'name: Some("http".into())' in src and 'name: Some("metrics".into())' in src
+    assert 'HTTP_PORT: &str = "http"' in src and 'METRICS_PORT: &str = "metrics"' in src
+    assert "name: Some(super::HTTP_PORT.into())" in src
+    assert "name: Some(super::METRICS_PORT.into())" in src
     assert 'INSTANCE_LABEL: &str = "app.kubernetes.io/instance"' in src
     assert "app.kubernetes.io/instance=$CS_NAME" in text
     # Service and StatefulSet named after the ContentServer; claim-template volumes are vol-NAME.
