@@ -511,18 +511,27 @@ fn idle_keep_alive_connections_make_room_for_new_ones_at_max_connections() {
 /// second to answer): its status, or why there was none, and how long it took.
 fn probe_health(admin: std::net::SocketAddr) -> (String, Duration) {
     let t = Instant::now();
+    let request = b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    let status = status_of(admin, request, Duration::from_secs(1), false);
+    (status, t.elapsed())
+}
+
+/// Send `request` on a new connection to `addr` (connect and each read given `within`): the
+/// status code of the answer, or the kind of error that came instead. With `to_end`, the rest
+/// is read to the close too (an error there, a reset, is the result).
+fn status_of(addr: std::net::SocketAddr, request: &[u8], within: Duration, to_end: bool) -> String {
     let answer = (|| -> std::io::Result<String> {
-        let mut c = std::net::TcpStream::connect_timeout(&admin, Duration::from_secs(1))?;
-        c.set_read_timeout(Some(Duration::from_secs(1)))?;
-        c.write_all(b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")?;
+        let mut c = std::net::TcpStream::connect_timeout(&addr, within)?;
+        c.set_read_timeout(Some(within))?;
+        c.write_all(request)?;
         let mut line = [0u8; 12];
         c.read_exact(&mut line)?;
+        if to_end {
+            c.read_to_end(&mut Vec::new())?;
+        }
         Ok(String::from_utf8_lossy(&line[9..12]).to_string())
     })();
-    (
-        answer.unwrap_or_else(|e| format!("{:?}", e.kind())),
-        t.elapsed(),
-    )
+    answer.unwrap_or_else(|e| format!("{:?}", e.kind()))
 }
 
 /// `n` probes ([`probe_health`]), 100 ms apart.
@@ -563,16 +572,8 @@ fn the_admin_port_answers_every_probe_while_new_connections_storm_a_full_descrip
             std::thread::spawn(move || {
                 let mut statuses = std::collections::BTreeMap::<String, u32>::new();
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let status = (|| -> std::io::Result<String> {
-                        let mut c =
-                            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-                        c.set_read_timeout(Some(Duration::from_secs(2)))?;
-                        c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")?;
-                        let mut line = [0u8; 12];
-                        c.read_exact(&mut line)?;
-                        Ok(String::from_utf8_lossy(&line[9..12]).to_string())
-                    })()
-                    .unwrap_or_else(|e| format!("{:?}", e.kind()));
+                    let request = b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n";
+                    let status = status_of(addr, request, Duration::from_secs(2), false);
                     *statuses.entry(status).or_insert(0) += 1;
                     std::thread::sleep(Duration::from_millis(5));
                 }
@@ -650,20 +651,9 @@ fn a_burst_of_admin_requests_out_of_descriptors_resets_none() {
                 let path = if i % 2 == 0 { "/healthz" } else { "/metrics" };
                 let mut answers = std::collections::BTreeMap::<String, u32>::new();
                 while Instant::now() < until {
-                    let answer = (|| -> std::io::Result<String> {
-                        let mut c = std::net::TcpStream::connect(admin)?;
-                        c.set_read_timeout(Some(Duration::from_secs(2)))?;
-                        c.write_all(
-                            format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-                                .as_bytes(),
-                        )?;
-                        let mut line = [0u8; 12];
-                        c.read_exact(&mut line)?;
-                        let mut rest = Vec::new();
-                        c.read_to_end(&mut rest)?;
-                        Ok(String::from_utf8_lossy(&line[9..12]).to_string())
-                    })()
-                    .unwrap_or_else(|e| format!("{:?}", e.kind()));
+                    let request =
+                        format!("GET {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+                    let answer = status_of(admin, request.as_bytes(), Duration::from_secs(2), true);
                     *answers.entry(answer).or_insert(0) += 1;
                 }
                 answers
