@@ -543,7 +543,7 @@ impl Store {
                         found.push(id);
                     }
                 }
-                Err(Errno::MFILE | Errno::NFILE | Errno::NOMEM) => unread += 1,
+                Err(e) if node_short_of(&io_err(e)) => unread += 1,
                 Err(_) => {}
             }
         }
@@ -555,6 +555,11 @@ impl Store {
         let s = rustix::fs::fstatvfs(&self.dir().root).map_err(io_err)?;
         Ok((s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize))
     }
+}
+
+/// An error of this node's resources, not of the file: out of descriptors or memory.
+pub fn node_short_of(e: &io::Error) -> bool {
+    crate::descriptors::out_of_descriptors(e) || e.raw_os_error() == Some(libc::ENOMEM)
 }
 
 /// The lock file of `dir` when a running process holds it (tried with a shared lock, let go at

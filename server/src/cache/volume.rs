@@ -434,7 +434,7 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
             }
             Err(EntryError::Collision) => Ok(Found::Collision),
             // The node's own shortage says nothing of the file: it is not deleted.
-            Err(EntryError::Io(e)) if transient(&e) => {
+            Err(EntryError::Io(e)) if super::store::node_short_of(&e) => {
                 // Descriptors kept open for later requests are worth less than this one's: a
                 // few go, so that its next try (a response under way waits for its next
                 // slice) can open.
@@ -545,7 +545,8 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
                 .get_index(i)
                 .is_some_and(|(_, s)| Arc::strong_count(s) == 1 && Arc::strong_count(&s.fd) == 1);
             if unused {
-                open.shift_remove_index(i);
+                // (The last entry takes its place: looked at next.)
+                open.swap_remove_index(i);
                 closed += 1;
             } else {
                 i += 1;
@@ -1050,11 +1051,6 @@ fn ten_percent_free_limit(store: &Store, used: u64) -> u64 {
         }
         Err(_) => used,
     }
-}
-
-/// An error of this node's resources, not of the file: out of descriptors or memory.
-fn transient(e: &std::io::Error) -> bool {
-    crate::descriptors::out_of_descriptors(e) || e.raw_os_error() == Some(libc::ENOMEM)
 }
 
 #[cfg(test)]
