@@ -529,11 +529,6 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
         self.keep_open(s, true);
     }
 
-    /// Keep `s` open unless it left the index meanwhile. An eviction or a purge takes an entry
-    /// out of the index and then out of this table; this puts it in the table and then looks
-    /// at the index, so an entry deleted while it was being opened or committed (by another
-    /// loop) cannot stay open, served from a deleted file that no purge reaches. Without
-    /// `replace`, an entry already open for the id (committed meanwhile) stays.
     /// Close up to `n` open entries nobody is using (only this table holds them); how many
     /// were closed.
     fn shed_open(&self, n: usize) -> usize {
@@ -555,6 +550,11 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
         closed
     }
 
+    /// Keep `s` open unless it left the index meanwhile. An eviction or a purge takes an entry
+    /// out of the index and then out of this table; this puts it in the table and then looks
+    /// at the index, so an entry deleted while it was being opened or committed (by another
+    /// loop) cannot stay open, served from a deleted file that no purge reaches. Without
+    /// `replace`, an entry already open for the id (committed meanwhile) stays.
     fn keep_open(&self, s: Arc<Stored>, replace: bool) {
         {
             let mut open = lock(&self.open);
