@@ -3413,6 +3413,64 @@ fn a_purge_on_a_busy_pool_still_removes_the_object() {
     assert_eq!(xcache(&r), "MISS", "the purged object was served");
 }
 
+/// A 304 does not make its requests wait for the entry's rewrite (which copies the body: a
+/// whole object of gigabytes on a volume with `slice_size = 0`): they are served the stored
+/// file with the new freshness at once, and so are the requests that come while it runs. A
+/// purge during the rewrite waits for it, so the rewritten entry does not bring the object
+/// back. The rewrite's commit is held 1.5 s here; the 304 used to be answered after it.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_304_is_answered_before_the_entry_is_rewritten() {
+    let o = FaultOrigin::start();
+    let dir = common::tempdir();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let mut cfg = config(&[o.url()], &dir.path().join("cache"), "", "slice_size = 0");
+    cfg.admin.purge_token_file = token.display().to_string();
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_commit=sleep(1500)")]);
+    let body = pattern(300_000, 3);
+    let cc = "max-age=1, stale-while-revalidate=0";
+    o.put("/w.bin", Object::new(body.clone()).cache_control(cc));
+    assert_eq!(xcache(&get(&n, "/w.bin", "")), "MISS");
+    wait_committed(&n);
+    std::thread::sleep(Duration::from_millis(1100));
+    let t = Instant::now();
+    let r = get(&n, "/w.bin", "");
+    let took = t.elapsed();
+    assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"));
+    assert!(r.body == body);
+    assert!(
+        took < Duration::from_millis(1000),
+        "the 304 was answered after {took:?} (the rewrite takes 1.5 s)"
+    );
+    // While the rewrite runs: fresh, from the stored file.
+    let r = get(&n, "/w.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == body);
+    assert_eq!(o.requests("/w.bin"), 2);
+    // Rewritten, stale again, revalidated again; a purge comes during that rewrite.
+    wait_committed(&n);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(xcache(&get(&n, "/w.bin", "")), "REVALIDATED");
+    let t = Instant::now();
+    let r = admin(&n, "POST", "/cache/purge?key=/w.bin", PURGE_AUTH);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(
+        t.elapsed() > Duration::from_millis(700),
+        "the purge did not wait for the rewrite ({:?})",
+        t.elapsed()
+    );
+    wait_committed(&n);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = get(&n, "/w.bin", "");
+    assert_eq!(
+        xcache(&r),
+        "MISS",
+        "the purged object came back with its rewrite"
+    );
+    assert!(r.body == body);
+}
+
 /// A cache volume whose pool is full never leaves a fill's temporary file behind: the commit
 /// of a fetched and written body is not refused (refused, it dropped the file, which stayed
 /// until a restart; enough of them filled the disk and shut the cache off).

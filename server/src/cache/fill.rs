@@ -17,7 +17,8 @@
 //! head is first resumed (up to [`RESUMES_MAX`] times) with a Range request for the rest,
 //! taken only when the origin answers it with the same version, so the waiters get the whole
 //! slice and nothing fetched is fetched twice. A conditional fill (revalidation)
-//! that gets 304 rewrites the entry's header with the new freshness, without its body.
+//! that gets 304 rewrites the entry's header with the new freshness, without fetching its body;
+//! its requests are served the stored file at once, not after the rewrite (which copies it).
 //! A purge of the object while the fill runs ([`Fill::purge`]) keeps what it fetched out of the
 //! cache: the fill still feeds its waiters but stores (or refreshes) nothing. It must not write
 //! to client sockets.
@@ -161,8 +162,10 @@ pub enum Progress {
         avail: u64,
         done: bool,
     },
-    /// The revalidation got 304: serve this entry (refreshed).
-    Refreshed(Arc<Stored>),
+    /// The revalidation got 304: serve this entry (refreshed). `storing`: its header is being
+    /// rewritten (the entry's body is copied with it; a purge waits for that to end), and this
+    /// is the stored file with the new freshness, which the waiters need not wait for.
+    Refreshed { stored: Arc<Stored>, storing: bool },
     /// Not storable (or not cacheable as slices), origin status `status`: the first request to
     /// [`Fill::take_response`] streams the origin's answer through, the others ask the origin
     /// themselves (a private answer is never shared). `refused`: storable, but not stored this
@@ -341,6 +344,7 @@ impl Fill {
         let ended = rx.wait_for(|p| match p {
             Progress::Waiting => false,
             Progress::Body { done, .. } => *done,
+            Progress::Refreshed { storing, .. } => !*storing,
             _ => true,
         });
         if tokio::time::timeout(PURGE_WAIT, ended).await.is_err() {
@@ -689,7 +693,10 @@ impl Fill {
                 meta.stale_while_revalidate_until_ms = now;
                 meta.stale_if_error_until_ms = now;
                 meta.headers = kept_headers(&merged, origin, now);
-                self.publish(Progress::Refreshed(Arc::new(old.with_meta(Arc::new(meta)))));
+                self.publish(Progress::Refreshed {
+                    stored: Arc::new(old.with_meta(Arc::new(meta))),
+                    storing: false,
+                });
                 // (Not when purged meanwhile: a newer copy may be stored since.)
                 if !authorized && !self.purged() {
                     tracing::debug!(volume = %cv.name, target = %job.target, why = why.as_str(), "revalidated but no longer storable; the object is withdrawn");
@@ -703,8 +710,20 @@ impl Fill {
             // Purged meanwhile (or the 304's fields made the header too long to store): answer
             // the waiters from the old body, store nothing.
             let s = Arc::new(old.with_meta(Arc::new(meta)));
-            return self.publish(Progress::Refreshed(s));
+            return self.publish(Progress::Refreshed {
+                stored: s,
+                storing: false,
+            });
         }
+        // The waiters (and new requests) are served the file they have, with the new
+        // freshness, while the header is rewritten: the rewrite copies the body (a whole object
+        // of gigabytes on a volume with `slice_size = 0`), and a 304 must not cost its wait.
+        let now_refreshed = Arc::new(old.with_meta(Arc::new(meta.clone())));
+        cv.remember(now_refreshed.clone());
+        self.publish(Progress::Refreshed {
+            stored: now_refreshed.clone(),
+            storing: true,
+        });
         let store = cv.store.clone();
         let (id, old_fd, off, m) = (old.id, old.fd.clone(), old.body_offset, meta.clone());
         let written = cv
@@ -720,7 +739,7 @@ impl Fill {
             // not kept (it would be served as stored while no file holds it).
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
                 tracing::debug!(volume = %cv.name, target = %job.target, "revalidated entry removed meanwhile; not stored again");
-                Arc::new(old.with_meta(Arc::new(meta)))
+                now_refreshed
             }
             other => {
                 if let Ok(Err(e)) = &other {
@@ -728,13 +747,15 @@ impl Fill {
                         cv.disk_full();
                     }
                 }
-                // Serve the old body with the new freshness; the file keeps the old header.
-                let s = Arc::new(old.with_meta(Arc::new(meta)));
-                cv.remember(s.clone());
-                s
+                // The old body is served with the new freshness (it is remembered so); the
+                // file keeps the old header.
+                now_refreshed
             }
         };
-        self.publish(Progress::Refreshed(stored));
+        self.publish(Progress::Refreshed {
+            stored,
+            storing: false,
+        });
     }
 
     async fn body(

@@ -255,7 +255,7 @@ async fn follow(fill: Arc<Fill>, reader: super::fill::FillReader) -> Result<Sour
         match p {
             Progress::Waiting => {}
             Progress::Body { head, .. } => return Ok(Source::Fill(reader, head)),
-            Progress::Refreshed(s) => return Ok(Source::Stored(s)),
+            Progress::Refreshed { stored, .. } => return Ok(Source::Stored(stored)),
             // A later slice stored nowhere and too large to hold: the next request retries.
             Progress::Bypass { refused: true, .. } => return Err(Unavailable::Origin),
             Progress::Bypass { status, .. } if status < 500 => return Err(Unavailable::NotASlice),
@@ -658,7 +658,9 @@ impl Ctx<'_> {
                 };
                 First::Serve(Source::Fill(fill.reader(0), head), status)
             }
-            Progress::Refreshed(s) => First::Serve(Source::Stored(s), CacheStatus::Revalidated),
+            Progress::Refreshed { stored, .. } => {
+                First::Serve(Source::Stored(stored), CacheStatus::Revalidated)
+            }
             Progress::Bypass { status, .. } if status >= 500 => match stale_ok(&stale) {
                 Some(s) => First::Serve(Source::Stored(s), CacheStatus::Stale),
                 None => match fill.take_response() {
