@@ -216,7 +216,7 @@ def _cel_variants() -> dict[str, tuple[dict, str]]:
 
     d = _example("media-node.yaml")
     d["spec"]["routes"][0]["split"][0]["percent"] = 70.0
-    out["split-over-100"] = (d, "split percentages must add up to at most 100")
+    out["split-over-100"] = (d, "split percentages must add up to 100")
 
     d = _example("media-node.yaml")
     d["spec"]["routes"][0]["split"][0].pop("percent")

@@ -209,11 +209,12 @@ pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
             "must differ from spec.server.port".into(),
         );
     }
-    if spec.service.port == spec.metrics.port {
-        // The Service has a port for each: Kubernetes refuses two with the same number.
+    if spec.service.port == spec.metrics.port && !spec.service.type_.published() {
+        // A ClusterIP Service has a port for each: Kubernetes refuses two with the same
+        // number. (A published one carries only `http`; metrics have a Service of their own.)
         push(
             "spec.service.port".into(),
-            "must differ from spec.metrics.port (the Service exposes both)".into(),
+            "must differ from spec.metrics.port (a ClusterIP Service exposes both)".into(),
         );
     }
     match &spec.pdb.max_unavailable {

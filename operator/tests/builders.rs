@@ -1222,6 +1222,18 @@ fn image_cache_volumes_and_a_service_port_on_the_metrics_port_are_reported() {
     let errs = validate(&cs.spec);
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].field, "spec.service.port");
+    // Published, the client Service carries only `http`: the same number is no clash, and the
+    // children are built with one port each.
+    cs.spec.service.type_ = content_operator::crd::ServiceType::LoadBalancer;
+    assert_eq!(validate(&cs.spec), Vec::new());
+    let client = content_operator::builders::service::service(&cs);
+    let ports = client.spec.and_then(|s| s.ports).unwrap_or_default();
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    assert_eq!(ports[0].port, cs.spec.metrics.port);
+    let metrics =
+        content_operator::builders::service::metrics_service(&cs).expect("metrics Service");
+    let ports = metrics.spec.and_then(|s| s.ports).unwrap_or_default();
+    assert_eq!(ports.len(), 1, "{ports:?}");
 }
 
 /// One error per spec, on its field.

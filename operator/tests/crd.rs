@@ -356,7 +356,7 @@ fn cel_rejects_routes_to_unknown_volumes() {
 fn cel_rejects_split_over_100_percent_and_accepts_exactly_100() {
     let mut obj = defaulted("media-node.yaml");
     obj["spec"]["routes"][0]["split"][1]["percent"] = json!(70.5);
-    assert_rejected(&obj, "split percentages must add up to at most 100");
+    assert_rejected(&obj, "split percentages must add up to 100");
     obj["spec"]["routes"][0]["split"][1]["percent"] = json!(33.3);
     obj["spec"]["routes"][0]["split"][2]["percent"] = json!(33.4);
     assert_eq!(
@@ -365,7 +365,7 @@ fn cel_rejects_split_over_100_percent_and_accepts_exactly_100() {
         "33.3 + 33.3 + 33.4 is fine"
     );
     obj["spec"]["routes"][0]["split"][2]["percent"] = json!(50);
-    assert_rejected(&obj, "split percentages must add up to at most 100");
+    assert_rejected(&obj, "split percentages must add up to 100");
     // Shares that are 100 exactly but whose float sum is a rounding over it,
     // 100.00000000000001 (the server allows the same 1e-9 margin).
     obj["spec"]["routes"][0]["split"] = json!([
@@ -373,6 +373,27 @@ fn cel_rejects_split_over_100_percent_and_accepts_exactly_100() {
         {"volume": "disk2", "percent": 64.93},
         {"volume": "disk3", "percent": 9.4}
     ]);
+    assert_eq!(cel_errors(&obj), Vec::<String>::new());
+    // Less than 100 with every target's percent given: the server refuses it (a share of
+    // the URIs would go nowhere), so the API server must too.
+    obj["spec"]["routes"][0]["split"] = json!([
+        {"volume": "disk1", "percent": 30},
+        {"volume": "disk2", "percent": 30}
+    ]);
+    assert_rejected(&obj, "split percentages must add up to 100");
+    // The rest taken by the last target: the others must leave it a share.
+    obj["spec"]["routes"][0]["split"] = json!([
+        {"volume": "disk1", "percent": 100},
+        {"volume": "disk2"}
+    ]);
+    assert_rejected(&obj, "split percentages must add up to 100");
+    obj["spec"]["routes"][0]["split"][0]["percent"] = json!(99.9999);
+    assert_eq!(
+        cel_errors(&obj),
+        Vec::<String>::new(),
+        "the smallest share is left"
+    );
+    obj["spec"]["routes"][0]["split"][0]["percent"] = json!(40);
     assert_eq!(cel_errors(&obj), Vec::<String>::new());
 }
 
@@ -428,6 +449,11 @@ fn cel_requires_routes_for_several_volumes_and_distinct_ports() {
     let mut obj = defaulted("minimal.yaml");
     obj["spec"]["service"]["port"] = obj["spec"]["metrics"]["port"].clone();
     assert_rejected(&obj, "service.port must differ from metrics.port");
+    // A published Service carries only `http` (metrics have a ClusterIP Service of their own).
+    for published in ["NodePort", "LoadBalancer"] {
+        obj["spec"]["service"]["type"] = json!(published);
+        assert_eq!(cel_errors(&obj), Vec::<String>::new(), "{published}");
+    }
 }
 
 #[test]

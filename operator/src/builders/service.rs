@@ -6,7 +6,7 @@
 //! scrapes whichever has it ([`metrics_role`]). Pure.
 
 use crate::builders::{child_meta, headless_service_name, selector_labels, workload_name};
-use crate::crd::{ContentServer, ServiceType};
+use crate::crd::ContentServer;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -32,7 +32,7 @@ fn ports(cs: &ContentServer, service_port: i32) -> Vec<ServicePort> {
 
 /// Whether the client Service is published outside the cluster (NodePort, LoadBalancer).
 fn published(cs: &ContentServer) -> bool {
-    !matches!(cs.spec.service.type_, ServiceType::ClusterIP)
+    cs.spec.service.type_.published()
 }
 
 /// The [`ROLE_LABEL`] value of the Service carrying the `metrics` port.

@@ -99,8 +99,8 @@ pub const MAX_VOLUME_NAME: usize = 59;
         "reason": "FieldValueForbidden"
     },
     {
-        "rule": "!has(self.metrics) || !has(self.metrics.port) || !has(self.service) || !has(self.service.port) || self.metrics.port != self.service.port",
-        "message": "service.port must differ from metrics.port: the Service exposes both",
+        "rule": "!has(self.metrics) || !has(self.metrics.port) || !has(self.service) || !has(self.service.port) || (has(self.service.type) && self.service.type != 'ClusterIP') || self.metrics.port != self.service.port",
+        "message": "service.port must differ from metrics.port: a ClusterIP Service exposes both",
         "fieldPath": ".service.port",
         "reason": "FieldValueDuplicate"
     },

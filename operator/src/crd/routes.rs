@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
         "message": "set exactly one of volume and split"
     },
     {
-        "rule": "!has(self.split) || self.split.map(t, has(t.percent) ? double(t.percent) : 0.0).sum() <= 100.000000001",
-        "message": "split percentages must add up to at most 100",
+        "rule": "!has(self.split) || size(self.split) == 0 || (has(self.split[size(self.split) - 1].percent) ? (self.split.map(t, has(t.percent) ? double(t.percent) : 0.0).sum() >= 99.999999999 && self.split.map(t, has(t.percent) ? double(t.percent) : 0.0).sum() <= 100.000000001) : self.split.map(t, has(t.percent) ? double(t.percent) : 0.0).sum() <= 99.999900001)",
+        "message": "split percentages must add up to 100, or to less than 100 when the last target leaves its percent out (it takes the rest)",
         "fieldPath": ".split"
     },
     {

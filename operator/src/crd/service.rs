@@ -60,6 +60,12 @@ impl ServiceType {
             ServiceType::LoadBalancer => "LoadBalancer",
         }
     }
+
+    /// Published outside the cluster (NodePort, LoadBalancer): the client Service then carries
+    /// only the `http` port, and the metrics port has a ClusterIP Service of its own.
+    pub fn published(self) -> bool {
+        !matches!(self, ServiceType::ClusterIP)
+    }
 }
 
 /// A percentage from 0% to 100% (what `validation.rs` takes as a string maxUnavailable).
