@@ -3413,6 +3413,30 @@ fn a_purge_on_a_busy_pool_still_removes_the_object() {
     assert_eq!(xcache(&r), "MISS", "the purged object was served");
 }
 
+/// An origin's ETag may hold a comma (`"v1,x"`, RFC 9110 §8.8.3): a client echoing it gets its
+/// 304, and its If-Match holds. The tag lists were split at every comma: a 200 every time,
+/// and a 412 for If-Match.
+#[test]
+fn an_etag_with_a_comma_revalidates() {
+    let (o, n) = origin_and_node(SLICED);
+    let mut obj = Object::new(pattern(3000, 9));
+    obj.etag = Some("\"v1,x\"".into());
+    o.put("/c.bin", obj);
+    let r = get(&n, "/c.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert_eq!(r.header("etag"), Some("\"v1,x\""));
+    wait_committed(&n);
+    for inm in ["\"v1,x\"", "\"zz\", \"v1,x\"", "W/\"v1,x\""] {
+        let r = get(&n, "/c.bin", &format!("If-None-Match: {inm}\r\n"));
+        assert_eq!((r.status, xcache(&r)), (304, "HIT"), "If-None-Match: {inm}");
+    }
+    let r = get(&n, "/c.bin", "If-None-Match: \"v1\", \"x\"\r\n");
+    assert_eq!(r.status, 200, "\"v1\" and \"x\" are other tags");
+    let r = get(&n, "/c.bin", "If-Match: \"v1,x\"\r\n");
+    assert_eq!(r.status, 200);
+    assert!(r.body == pattern(3000, 9));
+}
+
 /// A 304 does not make its requests wait for the entry's rewrite (which copies the body: a
 /// whole object of gigabytes on a volume with `slice_size = 0`): they are served the stored
 /// file with the new freshness at once, and so are the requests that come while it runs. A

@@ -149,13 +149,38 @@ fn weak_opaque(tag: &str) -> &str {
     t.strip_prefix("W/").unwrap_or(t)
 }
 
+/// The entity tags of a comma list, trimmed: split at the commas outside quotes, since an
+/// opaque tag may hold one (`"v1,x"`, RFC 9110 §8.8.3: etagc includes `,`).
+fn entity_tags(field: &str) -> impl Iterator<Item = &str> {
+    let mut rest = field;
+    std::iter::from_fn(move || loop {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut quoted = false;
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| {
+                if c == '"' {
+                    quoted = !quoted;
+                }
+                c == ',' && !quoted
+            })
+            .map_or(rest.len(), |(i, _)| i);
+        let tag = rest[..end].trim();
+        rest = rest.get(end + 1..).unwrap_or("");
+        if !tag.is_empty() {
+            return Some(tag);
+        }
+    })
+}
+
 /// `*` or a comma list of entity tags; `strong` selects the strong comparison (§8.8.3.2).
 fn list_matches(field: &str, etag: &str, strong: bool) -> bool {
     if field.trim() == "*" {
         return true;
     }
-    field.split(',').any(|t| {
-        let t = t.trim();
+    entity_tags(field).any(|t| {
         if strong {
             !t.starts_with("W/") && t == etag
         } else {
@@ -372,6 +397,36 @@ mod tests {
             (&[("If-None-Match", &t)], false, Failed),
             (&[("If-Modified-Since", LM_DATE)], false, GO),
         ]);
+    }
+
+    /// An opaque tag may hold a comma (RFC 9110 §8.8.3): a list is split outside quotes only.
+    #[test]
+    fn a_tag_with_a_comma_is_one_tag() {
+        let cur = |etag| Current {
+            etag,
+            last_modified: None,
+            last_modified_strong: false,
+        };
+        let c = |inm: &'static str| Conditions {
+            if_none_match: Some(inm),
+            ..Conditions::default()
+        };
+        let tags: Vec<&str> = entity_tags(r#" "v1,x" ,, W/"a,b",  "c" "#).collect();
+        assert_eq!(tags, [r#""v1,x""#, r#"W/"a,b""#, r#""c""#]);
+        for field in [r#""v1,x""#, r#""zz", "v1,x""#, r#"W/"v1,x""#] {
+            assert_eq!(
+                evaluate(&c(field), &cur(r#""v1,x""#), true, NOW),
+                NotModified,
+                "{field}"
+            );
+        }
+        assert_eq!(evaluate(&c(r#""v1""#), &cur(r#""v1,x""#), true, NOW), GO);
+        assert_eq!(evaluate(&c(r#""x""#), &cur(r#""v1,x""#), true, NOW), GO);
+        let im = Conditions {
+            if_match: Some(r#""a", "v1,x""#),
+            ..Conditions::default()
+        };
+        assert_eq!(evaluate(&im, &cur(r#""v1,x""#), true, NOW), GO);
     }
 
     #[test]
