@@ -287,10 +287,12 @@ async fn purge(
                 .into_response()
         }
         // The token cannot be checked: refused, and said so (an operator must fix the file).
-        Err(Refused::TokenFile(e)) => {
+        // Why is in the server's log ([`Purge::check`]), not in the answer: the caller has not
+        // been authenticated, and the file's path and error are none of its business.
+        Err(Refused::TokenFile(_)) => {
             return (
                 StatusCode::INTERNAL_SERVER_ERROR,
-                format!("purge refused: admin.purge_token_file is unreadable: {e}\n"),
+                "purge refused: admin.purge_token_file cannot be read or holds no single token (the server's log says why)\n",
             )
                 .into_response()
         }

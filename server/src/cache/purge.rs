@@ -105,6 +105,13 @@ pub fn read_token(path: &Path) -> Result<String, String> {
             "the token in {shown} contains whitespace or control characters: a bearer token is one word"
         ));
     }
+    // An HTTP field value carries no other characters that a client can send and we can
+    // compare (RFC 6750's b64token is narrower still): such a token could never be matched.
+    if !token.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(format!(
+            "the token in {shown} has characters that are not visible ASCII: no Authorization field could carry it"
+        ));
+    }
     Ok(token.to_string())
 }
 
@@ -313,6 +320,8 @@ mod tests {
             ("tok1\r\ntok2\n", Err("more than one line")),
             ("tok 1", Err("whitespace or control characters")),
             ("tok\u{1}1", Err("whitespace or control characters")),
+            // No Authorization field could carry it (a client's bytes are not UTF-8 to us).
+            ("t\u{f6}k", Err("not visible ASCII")),
         ] {
             std::fs::write(&f, text).expect("write");
             match (read_token(&f), want) {
