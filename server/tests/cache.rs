@@ -3422,6 +3422,90 @@ fn a_purge_on_a_busy_pool_still_removes_the_object() {
     assert_eq!(xcache(&r), "MISS", "the purged object was served");
 }
 
+/// The keys of one JSON object, in order, repeats kept (a map keeps only the last).
+struct JsonKeys(Vec<String>);
+
+impl<'de> serde::Deserialize<'de> for JsonKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = JsonKeys;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<JsonKeys, A::Error> {
+                let mut keys = Vec::new();
+                while let Some((k, _)) = m.next_entry::<String, serde::de::IgnoredAny>()? {
+                    keys.push(k);
+                }
+                Ok(JsonKeys(keys))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// JSON log lines name each key once: the fields of the cache's and the origin's lines were
+/// called `target` (and one `level`), beside tracing's own, and a log pipeline kept one of the
+/// two (`content_server::origin::body`, not the request that failed).
+#[test]
+fn json_log_lines_have_each_key_once() {
+    let o = FaultOrigin::start();
+    let dir = common::tempdir();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let mut cfg = config(&[o.url()], &dir.path().join("cache"), "", SLICED);
+    cfg.admin.purge_token_file = token.display().to_string();
+    cfg.logging.format = common::LogFormat::Json;
+    let n = Node::start_with_env(&cfg, &[("RUST_LOG", "debug")]);
+    o.put("/j/a.bin", Object::new(pattern(3 * SLICE, 4)));
+    o.put(
+        "/j/b.bin",
+        Object::new(pattern(5000, 5)).cache_control("no-store"),
+    );
+    // An origin body that breaks off, a pass-through, a purge.
+    o.fault_times("/j/a.bin", Fault::ResetAfter(1000), 10);
+    let _ = common::cache::try_get(&n, "/j/a.bin", "");
+    assert_eq!(xcache(&get(&n, "/j/b.bin", "")), "BYPASS");
+    o.clear_fault("/j/a.bin");
+    assert_eq!(get(&n, "/j/a.bin", "").status, 200);
+    settle(&n);
+    let r = admin(&n, "POST", "/cache/purge?prefix=/j", PURGE_AUTH);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert!(n.srv.wait_log("cache purge", Duration::from_secs(5)));
+    assert!(
+        n.srv.wait_log("origin body failed", Duration::from_secs(5)),
+        "{}",
+        n.srv.logs()
+    );
+    let logs = n.srv.logs();
+    let mut lines = 0;
+    for line in logs.lines().filter(|l| l.starts_with('{')) {
+        let JsonKeys(keys) = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON object ({e}): {line}"));
+        let mut seen = std::collections::HashSet::new();
+        for k in &keys {
+            assert!(seen.insert(k), "{k:?} twice: {line}");
+        }
+        lines += 1;
+    }
+    assert!(lines > 10, "{logs}");
+    let field = |message: &str, key: &str| -> String {
+        let line = logs
+            .lines()
+            .find(|l| l.contains(message))
+            .unwrap_or_else(|| panic!("no {message:?} line"));
+        let v: serde_json::Value = serde_json::from_str(line).expect("JSON");
+        v[key].as_str().unwrap_or_default().to_string()
+    };
+    assert!(field("origin body failed", "request").contains("/j/a.bin"));
+    assert_eq!(field("\"cache purge\"", "path"), "/j");
+    assert_eq!(field("\"cache purge\"", "by"), "prefix");
+}
+
 /// An origin's ETag may hold a comma (`"v1,x"`, RFC 9110 §8.8.3): a client echoing it gets its
 /// 304, and its If-Match holds. The tag lists were split at every comma: a 200 every time,
 /// and a 412 for If-Match.

@@ -477,7 +477,7 @@ impl Fill {
         let mut resp = match origin.fetch(req.clone()).await {
             Ok(r) => r,
             Err(e) => {
-                tracing::debug!(volume = %cv.name, target = %job.target, error = %e, "fill: origin failed");
+                tracing::debug!(volume = %cv.name, request = %job.target, error = %e, "fill: origin failed");
                 return self.publish(Progress::Failed(Arc::new(FillError::Origin(e))));
             }
         };
@@ -494,7 +494,7 @@ impl Fill {
                 // A 304 that does not select the stored response (another strong ETag, or
                 // without one another Last-Modified) refreshes nothing (RFC 9111 §4.3.4): ask
                 // for the object itself.
-                tracing::warn!(volume = %cv.name, target = %job.target, "origin's 304 names another version than the stored one; fetching it unconditionally");
+                tracing::warn!(volume = %cv.name, request = %job.target, "origin's 304 names another version than the stored one; fetching it unconditionally");
                 req.if_none_match = None;
                 req.if_modified_since = None;
                 resp = match origin.fetch(req).await {
@@ -519,7 +519,7 @@ impl Fill {
         {
             let cap = if s > 0 { s } else { UNKNOWN_LENGTH_MAX };
             if let Err(e) = resp.read_unknown_length(cap).await {
-                tracing::debug!(volume = %cv.name, target = %job.target, error = %e, "fill: origin failed");
+                tracing::debug!(volume = %cv.name, request = %job.target, error = %e, "fill: origin failed");
                 return self.publish(Progress::Failed(Arc::new(FillError::Origin(e))));
             }
         }
@@ -539,7 +539,7 @@ impl Fill {
         // another status's whole answer (a 404, a redirect), kept as slice 0.
         let status = if resp.status == 206 { 200 } else { resp.status };
         if status == 200 && s > 0 && total > s && !strong {
-            tracing::debug!(volume = %cv.name, target = %job.target, "not storable as slices: no strong validator");
+            tracing::debug!(volume = %cv.name, request = %job.target, "not storable as slices: no strong validator");
             return self.bypass(resp);
         }
         let fresh = match freshness::evaluate(
@@ -552,7 +552,7 @@ impl Fill {
         ) {
             Freshness::Storable(f) => f,
             Freshness::NotStorable(why) => {
-                tracing::debug!(volume = %cv.name, target = %job.target, why = why.as_str(), "not storable");
+                tracing::debug!(volume = %cv.name, request = %job.target, why = why.as_str(), "not storable");
                 return self.bypass(resp);
             }
         };
@@ -574,7 +574,7 @@ impl Fill {
             headers: kept_headers(&resp.headers, origin, now),
         };
         if !meta.fits() {
-            tracing::debug!(volume = %cv.name, target = %job.target, "not storable: its key and header fields are over the entry header's limit");
+            tracing::debug!(volume = %cv.name, request = %job.target, "not storable: its key and header fields are over the entry header's limit");
             return self.bypass(resp);
         }
         self.body(cv, origin, &job, meta, resp, strong).await;
@@ -699,7 +699,7 @@ impl Fill {
                 });
                 // (Not when purged meanwhile: a newer copy may be stored since.)
                 if !authorized && !self.purged() {
-                    tracing::debug!(volume = %cv.name, target = %job.target, why = why.as_str(), "revalidated but no longer storable; the object is withdrawn");
+                    tracing::debug!(volume = %cv.name, request = %job.target, why = why.as_str(), "revalidated but no longer storable; the object is withdrawn");
                     withdraw_object(cv, old.id.hash(), true).await;
                 }
                 return;
@@ -738,7 +738,7 @@ impl Fill {
             // Removed meanwhile: the waiters get the old body they were promised, and it is
             // not kept (it would be served as stored while no file holds it).
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-                tracing::debug!(volume = %cv.name, target = %job.target, "revalidated entry removed meanwhile; not stored again");
+                tracing::debug!(volume = %cv.name, request = %job.target, "revalidated entry removed meanwhile; not stored again");
                 now_refreshed
             }
             other => {

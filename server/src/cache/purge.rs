@@ -237,10 +237,15 @@ impl Purge {
             cv.m.purges.inc_by(removed as u64);
             n += removed;
         }
+        // (Not a field named `target`: JSON log lines have tracing's own.)
+        let (by, path) = match target {
+            Target::Key(k) => ("key", k),
+            Target::Prefix(p) => ("prefix", p),
+        };
         if failed.is_empty() {
-            tracing::info!(?target, files = n, "cache purge");
+            tracing::info!(by, path = %path, files = n, "cache purge");
         } else {
-            tracing::error!(?target, files = n, failed = ?failed, "cache purge incomplete");
+            tracing::error!(by, path = %path, files = n, failed = ?failed, "cache purge incomplete");
         }
         (n, failed)
     }

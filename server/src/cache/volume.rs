@@ -987,7 +987,7 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
                     self.update_gauges();
                 }
                 Some(Err(e)) => {
-                    tracing::error!(volume = %self.name, level = l, error = %e, "cache index rebuild: cannot walk level");
+                    tracing::error!(volume = %self.name, depth = l, error = %e, "cache index rebuild: cannot walk a directory level");
                     level += 1;
                 }
                 None => {} // pool busy or task lost: try the level again

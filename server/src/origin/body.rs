@@ -288,7 +288,7 @@ async fn pump(
     };
     let fail = |e: OriginError| {
         inner.metrics.count(None);
-        tracing::warn!(origin = %inner.name, target = %target, error = %e, "origin body failed");
+        tracing::warn!(origin = %inner.name, request = %target, error = %e, "origin body failed");
         Err(e)
     };
     let outcome: Result<(), OriginError> = loop {

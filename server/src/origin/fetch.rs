@@ -34,19 +34,19 @@ pub(crate) async fn fetch(
     match &result {
         // Never sent (a target or field this client cannot write): not the origin's failure.
         Err(e @ OriginError::Request { .. }) => {
-            tracing::warn!(origin = %inner.name, target = %described(&req), error = %e, "origin request not sent")
+            tracing::warn!(origin = %inner.name, request = %described(&req), error = %e, "origin request not sent")
         }
         // (Once a second at most: while it lasts, every origin request meets it.)
         Err(e @ OriginError::NoDescriptors { .. }) => {
             if crate::logging::once_a_second(&LAST_NO_DESCRIPTORS_LOG) {
-                tracing::warn!(origin = %inner.name, target = %described(&req), error = %e, "origin request not sent")
+                tracing::warn!(origin = %inner.name, request = %described(&req), error = %e, "origin request not sent")
             }
         }
         Err(e) => {
             inner.metrics.count(None);
             // Connect and TLS failures are logged per server by `connect`.
             if !e.is_connect() {
-                tracing::warn!(origin = %inner.name, target = %described(&req), error = %e, "origin request failed");
+                tracing::warn!(origin = %inner.name, request = %described(&req), error = %e, "origin request failed");
             }
         }
         Ok(_) => {}
