@@ -858,6 +858,61 @@ fn a_304_naming_another_version_refreshes_nothing() {
     assert!(r.body == v2);
 }
 
+/// Which stored responses a 304 selects (RFC 9111 §4.3.4) when the tags are not both strong:
+/// a weak ETag or none stored, a weak one sent, or a strong one sent for a response stored
+/// without. These all used to refresh the stored bytes (REVALIDATED), another version's
+/// lifetime given to them.
+#[test]
+fn a_304_selects_by_its_own_validator() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    let lm = "Wed, 01 Jan 2025 00:00:01 GMT";
+    // (stored ETag, the 304's validator fields, whether it selects the stored response)
+    let cases: [(Option<&str>, &str, bool); 6] = [
+        (Some("W/\"v1\""), "ETag: \"v2\"\r\n", false),
+        (Some("W/\"v1\""), "ETag: W/\"v2\"\r\n", false),
+        (
+            None,
+            &format!("ETag: \"new\"\r\nLast-Modified: {lm}\r\n"),
+            false,
+        ),
+        (Some("W/\"v1\""), "ETag: W/\"v1\"\r\n", true),
+        (Some("\"v1\""), "ETag: W/\"v1\"\r\n", true),
+        (Some("\"v1\""), "", true),
+    ];
+    for (i, (stored, fields, selects)) in cases.iter().enumerate() {
+        let path = format!("/sel{i}.txt");
+        let mut v1 = Object::version(pattern(1000, 1), 1)
+            .cache_control("max-age=1, stale-while-revalidate=0");
+        v1.etag = stored.map(str::to_string);
+        o.put(&path, v1);
+        assert_eq!(xcache(&get(&n, &path, "")), "MISS", "case {i}");
+        wait_committed(&n);
+        let mut v2 = Object::version(pattern(1000, 2), 2).cache_control("max-age=100");
+        v2.etag = Some("\"v2\"".into());
+        o.put(&path, v2);
+        let head =
+            format!("HTTP/1.1 304 Not Modified\r\n{fields}Cache-Control: max-age=100\r\n\r\n");
+        o.fault_times(&path, Fault::Raw(head.into_bytes()), 1);
+        std::thread::sleep(Duration::from_millis(1100));
+        let r = get(&n, &path, "");
+        assert_eq!(r.status, 200, "case {i}");
+        if *selects {
+            assert_eq!(
+                xcache(&r),
+                "REVALIDATED",
+                "case {i}: {stored:?} / {fields:?}"
+            );
+            assert!(r.body == pattern(1000, 1), "case {i}");
+        } else {
+            assert_eq!(xcache(&r), "MISS", "case {i}: {stored:?} / {fields:?}");
+            assert!(
+                r.body == pattern(1000, 2),
+                "case {i}: the stored version served as refreshed"
+            );
+        }
+    }
+}
+
 /// A 304 selected by the stored strong ETag that names a newer Last-Modified (an object
 /// uploaded again unchanged, as S3 keeps its ETag) updates the stored one (RFC 9111 §4.3.4):
 /// clients get the new date, preconditions and the next revalidation use it, and the other

@@ -1143,26 +1143,32 @@ pub fn forwarded<'h>(
 }
 
 /// Whether a 304 does not select the stored response, so it must not update it (RFC 9111
-/// §4.3.4): a strong ETag both have decides; without one, a Last-Modified both have. A 304
-/// naming neither (or only weak ETags) is taken for the stored response.
+/// §4.3.4). Its ETag decides when it has one: a strong one selects only the same strong tag,
+/// a weak one a stored tag that matches it weakly (a stored response without an ETag is
+/// selected by neither). Without one, its Last-Modified decides: the stored one must be the
+/// same. A 304 with no validator at all is taken for the stored response (the request was
+/// made from it, and origins that leave them out of a 304 are common).
 fn names_another_version(
     h: &http::HeaderMap,
     etag: Option<&str>,
     last_modified: Option<&str>,
 ) -> bool {
     let field = |n| h.get(n).and_then(|v: &http::HeaderValue| v.to_str().ok());
-    let strong = |e: &&str| !e.starts_with("W/");
-    let new_etag = field(http::header::ETAG).map(str::trim).filter(strong);
-    if let (Some(new), Some(old)) = (new_etag, etag.map(str::trim).filter(strong)) {
-        return new != old;
+    let old_etag = etag.map(str::trim);
+    if let Some(new) = field(http::header::ETAG).map(str::trim) {
+        let opaque = |t: &str| t.strip_prefix("W/").unwrap_or(t).to_string();
+        return match new.starts_with("W/") {
+            false => old_etag != Some(new),
+            true => old_etag.map(opaque) != Some(opaque(new)),
+        };
     }
     let date = |v: Option<&str>| v.and_then(crate::http::date::parse);
     match (
         date(field(http::header::LAST_MODIFIED)),
         date(last_modified),
     ) {
-        (Some(new), Some(old)) => new != old,
-        _ => false,
+        (Some(new), old) => Some(new) != old,
+        (None, _) => false,
     }
 }
 
