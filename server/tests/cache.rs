@@ -991,6 +991,44 @@ fn a_304_naming_another_last_modified_refreshes_nothing() {
     );
 }
 
+/// The `Age` an origin (or a parent cache) sends was the answer's age when the request was
+/// made: the time the answer took is added to it (RFC 9111 §4.2.3). An answer with `Age: 2`
+/// and `max-age=3` that took 2 s to come is 4 s old, stale: it used to count as 2 s old, and
+/// was served fresh (HIT) for the 2 s past its lifetime.
+#[test]
+fn an_origin_age_counts_the_time_the_answer_took() {
+    let o = FaultOrigin::start();
+    let d = common::tempdir();
+    let cfg = config(
+        &[o.url()],
+        &d.path().join("cache"),
+        "read_timeout_ms = 5000",
+        "slice_size = 0",
+    );
+    let n = Node::start(&cfg);
+    o.put(
+        "/aged.txt",
+        Object::new(pattern(100, 1))
+            .cache_control("max-age=3")
+            .header("Age", "2"),
+    );
+    o.set_timing(Timing {
+        head_delay: Duration::from_millis(2100),
+        ..Timing::default()
+    });
+    let r = get(&n, "/aged.txt", "");
+    assert_eq!(xcache(&r), "MISS");
+    let age: u64 = r
+        .header("Age")
+        .and_then(|a| a.parse().ok())
+        .expect("an Age");
+    assert!(age >= 4, "Age {age}");
+    o.set_timing(Timing::default());
+    wait_committed(&n);
+    let r = get(&n, "/aged.txt", "");
+    assert_ne!(xcache(&r), "HIT", "served fresh past its lifetime");
+}
+
 /// Answers from the cache carry the origin's `Date` with an `Age` counted from it, so a
 /// downstream cache computes what is left of an `Expires` lifetime as the origin meant it
 /// (RFC 9111 §4.2); an answer without a Date gets the time it arrived, kept for every hit.

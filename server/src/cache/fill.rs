@@ -549,6 +549,7 @@ impl Fill {
             authorized,
             job.answers_cors,
             now / 1000,
+            resp.response_delay.as_secs(),
         ) {
             Freshness::Storable(f) => f,
             Freshness::NotStorable(why) => {
@@ -676,6 +677,7 @@ impl Fill {
             authorized,
             job.answers_cors,
             now / 1000,
+            resp.response_delay.as_secs(),
         ) {
             Freshness::Storable(f) => {
                 meta.initial_age = f.age.min(u32::MAX as u64) as u32;

@@ -225,7 +225,8 @@ fn vary_blocker(headers: &HeaderMap, cors_by_route: bool) -> Option<String> {
 /// Decide for one response. `authorized`: the request sent to the origin carried
 /// Authorization. `cors_by_route`: the route answers CORS itself, replacing the origin's CORS
 /// answer, so the origin's `Vary: Origin` (that answer's) does not keep it out of the cache.
-/// `now`: seconds since the epoch.
+/// `now`: when the answer's head arrived, seconds since the epoch; `response_delay`: seconds
+/// from sending the request until then (added to the origin's `Age`, RFC 9111 §4.2.3).
 pub fn evaluate(
     status: u16,
     headers: &HeaderMap,
@@ -233,6 +234,7 @@ pub fn evaluate(
     authorized: bool,
     cors_by_route: bool,
     now: i64,
+    response_delay: u64,
 ) -> Freshness {
     use Freshness::NotStorable as No;
     if status < 200 || status == 304 {
@@ -291,7 +293,12 @@ pub fn evaluate(
     };
     let age_header = header_str(headers, AGE).map(|v| delta_seconds(v.trim()));
     let apparent = date.map_or(0, |d| (now - d).max(0) as u64);
-    let age = age_header.unwrap_or(0).max(apparent);
+    // RFC 9111 §4.2.3: the Age the origin sent was its age when the request was made, so the
+    // time the answer took (`response_delay`, whole seconds) is added to it.
+    let age = age_header
+        .unwrap_or(0)
+        .saturating_add(response_delay)
+        .max(apparent);
     // HTTP/1.0 `Pragma: no-cache` counts only without Cache-Control (RFC 9111 §5.4).
     let pragma_no_cache = !headers.contains_key(CACHE_CONTROL)
         && header_str(headers, PRAGMA).is_some_and(|p| {
@@ -364,7 +371,36 @@ mod tests {
             false,
             false,
             NOW,
+            0,
         )
+    }
+
+    /// RFC 9111 §4.2.3: corrected_age_value = age_value + response_delay; the initial age is
+    /// the larger of it and the apparent age (from Date).
+    #[test]
+    fn the_origin_age_counts_the_response_delay() {
+        let p = CachePolicy::default();
+        let hm = h(&[("cache-control", "max-age=12"), ("age", "10")]);
+        assert_eq!(
+            storable(evaluate(200, &hm, &p, false, false, NOW, 0)).age,
+            10
+        );
+        assert_eq!(
+            storable(evaluate(200, &hm, &p, false, false, NOW, 3)).age,
+            13
+        );
+        // Without an Age, the delay alone; a Date further back wins.
+        let date = super::super::date::format(NOW - 20);
+        let hm = h(&[("cache-control", "max-age=12"), ("date", &date)]);
+        assert_eq!(
+            storable(evaluate(200, &hm, &p, false, false, NOW, 3)).age,
+            20
+        );
+        let hm = h(&[("cache-control", "max-age=12")]);
+        assert_eq!(
+            storable(evaluate(200, &hm, &p, false, false, NOW, 3)).age,
+            3
+        );
     }
 
     fn storable(f: Freshness) -> Storable {
@@ -455,7 +491,7 @@ mod tests {
                 ("expires", "Tue, 14 Nov 2023 22:13:20 GMT"),
             ],
         ] {
-            let f = storable(evaluate(200, &h(&headers), &policy, false, false, NOW));
+            let f = storable(evaluate(200, &h(&headers), &policy, false, false, NOW, 0));
             assert_eq!(
                 (f.fresh_for, f.stale_while_revalidate),
                 (0, 0),
@@ -471,6 +507,7 @@ mod tests {
             false,
             false,
             NOW,
+            0,
         ));
         assert_eq!(f.stale_while_revalidate, 30);
         let f = storable(evaluate(
@@ -480,6 +517,7 @@ mod tests {
             false,
             false,
             NOW,
+            0,
         ));
         assert_eq!(f.stale_while_revalidate, policy.stale_while_revalidate_secs);
     }
@@ -581,10 +619,10 @@ mod tests {
         ]);
         let p = CachePolicy::default();
         assert_eq!(
-            refused(evaluate(200, &origin, &p, false, false, NOW)),
+            refused(evaluate(200, &origin, &p, false, false, NOW, 0)),
             NotStorable::Vary("Origin".into())
         );
-        storable(evaluate(200, &origin, &p, false, true, NOW));
+        storable(evaluate(200, &origin, &p, false, true, NOW, 0));
     }
 
     #[test]
@@ -597,6 +635,7 @@ mod tests {
             true,
             false,
             NOW,
+            0,
         );
         assert_eq!(refused(no), NotStorable::Authorization);
         for cc in [
@@ -611,6 +650,7 @@ mod tests {
                 true,
                 false,
                 NOW,
+                0,
             ));
             assert!(shared_with_authorization(["max-age=1", cc]), "{cc}");
         }
@@ -626,7 +666,7 @@ mod tests {
         ] {
             let hm = h(&[("cache-control", cc)]);
             assert_eq!(
-                refused(evaluate(200, &hm, &p, true, false, NOW)),
+                refused(evaluate(200, &hm, &p, true, false, NOW, 0)),
                 NotStorable::Authorization,
                 "{cc:?}"
             );
@@ -635,7 +675,7 @@ mod tests {
         assert!(!shared_with_authorization([]));
         let hm = h(&[("cache-control", "public, private")]);
         assert_eq!(
-            refused(evaluate(200, &hm, &p, true, false, NOW)),
+            refused(evaluate(200, &hm, &p, true, false, NOW, 0)),
             NotStorable::Private
         );
         // Ignoring the origin's freshness headers does not ignore its permission to share.
@@ -645,13 +685,13 @@ mod tests {
         };
         let hm = h(&[("cache-control", "max-age=60")]);
         assert_eq!(
-            refused(evaluate(200, &hm, &ignore, true, false, NOW)),
+            refused(evaluate(200, &hm, &ignore, true, false, NOW, 0)),
             NotStorable::Authorization
         );
-        storable(evaluate(200, &hm, &ignore, false, false, NOW));
+        storable(evaluate(200, &hm, &ignore, false, false, NOW, 0));
         let hm = h(&[("cache-control", "public, max-age=5")]);
         assert_eq!(
-            storable(evaluate(200, &hm, &ignore, true, false, NOW)).fresh_for,
+            storable(evaluate(200, &hm, &ignore, true, false, NOW, 0)).fresh_for,
             3600
         );
     }
@@ -722,7 +762,7 @@ mod tests {
                 CACHE_CONTROL,
                 http::HeaderValue::from_bytes(line).expect("obs-text is a valid value"),
             );
-            evaluate(200, &m, &CachePolicy::default(), false, false, NOW)
+            evaluate(200, &m, &CachePolicy::default(), false, false, NOW, 0)
         };
         assert_eq!(
             refused(with("private, x-note=\"café\"".as_bytes())),
@@ -747,6 +787,7 @@ mod tests {
             false,
             false,
             NOW,
+            0,
         ));
         assert_eq!(s.fresh_for, 0);
     }
@@ -813,7 +854,7 @@ mod tests {
             ("age", "100"),
             ("expires", "0"),
         ]);
-        let s = storable(evaluate(200, &hm, &p, false, false, NOW));
+        let s = storable(evaluate(200, &hm, &p, false, false, NOW, 0));
         assert_eq!(
             (
                 s.fresh_for,
@@ -824,18 +865,18 @@ mod tests {
             (120, 0, 1, 2)
         );
         assert_eq!(
-            refused(evaluate(404, &hm, &p, false, false, NOW)),
+            refused(evaluate(404, &hm, &p, false, false, NOW, 0)),
             NotStorable::NoLifetime(404)
         );
         // Set-Cookie and Vary still forbid storing.
         let hm = h(&[("set-cookie", "x=1")]);
         assert_eq!(
-            refused(evaluate(200, &hm, &p, false, false, NOW)),
+            refused(evaluate(200, &hm, &p, false, false, NOW, 0)),
             NotStorable::SetCookie
         );
         let hm = h(&[("vary", "Cookie")]);
         assert_eq!(
-            refused(evaluate(200, &hm, &p, false, false, NOW)),
+            refused(evaluate(200, &hm, &p, false, false, NOW, 0)),
             NotStorable::Vary("Cookie".into())
         );
     }

@@ -46,6 +46,9 @@ pub struct OriginResponse {
     pub server: String,
     /// Body bytes the head announced (None: unknown, read until the end).
     pub expected: Option<u64>,
+    /// From sending the request until its answer's head arrived (RFC 9111 §4.2.3's
+    /// `response_delay`: an `Age` the origin sent is that much older on arrival).
+    pub response_delay: std::time::Duration,
     origin: String,
     rx: mpsc::Receiver<Result<Piece, OriginError>>,
     received: u64,
@@ -189,17 +192,31 @@ struct Reading {
     expected: Option<u64>,
 }
 
+/// An answer's head, as [`start`] takes it.
+pub(crate) struct Head {
+    pub status: u16,
+    pub headers: HeaderMap,
+    /// Body bytes announced (None: read until the end).
+    pub expected: Option<u64>,
+    /// From sending the request until this head arrived.
+    pub response_delay: std::time::Duration,
+}
+
 /// Start the body task for a response head to the request for `target` (on the origin
 /// runtime).
 pub(crate) fn start(
     inner: Arc<Inner>,
     lease: Lease,
     target: String,
-    status: u16,
-    headers: HeaderMap,
+    head: Head,
     body: Incoming,
-    expected: Option<u64>,
 ) -> OriginResponse {
+    let Head {
+        status,
+        headers,
+        expected,
+        response_delay,
+    } = head;
     let (tx, rx) = mpsc::channel(2);
     let (hold, hold_rx) = watch::channel(0);
     let server = inner.servers[lease.conn.server].url.clone();
@@ -215,6 +232,7 @@ pub(crate) fn start(
         headers,
         server,
         expected,
+        response_delay,
         origin,
         rx,
         received: 0,

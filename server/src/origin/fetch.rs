@@ -132,7 +132,8 @@ async fn fetch_head(
             }
             Ok(Ok(resp)) => resp,
         };
-        inner.metrics.duration.observe(sent.elapsed().as_secs_f64());
+        let response_delay = sent.elapsed();
+        inner.metrics.duration.observe(response_delay.as_secs_f64());
         let (parts, incoming) = resp.into_parts();
         let status = parts.status.as_u16();
         let size = head_size(&parts);
@@ -153,10 +154,13 @@ async fn fetch_head(
             inner.clone(),
             lease,
             described(req),
-            status,
-            parts.headers,
+            body::Head {
+                status,
+                headers: parts.headers,
+                expected,
+                response_delay,
+            },
             incoming,
-            expected,
         ));
     }
 }
