@@ -2465,7 +2465,7 @@ fn origin_failures_after_sending_are_logged_with_their_reason() {
         .unwrap_or_default();
     assert!(line.contains("WARN") && line.contains(&o.url()), "{line}");
     // The line names what was asked (tester: nothing told which object failed).
-    assert!(line.contains("target=GET /w.bin"), "{line}");
+    assert!(line.contains("request=GET /w.bin"), "{line}");
     // The next request is answered.
     assert_eq!(get(&n, "/w.bin", "").status, 200);
     // A body that fails names its request too, with the slice's range.
@@ -2484,7 +2484,7 @@ fn origin_failures_after_sending_are_logged_with_their_reason() {
         .find(|l| l.contains("origin body failed"))
         .unwrap_or_default();
     assert!(
-        line.contains(&format!("target=GET /b.bin bytes=0-{}", SLICE - 1)),
+        line.contains(&format!("request=GET /b.bin bytes=0-{}", SLICE - 1)),
         "{line}"
     );
 }

@@ -621,7 +621,7 @@ impl Fill {
     }
 
     async fn refreshed(
-        &self,
+        self: &Arc<Self>,
         cv: &Arc<CacheVolume<Fill>>,
         origin: &Origin,
         job: &FillJob,
@@ -695,12 +695,19 @@ impl Fill {
                 meta.stale_while_revalidate_until_ms = now;
                 meta.stale_if_error_until_ms = now;
                 meta.headers = kept_headers(&merged, origin, now);
+                // (Not when purged meanwhile: a newer copy may be stored since.)
+                let withdraw = !authorized && !self.purged();
+                if withdraw {
+                    // Passed through from now, before anyone has this answer: a request
+                    // that comes once it went out must not join this fill or find the entry.
+                    cv.passes.shared.mark(old.id.hash(), unix_now_ms());
+                    cv.unregister_fill(self.id, self);
+                }
                 self.publish(Progress::Refreshed {
                     stored: Arc::new(old.with_meta(Arc::new(meta))),
                     storing: false,
                 });
-                // (Not when purged meanwhile: a newer copy may be stored since.)
-                if !authorized && !self.purged() {
+                if withdraw {
                     tracing::debug!(volume = %cv.name, request = %job.target, why = why.as_str(), "revalidated but no longer storable; the object is withdrawn");
                     withdraw_object(cv, old.id.hash(), true).await;
                 }
@@ -720,6 +727,10 @@ impl Fill {
         // The waiters (and new requests) are served the file they have, with the new
         // freshness, while the header is rewritten: the rewrite copies the body (a whole object
         // of gigabytes on a volume with `slice_size = 0`), and a 304 must not cost its wait.
+        // New requests no longer join this fill (a revalidation answered: one that comes now
+        // finds the entry, which may already be stale again, and is not given a past answer);
+        // a purge still waits for the rewrite, which the fill runs to its end.
+        cv.unregister_fill(self.id, self);
         let now_refreshed = Arc::new(old.with_meta(Arc::new(meta.clone())));
         cv.remember(now_refreshed.clone());
         self.publish(Progress::Refreshed {
@@ -1015,13 +1026,12 @@ impl Fill {
     }
 }
 
-/// Remove a temporary file on the pool (never on the event loop).
 /// Withdraw the object `hash` (hit-for-pass): every stored slice of it goes, of any version,
 /// and the fills of it still running store nothing (their readers get their bytes), so no
 /// slice of it is served from the cache afterwards (a seek answered from one would serve a
 /// version the origin no longer lets be kept, or refresh it and store a first slice again).
-/// With `pass`, its next requests are passed through (marked before, so no prefetch starts a
-/// fill meanwhile, and after: removing the files forgets the mark).
+/// With `pass`, its next requests are passed through (marked before, so no request or
+/// prefetch starts a fill meanwhile, and kept through the removal).
 pub async fn withdraw_object(cv: &CacheVolume<Fill>, hash: u128, pass: bool) {
     if pass {
         cv.passes.shared.mark(hash, unix_now_ms());
@@ -1029,12 +1039,14 @@ pub async fn withdraw_object(cv: &CacheVolume<Fill>, hash: u128, pass: bool) {
     for fill in cv.take_fills(|f| f.id.hash() == hash) {
         fill.purge().await;
     }
-    let _ = cv.remove_object(hash).await;
-    if pass {
-        cv.passes.shared.mark(hash, unix_now_ms());
-    }
+    let _ = if pass {
+        cv.remove_object_files(hash).await
+    } else {
+        cv.remove_object(hash).await
+    };
 }
 
+/// Remove a temporary file on the pool (never on the event loop).
 fn abort(cv: &CacheVolume<Fill>, t: TempEntry) {
     let _ = cv.pool.submit_continuation(PoolOp::Open, move || t.abort());
 }

@@ -481,6 +481,11 @@ impl Ctx<'_> {
             self.check_first_slice(slice, &first).await;
             return first;
         };
+        if !self.req.only_if_cached && self.marks().passing(self.key.hash(), now_ms) {
+            // Withdrawn (its last answer may not be stored), its files not all deleted yet: the
+            // request after the answer that withdrew it is passed through like the later ones.
+            return First::FetchThrough(CacheStatus::Bypass);
+        }
         let mut s = s;
         if slice > 0 && self.auth.is_none() {
             match self.against_first_slice(&s).await {

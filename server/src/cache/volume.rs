@@ -879,6 +879,12 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
     /// returns how many files went.
     pub async fn remove_object(&self, hash: u128) -> Result<usize, RemoveError> {
         self.passes.forget(hash);
+        self.remove_object_files(hash).await
+    }
+
+    /// [`Self::remove_object`], its pass-through marks kept (a withdrawal: the object is passed
+    /// through from before its removal to after it, never fetched to be stored in between).
+    pub async fn remove_object_files(&self, hash: u128) -> Result<usize, RemoveError> {
         let store = self.store.clone();
         let listed = self
             .pool
