@@ -81,6 +81,45 @@ volume = "nope"
     }
 }
 
+/// A configuration that is a device, a directory or larger than 16 MiB is refused by name at
+/// once: `check-config /dev/zero` read for ever, its memory growing by a gigabyte a second. A
+/// pipe (`--config <(...)`) is still read.
+#[test]
+fn a_config_that_is_no_file_or_too_large_is_refused_at_once() {
+    let d = tempdir();
+    let big = d.path().join("big.toml");
+    let line = format!("# {}\n", "x".repeat(1000));
+    std::fs::write(&big, line.repeat(17 * 1024)).unwrap();
+    let big = big.to_str().unwrap();
+    let dir = d.path().to_str().unwrap();
+    for (file, why) in [
+        ("/dev/zero", "is a device"),
+        (dir, "is a directory"),
+        (big, "larger than 16 MiB"),
+    ] {
+        for args in [&["check-config", file][..], &["serve", "--config", file]] {
+            let t = std::time::Instant::now();
+            let (code, _, err) = run(args);
+            assert_eq!(code, 1, "{args:?}: {err}");
+            assert!(err.contains(file) && err.contains(why), "{args:?}: {err}");
+            assert!(t.elapsed() < std::time::Duration::from_secs(5), "{args:?}");
+        }
+    }
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{BIN} check-config <(printf '[[volumes]]\\nname = \"a\"\\npath = \"{dir}\"\\n')"
+        ))
+        .output()
+        .expect("bash");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("name = \"a\""));
+}
+
 /// A refused start says why on stderr; a stderr nobody reads (a closed pipe) changes only
 /// that: exit 1, not a panic's 101.
 #[test]

@@ -33,6 +33,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// Largest configuration file read (a config of thousands of routes is a few hundred KiB).
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
 /// A complete server configuration (`content-server serve --config FILE`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -513,11 +516,37 @@ impl Config {
 
     /// A configuration file's text (the errors name the file; a byte that is not UTF-8 by its
     /// line and column).
+    /// A regular file or a pipe (`--config <(...)`), of at most [`MAX_CONFIG_BYTES`]: a device
+    /// (`/dev/zero`) or a socket is refused, not read for ever.
     pub fn read_text(path: &Path) -> Result<String, ConfigError> {
-        let bytes = std::fs::read(path).map_err(|io| ConfigError::Read {
+        use std::io::Read;
+        use std::os::unix::fs::FileTypeExt;
+        let failed = |io| ConfigError::Read {
             path: path.to_owned(),
             io,
-        })?;
+        };
+        let refused =
+            |why: String| failed(std::io::Error::new(std::io::ErrorKind::InvalidInput, why));
+        let f = std::fs::File::open(path).map_err(failed)?;
+        let kind = f.metadata().map_err(failed)?.file_type();
+        if kind.is_char_device() || kind.is_block_device() || kind.is_socket() {
+            return Err(refused(
+                "it is a device or a socket: a configuration is a file (or a pipe)".into(),
+            ));
+        }
+        if kind.is_dir() {
+            return Err(refused("it is a directory".into()));
+        }
+        let mut bytes = Vec::new();
+        f.take(MAX_CONFIG_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(failed)?;
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(refused(format!(
+                "it is larger than {} MiB: no configuration is",
+                MAX_CONFIG_BYTES >> 20
+            )));
+        }
         String::from_utf8(bytes).map_err(|e| ConfigError::NotUtf8 {
             path: path.to_owned(),
             at: errors::utf8_position(e.as_bytes(), &e.utf8_error()),
