@@ -38,7 +38,8 @@ struct RunArgs {
         long,
         env = "WATCH_NAMESPACES",
         value_delimiter = ',',
-        default_value = ""
+        default_value = "",
+        value_parser = namespace_arg
     )]
     namespaces: Vec<String>,
     /// Address of the /metrics and /healthz endpoint.
@@ -49,10 +50,10 @@ struct RunArgs {
     #[arg(long, env = "NO_LEADER_ELECTION")]
     no_leader_election: bool,
     /// Name of the Lease.
-    #[arg(long, env = "LEASE_NAME", default_value = "content-operator")]
+    #[arg(long, env = "LEASE_NAME", default_value = "content-operator", value_parser = lease_name_arg)]
     lease_name: String,
     /// Namespace of the Lease (the operator's own namespace).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default", value_parser = namespace_arg)]
     lease_namespace: String,
     /// This replica's identity in the Lease and on Events.
     #[arg(long, env = "POD_NAME")]
@@ -65,6 +66,24 @@ struct RunArgs {
     /// anyway (an unreachable API server must not keep a terminating pod alive).
     #[arg(long, env = "SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     shutdown_grace_secs: u64,
+}
+
+/// A namespace's name (a DNS label), trimmed; "" only as the whole of `--namespaces` (all).
+fn namespace_arg(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    match content_operator::validation::dns_label(s) {
+        Some(_) if s.is_empty() => Ok(String::new()),
+        Some(why) => Err(format!("{s:?} is no namespace name: it {why}")),
+        None => Ok(s.to_string()),
+    }
+}
+
+/// The Lease's name (a DNS subdomain, as every object name).
+fn lease_name_arg(s: &str) -> Result<String, String> {
+    match content_operator::validation::dns_subdomain(s) {
+        Some(why) => Err(format!("{s:?} is no object name: it {why}")),
+        None => Ok(s.to_string()),
+    }
 }
 
 /// Exit 1 with one line (the error and its causes, no backtrace) on a failed start, like
@@ -108,9 +127,24 @@ fn start() -> anyhow::Result<()> {
                 .and_then(|()| out.flush())
                 .context("writing the CRD to stdout")
         }
-        Some(Command::Run(args)) => run(args),
-        None => run(RunArgs::parse_from(["content-operator"])),
+        Some(Command::Run(args)) => run(checked(args)),
+        None => run(checked(RunArgs::parse_from(["content-operator"]))),
     }
+}
+
+/// What one flag's parser cannot see: an empty name among `--namespaces` (`a,,b`) is a typo,
+/// not "every namespace" (exit 2, as any flag error).
+fn checked(args: RunArgs) -> RunArgs {
+    if args.namespaces.len() > 1 && args.namespaces.iter().any(String::is_empty) {
+        use clap::CommandFactory as _;
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                "--namespaces has an empty name between commas (leave the whole list empty to watch every namespace)",
+            )
+            .exit();
+    }
+    args
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -127,10 +161,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         tokio::spawn(exit_after_grace(Duration::from_secs(
             args.shutdown_grace_secs,
         )));
-        let listener = metrics::bind(args.metrics_listen).await?;
+        // (The API's configuration first: without it, no port is taken.)
         let client = Client::try_default()
             .await
             .context("connecting to the Kubernetes API (in-cluster or kubeconfig)")?;
+        let listener = metrics::bind(args.metrics_listen).await?;
         let metrics = Metrics::new();
         let m = metrics.clone();
         let server = tokio::spawn(async move {

@@ -23,6 +23,8 @@ use std::fmt;
 
 mod meta;
 
+pub use meta::{dns_label, dns_subdomain};
+
 /// One invalid spec field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecError {

@@ -154,6 +154,39 @@ fn a_lease_duration_out_of_range_is_a_flag_error() {
     }
 }
 
+/// A Lease or namespace name the API server would refuse is a flag error (exit 2) naming the
+/// flag: it used to start, and retry `invalid uri character` every 2 s as a WARN (never the
+/// leader, never reconciling), or to watch a namespace that cannot exist.
+#[test]
+fn names_the_api_would_refuse_are_flag_errors() {
+    for (args, flag) in [
+        (&["run", "--lease-name", "BAD NAME"][..], "--lease-name"),
+        (&["run", "--lease-name", "Upper"], "--lease-name"),
+        (&["run", "--namespaces", "Bad_NS,x"], "--namespaces"),
+        (&["run", "--namespaces", "a,,b"], "--namespaces"),
+        (&["run", "--lease-namespace", "a.b"], "--lease-namespace"),
+    ] {
+        let (code, _out, err) = operator(args, Duration::from_secs(10));
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+    // Good names (spaces around list entries trimmed) start: the run goes on until killed.
+    let (code, out, err) = operator(
+        &[
+            "run",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--lease-name",
+            "content-operator.leader",
+            "--namespaces",
+            "media, edge-1",
+        ],
+        Duration::from_secs(2),
+    );
+    assert_eq!(code, None, "it stopped: {err}");
+    assert!(out.contains(r#"Namespaces(["media", "edge-1"])"#), "{out}");
+}
+
 /// Logs written to a pipe carry no terminal colour codes.
 #[test]
 fn logs_to_a_pipe_have_no_colour_codes() {

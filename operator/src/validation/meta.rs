@@ -187,9 +187,24 @@ fn name_chars(s: &str, ends: impl Fn(char) -> bool) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// A DNS-1123 label (a namespace's name): at most 63 lower-case letters, digits and '-',
+/// beginning and ending with a letter or digit. None when it is one; else why not.
+pub fn dns_label(s: &str) -> Option<String> {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let ok = !s.is_empty()
+        && s.len() <= MAX_NAME_PART
+        && s.starts_with(alnum)
+        && s.ends_with(alnum)
+        && s.chars().all(|c| alnum(c) || c == '-');
+    (!ok).then(|| {
+        format!("must be a DNS label: at most {MAX_NAME_PART} lower-case letters, digits and '-', beginning and ending with a letter or digit")
+    })
+}
+
 /// A DNS-1123 subdomain: at most 253 characters, dot-separated labels of lower-case letters,
-/// digits and '-', each beginning and ending with a letter or digit.
-fn dns_subdomain(s: &str) -> Option<String> {
+/// digits and '-', each beginning and ending with a letter or digit. None when it is one; else
+/// why not.
+pub fn dns_subdomain(s: &str) -> Option<String> {
     let ok = !s.is_empty()
         && s.len() <= MAX_SUBDOMAIN
         && s.split('.').all(|label| {
