@@ -1342,6 +1342,27 @@ fn a_ca_certificate_as_the_origin_certificate_is_refused_with_the_remedy() {
         "{}",
         n.srv.logs()
     );
+
+    // A self-signed certificate named like a CA the node trusts (its issuer's name is found,
+    // its signature is not that CA's): said as such, not a bare `BadSignature`.
+    let ca = TestCa::new("localhost");
+    let o = FaultOrigin::start_tls_with(TestCa::self_signed_named_like("localhost", &["cdn.test"]));
+    o.put("/z", Object::new(pattern(100, 3)));
+    let d = common::tempdir();
+    let extra = format!(
+        "ca_file = {:?}\nsni = \"cdn.test\"",
+        ca.write_pem(d.path(), "ca.pem").display().to_string()
+    );
+    let n = node(d.path(), &[o.url()], &extra, "");
+    assert_eq!(get(&n, "/z", "").status, 502);
+    assert!(
+        common::wait_until(Duration::from_secs(5), || n
+            .srv
+            .logs()
+            .contains("a self-signed certificate whose name matches a trusted one")),
+        "{}",
+        n.srv.logs()
+    );
 }
 
 #[test]

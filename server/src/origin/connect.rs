@@ -120,7 +120,14 @@ pub(crate) async fn connect(inner: &Inner, first: usize) -> Result<Conn, OriginE
     let mut last = None;
     for (n, &i) in order.iter().enumerate() {
         let server = &inner.servers[i];
-        let e = match tokio::time::timeout(inner.connect_timeout, connect_one(inner, server)).await
+        // Where a timeout caught it: a server that accepts TCP but never finishes TLS is not
+        // one that could not be reached (nginx: "while SSL handshaking").
+        let tls_started = std::sync::atomic::AtomicBool::new(false);
+        let e = match tokio::time::timeout(
+            inner.connect_timeout,
+            connect_one(inner, server, &tls_started),
+        )
+        .await
         {
             Ok(Ok(sender)) => {
                 server.down_until_ms.store(0, Ordering::Relaxed);
@@ -129,6 +136,9 @@ pub(crate) async fn connect(inner: &Inner, first: usize) -> Result<Conn, OriginE
             // The node's own limit: no server is to blame, none other would do better.
             Ok(Err(e @ OriginError::NoDescriptors { .. })) => return Err(e),
             Ok(Err(e)) => e,
+            Err(_) if tls_started.load(Ordering::Relaxed) => {
+                inner.timeout(server, super::error::TLS_HANDSHAKE, inner.connect_timeout)
+            }
             Err(_) => inner.timeout(server, "connect", inner.connect_timeout),
         };
         let until = now_ms() + FAIL_TIMEOUT.as_millis() as i64;
@@ -149,6 +159,7 @@ pub(crate) async fn connect(inner: &Inner, first: usize) -> Result<Conn, OriginE
 async fn connect_one(
     inner: &Inner,
     server: &Server,
+    tls_started: &std::sync::atomic::AtomicBool,
 ) -> Result<SendRequest<Empty<Bytes>>, OriginError> {
     let connect_err = |source: std::io::Error| OriginError::Connect {
         origin: inner.name.clone(),
@@ -187,6 +198,7 @@ async fn connect_one(
     let guard = OpenGuard(inner.metrics.connections.clone());
     match (&inner.tls, &server.tls_name) {
         (Some(tls), Some(name)) => {
+            tls_started.store(true, Ordering::Relaxed);
             let stream = tls
                 .connector()
                 .connect(name.clone(), tcp)
@@ -270,11 +282,26 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// certificate that is itself a CA (`basicConstraints CA:TRUE`, what `openssl req -x509` makes
 /// by default for a self-signed one) is refused even when `ca_file` holds it, where OpenSSL
 /// (nginx, curl) accepts it; one whose issuer is not trusted (`UnknownIssuer`) needs its CA,
-/// or a missing intermediate, in `ca_file`.
+/// or a missing intermediate, in `ca_file`; one whose issuer's name is trusted but whose
+/// signature is not that issuer's (`BadSignature`) is most often a self-signed certificate named
+/// like a trusted one.
 fn explained(e: std::io::Error) -> std::io::Error {
     let rustls_error = e
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    if let Some(rustls::Error::InvalidCertificate(rustls::CertificateError::BadSignature)) =
+        rustls_error
+    {
+        return std::io::Error::new(
+            e.kind(),
+            format!(
+                "{e}: the origin's certificate names as its issuer a CA this node trusts, but that \
+                 CA did not sign it: most often a self-signed certificate whose name matches a \
+                 trusted one (CN=localhost, as Debian's ssl-cert snakeoil): put the origin's own \
+                 certificate (or the CA that issued it) in ca_file, under a name of its own"
+            ),
+        );
+    }
     if let Some(rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer)) =
         rustls_error
     {

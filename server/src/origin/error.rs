@@ -4,6 +4,10 @@
 
 use std::time::Duration;
 
+/// What a [`OriginError::Timeout`] of a TLS handshake waited for (the server took the TCP
+/// connection and never finished TLS).
+pub const TLS_HANDSHAKE: &str = "TLS handshake (TCP connected)";
+
 /// An origin request failure (or a start-up failure of the origin client).
 #[derive(Debug, thiserror::Error)]
 pub enum OriginError {
@@ -98,7 +102,7 @@ impl OriginError {
             OriginError::Connect { .. }
                 | OriginError::Tls { .. }
                 | OriginError::Timeout {
-                    what: "connect",
+                    what: "connect" | TLS_HANDSHAKE,
                     ..
                 }
         )

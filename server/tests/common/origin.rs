@@ -847,6 +847,21 @@ impl TestCa {
         (tls_server(vec![cert.der().clone()], &key), cert.pem())
     }
 
+    /// A rustls server configuration presenting a self-signed (CA:FALSE) certificate for
+    /// `names` whose subject, so its issuer, is `CN=common_name`: named like a CA the client
+    /// may trust, signed by another key (as Debian's `CN=localhost` snakeoil certificate and a
+    /// self-signed `CN=localhost` one).
+    pub fn self_signed_named_like(common_name: &str, names: &[&str]) -> Arc<rustls::ServerConfig> {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, common_name);
+        let cert = params.self_signed(&key).expect("self-signed");
+        tls_server(vec![cert.der().clone()], &key)
+    }
+
     /// A rustls server configuration with a leaf certificate for `names`.
     pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
         let key = rcgen::KeyPair::generate().expect("leaf key");
