@@ -181,7 +181,7 @@ impl Metrics {
             origin_received_bytes_total: reg(&r, IntCounterVec::new(opts("origin_received_bytes_total", "Body bytes received from the origin."), &["origin"]).unwrap()),
             origin_connections: reg(&r, IntGaugeVec::new(opts("origin_connections", "Origin connections open now (busy and idle)."), &["origin"]).unwrap()),
             cache_requests_total: reg(&r, IntCounterVec::new(opts("cache_requests_total", "Cache route requests by cache status (hit, miss, stale, updating, revalidated, bypass)."), &["volume", "status"]).unwrap()),
-            cache_served_bytes_total: reg(&r, IntCounterVec::new(opts("cache_served_bytes_total", "Body bytes sent to clients of cache routes, by source (cache = stored entry, origin = a fill or a pass-through)."), &["volume", "source"]).unwrap()),
+            cache_served_bytes_total: reg(&r, IntCounterVec::new(opts("cache_served_bytes_total", "Body bytes sent to clients of cache routes, by source (cache = stored entry or a complete fill, origin = a fill under way or a pass-through)."), &["volume", "source"]).unwrap()),
             cache_fills_in_flight: reg(&r, IntGaugeVec::new(opts("cache_fills_in_flight", "Origin fills (one per object slice) running now."), v).unwrap()),
             cache_collapsed_total: reg(&r, IntCounterVec::new(opts("cache_collapsed_total", "Requests that joined a fill already under way instead of asking the origin."), v).unwrap()),
             cache_fill_resumes_total: reg(&r, IntCounterVec::new(opts("cache_fill_resumes_total", "Fills whose origin body broke off and that went on with a Range request for the rest."), v).unwrap()),

@@ -3630,6 +3630,38 @@ fn an_etag_with_a_comma_revalidates() {
     assert!(r.body == pattern(3000, 9));
 }
 
+/// A request that finds every byte of a fill there (the fill still committing) is a HIT, and
+/// counted as one: not as collapsed, and its bytes as served from the cache. It was a HIT in
+/// its X-Cache and counted as collapsed, its bytes as fetched from the origin (the commit is
+/// held 1.5 s here; without it the window is a few milliseconds).
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_hit_on_a_complete_fill_is_counted_as_a_hit() {
+    let o = FaultOrigin::start();
+    let dir = common::tempdir();
+    let cfg = config(&[o.url()], &dir.path().join("cache"), "", "slice_size = 0");
+    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_commit=sleep(1500)")]);
+    o.put("/h.bin", Object::new(pattern(5000, 7)));
+    let collapsed = |n: &Node| volume_metric(n, "contentserver_cache_collapsed_total", &[]);
+    let served = |n: &Node, source| {
+        volume_metric(
+            n,
+            "contentserver_cache_served_bytes_total",
+            &[("source", source)],
+        )
+    };
+    assert_eq!(xcache(&get(&n, "/h.bin", "")), "MISS");
+    let (c0, cache0, origin0) = (collapsed(&n), served(&n, "cache"), served(&n, "origin"));
+    let r = get(&n, "/h.bin", "");
+    assert_eq!(xcache(&r), "HIT");
+    assert!(r.body == pattern(5000, 7));
+    assert_eq!(o.requests("/h.bin"), 1);
+    assert_eq!(collapsed(&n), c0, "a HIT counted as collapsed");
+    assert_eq!(served(&n, "cache") - cache0, 5000.0);
+    assert_eq!(served(&n, "origin"), origin0);
+    settle(&n);
+}
+
 /// A 304 does not make its requests wait for the entry's rewrite (which copies the body: a
 /// whole object of gigabytes on a volume with `slice_size = 0`): they are served the stored
 /// file with the new freshness at once, and so are the requests that come while it runs. A

@@ -246,11 +246,25 @@ pub struct Fill {
 pub struct FillReader {
     fill: Arc<Fill>,
     slot: usize,
+    /// The fill had every byte when this reader joined it (a HIT): its bytes count as served
+    /// from the cache, not as fetched for it.
+    complete: bool,
 }
 
 impl FillReader {
     pub fn fill(&self) -> &Arc<Fill> {
         &self.fill
+    }
+
+    /// This reader, for a request that joined the fill once every byte had arrived.
+    pub fn joined_complete(mut self) -> FillReader {
+        self.complete = true;
+        self
+    }
+
+    /// See [`Self::joined_complete`].
+    pub fn is_complete(&self) -> bool {
+        self.complete
     }
 
     /// The reader has taken everything before body byte `pos`.
@@ -313,6 +327,7 @@ impl Fill {
         FillReader {
             fill: self.clone(),
             slot,
+            complete: false,
         }
     }
 

@@ -398,11 +398,12 @@ impl Ctx<'_> {
     }
 
     /// The fill of `slice` (joined, or started detached); `revalidate` makes a new one
-    /// conditional. A request joining a fill for its first slice counts as collapsed.
+    /// conditional (a request joining one for its first slice counts as collapsed in
+    /// [`Self::after_fill`], unless it found every byte there).
     /// Without `revalidate`, the entry a fill committed since this request looked is returned
     /// instead of asking the origin again.
     /// With Authorization the fill is this request's alone (not registered: nobody joins it).
-    fn fill(&self, slice: u32, revalidate: Option<Arc<Stored>>, first: bool) -> FillFor<Fill> {
+    fn fill(&self, slice: u32, revalidate: Option<Arc<Stored>>) -> FillFor<Fill> {
         let id = self.key.slice(slice);
         if self.auth.is_some() {
             let fill = Fill::new(id, self.key_bytes.clone());
@@ -419,7 +420,6 @@ impl Ctx<'_> {
                 Fill::new(id, self.key_bytes.clone())
             });
         match &found {
-            FillFor::Fill(_, true) if first => self.cv.m.collapsed.inc(),
             FillFor::Fill(fill, false) => fill.spawn(
                 self.cv.clone(),
                 self.route.origin.clone(),
@@ -476,7 +476,7 @@ impl Ctx<'_> {
                 // Its last answer was not storable: ask for what the client asked, at once.
                 return First::FetchThrough(CacheStatus::Bypass);
             }
-            let fill = self.fill(slice, None, true);
+            let fill = self.fill(slice, None);
             let first = self.after_fill(fill, None, now_ms).await;
             self.check_first_slice(slice, &first).await;
             return first;
@@ -500,7 +500,7 @@ impl Ctx<'_> {
                 // (conditionally) before it is served, so a seek never splices versions
                 // across requests.
                 Agreement::FirstIsNewer if !self.req.only_if_cached => {
-                    let fill = self.fill(slice, Some(s.clone()), true);
+                    let fill = self.fill(slice, Some(s.clone()));
                     let first = self.after_fill(fill, Some(s), now_ms).await;
                     self.check_first_slice(slice, &first).await;
                     return first;
@@ -522,13 +522,13 @@ impl Ctx<'_> {
             // (Any fill of it: one for a request with Authorization is not joinable, yet one
             // refresh is enough, not one per such request.)
             if !self.cv.any_running(|f| f.id == id) {
-                if let FillFor::Fill(fill, false) = self.fill(slice, Some(s.clone()), false) {
+                if let FillFor::Fill(fill, false) = self.fill(slice, Some(s.clone())) {
                     self.follow_refresh(fill, s.clone());
                 }
             }
             return First::Serve(Source::Stored(s), CacheStatus::Updating);
         }
-        let fill = self.fill(slice, Some(s.clone()), true);
+        let fill = self.fill(slice, Some(s.clone()));
         let first = self.after_fill(fill, Some(s.clone()), now_ms).await;
         if let (true, First::Serve(Source::Fill(_, head), _)) = (slice > 0, &first) {
             if self.auth.is_none() && !head.meta.same_version(&s.meta) {
@@ -607,12 +607,29 @@ impl Ctx<'_> {
                 return First::Serve(Source::Stored(s), CacheStatus::Hit)
             }
             // Stale at once, it is revalidated like any stale entry (REVALIDATED on a 304).
-            FillFor::Stored(s) => match self.fill(s.id.slice, Some(s.clone()), false) {
+            FillFor::Stored(s) => match self.fill(s.id.slice, Some(s.clone())) {
                 FillFor::Fill(fill, joined) => (fill, joined, Some(s)),
                 FillFor::Stored(_) => return First::FetchThrough(CacheStatus::Miss),
                 FillFor::Collision => return First::FetchThrough(CacheStatus::Bypass),
             },
         };
+        let first = self.follow_fill(fill, joined, stale, now_ms).await;
+        // Collapsed: it waited on another request's fetch (one that found every byte there
+        // asked nothing and waited for nothing: a HIT).
+        if joined && !matches!(first, First::Serve(_, CacheStatus::Hit)) {
+            self.cv.m.collapsed.inc();
+        }
+        first
+    }
+
+    /// [`Self::after_fill`] once it has the fill (`joined`: started by another request).
+    async fn follow_fill(
+        &self,
+        fill: Arc<Fill>,
+        joined: bool,
+        stale: Option<Arc<Stored>>,
+        now_ms: i64,
+    ) -> First {
         let mut rx = fill.subscribe();
         // Whether this request was there before the origin's answer: only then may it share
         // an answer that is stale at once (RFC 9111 §4: a later request must not reuse it).
@@ -656,12 +673,11 @@ impl Ctx<'_> {
                 // Joining a fill that already has every byte asks the origin nothing: a hit.
                 // One that waited for the origin's answer is a miss, however fast the body
                 // came after it (whether it woke before the last byte was a race).
-                let status = if joined && !before_head && avail == head.meta.body_len {
-                    CacheStatus::Hit
-                } else {
-                    CacheStatus::Miss
-                };
-                First::Serve(Source::Fill(fill.reader(0), head), status)
+                if joined && !before_head && avail == head.meta.body_len {
+                    let reader = fill.reader(0).joined_complete();
+                    return First::Serve(Source::Fill(reader, head), CacheStatus::Hit);
+                }
+                First::Serve(Source::Fill(fill.reader(0), head), CacheStatus::Miss)
             }
             Progress::Refreshed { stored, .. } => {
                 First::Serve(Source::Stored(stored), CacheStatus::Revalidated)
@@ -757,11 +773,11 @@ impl Ctx<'_> {
                 Err(Unavailable::Origin) => {
                     // Not that fill again (its task may not have unregistered it yet).
                     self.cv.unregister_fill(id, &fill);
-                    filled(self.fill(slice, None, false)).await
+                    filled(self.fill(slice, None)).await
                 }
                 other => other,
             },
-            None => filled(self.fill(slice, None, false)).await,
+            None => filled(self.fill(slice, None)).await,
         }
     }
 
@@ -773,7 +789,7 @@ impl Ctx<'_> {
         let Source::Stored(old) = src else {
             return Ok(src);
         };
-        filled(self.fill(slice, Some(old), false)).await
+        filled(self.fill(slice, Some(old))).await
     }
 
     /// Whether every slice `body` reads is stored (for `only-if-cached`: nothing may be asked
@@ -1487,7 +1503,11 @@ impl Ctx<'_> {
                 let n = match &r {
                     Ok(n) | Err((n, _)) => *n,
                 };
-                self.cv.m.served_origin.inc_by(n);
+                if reader.is_complete() {
+                    self.cv.m.served_cache.inc_by(n);
+                } else {
+                    self.cv.m.served_origin.inc_by(n);
+                }
                 r
             }
         }
