@@ -419,13 +419,12 @@ impl Ctx<'_> {
             .fill_for(id, &self.key_bytes, revalidate.is_none(), || {
                 Fill::new(id, self.key_bytes.clone())
             });
-        match &found {
-            FillFor::Fill(fill, false) => fill.spawn(
+        if let FillFor::Fill(fill, false) = &found {
+            fill.spawn(
                 self.cv.clone(),
                 self.route.origin.clone(),
                 self.job(slice, revalidate),
-            ),
-            _ => {}
+            );
         }
         found
     }
