@@ -147,6 +147,20 @@ impl Drop for Ended {
             self.fill
                 .publish(Progress::Failed(Arc::new(FillError::Abandoned)));
         }
+        // Its waiters have their answer; a purge waiting for the rewrite must not wait on.
+        let rewriting = match &*self.fill.tx.borrow() {
+            Progress::Refreshed {
+                stored,
+                storing: true,
+            } => Some(stored.clone()),
+            _ => None,
+        };
+        if let Some(stored) = rewriting {
+            self.fill.publish(Progress::Refreshed {
+                stored,
+                storing: false,
+            });
+        }
         self.cv.fill_done(self.fill.id, &self.fill);
     }
 }
@@ -288,6 +302,9 @@ impl Drop for FillReader {
 impl FillKey for Fill {
     fn key(&self) -> &[u8] {
         &self.key
+    }
+    fn id(&self) -> EntryId {
+        self.id
     }
 }
 
@@ -670,7 +687,8 @@ impl Fill {
         }
         let mut meta = (*old.meta).clone();
         meta.stored_at_ms = now;
-        // The stored response was selected by its strong ETag (or both Last-Modified agree):
+        // The stored response was selected by the 304's own validator
+        // ([`names_another_version`]: a matching ETag, or without one the same Last-Modified):
         // a newer Last-Modified the 304 sends is the stored one's from now on (§4.3.4).
         if let Some(lm) = header(resp, "last-modified") {
             let parsed = crate::http::date::parse(&lm);
@@ -739,6 +757,17 @@ impl Fill {
                 storing: false,
             });
         }
+        // Stale at once (no-cache, max-age=0): every use revalidates, and a rewrite for each
+        // 304 would copy the body as often (whole objects of gigabytes, several at once). The
+        // file keeps its header; the entry in memory has the new one.
+        if meta.fresh_until_ms <= now {
+            let s = Arc::new(old.with_meta(Arc::new(meta)));
+            cv.remember(s.clone());
+            return self.publish(Progress::Refreshed {
+                stored: s,
+                storing: false,
+            });
+        }
         // The waiters (and new requests) are served the file they have, with the new
         // freshness, while the header is rewritten: the rewrite copies the body (a whole object
         // of gigabytes on a volume with `slice_size = 0`), and a 304 must not cost its wait.
@@ -763,8 +792,9 @@ impl Fill {
                 cv.committed(s.clone(), len);
                 s
             }
-            // Removed meanwhile: the waiters get the old body they were promised, and it is
-            // not kept (it would be served as stored while no file holds it).
+            // Removed meanwhile: the waiters get the old body they were promised, and it is not
+            // kept open (the removal took it out of the open table, or `keep_open` did, finding
+            // it out of the index): it would be served as stored while no file holds it.
             Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
                 tracing::debug!(volume = %cv.name, request = %job.target, "revalidated entry removed meanwhile; not stored again");
                 now_refreshed
@@ -1185,10 +1215,10 @@ fn names_another_version(
     let field = |n| h.get(n).and_then(|v: &http::HeaderValue| v.to_str().ok());
     let old_etag = etag.map(str::trim);
     if let Some(new) = field(http::header::ETAG).map(str::trim) {
-        let opaque = |t: &str| t.strip_prefix("W/").unwrap_or(t).to_string();
+        use crate::http::conditional::weak_opaque;
         return match new.starts_with("W/") {
             false => old_etag != Some(new),
-            true => old_etag.map(opaque) != Some(opaque(new)),
+            true => old_etag.map(weak_opaque) != Some(weak_opaque(new)),
         };
     }
     let date = |v: Option<&str>| v.and_then(crate::http::date::parse);

@@ -139,6 +139,12 @@ pub(crate) fn failpoint_commit() {
     fail::fail_point!("cache_commit");
 }
 
+/// `cache_renamed` failpoint (e.g. `sleep(300)`): a commit delayed after its rename, before
+/// the volume records the new file.
+pub(crate) fn failpoint_renamed() {
+    fail::fail_point!("cache_renamed");
+}
+
 /// Failpoint `cache_object_removed`: runs on the pool after an object's files were listed and
 /// removed (`sleep(MS)` widens the window in which a fill may commit an entry the listing did
 /// not see).

@@ -6,7 +6,9 @@
 //! Requests with Authorization have marks of their own ("private"): an answer to one user's
 //! credentials that may not be shared says nothing of the anonymous answers, and the reverse.
 //!
-//! A mark lasts [`PASS_MS`] and is forgotten when the object is removed (purged, replaced); a
+//! A mark lasts [`PASS_MS`] and is forgotten when the object is removed (purged, replaced), but
+//! not when it is withdrawn (its stored slices deleted because its answer may no longer be
+//! stored: the mark is why); a stored slice of a marked object is passed through too. A
 //! full table marks nothing more until marks expire. It owns only the table: what is storable
 //! is decided by the fill, what to do with a mark by the request path.
 

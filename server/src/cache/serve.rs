@@ -460,7 +460,8 @@ impl Ctx<'_> {
                 .then(|| self.landed(slice, now_ms))
                 .flatten()
             {
-                return First::Serve(Source::Fill(fill.reader(0), head), CacheStatus::Hit);
+                let reader = fill.reader(0).joined_complete();
+                return First::Serve(Source::Fill(reader, head), CacheStatus::Hit);
             }
             return match self.past_end(slice, now_ms).await {
                 Some(s0) => First::PastEnd(s0),

@@ -877,7 +877,10 @@ impl TempEntry {
             r = rename();
         }
         match r {
-            Ok(()) => Ok(self.body_offset + self.written),
+            Ok(()) => {
+                crate::cache::failpoint_renamed();
+                Ok(self.body_offset + self.written)
+            }
             Err(e) => {
                 self.abort();
                 Err(io_err(e))

@@ -196,6 +196,8 @@ pub enum FillFor<F> {
 /// served only to its own key.
 pub trait FillKey {
     fn key(&self) -> &[u8];
+    /// The entry it fetches (and may commit).
+    fn id(&self) -> EntryId;
 }
 
 /// Why an object's files could not all be removed (the purge reports it).
@@ -831,9 +833,10 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
             .cloned()
     }
 
-    /// Does a joinable fill of `id` run, for any key?
+    /// Does a fill of `id` run, for any key, joinable or not (one that may still commit it:
+    /// a revalidation rewriting the entry's header is no longer joinable)?
     fn any_fill(&self, id: EntryId) -> bool {
-        lock(&self.fills).contains_key(&id)
+        lock(&self.fills).contains_key(&id) || lock(&self.running).iter().any(|f| f.id() == id)
     }
 
     /// New requests no longer join `fill` (it still runs for the requests it has).
@@ -1122,6 +1125,9 @@ mod tests {
     impl FillKey for TestFill {
         fn key(&self) -> &[u8] {
             self.1
+        }
+        fn id(&self) -> EntryId {
+            EntryId::new(u128::from(self.0), 0)
         }
     }
 }

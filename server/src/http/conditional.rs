@@ -144,7 +144,9 @@ pub enum Precondition {
     Failed,
 }
 
-fn weak_opaque(tag: &str) -> &str {
+/// An entity tag without its weak marker (`W/"x"` -> `"x"`), trimmed: what the weak
+/// comparison compares (RFC 9110 §8.8.3.2).
+pub fn weak_opaque(tag: &str) -> &str {
     let t = tag.trim();
     t.strip_prefix("W/").unwrap_or(t)
 }
