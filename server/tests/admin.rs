@@ -25,6 +25,13 @@ fn healthz_and_readyz_are_ok_when_serving() {
     // It is the same process that serves content.
     assert_eq!(server.get("/f0.bin").status, 200);
     assert_eq!(server.admin_get("/nope").status, 404);
+    // Purging off (no token file): its endpoint is not there, whatever the method (GET was a
+    // 405 with `Allow: POST`, which said it was).
+    for method in ["GET", "POST", "DELETE"] {
+        let r = request(server.admin(), method, "/cache/purge?key=/f0.bin", &[]);
+        assert_eq!(r.status, 404, "{method}");
+        assert!(r.header("allow").is_none(), "{method}: {:?}", r.headers);
+    }
     let m = server.admin_get("/metrics");
     assert!(
         m.header("content-type")

@@ -702,6 +702,12 @@ fn directories_index_or_404() {
     // Without the trailing slash: 301 to it (relative Location).
     let r = s.get("/docs");
     assert_eq!((r.status, r.header("Location")), (301, Some("/docs/")));
+    // The query kept, its bytes a URI may not hold encoded (they went out as received).
+    let r = s.get("/docs?<x>`{|}^&y=%20\"");
+    assert_eq!(
+        (r.status, r.header("Location")),
+        (301, Some("/docs/?%3Cx%3E%60%7B%7C%7D%5E&y=%20%22"))
+    );
     assert_eq!(s.get("/empty/").status, 404);
     assert_eq!(s.get("/").status, 404);
     assert_eq!(s.get("/missing.txt").status, 404);

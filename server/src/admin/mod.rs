@@ -197,12 +197,17 @@ pub fn serve(state: AdminState, socket: AdminSocket) -> Result<AdminServer, Admi
 
 /// The admin routes (public for tests that drive it without a socket).
 pub fn router(state: AdminState) -> Router {
+    // Off, the endpoint is not there for any method (a 405 naming POST would say it is).
+    let purge_route = match state.purge {
+        Some(_) => axum::routing::post(purge),
+        None => axum::routing::any(purge_disabled),
+    };
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/config", get(config))
-        .route("/cache/purge", axum::routing::post(purge))
+        .route("/cache/purge", purge_route)
         .with_state(state)
         .layer(axum::middleware::from_fn(one_host))
 }
@@ -251,6 +256,15 @@ async fn metrics(State(s): State<AdminState>) -> Response {
         .into_response()
 }
 
+/// `/cache/purge` with purging off (no `admin.purge_token_file`), whatever the method.
+async fn purge_disabled() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "purge is disabled (admin.purge_token_file)\n",
+    )
+        .into_response()
+}
+
 /// `POST /cache/purge?key=/path` (one object) or `?prefix=/dir/` (every key under it).
 async fn purge(
     State(s): State<AdminState>,
@@ -259,11 +273,7 @@ async fn purge(
 ) -> Response {
     use crate::cache::purge::Refused;
     let Some(p) = &s.purge else {
-        return (
-            StatusCode::NOT_FOUND,
-            "purge is disabled (admin.purge_token_file)\n",
-        )
-            .into_response();
+        return purge_disabled().await;
     };
     // Two credentials: which one is meant would be a guess (the data port answers 400 too).
     if headers.get_all(header::AUTHORIZATION).iter().count() > 1 {
@@ -289,7 +299,7 @@ async fn purge(
         // The token cannot be checked: refused, and said so (an operator must fix the file).
         // Why is in the server's log ([`Purge::check`]), not in the answer: the caller has not
         // been authenticated, and the file's path and error are none of its business.
-        Err(Refused::TokenFile(_)) => {
+        Err(Refused::TokenFile) => {
             return (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "purge refused: admin.purge_token_file cannot be read or holds no single token (the server's log says why)\n",

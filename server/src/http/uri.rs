@@ -47,9 +47,31 @@ pub fn directory_location(path: &[u8], query: Option<&str>) -> String {
     }
     if let Some(q) = query {
         loc.push('?');
-        loc.push_str(q);
+        // As received, but a Location is a URI: bytes one may not hold are encoded.
+        loc.push_str(&encode_target(q));
     }
     loc
+}
+
+/// `target` with every byte a request line may not carry as it is (controls aside, which the
+/// request parser refuses: `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}`, `[`, `]` (only for
+/// an IP literal's host, RFC 3986 §3.2.2) and non-ASCII)
+/// percent-encoded, as browsers send them (RFC 9112 §3.2: a target is a URI); what an origin
+/// decodes is the same. (Also a query the server sends back in a `Location`.)
+pub fn encode_target(target: &str) -> std::borrow::Cow<'_, str> {
+    let keep = |b: u8| b.is_ascii_graphic() && !b"\"<>\\^`{|}[]".contains(&b);
+    if target.bytes().all(keep) {
+        return std::borrow::Cow::Borrowed(target);
+    }
+    let mut out = String::with_capacity(target.len() + 16);
+    for b in target.bytes() {
+        if keep(b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -72,6 +94,11 @@ mod tests {
         assert_eq!(
             directory_location(b"/media/show", Some("a=1&b")),
             "/media/show/?a=1&b"
+        );
+        // A query's bytes a URI may not hold, encoded (what is encoded already stays).
+        assert_eq!(
+            directory_location(b"/d", Some("<x>`{|}^&y=%20\"")),
+            "/d/?%3Cx%3E%60%7B%7C%7D%5E&y=%20%22"
         );
         // Would be a scheme-relative URL (another host) if sent as received.
         assert_eq!(

@@ -9,7 +9,7 @@ use super::body::{self, OriginResponse};
 use super::connect::{self, Conn};
 use super::headers::{content_length, content_range};
 use super::pool::Lease;
-use super::{Inner, Method, OriginError, OriginRequest};
+use super::{encode_target, Inner, Method, OriginError, OriginRequest};
 use bytes::Bytes;
 use http::header::{
     AUTHORIZATION, HOST, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH, IF_RANGE, IF_UNMODIFIED_SINCE,
@@ -207,27 +207,6 @@ fn closed_unanswered(e: &hyper::Error) -> bool {
         source = s.source();
     }
     false
-}
-
-/// `target` with every byte a request line may not carry as it is (controls aside, which the
-/// request parser refuses: `"`, `<`, `>`, `\`, `^`, `` ` ``, `{`, `|`, `}`, `[`, `]` (only for
-/// an IP literal's host, RFC 3986 §3.2.2) and non-ASCII)
-/// percent-encoded, as browsers send them (RFC 9112 §3.2: a target is a URI); what an origin
-/// decodes is the same.
-pub fn encode_target(target: &str) -> std::borrow::Cow<'_, str> {
-    let keep = |b: u8| b.is_ascii_graphic() && !b"\"<>\\^`{|}[]".contains(&b);
-    if target.bytes().all(keep) {
-        return std::borrow::Cow::Borrowed(target);
-    }
-    let mut out = String::with_capacity(target.len() + 16);
-    for b in target.bytes() {
-        if keep(b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }
 
 /// The request for `server`: origin-form target, Host, Range and the conditionals.

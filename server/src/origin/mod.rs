@@ -29,9 +29,9 @@ mod pool;
 mod runtime;
 mod tls;
 
+pub use crate::http::uri::encode_target;
 pub use body::OriginResponse;
 pub use error::{OriginError, TLS_HANDSHAKE};
-pub use fetch::encode_target;
 pub use headers::{
     content_length, content_range, parse_content_range, unsatisfied_total, ContentRange, Validators,
 };
