@@ -181,7 +181,7 @@ fn names_the_api_would_refuse_are_flag_errors() {
             "--namespaces",
             "media, edge-1",
         ],
-        Duration::from_secs(2),
+        Duration::from_secs(5),
     );
     assert_eq!(code, None, "it stopped: {err}");
     assert!(out.contains(r#"Namespaces(["media", "edge-1"])"#), "{out}");

@@ -85,8 +85,8 @@ impl Target {
 
 /// Read the bearer token in `path`: the file's one line, surrounding whitespace (a trailing
 /// newline) stripped. An unreadable file, one larger than [`MAX_TOKEN_FILE_BYTES`], one holding
-/// no token or more than one line, or a token with whitespace or control characters inside is
-/// an error saying so (the token itself is never in the message).
+/// no token or more than one line, or a token with whitespace, control characters or anything
+/// but visible ASCII inside is an error saying so (the token itself is never in the message).
 pub fn read_token(path: &Path) -> Result<String, String> {
     let shown = path.display();
     let bytes = crate::fs::small::read(path, MAX_TOKEN_FILE_BYTES, "one token")?;
@@ -131,8 +131,8 @@ pub enum Refused {
     /// No or a wrong `Authorization: Bearer` (401).
     Unauthorized,
     /// The token file cannot be read now, or holds no single token: nothing may be purged
-    /// (the message names the file and why, never the token).
-    TokenFile(String),
+    /// (the log names the file and why, never the token; the caller is told neither).
+    TokenFile,
 }
 
 /// The start-up check of `admin.purge_token_file` (when set): a file that cannot be read or
@@ -178,7 +178,7 @@ impl Purge {
                 error = %e,
                 "cache purge refused: admin.purge_token_file is unreadable or holds no single token"
             );
-            Refused::TokenFile(e)
+            Refused::TokenFile
         })?;
         if authorized(&token, authorization) {
             Ok(())
