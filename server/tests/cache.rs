@@ -5,8 +5,9 @@
 mod common;
 
 use common::cache::{
-    admin, cache_files, config, get, node, origin_and_node, origin_and_purge_node, settle, try_get,
-    volume_metric, wait_committed, walk, xcache, Node, PURGE_AUTH, SLICE, SLICED,
+    admin, cache_files, config, get, node, origin_and_node, origin_and_purge_node, settle,
+    temp_node, try_get, volume_metric, wait_committed, walk, xcache, Node, PURGE_AUTH, SLICE,
+    SLICED,
 };
 use common::origin::{pattern, Fault, FaultOrigin, Object, Timing};
 use common::{Config, Server};
@@ -991,6 +992,50 @@ fn a_304_naming_another_last_modified_refreshes_nothing() {
     );
 }
 
+/// Every stored slice of an object's old version counts as replaced when the object changed
+/// at the origin, the one a new version was committed over in its place too (it was not: a
+/// 1-slice object counted 0, a 3-slice one 2).
+#[test]
+fn an_object_changed_at_the_origin_counts_every_old_slice_as_replaced() {
+    let (o, n) = origin_and_node(SLICED);
+    let replaced = |n: &Node| {
+        volume_metric(
+            n,
+            "contentserver_cache_evictions_total",
+            &[("reason", "replaced")],
+        )
+    };
+    // Found stale and refetched at once; or served stale (UPDATING) while refreshed in the
+    // background, the old later slices replaced as a read finds them older than the first.
+    let cases = [
+        ("/one.bin", 1000, 1.0, 0),
+        ("/three.bin", 3 * SLICE, 3.0, 0),
+        ("/bg.bin", 3 * SLICE, 3.0, 60),
+    ];
+    for (path, len, slices, swr) in cases {
+        let cc = format!("max-age=1, stale-while-revalidate={swr}");
+        o.put(path, Object::version(pattern(len, 1), 1).cache_control(&cc));
+        assert_eq!(get(&n, path, "").body.len(), len);
+        wait_committed(&n);
+        let before = replaced(&n);
+        o.put(path, Object::version(pattern(len, 2), 2).cache_control(&cc));
+        std::thread::sleep(Duration::from_millis(1100));
+        let mut r = get(&n, path, "");
+        if swr > 0 {
+            assert_eq!(xcache(&r), "UPDATING", "{path}");
+            wait_committed(&n);
+            r = get(&n, path, "");
+        }
+        assert!(r.body == pattern(len, 2), "{path}: not the new version");
+        wait_committed(&n);
+        assert!(
+            common::wait_until(Duration::from_secs(5), || replaced(&n) - before == slices),
+            "{path}: {} replaced, {slices} slices",
+            replaced(&n) - before
+        );
+    }
+}
+
 /// The `Age` an origin (or a parent cache) sends was the answer's age when the request was
 /// made: the time the answer took is added to it (RFC 9111 §4.2.3). An answer with `Age: 2`
 /// and `max-age=3` that took 2 s to come is 4 s old, stale: it used to count as 2 s old, and
@@ -998,14 +1043,7 @@ fn a_304_naming_another_last_modified_refreshes_nothing() {
 #[test]
 fn an_origin_age_counts_the_time_the_answer_took() {
     let o = FaultOrigin::start();
-    let d = common::tempdir();
-    let cfg = config(
-        &[o.url()],
-        &d.path().join("cache"),
-        "read_timeout_ms = 5000",
-        "slice_size = 0",
-    );
-    let n = Node::start(&cfg);
+    let n = temp_node(&[o.url()], "read_timeout_ms = 5000", "slice_size = 0");
     o.put(
         "/aged.txt",
         Object::new(pattern(100, 1))

@@ -1035,6 +1035,10 @@ impl Fill {
                 .await
             {
                 Ok(Ok(len)) => {
+                    let revalidated = job.revalidate.as_ref().filter(|old| old.id == id);
+                    if revalidated.is_some_and(|old| !old.meta.same_version(&meta)) {
+                        cv.count_replaced();
+                    }
                     // (Made after the rename, which changes the file's change time.)
                     cv.committed(Arc::new(Stored::new(id, fd, meta.clone())), len);
                 }

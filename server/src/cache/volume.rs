@@ -691,6 +691,12 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
         self.update_gauges();
     }
 
+    /// An entry committed over the older version of its object at its path (the object changed
+    /// at the origin): counted as replaced, as the old version's other slices are when dropped.
+    pub fn count_replaced(&self) {
+        self.m.evicted[slot(Reason::Replaced)].inc();
+    }
+
     /// Delete `victims`' files on the pool (the event loop never unlinks); counts evictions.
     pub fn delete(&self, victims: Vec<Victim>) {
         if victims.is_empty() {
