@@ -523,9 +523,9 @@ impl Fill {
                 ) {
                     return self.refreshed(cv, origin, &job, old, &resp, now).await;
                 }
-                // A 304 that does not select the stored response (another strong ETag, or
-                // without one another Last-Modified) refreshes nothing (RFC 9111 §4.3.4): ask
-                // for the object itself.
+                // A 304 that does not select the stored response by its own validator
+                // ([`names_another_version`]) refreshes nothing (RFC 9111 §4.3.4): ask for the
+                // object itself.
                 tracing::warn!(volume = %cv.name, request = %job.target, "origin's 304 names another version than the stored one; fetching it unconditionally");
                 req.if_none_match = None;
                 req.if_modified_since = None;
