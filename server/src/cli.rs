@@ -303,8 +303,11 @@ fn check_config(file: &std::path::Path) -> ExitCode {
         }
         _ => fail(e),
     };
-    match Config::load(file).and_then(|c| c.to_toml()) {
-        Ok(text) => {
+    match Config::load(file).and_then(|c| Ok((c.to_toml()?, c.unused()))) {
+        Ok((text, unused)) => {
+            for w in unused {
+                let _ = writeln!(std::io::stderr(), "{}: warning: {w}", file.display());
+            }
             // A reader that stopped early (`| head`) or a full disk is an exit code, not a panic.
             let mut out = std::io::stdout().lock();
             match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
@@ -333,6 +336,9 @@ pub fn main() -> ExitCode {
             };
             // Held to the end of `main`: dropping it writes out the lines still waiting.
             let log = crate::logging::init(&cfg.logging);
+            for w in cfg.unused() {
+                tracing::warn!("{w}");
+            }
             match crate::runtime::run(cfg) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

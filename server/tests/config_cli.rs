@@ -120,6 +120,43 @@ fn a_config_that_is_no_file_or_too_large_is_refused_at_once() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("name = \"a\""));
 }
 
+/// A volume or an origin that no route names is accepted but warned of, by `check-config`
+/// (on stderr, exit 0) and at start (a log line): most often a typo, such as a volume left out
+/// of a `split`. It started without a word.
+#[test]
+fn volumes_and_origins_no_route_names_are_warned_of() {
+    let d = tempdir();
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let toml = format!(
+        "[[volumes]]\nname = \"a\"\npath = {a:?}\n\n[[volumes]]\nname = \"b\"\npath = {b:?}\n\n\
+         [[origins]]\nname = \"o\"\nservers = [\"http://127.0.0.1:9\"]\n\n\
+         [[routes]]\nprefix = \"/\"\nvolume = \"a\"\n"
+    );
+    let path = d.path().join("c.toml");
+    std::fs::write(&path, toml).unwrap();
+    let (code, _, err) = run(&["check-config", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning: volumes[1] \"b\" is named by no route")
+            && err.contains("warning: origins[0] \"o\" is named by no route"),
+        "{err}"
+    );
+    assert!(!err.contains("volumes[0]"), "{err}");
+    let mut cfg = Config::load(&path).expect("valid");
+    cfg.listeners[0].port = 0;
+    let s = Server::start(&cfg);
+    assert!(
+        s.wait_log(
+            "volumes[1] \"b\" is named by no route",
+            std::time::Duration::from_secs(5)
+        ),
+        "{}",
+        s.logs()
+    );
+}
+
 /// A refused start says why on stderr; a stderr nobody reads (a closed pipe) changes only
 /// that: exit 1, not a panic's 101.
 #[test]

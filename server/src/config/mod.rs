@@ -562,6 +562,38 @@ impl Config {
         Ok(cfg)
     }
 
+    /// Volumes and origins that no route names: accepted (valid, and harmless), but most often a
+    /// typo (a volume left out of a `split`), so `serve` and `check-config` warn of each. Call
+    /// after [`Config::normalize`] (a single volume's implicit route names it).
+    pub fn unused(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, v) in self.volumes.iter().enumerate() {
+            let named = |r: &Route| {
+                r.volume.as_deref() == Some(v.name.as_str())
+                    || r.split.iter().any(|t| t.volume == v.name)
+            };
+            if !self.routes.iter().any(named) {
+                out.push(format!(
+                    "volumes[{i}] {:?} is named by no route: it serves nothing",
+                    v.name
+                ));
+            }
+        }
+        for (i, o) in self.origins.iter().enumerate() {
+            if !self
+                .routes
+                .iter()
+                .any(|r| r.origin.as_deref() == Some(o.name.as_str()))
+            {
+                out.push(format!(
+                    "origins[{i}] {:?} is named by no route: it is never asked",
+                    o.name
+                ));
+            }
+        }
+        out
+    }
+
     /// Fill what defaults depend on other fields: the implicit `/` route of a single volume
     /// (a cache route when that volume is a cache volume and exactly one origin exists), and
     /// the default cache policy of every cache route.
