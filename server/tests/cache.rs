@@ -3746,13 +3746,10 @@ fn a_hit_on_a_complete_fill_is_counted_as_a_hit() {
 #[cfg(feature = "failpoints")]
 #[test]
 fn a_304_is_answered_before_the_entry_is_rewritten() {
-    let o = FaultOrigin::start();
-    let dir = common::tempdir();
-    let token = dir.path().join("token");
-    std::fs::write(&token, "t0ken\n").unwrap();
-    let mut cfg = config(&[o.url()], &dir.path().join("cache"), "", "slice_size = 0");
-    cfg.admin.purge_token_file = token.display().to_string();
-    let n = Node::start_with_env(&cfg, &[("FAILPOINTS", "cache_commit=sleep(1500)")]);
+    let (o, n) = common::cache::origin_and_purge_node_with_env(
+        "slice_size = 0",
+        &[("FAILPOINTS", "cache_commit=sleep(1500)")],
+    );
     let body = pattern(300_000, 3);
     let cc = "max-age=1, stale-while-revalidate=0";
     o.put("/w.bin", Object::new(body.clone()).cache_control(cc));
