@@ -8,7 +8,7 @@
 //!
 //! A mark lasts [`PASS_MS`] and is forgotten when the object is removed (purged, replaced), but
 //! not when it is withdrawn (its stored slices deleted because its answer may no longer be
-//! stored: the mark is why); a stored slice of a marked object is passed through too. A
+//! stored: the mark is why); a stale stored slice of a marked object is passed through too. A
 //! full table marks nothing more until marks expire. It owns only the table: what is storable
 //! is decided by the fill, what to do with a mark by the request path.
 

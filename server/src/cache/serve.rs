@@ -481,7 +481,11 @@ impl Ctx<'_> {
             self.check_first_slice(slice, &first).await;
             return first;
         };
-        if !self.req.only_if_cached && self.marks().passing(self.key.hash(), now_ms) {
+        // (Only a stale entry is looked up: a fresh HIT takes no lock for it.)
+        if !self.req.only_if_cached
+            && now_ms >= s.meta.fresh_until_ms
+            && self.marks().passing(self.key.hash(), now_ms)
+        {
             // Withdrawn (its last answer may not be stored), its files not all deleted yet: the
             // request after the answer that withdrew it is passed through like the later ones.
             return First::FetchThrough(CacheStatus::Bypass);
