@@ -16,7 +16,16 @@ fn valid_media_type(t: &str) -> bool {
 pub(super) fn check(e: &mut Errors, field: &str, m: &BTreeMap<String, String>) {
     let mut seen = HashSet::new();
     for (ext, t) in m {
-        let f = format!("{field}.{ext}");
+        // A key that is not a bare TOML key is shown quoted, as it is written.
+        let bare = !ext.is_empty()
+            && ext
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        let f = if bare {
+            format!("{field}.{ext}")
+        } else {
+            format!("{field}.{ext:?}")
+        };
         if ext.is_empty() || ext.len() > 16 || !ext.bytes().all(|b| b.is_ascii_alphanumeric()) {
             e.push(
                 f.clone(),

@@ -100,9 +100,15 @@ pub struct ServerUrl {
 /// HOST is a DNS name, an IPv4 address or a bracketed IPv6 address (`[::1]`); PORT is 1-65535
 /// in plain digits (no sign, no leading zero).
 pub fn parse_server_url(s: &str) -> Result<ServerUrl, String> {
-    let (https, rest) = if let Some(r) = s.strip_prefix("https://") {
+    // The scheme is case-insensitive (RFC 3986 §3.1): `HTTPS://` is `https://`.
+    let scheme = |name: &str| {
+        s.get(..name.len())
+            .filter(|head| head.eq_ignore_ascii_case(name))
+            .map(|_| &s[name.len()..])
+    };
+    let (https, rest) = if let Some(r) = scheme("https://") {
         (true, r)
-    } else if let Some(r) = s.strip_prefix("http://") {
+    } else if let Some(r) = scheme("http://") {
         (false, r)
     } else {
         return Err(format!("{s:?} must start with http:// or https://"));

@@ -213,7 +213,7 @@ fn http_violations_name_their_field() {
     for want in [
         "http.max_ranges",
         "http.listing_max_entries",
-        "http.media_types.m.4s",
+        "http.media_types.\"m.4s\"",
         "http.media_types.vtt",
         "http.media_headers.\"video/\"",
         "http.media_headers.ts.cache_control",
@@ -491,6 +491,14 @@ fn server_urls() {
     assert!(msg.contains("contains a space"), "{msg}");
     let msg = parse_server_url("http://127.0.0.1:+21050").unwrap_err();
     assert!(msg.contains("plain digits"), "{msg}");
+    // The scheme is case-insensitive (RFC 3986 §3.1); the host keeps its spelling.
+    let u = parse_server_url("HTTPS://Origin.Example:8443").unwrap();
+    assert_eq!(
+        (u.https, u.host.as_str(), u.port),
+        (true, "Origin.Example", 8443)
+    );
+    assert!(!parse_server_url("Http://o").unwrap().https);
+    assert!(parse_server_url("httpx://o").is_err());
 }
 
 #[test]
