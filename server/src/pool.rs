@@ -229,8 +229,10 @@ impl Pool {
         });
         let inner = &self.inner;
         let mut st = inner.lock();
+        // Tasks no idle thread is about to take: nginx's "N tasks waiting".
         let waiting = st.queue.len();
         if admission != Admission::Always && waiting >= st.idle + inner.max_queue {
+            let waiting = waiting - st.idle;
             drop(st);
             return Err(match admission {
                 Admission::Quiet => Overflow {
@@ -306,7 +308,7 @@ impl Inner {
         let st = self.lock();
         let waiting = st.queue.len();
         if waiting > st.idle + self.max_queue {
-            Err(waiting)
+            Err(waiting - st.idle)
         } else {
             Ok(())
         }
