@@ -3102,6 +3102,33 @@ fn purge_is_off_without_a_token_file() {
     assert_eq!(r.status, 404);
 }
 
+/// A `max_size` larger than the cache directory's filesystem is never reached (the disk fills
+/// first): the start says so, naming the volume; a limit the disk holds is not warned of.
+#[test]
+fn a_max_size_larger_than_the_filesystem_is_warned_of() {
+    let big = temp_node(
+        &["http://127.0.0.1:9".into()],
+        "",
+        "max_size = \"1000000T\"",
+    );
+    assert!(
+        big.srv.wait_log(
+            "cache max_size is larger than the filesystem",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        big.srv.logs()
+    );
+    assert!(big.srv.logs().contains("volume=c1"), "{}", big.srv.logs());
+    let small = temp_node(&["http://127.0.0.1:9".into()], "", "max_size = \"1M\"");
+    assert_eq!(get(&small, "/", "").status, 502, "started and serving");
+    assert!(
+        !small.srv.logs().contains("larger than the filesystem"),
+        "{}",
+        small.srv.logs()
+    );
+}
+
 #[test]
 fn max_size_bounds_the_disk_and_evicts_least_recent() {
     // 20 objects of ~100 KiB in a 1 MiB cache, each asked for twice (so admission, which
@@ -4459,6 +4486,119 @@ fn without_route_cors_origin_is_forwarded_and_vary_origin_passed_through() {
         "{:?}",
         cache_files(&cache)
     );
+}
+
+/// An origin that answers CORS per Origin only when asked with one (S3, an nginx `if
+/// ($http_origin)`) says `Vary: Origin` to those requests alone. Such an answer is that
+/// Origin's: it is passed through to it, but it marks nothing and withdraws nothing for the
+/// others. Before, one request with any `Origin` passed the object through for every client
+/// for a minute (and withdrew a stale stored copy it revalidated): anyone could switch the
+/// cache off, object by object, and send the whole audience to the origin.
+#[test]
+fn one_origins_own_answer_does_not_switch_caching_off_for_the_others() {
+    let (o, n) = origin_and_node(SLICED);
+    // Stored, and revalidated at every use (as a stale copy is).
+    let plain = || Object::new(pattern(500, 3)).cache_control("no-cache");
+    let for_evil = |obj: Object| {
+        obj.header("Access-Control-Allow-Origin", "https://evil.example")
+            .header("Vary", "Origin")
+    };
+    o.put("/o.js", plain());
+    o.put_for_origin("/o.js", "https://evil.example", for_evil(plain()));
+    let evil = "Origin: https://evil.example\r\n";
+    let r = get(&n, "/o.js", evil);
+    assert_eq!(xcache(&r), "BYPASS");
+    assert_eq!(
+        r.header("Access-Control-Allow-Origin"),
+        Some("https://evil.example")
+    );
+    // The others' answer is stored as if nothing happened.
+    let r = get(&n, "/o.js", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert_eq!(r.header("Access-Control-Allow-Origin"), None);
+    wait_committed(&n);
+    assert_eq!(xcache(&get(&n, "/o.js", "")), "REVALIDATED");
+    // Revalidated for a request with that Origin: its 304 says Vary: Origin. That request
+    // gets the 304's fields; the stored copy stays for the others.
+    let r = get(&n, "/o.js", evil);
+    assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"));
+    assert_eq!(
+        r.header("Access-Control-Allow-Origin"),
+        Some("https://evil.example")
+    );
+    settle(&n);
+    let r = get(&n, "/o.js", "");
+    assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"));
+    assert_eq!(r.header("Access-Control-Allow-Origin"), None);
+    // A new version for that Origin (a 200, not a 304) withdraws nothing either.
+    o.put_for_origin(
+        "/o.js",
+        "https://evil.example",
+        for_evil(Object::version(pattern(500, 4), 2).cache_control("no-cache")),
+    );
+    let r = get(&n, "/o.js", evil);
+    assert_eq!((xcache(&r), r.body == pattern(500, 4)), ("BYPASS", true));
+    settle(&n);
+    let r = get(&n, "/o.js", "");
+    assert_eq!(
+        (xcache(&r), r.body == pattern(500, 3)),
+        ("REVALIDATED", true)
+    );
+    assert_eq!(r.header("Access-Control-Allow-Origin"), None);
+}
+
+/// A request with another `Origin` (or none) that joins a fill started for one with an
+/// `Origin` does not get the answer the origin made for that one (its
+/// `Access-Control-Allow-Origin`): it asks for its own (RFC 9111 §4.1: `Vary` names a field
+/// its request differs in).
+#[test]
+fn a_joiner_with_another_origin_is_not_given_one_origins_own_answer() {
+    let o = FaultOrigin::start();
+    let n = common::cache::temp_node(&[o.url()], "read_timeout_ms = 10000", SLICED);
+    for site in ["https://a.example", "https://b.example"] {
+        o.put_for_origin(
+            "/j.js",
+            site,
+            Object::new(pattern(500, 5))
+                .header("Access-Control-Allow-Origin", site)
+                .header("Vary", "Origin"),
+        );
+    }
+    o.put(
+        "/j.js",
+        Object::new(pattern(500, 5)).cache_control("max-age=60"),
+    );
+    // Every request joins the first one's fill before the origin answers it.
+    o.set_timing(Timing {
+        head_delay: Duration::from_millis(800),
+        ..Timing::default()
+    });
+    // The request that starts the fill goes away before the answer: the joiners are left
+    // with it (one of them would have taken it).
+    let addr = n.srv.addr;
+    let mut first = std::net::TcpStream::connect(addr).unwrap();
+    std::io::Write::write_all(
+        &mut first,
+        b"GET /j.js HTTP/1.1\r\nHost: t\r\nOrigin: https://a.example\r\n\r\n",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    drop(first);
+    let others: Vec<_> = [Some("https://b.example"), None]
+        .into_iter()
+        .map(|site| {
+            std::thread::spawn(move || {
+                let h: Vec<(&str, &str)> = site.map(|s| ("Origin", s)).into_iter().collect();
+                (site, common::http::request(addr, "GET", "/j.js", &h))
+            })
+        })
+        .collect();
+    for t in others {
+        let (site, r) = t.join().unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, pattern(500, 5));
+        assert_eq!(r.header("Access-Control-Allow-Origin"), site, "{site:?}");
+    }
 }
 
 /// An answer passed through spells the origin's field names as stored and static answers do

@@ -253,6 +253,11 @@ pub struct Fill {
     /// moves on: a fill that cannot store keeps in memory only what a reader still needs.
     readers: Mutex<Vec<Option<u64>>>,
     moved: tokio::sync::Notify,
+    /// Set before the answer is published when it varies by the client's `Origin` this fill
+    /// forwarded (`Vary: Origin`): that answer is that Origin's alone. It marks nothing and
+    /// withdraws nothing (one request with an `Origin` must not switch caching off for every
+    /// other), and answers only requests forwarding the same `Origin` ([`Fill::for_origin`]).
+    for_origin: OnceLock<Arc<str>>,
 }
 
 /// One request reading a fill, and where it is: the fill may let go of the bytes every
@@ -319,7 +324,30 @@ impl Fill {
             commit: AtomicU8::new(RUNNING),
             readers: Mutex::new(Vec::new()),
             moved: tokio::sync::Notify::new(),
+            for_origin: OnceLock::new(),
         })
+    }
+
+    /// The `Origin` whose own answer this fill got (see the field), if it did.
+    pub fn for_origin(&self) -> Option<&str> {
+        self.for_origin.get().map(|o| &**o)
+    }
+
+    /// Note whether the answer with `headers` is the forwarded `Origin`'s own.
+    fn note_origin(&self, job: &FillJob, headers: &http::HeaderMap) {
+        let varies = || {
+            headers
+                .get_all(http::header::VARY)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .any(|v| {
+                    v.split(',')
+                        .any(|f| f.trim().eq_ignore_ascii_case("origin"))
+                })
+        };
+        if let Some(o) = job.client_origin.as_deref().filter(|_| varies()) {
+            let _ = self.for_origin.set(Arc::from(o));
+        }
     }
 
     fn reader_slots(&self) -> std::sync::MutexGuard<'_, Vec<Option<u64>>> {
@@ -473,7 +501,8 @@ impl Fill {
             _ => return,
         };
         // Purged meanwhile: a newer copy may be stored since; this answer says nothing of it.
-        if self.purged() {
+        // Nor does one Origin's own answer of the object for other requests.
+        if self.purged() || self.for_origin().is_some() {
             return;
         }
         tracing::debug!(volume = %cv.name, entry = %old.rel_path(), status, "revalidated: no longer storable; the stored object is withdrawn");
@@ -514,6 +543,7 @@ impl Fill {
             }
         };
         let now = unix_now_ms();
+        self.note_origin(&job, &resp.headers);
         if resp.status == 304 {
             if let Some(old) = &job.revalidate {
                 if !names_another_version(
@@ -535,6 +565,7 @@ impl Fill {
                         return self.publish(Progress::Failed(Arc::new(FillError::Origin(e))))
                     }
                 };
+                self.note_origin(&job, &resp.headers);
             }
         }
         if resp.status == 416 {
@@ -703,6 +734,7 @@ impl Fill {
             }
         }
         let authorized = job.authorization.is_some();
+        self.note_origin(job, &merged);
         match freshness::evaluate(
             old.meta.status,
             &merged,
@@ -728,8 +760,9 @@ impl Fill {
                 meta.stale_while_revalidate_until_ms = now;
                 meta.stale_if_error_until_ms = now;
                 meta.headers = kept_headers(&merged, origin, now);
-                // (Not when purged meanwhile: a newer copy may be stored since.)
-                let withdraw = !authorized && !self.purged();
+                // (Not when purged meanwhile: a newer copy may be stored since; nor for an
+                // answer that is one Origin's or one user's alone.)
+                let withdraw = !authorized && self.for_origin().is_none() && !self.purged();
                 if withdraw {
                     // Passed through from now, before anyone has this answer: a request
                     // that comes once it went out must not join this fill or find the entry.

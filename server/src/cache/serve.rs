@@ -655,6 +655,10 @@ impl Ctx<'_> {
                 .filter(|s| now_ms < s.meta.stale_if_error_until_ms)
                 .cloned()
         };
+        // An answer one Origin got for itself (`Vary: Origin`) is not another request's.
+        let theirs = fill
+            .for_origin()
+            .is_some_and(|o| self.origin_to_forward().as_deref() != Some(o));
         match p {
             Progress::Waiting => unreachable!("loop ends on another state"),
             // (The stored copy only while it is the version the origin last gave: a newer one
@@ -683,11 +687,14 @@ impl Ctx<'_> {
                 }
                 First::Serve(Source::Fill(fill.reader(0), head), CacheStatus::Miss)
             }
+            // One Origin's own answer (`Vary: Origin`) answers no request forwarding another.
+            Progress::Refreshed { .. } if theirs => First::FetchThrough(CacheStatus::Bypass),
             Progress::Refreshed { stored, .. } => {
                 First::Serve(Source::Stored(stored), CacheStatus::Revalidated)
             }
             Progress::Bypass { status, .. } if status >= 500 => match stale_ok(&stale) {
                 Some(s) => First::Serve(Source::Stored(s), CacheStatus::Stale),
+                None if theirs => First::FetchThrough(CacheStatus::Bypass),
                 None => match fill.take_response() {
                     Some(r) => First::PassThrough(Box::new(r), CacheStatus::Bypass),
                     None => First::OriginFailed(status),
@@ -695,6 +702,12 @@ impl Ctx<'_> {
             },
             // Storable but not stored this time (not admitted yet): a miss, no pass mark.
             Progress::Bypass { refused: true, .. } => self.handoff(&fill, CacheStatus::Miss),
+            // One Origin's own answer: it says nothing of the object for other requests (no
+            // pass mark, nothing withdrawn) and answers only this Origin's.
+            Progress::Bypass { .. } if theirs => First::FetchThrough(CacheStatus::Bypass),
+            Progress::Bypass { .. } if fill.for_origin().is_some() => {
+                self.handoff(&fill, CacheStatus::Bypass)
+            }
             Progress::Bypass { status, .. } => {
                 if let (Some(s), None, true) = (&stale, self.auth, joined) {
                     // The object is no longer cacheable: forget the stored version. (A fill

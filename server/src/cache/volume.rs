@@ -282,6 +282,20 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
         })?;
         let store = Arc::new(store);
         let max_size = c.max_size.map(|b| b.0);
+        // A limit the disk cannot hold is never reached: the cache runs into a full disk
+        // (handled, but slower and noisier) instead of evicting by size. Most often a unit typo.
+        if let (Some(m), Ok((total, _))) = (max_size, store.fs_space()) {
+            if m > total {
+                tracing::warn!(
+                    volume = %v.name,
+                    max_size = m,
+                    filesystem_bytes = total,
+                    "cache max_size is larger than the filesystem of {}: the disk fills up before \
+                     the limit is reached",
+                    v.path.display()
+                );
+            }
+        }
         let limit = match max_size {
             Some(m) => m,
             None => ten_percent_free_limit(&store, 0),

@@ -2,7 +2,7 @@
 //! plain or HTTPS with a CA generated at test time.
 //!
 //! Objects by path (bytes, ETag, Last-Modified, Cache-Control, extra headers), optionally one
-//! per `Authorization` value, single ranges (206 + Content-Range, 416), conditionals (304),
+//! per `Authorization` or `Origin` value, single ranges (206 + Content-Range, 416), conditionals (304),
 //! keep-alive; it records every request (method, path, Range, Host, SNI, conditionals,
 //! Authorization, connection number) and counts connections. Timing
 //! knobs: a delay before each head, a delay per chunk, a rate limit. Faults per path: hang (no
@@ -151,6 +151,8 @@ struct State {
     objects: HashMap<String, Object>,
     /// Objects by (path, Authorization): these win over `objects`.
     per_authorization: HashMap<(String, Option<String>), Object>,
+    /// Objects by (path, Origin): these win over both.
+    per_origin: HashMap<(String, String), Object>,
     /// Fault, how many more requests it applies to (None = all), and how many requests pass
     /// untouched before it starts.
     faults: HashMap<String, (Fault, Option<usize>, usize)>,
@@ -273,6 +275,14 @@ impl FaultOrigin {
         self.state()
             .per_authorization
             .insert((path.into(), authorization.map(str::to_string)), obj);
+    }
+
+    /// Serve `obj` at `path` to requests whose `Origin` is `origin`, before the others (an
+    /// origin answering CORS per Origin, as S3 does).
+    pub fn put_for_origin(&self, path: &str, origin: &str, obj: Object) {
+        self.state()
+            .per_origin
+            .insert((path.into(), origin.into()), obj);
     }
 
     /// Stop serving `path` (404 from now on).
@@ -565,9 +575,13 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
             req.path.clone(),
             req.header("authorization").map(String::from),
         );
+        let by_origin = req
+            .header("origin")
+            .map(|o| (req.path.clone(), o.to_string()));
         (
-            st.per_authorization
-                .get(&by_auth)
+            by_origin
+                .and_then(|k| st.per_origin.get(&k))
+                .or_else(|| st.per_authorization.get(&by_auth))
                 .or_else(|| st.objects.get(&req.path))
                 .cloned(),
             fault,
