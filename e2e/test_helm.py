@@ -109,6 +109,7 @@ def test_lint_reports_template_fail() -> None:
 @pytest.mark.parametrize("arg,value", [("--lease-name=other", "fullnameOverride"),
                                        ("--metrics-listen=0.0.0.0:9999", "metrics.address"),
                                        ("--namespaces", "watchNamespaces"),
+                                       ("--allow-host-path", "allowHostPath"),
                                        ("--lease-namespace=ops", "the release namespace")])
 def test_lint_refuses_extra_args_the_chart_sets_itself(arg: str, value: str) -> None:
     """The operator refuses a flag given twice, and a --lease-name of its own would miss the
@@ -383,6 +384,21 @@ def test_namespaced_rbac_has_one_role_per_watched_namespace(full_manifests: list
     args = one(full_manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "run"
     assert f"--namespaces={','.join(values['watchNamespaces'])}" in args, args
+    assert "--allow-host-path" in args, args
+
+
+def test_host_path_volumes_are_off_unless_the_chart_allows_them(default_manifests: list[dict]) -> None:
+    """hostPath volumes are the cluster admin's choice: the operator refuses them (InvalidSpec)
+    unless it runs with --allow-host-path, which only allowHostPath: true passes."""
+    def args(manifests: list[dict]) -> list[str]:
+        return one(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert load(CHART / "values.yaml")["allowHostPath"] is False
+    assert "--allow-host-path" not in args(default_manifests)
+    assert "--allow-host-path" in args(render({"allowHostPath": True}))
+    assert "--allow-host-path" in operator_cli_flags()
+    res = helm_native.lint_with_values(CHART, {"allowHostPath": "yes"})
+    assert not res.ok, "the values schema wants a boolean"
 
 
 def test_service_monitor_selects_the_metrics_service(full_manifests: list[dict]) -> None:

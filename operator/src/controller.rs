@@ -39,6 +39,7 @@ use crate::builders::servicemonitor;
 use crate::crd::ContentServer;
 use crate::metrics::Metrics;
 use crate::reconcile::{error_policy, reconcile, Context};
+use crate::validation::Policy;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -93,13 +94,18 @@ pub fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
 }
 
 /// Run the controller(s) until a shutdown signal.
-pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: String) {
+pub async fn run(client: Client, scope: Scope, metrics: Metrics, instance: String, policy: Policy) {
     let reporter = Reporter {
         controller: CONTROLLER_NAME.into(),
         instance: Some(instance),
     };
     let recorder = Recorder::new(client.clone(), reporter.clone());
-    let ctx = Arc::new(Context::new(client.clone(), reporter, metrics.clone()));
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        reporter,
+        metrics.clone(),
+        policy,
+    ));
     let resource = ApiResource::erase::<ContentServer>(&());
     let apis: Vec<(Api<DynamicObject>, Option<String>)> = match scope {
         Scope::All => vec![(Api::all_with(client.clone(), &resource), None)],

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use content_operator::controller::{self, Scope};
 use content_operator::leader::LeaderElector;
 use content_operator::metrics::{self, Metrics};
+use content_operator::validation::Policy;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::Client;
@@ -66,6 +67,12 @@ struct RunArgs {
     /// anyway (an unreachable API server must not keep a terminating pod alive).
     #[arg(long, env = "SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     shutdown_grace_secs: u64,
+    /// Allow hostPath volumes (node directories, such as a caching node's disks). Off by
+    /// default: a hostPath reads and writes the node's own files, so anyone who may create a
+    /// ContentServer could mount any of them. A ContentServer still opts in with
+    /// spec.allowHostPath.
+    #[arg(long, env = "ALLOW_HOST_PATH")]
+    allow_host_path: bool,
 }
 
 /// A namespace's name (a DNS label), trimmed; "" only as the whole of `--namespaces` (all).
@@ -189,10 +196,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         } else {
             Scope::Namespaces(ns)
         };
-        tracing::info!(?scope, identity, "starting content-operator");
+        let policy = Policy {
+            allow_host_path: args.allow_host_path,
+        };
+        tracing::info!(?scope, identity, ?policy, "starting content-operator");
 
         if args.no_leader_election {
-            controller::run(client, scope, metrics, identity).await;
+            controller::run(client, scope, metrics, identity, policy).await;
         } else {
             let lease_duration = Duration::from_secs(args.lease_duration_secs);
             let elector = LeaderElector::new(
@@ -214,7 +224,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             };
             tracing::info!(identity, "leading");
             tokio::select! {
-                _ = controller::run(client, scope, metrics, identity.clone()) => {
+                _ = controller::run(client, scope, metrics, identity.clone(), policy) => {
                     if let Err(e) = elector.release().await {
                         tracing::warn!(error = %e, "releasing the leader lease");
                     }

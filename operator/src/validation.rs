@@ -51,6 +51,33 @@ fn image_problem(image: &str) -> Option<&'static str> {
     }
 }
 
+/// What the operator itself allows, whatever a spec asks: set by the operator's flags (the
+/// cluster admin), not by a ContentServer (its author).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// `--allow-host-path`: a hostPath volume reads and writes the node's own files, so anyone
+    /// who may create a ContentServer could mount any node directory. Off unless turned on.
+    pub allow_host_path: bool,
+}
+
+/// What `policy` refuses in a spec that is otherwise valid (empty when allowed).
+pub fn validate_policy(spec: &ContentServerSpec, policy: Policy) -> Vec<SpecError> {
+    if policy.allow_host_path {
+        return Vec::new();
+    }
+    spec.volumes
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.source.host_path.is_some())
+        .map(|(i, _)| SpecError {
+            field: format!("spec.volumes[{i}].source.hostPath"),
+            message: "this operator does not allow hostPath volumes (its admin turns them on \
+                      with --allow-host-path, the chart's allowHostPath)"
+                .into(),
+        })
+        .collect()
+}
+
 /// All problems of a spec (empty when valid).
 pub fn validate(spec: &ContentServerSpec) -> Vec<SpecError> {
     let mut errs = Vec::new();

@@ -28,6 +28,7 @@ fn start(fake: &FakeApi) -> (Metrics, tokio::task::JoinHandle<()>) {
         Scope::Namespaces(vec![NS.into()]),
         metrics.clone(),
         "test".into(),
+        content_operator::validation::Policy::default(),
     ));
     (metrics, task)
 }

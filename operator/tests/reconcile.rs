@@ -281,6 +281,56 @@ async fn invalid_spec_sets_condition_emits_event_and_leaves_children_untouched()
     );
 }
 
+/// hostPath volumes are the operator's admin's choice (`--allow-host-path`), not only the
+/// ContentServer author's (`spec.allowHostPath`): a node directory mounted read-write would let
+/// anyone who may create a ContentServer read and write the node's files. Without the flag the
+/// spec is InvalidSpec naming the volume and nothing is written; with it, the same spec runs.
+#[tokio::test]
+async fn host_path_volumes_need_the_operators_flag_as_well_as_the_spec() {
+    let fake = FakeApi::new();
+    let name = create(&fake, "media-node.yaml");
+    fake.edit(&contentservers(), &name, |cs| {
+        cs["spec"]["allowHostPath"] = json!(true);
+        cs["spec"]["volumes"][1]["source"] =
+            json!({"hostPath": {"path": "/mnt/disk2", "type": "Directory"}});
+    });
+    let refusing = context(&fake);
+    let cs = run_without_child_writes(&fake, &refusing, &name, "hostPath without the flag").await;
+    let rec = condition(&cs, "Reconciled");
+    assert_eq!(
+        (rec.status.as_str(), rec.reason.as_str()),
+        ("False", "InvalidSpec")
+    );
+    assert!(
+        rec.message.contains(
+            "spec.volumes[1].source.hostPath: this operator does not allow hostPath volumes"
+        ) && rec.message.contains("--allow-host-path"),
+        "{}",
+        rec.message
+    );
+    assert!(fake.names(&statefulsets()).is_empty(), "no workload");
+
+    let allowing = context_with(
+        &fake,
+        content_operator::validation::Policy {
+            allow_host_path: true,
+        },
+    );
+    let cs = run(&fake, &allowing, &name).await;
+    let rec = condition(&cs, "Reconciled");
+    assert_ne!(rec.reason, "InvalidSpec", "{}", rec.message);
+    let sts = fake.get(&statefulsets(), &name).expect("StatefulSet");
+    assert_eq!(
+        sts["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .expect("volumes")
+            .iter()
+            .filter_map(|v| v["hostPath"]["path"].as_str())
+            .collect::<Vec<_>>(),
+        ["/mnt/disk2"]
+    );
+}
+
 /// What a spec copies verbatim into its children's metadata and references (label and
 /// annotation keys and values, names of other objects, the image) is checked with Kubernetes'
 /// own syntax rules before anything is applied: the API server would refuse the child with a

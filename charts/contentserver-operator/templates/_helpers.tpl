@@ -99,7 +99,7 @@ compare them with the operator's code. Usage: include "cso.rules" (list . "watch
 the chart sets itself cannot be repeated in extraArgs (the operator refuses a flag given twice);
 the template says which value sets each instead. */}}
 {{- define "cso.operatorArgs" -}}
-{{- $own := dict "--metrics-listen" "metrics.address and metrics.port" "--lease-name" "fullnameOverride (the Lease is named like the chart's objects)" "--lease-namespace" "the release namespace (the Lease's Role is there)" "--namespaces" "watchNamespaces" }}
+{{- $own := dict "--metrics-listen" "metrics.address and metrics.port" "--lease-name" "fullnameOverride (the Lease is named like the chart's objects)" "--lease-namespace" "the release namespace (the Lease's Role is there)" "--namespaces" "watchNamespaces" "--allow-host-path" "allowHostPath" }}
 {{- range .Values.extraArgs }}
 {{- $flag := regexReplaceAll "=.*$" (toString .) "" }}
 {{- if hasKey $own $flag }}
@@ -113,6 +113,9 @@ the template says which value sets each instead. */}}
 - {{ printf "--lease-name=%s" (include "cso.leaseName" .) | quote }}
 {{- with .Values.watchNamespaces }}
 - {{ printf "--namespaces=%s" (join "," .) | quote }}
+{{- end }}
+{{- if .Values.allowHostPath }}
+- "--allow-host-path"
 {{- end }}
 {{- end }}
 

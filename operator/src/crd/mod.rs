@@ -162,7 +162,8 @@ pub struct ContentServerSpec {
     /// Mounted volumes, one thread pool each (one per disk is the intended layout).
     #[schemars(length(min = 1, max = 32))]
     pub volumes: Vec<VolumeSpec>,
-    /// Allow `hostPath` volume sources (off: a hostPath exposes the node's filesystem).
+    /// Allow `hostPath` volume sources (off: a hostPath exposes the node's filesystem). The
+    /// operator must allow them too (its `--allow-host-path`, the chart's `allowHostPath`).
     #[serde(default)]
     pub allow_host_path: bool,
     /// URI prefix -> volume or weighted split. May be empty with exactly one volume (`/` -> it).

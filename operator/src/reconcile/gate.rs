@@ -23,6 +23,7 @@ pub async fn stop_before_children(
     } else {
         let mut errors = validation::validate_name(&cs.name_any());
         errors.extend(validation::validate(&cs.spec));
+        errors.extend(validation::validate_policy(&cs.spec, scope.ctx.policy));
         if errors.is_empty() {
             return Ok(None);
         }

@@ -22,6 +22,7 @@ use crate::builders;
 use crate::crd::{ContentServer, ContentServerStatus};
 use crate::metrics::Metrics;
 use crate::status::{self, WorkloadState};
+use crate::validation::Policy;
 use applied::Applied;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -80,15 +81,18 @@ pub struct Context {
     pub metrics: Metrics,
     /// Consecutive failures per object, for the error policy's backoff.
     pub failures: Mutex<HashMap<String, u32>>,
+    /// What the operator allows whatever a spec asks (its flags).
+    pub policy: Policy,
 }
 
 impl Context {
-    pub fn new(client: Client, reporter: Reporter, metrics: Metrics) -> Context {
+    pub fn new(client: Client, reporter: Reporter, metrics: Metrics, policy: Policy) -> Context {
         Context {
             client,
             reporter,
             metrics,
             failures: Mutex::new(HashMap::new()),
+            policy,
         }
     }
 }

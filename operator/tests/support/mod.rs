@@ -850,6 +850,14 @@ pub fn example_contentservers() -> Vec<(String, Value, ContentServer)> {
 
 /// The reconcile context of the operator over the fake's client.
 pub fn context(fake: &FakeApi) -> Arc<content_operator::reconcile::Context> {
+    context_with(fake, content_operator::validation::Policy::default())
+}
+
+/// [`context`] with the operator's flags turned into `policy`.
+pub fn context_with(
+    fake: &FakeApi,
+    policy: content_operator::validation::Policy,
+) -> Arc<content_operator::reconcile::Context> {
     let client = fake.client();
     let reporter = kube::runtime::events::Reporter {
         controller: "content-operator".into(),
@@ -859,6 +867,7 @@ pub fn context(fake: &FakeApi) -> Arc<content_operator::reconcile::Context> {
         client,
         reporter,
         content_operator::metrics::Metrics::new(),
+        policy,
     ))
 }
 
