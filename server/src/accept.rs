@@ -7,7 +7,8 @@
 //! accept4 with SOCK_NONBLOCK on a non-blocking listener driven by epoll, up to
 //! [`ACCEPT_BATCH`] per turn. At `limits.max_connections` (counted across all workers) an
 //! eighth (1 to [`RECLAIM_BATCH`]) of the idle connections parked on this worker are closed to
-//! make room (nginx reuses keep-alive connections so); with none, a new connection is closed at once, counted in
+//! make room (nginx reuses keep-alive connections so); with none, a new connection is answered 503
+//! at once and closed ([`unavailable`]), counted in
 //! `connections_refused_total` and logged (at most once per second); so is a connection that
 //! cannot be accepted for want of descriptors, which is accepted with a spare one held for that
 //! and answered 503 at once. It must not parse HTTP.

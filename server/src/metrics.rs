@@ -2,7 +2,8 @@
 //!
 //! Owns the registry and the handles; the data path only increments them. Every series known to
 //! exist (per volume, per worker, per operation) is created at start-up so it reads 0 before the
-//! first event. Labels are bounded: `volume`, `op`, `worker`, `method`, `code` — never a URL.
+//! first event. Labels are bounded: `volume`, `op`, `worker`, `method`, `code`, `origin`,
+//! `status`, `source`, `reason`, `version` — never a URL.
 //! Dashboards and alert rules in `dashboards/` are written against these names; rename nothing
 //! without updating them (a lint test checks they match).
 
@@ -172,7 +173,7 @@ impl Metrics {
             connections_accepted_total: reg(&r, IntCounter::with_opts(opts("connections_accepted_total", "Client connections accepted.")).unwrap()),
             connections_active: reg(&r, IntGauge::with_opts(opts("connections_active", "Client connections open now.")).unwrap()),
             connections_parked: reg(&r, IntGauge::with_opts(opts("connections_parked", "Client connections waiting in a worker's idle set now (no task, no buffer, no timer of their own); counted in connections_active too.")).unwrap()),
-            connections_refused_total: reg(&r, IntCounter::with_opts(opts("connections_refused_total", "Client connections closed at once because max_connections was reached, or answered 503 at once because no descriptor was left to serve them.")).unwrap()),
+            connections_refused_total: reg(&r, IntCounter::with_opts(opts("connections_refused_total", "Client connections answered 503 at once and closed because max_connections was reached or no descriptor was left to serve them.")).unwrap()),
             page_cache_hits_total: reg(&r, IntCounterVec::new(opts("page_cache_hits_total", "offload=auto: opens and reads served inline on the event loop (no I/O needed)."), vo).unwrap()),
             page_cache_misses_total: reg(&r, IntCounterVec::new(opts("page_cache_misses_total", "offload=auto: opens and reads that needed I/O and went to the pool."), vo).unwrap()),
             build_info: reg(&r, IntGaugeVec::new(opts("build_info", "Always 1; the version label says which build runs."), &["version"]).unwrap()),

@@ -116,7 +116,8 @@ pub struct Listener {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
-    /// Open client connections across all workers; more are refused (closed at once) and counted.
+    /// Open client connections across all workers; more are refused (answered 503 at once and
+    /// closed) and counted.
     pub max_connections: usize,
     /// Idle time allowed between requests on a keep-alive connection.
     pub keepalive_timeout_secs: u64,
@@ -151,7 +152,7 @@ pub struct Http {
     /// file; several (up to this many) get `multipart/byteranges`. 1 = single ranges only,
     /// 0 = ranges disabled.
     pub max_ranges: usize,
-    /// Put the inode in the ETag (`"ino-mtime-size"`), so a file replaced by one of the same
+    /// Put the inode in the ETag (`"ino-mtime.nsec-size"`), so a file replaced by one of the same
     /// size and mtime (image builds pin mtimes) never validates against the old tag. Turn off
     /// only when replicas serve copies of the same files on different disks and must agree.
     pub etag_inode: bool,
