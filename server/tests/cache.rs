@@ -4547,6 +4547,68 @@ fn one_origins_own_answer_does_not_switch_caching_off_for_the_others() {
     assert_eq!(r.header("Access-Control-Allow-Origin"), None);
 }
 
+/// The later slices of a response are asked for without the client's `Origin`: only their
+/// bytes are used (the response's fields come from its first slice), and an answer made for
+/// one Origin (`Vary: Origin`) refused for a later slice withdrew the whole object and passed
+/// it through for everyone (a player's probe stores the first slice; the next browser request
+/// with an `Origin` switched the object's caching off).
+#[test]
+fn later_slices_are_asked_for_without_the_clients_origin() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(200_000, 6);
+    let plain = || Object::new(body.clone()).cache_control("max-age=3600");
+    o.put("/v.mp4", plain());
+    o.put_for_origin(
+        "/v.mp4",
+        "https://evil.example",
+        plain()
+            .header("Access-Control-Allow-Origin", "https://evil.example")
+            .header("Vary", "Origin"),
+    );
+    let r = get(&n, "/v.mp4", "Range: bytes=0-1\r\n");
+    assert_eq!(r.status, 206);
+    wait_committed(&n);
+    let before = o.seen().len();
+    let r = get(&n, "/v.mp4", "Origin: https://evil.example\r\n");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == body, "whole and intact");
+    let seen = o.seen();
+    assert!(seen.len() > before, "the later slices were asked for");
+    assert!(
+        seen[before..].iter().all(|s| s.header("origin").is_none()),
+        "a later slice carried the client's Origin"
+    );
+    settle(&n);
+    let asked = o.requests("/v.mp4");
+    let r = get(&n, "/v.mp4", "");
+    assert_eq!((r.status, xcache(&r)), (200, "HIT"));
+    assert!(r.body == body);
+    assert_eq!(o.requests("/v.mp4"), asked, "every slice stored");
+}
+
+/// An answer that varies by the request's `Origin` and is kept out of the cache for another
+/// reason as well (`private`: whatever the Origin) still withdraws the stored copy it
+/// revalidated and passes the object through for everyone.
+#[test]
+fn a_private_answer_that_varies_by_origin_still_withdraws_the_stored_copy() {
+    let (o, n) = origin_and_node(SLICED);
+    o.put(
+        "/p.js",
+        Object::new(pattern(500, 7)).cache_control("no-cache"),
+    );
+    assert_eq!(xcache(&get(&n, "/p.js", "")), "MISS");
+    wait_committed(&n);
+    let private = Object::version(pattern(500, 8), 2)
+        .cache_control("private")
+        .header("Access-Control-Allow-Origin", "https://evil.example")
+        .header("Vary", "Origin");
+    o.put_for_origin("/p.js", "https://evil.example", private);
+    let r = get(&n, "/p.js", "Origin: https://evil.example\r\n");
+    assert_eq!((xcache(&r), r.body == pattern(500, 8)), ("BYPASS", true));
+    settle(&n);
+    assert_eq!(xcache(&get(&n, "/p.js", "")), "BYPASS", "passed through");
+}
+
 /// A request with another `Origin` (or none) that joins a fill started for one with an
 /// `Origin` does not get the answer the origin made for that one (its
 /// `Access-Control-Allow-Origin`): it asks for its own (RFC 9111 §4.1: `Vary` names a field

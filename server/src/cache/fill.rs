@@ -254,10 +254,12 @@ pub struct Fill {
     readers: Mutex<Vec<Option<u64>>>,
     moved: tokio::sync::Notify,
     /// Set before the answer is published when it varies by the client's `Origin` this fill
-    /// forwarded (`Vary: Origin`): that answer is that Origin's alone. It marks nothing and
-    /// withdraws nothing (one request with an `Origin` must not switch caching off for every
-    /// other), and answers only requests forwarding the same `Origin` ([`Fill::for_origin`]).
-    for_origin: OnceLock<Arc<str>>,
+    /// forwarded (`Vary: Origin`): that `Origin`, and whether only that keeps the answer out of
+    /// the cache. Such an answer answers only requests forwarding the same `Origin`
+    /// ([`Fill::for_origin`]); kept out by `Vary: Origin` alone, it is that Origin's own and
+    /// marks and withdraws nothing ([`Fill::origins_own`]): one request with an `Origin` must
+    /// not switch caching off for every other.
+    for_origin: OnceLock<(Arc<str>, bool)>,
 }
 
 /// One request reading a fill, and where it is: the fill may let go of the bytes every
@@ -328,13 +330,21 @@ impl Fill {
         })
     }
 
-    /// The `Origin` whose own answer this fill got (see the field), if it did.
+    /// The `Origin` this fill's answer was made for (see the field), if it varies by it.
     pub fn for_origin(&self) -> Option<&str> {
-        self.for_origin.get().map(|o| &**o)
+        self.for_origin.get().map(|(o, _)| &**o)
     }
 
-    /// Note whether the answer with `headers` is the forwarded `Origin`'s own.
-    fn note_origin(&self, job: &FillJob, headers: &http::HeaderMap) {
+    /// Whether this fill's answer is one Origin's own: not stored only because it varies by
+    /// the `Origin` it was asked with, so it says nothing of the object for other requests.
+    pub fn origins_own(&self) -> bool {
+        self.for_origin.get().is_some_and(|(_, own)| *own)
+    }
+
+    /// Note whether the answer of `status` with `headers` (the one this fill uses) varies by
+    /// the `Origin` it forwarded, and whether only that keeps it out of the cache (no-store,
+    /// private or Set-Cookie keep it out whatever the Origin).
+    fn note_origin(&self, job: &FillJob, status: u16, headers: &http::HeaderMap, now_ms: i64) {
         let varies = || {
             headers
                 .get_all(http::header::VARY)
@@ -346,7 +356,20 @@ impl Fill {
                 })
         };
         if let Some(o) = job.client_origin.as_deref().filter(|_| varies()) {
-            let _ = self.for_origin.set(Arc::from(o));
+            // Judged as for a route that answers CORS itself: `Vary: Origin` tolerated.
+            let own = matches!(
+                freshness::evaluate(
+                    status,
+                    headers,
+                    &job.policy,
+                    job.authorization.is_some(),
+                    true,
+                    now_ms / 1000,
+                    0,
+                ),
+                Freshness::Storable(_)
+            );
+            let _ = self.for_origin.set((Arc::from(o), own));
         }
     }
 
@@ -502,7 +525,7 @@ impl Fill {
         };
         // Purged meanwhile: a newer copy may be stored since; this answer says nothing of it.
         // Nor does one Origin's own answer of the object for other requests.
-        if self.purged() || self.for_origin().is_some() {
+        if self.purged() || self.origins_own() {
             return;
         }
         tracing::debug!(volume = %cv.name, entry = %old.rel_path(), status, "revalidated: no longer storable; the stored object is withdrawn");
@@ -543,7 +566,6 @@ impl Fill {
             }
         };
         let now = unix_now_ms();
-        self.note_origin(&job, &resp.headers);
         if resp.status == 304 {
             if let Some(old) = &job.revalidate {
                 if !names_another_version(
@@ -565,9 +587,11 @@ impl Fill {
                         return self.publish(Progress::Failed(Arc::new(FillError::Origin(e))))
                     }
                 };
-                self.note_origin(&job, &resp.headers);
             }
         }
+        // (The answer used: not a 304 that named another version.)
+        let used_status = if resp.status == 206 { 200 } else { resp.status };
+        self.note_origin(&job, used_status, &resp.headers, now);
         if resp.status == 416 {
             let total = origin::unsatisfied_total(&resp.headers);
             return self.publish(Progress::Failed(Arc::new(FillError::NotSatisfiable {
@@ -734,7 +758,7 @@ impl Fill {
             }
         }
         let authorized = job.authorization.is_some();
-        self.note_origin(job, &merged);
+        self.note_origin(job, old.meta.status, &merged, now);
         match freshness::evaluate(
             old.meta.status,
             &merged,
@@ -762,7 +786,7 @@ impl Fill {
                 meta.headers = kept_headers(&merged, origin, now);
                 // (Not when purged meanwhile: a newer copy may be stored since; nor for an
                 // answer that is one Origin's or one user's alone.)
-                let withdraw = !authorized && self.for_origin().is_none() && !self.purged();
+                let withdraw = !authorized && !self.origins_own() && !self.purged();
                 if withdraw {
                     // Passed through from now, before anyone has this answer: a request
                     // that comes once it went out must not join this fill or find the entry.

@@ -258,6 +258,10 @@ async fn follow(fill: Arc<Fill>, reader: super::fill::FillReader) -> Result<Sour
             Progress::Refreshed { stored, .. } => return Ok(Source::Stored(stored)),
             // A later slice stored nowhere and too large to hold: the next request retries.
             Progress::Bypass { refused: true, .. } => return Err(Unavailable::Origin),
+            // One Origin's own answer (joined) says nothing of the object.
+            Progress::Bypass { .. } if fill.for_origin().is_some() => {
+                return Err(Unavailable::OriginsOwn)
+            }
             Progress::Bypass { status, .. } if status < 500 => return Err(Unavailable::NotASlice),
             Progress::Failed(e) if matches!(*e, FillError::NotSatisfiable { .. }) => {
                 return Err(Unavailable::PastTheEnd)
@@ -291,6 +295,21 @@ enum Unavailable {
     /// The origin's answer cannot be this slice of the object (no strong validator on it, a
     /// whole body for a range, another total size): it contradicts the first slice.
     NotASlice,
+    /// The fill joined got an answer made for another request's `Origin` (`Vary: Origin`):
+    /// it says nothing of the object (asked for again; if again, like `Origin`).
+    OriginsOwn,
+}
+
+/// What a fill's answer is used for by the request that starts or joins it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Use {
+    /// The response's first slice: its fields are the client's, so the client's `Origin` goes
+    /// with it (an origin that answers CORS per Origin can).
+    Head,
+    /// Only its bytes (a later slice, a prefetch, a background refresh): asked for as an
+    /// anonymous request's, so that an answer made for one Origin never decides for the
+    /// stored object (a later slice's refused answer withdraws the whole object).
+    Body,
 }
 
 /// The values of field `name` among a stored entry's fields.
@@ -333,7 +352,9 @@ impl Ctx<'_> {
         self.lifecycle.keeps(self.keep_alive)
     }
 
-    fn job(&self, slice: u32, revalidate: Option<Arc<Stored>>) -> FillJob {
+    /// The fill job of `slice`: the client's `Origin` goes with it only when the answer's
+    /// fields are this response's ([`Use::Head`]).
+    fn job(&self, slice: u32, revalidate: Option<Arc<Stored>>, used: Use) -> FillJob {
         FillJob {
             key: self.key.clone(),
             target: self.target.clone(),
@@ -341,7 +362,9 @@ impl Ctx<'_> {
             policy: self.route.policy.clone(),
             revalidate,
             authorization: self.auth.map(str::to_string),
-            client_origin: self.origin_to_forward(),
+            client_origin: self
+                .origin_to_forward()
+                .filter(|_| matches!(used, Use::Head)),
             answers_cors: self.route.answers_cors,
         }
     }
@@ -403,14 +426,14 @@ impl Ctx<'_> {
     /// Without `revalidate`, the entry a fill committed since this request looked is returned
     /// instead of asking the origin again.
     /// With Authorization the fill is this request's alone (not registered: nobody joins it).
-    fn fill(&self, slice: u32, revalidate: Option<Arc<Stored>>) -> FillFor<Fill> {
+    fn fill(&self, slice: u32, revalidate: Option<Arc<Stored>>, used: Use) -> FillFor<Fill> {
         let id = self.key.slice(slice);
         if self.auth.is_some() {
             let fill = Fill::new(id, self.key_bytes.clone());
             fill.spawn(
                 self.cv.clone(),
                 self.route.origin.clone(),
-                self.job(slice, revalidate),
+                self.job(slice, revalidate, used),
             );
             return FillFor::Fill(fill, false);
         }
@@ -423,10 +446,34 @@ impl Ctx<'_> {
             fill.spawn(
                 self.cv.clone(),
                 self.route.origin.clone(),
-                self.job(slice, revalidate),
+                self.job(slice, revalidate, used),
             );
         }
         found
+    }
+
+    /// Later slice `slice` of this response from a fill (`revalidate`: a conditional one). A
+    /// fill that got one Origin's own answer (joined: another request's seek with its
+    /// `Origin`) is not this response's: the slice is asked for again, without `Origin`.
+    async fn later(
+        &self,
+        slice: u32,
+        revalidate: Option<Arc<Stored>>,
+    ) -> Result<Source, Unavailable> {
+        let found = self.fill(slice, revalidate.clone(), Use::Body);
+        let joined = match &found {
+            FillFor::Fill(fill, true) => Some(fill.clone()),
+            _ => None,
+        };
+        match filled(found).await {
+            Err(Unavailable::OriginsOwn) => {
+                if let Some(fill) = joined {
+                    self.cv.unregister_fill(self.key.slice(slice), &fill);
+                }
+                filled(self.fill(slice, revalidate, Use::Body)).await
+            }
+            other => other,
+        }
     }
 
     async fn first(&self, slice: u32) -> First {
@@ -476,7 +523,7 @@ impl Ctx<'_> {
                 // Its last answer was not storable: ask for what the client asked, at once.
                 return First::FetchThrough(CacheStatus::Bypass);
             }
-            let fill = self.fill(slice, None);
+            let fill = self.fill(slice, None, Use::Head);
             let first = self.after_fill(fill, None, now_ms).await;
             self.check_first_slice(slice, &first).await;
             return first;
@@ -504,7 +551,7 @@ impl Ctx<'_> {
                 // (conditionally) before it is served, so a seek never splices versions
                 // across requests.
                 Agreement::FirstIsNewer if !self.req.only_if_cached => {
-                    let fill = self.fill(slice, Some(s.clone()));
+                    let fill = self.fill(slice, Some(s.clone()), Use::Head);
                     let first = self.after_fill(fill, Some(s), now_ms).await;
                     self.check_first_slice(slice, &first).await;
                     return first;
@@ -526,13 +573,14 @@ impl Ctx<'_> {
             // (Any fill of it: one for a request with Authorization is not joinable, yet one
             // refresh is enough, not one per such request.)
             if !self.cv.any_running(|f| f.id == id) {
-                if let FillFor::Fill(fill, false) = self.fill(slice, Some(s.clone())) {
+                // (Nobody waits on its answer: it is asked for as an anonymous request's.)
+                if let FillFor::Fill(fill, false) = self.fill(slice, Some(s.clone()), Use::Body) {
                     self.follow_refresh(fill, s.clone());
                 }
             }
             return First::Serve(Source::Stored(s), CacheStatus::Updating);
         }
-        let fill = self.fill(slice, Some(s.clone()));
+        let fill = self.fill(slice, Some(s.clone()), Use::Head);
         let first = self.after_fill(fill, Some(s.clone()), now_ms).await;
         if let (true, First::Serve(Source::Fill(_, head), _)) = (slice > 0, &first) {
             if self.auth.is_none() && !head.meta.same_version(&s.meta) {
@@ -611,7 +659,7 @@ impl Ctx<'_> {
                 return First::Serve(Source::Stored(s), CacheStatus::Hit)
             }
             // Stale at once, it is revalidated like any stale entry (REVALIDATED on a 304).
-            FillFor::Stored(s) => match self.fill(s.id.slice, Some(s.clone())) {
+            FillFor::Stored(s) => match self.fill(s.id.slice, Some(s.clone()), Use::Head) {
                 FillFor::Fill(fill, joined) => (fill, joined, Some(s)),
                 FillFor::Stored(_) => return First::FetchThrough(CacheStatus::Miss),
                 FillFor::Collision => return First::FetchThrough(CacheStatus::Bypass),
@@ -705,7 +753,7 @@ impl Ctx<'_> {
             // One Origin's own answer: it says nothing of the object for other requests (no
             // pass mark, nothing withdrawn) and answers only this Origin's.
             Progress::Bypass { .. } if theirs => First::FetchThrough(CacheStatus::Bypass),
-            Progress::Bypass { .. } if fill.for_origin().is_some() => {
+            Progress::Bypass { .. } if fill.origins_own() => {
                 self.handoff(&fill, CacheStatus::Bypass)
             }
             Progress::Bypass { status, .. } => {
@@ -786,15 +834,16 @@ impl Ctx<'_> {
         match held {
             // A prefetch the origin failed (a 5xx, a reset) is a guess that went wrong, not the
             // response's: the slice is asked for again, as it would be had nothing been held.
+            // So is one Origin's own answer (a seek of a request with its `Origin`, joined).
             Some((fill, reader)) => match follow(fill.clone(), reader).await {
-                Err(Unavailable::Origin) => {
+                Err(Unavailable::Origin | Unavailable::OriginsOwn) => {
                     // Not that fill again (its task may not have unregistered it yet).
                     self.cv.unregister_fill(id, &fill);
-                    filled(self.fill(slice, None)).await
+                    self.later(slice, None).await
                 }
                 other => other,
             },
-            None => filled(self.fill(slice, None)).await,
+            None => self.later(slice, None).await,
         }
     }
 
@@ -806,7 +855,7 @@ impl Ctx<'_> {
         let Source::Stored(old) = src else {
             return Ok(src);
         };
-        filled(self.fill(slice, Some(old))).await
+        self.later(slice, Some(old)).await
     }
 
     /// Whether every slice `body` reads is stored (for `only-if-cached`: nothing may be asked
@@ -851,7 +900,7 @@ impl Ctx<'_> {
         why: Unavailable,
     ) -> &'static str {
         match why {
-            Unavailable::Origin => "slice unavailable (origin failed)",
+            Unavailable::Origin | Unavailable::OriginsOwn => "slice unavailable (origin failed)",
             Unavailable::PastTheEnd => {
                 tracing::warn!(volume = %self.cv.name, key = %self.target, slice, "object changed at the origin (now shorter); its stored slices are dropped");
                 self.drop_version(meta).await;
@@ -897,7 +946,7 @@ impl Ctx<'_> {
         let (origin, key_bytes, first_job) = (
             self.route.origin.clone(),
             self.key_bytes.clone(),
-            self.job(0, None),
+            self.job(0, None, Use::Body),
         );
         let mut rx = fill.subscribe();
         drop(fill);
@@ -1019,7 +1068,7 @@ impl Ctx<'_> {
             self.cv,
             &self.route.origin,
             &self.key_bytes,
-            self.job(slice, None),
+            self.job(slice, None, Use::Body),
         );
         // Only a small slice is held: one not stored stays in memory until the response gets
         // there (a slow client holds it as long); a larger one not stored is even handed over

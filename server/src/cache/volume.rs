@@ -285,7 +285,8 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
         // A limit the disk cannot hold is never reached: the cache runs into a full disk
         // (handled, but slower and noisier) instead of evicting by size. Most often a unit typo.
         if let (Some(m), Ok((total, _))) = (max_size, store.fs_space()) {
-            if m > total {
+            // (A filesystem of no size, like some tmpfs, says nothing.)
+            if total > 0 && m > total {
                 tracing::warn!(
                     volume = %v.name,
                     max_size = m,
