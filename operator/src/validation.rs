@@ -575,13 +575,44 @@ fn camel(seg: &str) -> String {
     out
 }
 
+/// The `.`-separated segments of a field path; a dot inside a quoted key does not separate.
+fn segments(path: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut quoted) = (0, false);
+    for (i, c) in path.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            '.' if !quoted => {
+                out.push(&path[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&path[start..]);
+    out
+}
+
 /// Map a server config field path onto the ContentServer field that produced it.
 pub fn spec_path(config_field: &str) -> String {
     let (head, rest) = config_field
         .split_once('.')
         .map_or((config_field, None), |(h, r)| (h, Some(r)));
     let head_name = head.split('[').next().unwrap_or(head);
-    let rest_camel = rest.map(|r| r.split('.').map(camel).collect::<Vec<_>>().join("."));
+    // A quoted segment is a map key as the user wrote it (`mediaTypes."m.4s"`): kept verbatim.
+    let rest_camel = rest.map(|r| {
+        segments(r)
+            .into_iter()
+            .map(|s| {
+                if s.starts_with('"') {
+                    s.to_string()
+                } else {
+                    camel(s)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(".")
+    });
     match (head_name, rest) {
         ("listeners", Some("backlog")) => "spec.server.backlog".into(),
         ("listeners", Some("congestion_control")) => "spec.server.congestionControl".into(),

@@ -1155,6 +1155,19 @@ fn spec_path_maps_server_fields() {
     assert_eq!(spec_path("admin.listen"), "spec.metrics.port");
     assert_eq!(spec_path("http.index[0]"), "spec.server.index[0]");
     assert_eq!(spec_path("workers"), "spec.server.workers");
+    // Map keys that are not bare (quoted by the server) are kept as written.
+    assert_eq!(
+        spec_path("http.media_types.\"m_4s\""),
+        "spec.server.mediaTypes.\"m_4s\""
+    );
+    assert_eq!(
+        spec_path("http.media_types.\"m.4s\""),
+        "spec.server.mediaTypes.\"m.4s\""
+    );
+    assert_eq!(
+        spec_path("http.media_types.vtt"),
+        "spec.server.mediaTypes.vtt"
+    );
 }
 
 #[test]

@@ -63,7 +63,7 @@ pub struct VolumeSource {
     pub claim_template: Option<ClaimTemplateSource>,
     /// Scratch space living as long as the pod.
     pub empty_dir: Option<EmptyDirSource>,
-    /// A directory of the node (needs spec.allowHostPath).
+    /// A directory of the node (needs spec.allowHostPath and the operator's --allow-host-path).
     pub host_path: Option<HostPathSource>,
     /// An OCI image (or artifact) mounted read-only (Kubernetes image volumes: beta since 1.33,
     /// on by default since 1.35).

@@ -16,11 +16,9 @@ fn valid_media_type(t: &str) -> bool {
 pub(super) fn check(e: &mut Errors, field: &str, m: &BTreeMap<String, String>) {
     let mut seen = HashSet::new();
     for (ext, t) in m {
-        // A key that is not a bare TOML key is shown quoted, as it is written.
-        let bare = !ext.is_empty()
-            && ext
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        // A key that is not letters and digits (not an extension) is shown quoted, as
+        // `media_headers` keys are.
+        let bare = !ext.is_empty() && ext.bytes().all(|b| b.is_ascii_alphanumeric());
         let f = if bare {
             format!("{field}.{ext}")
         } else {
