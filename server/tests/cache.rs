@@ -4663,6 +4663,33 @@ fn a_joiner_with_another_origin_is_not_given_one_origins_own_answer() {
     }
 }
 
+/// An origin that ignores Range for a range past the object's end (RFC 9110 §14.2 allows it)
+/// answers a later slice's range with the whole, shorter object: that is a 416, not "Range
+/// ignored" — which passed the object through for everyone for a minute, so any client could
+/// switch its caching off with `Range: bytes=99999999-` (tester).
+#[test]
+fn a_whole_answer_shorter_than_a_later_slice_start_is_a_416_not_a_pass() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(100, 9);
+    o.put(
+        "/short.bin",
+        Object::new(body.clone()).cache_control("max-age=600"),
+    );
+    let mut raw = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nETag: \"v1\"\r\n\
+        Cache-Control: max-age=600\r\nConnection: close\r\n\r\n"
+        .to_vec();
+    raw.extend_from_slice(&body);
+    o.fault_times("/short.bin", Fault::Raw(raw), 1);
+    let r = get(&n, "/short.bin", "Range: bytes=99999999-\r\n");
+    assert_eq!(r.status, 416);
+    assert_eq!(r.header("Content-Range"), Some("bytes */100"));
+    let r = get(&n, "/short.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"), "not passed through");
+    assert!(r.body == body);
+    wait_committed(&n);
+    assert_eq!(xcache(&get(&n, "/short.bin", "")), "HIT");
+}
+
 /// An answer passed through spells the origin's field names as stored and static answers do
 /// (`ETag`, `Last-Modified`, `Cache-Control`), for GET and HEAD alike.
 #[test]

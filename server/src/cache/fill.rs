@@ -598,6 +598,17 @@ impl Fill {
                 total,
             })));
         }
+        // An origin that ignores Range answers a later slice's range past the object's end
+        // with the whole object, shorter than where the slice starts: that says what a 416
+        // says (not "Range ignored", which passes the object through for everyone).
+        if let (200, true, Some(len)) = (resp.status, s > 0, resp.expected) {
+            if job.slice > 0 && len <= u64::from(job.slice) * s {
+                tracing::debug!(volume = %cv.name, request = %job.target, len, "a later slice's range is past the object's end (a 200 of the whole)");
+                return self.publish(Progress::Failed(Arc::new(FillError::NotSatisfiable {
+                    total: Some(len),
+                })));
+            }
+        }
         // An answer of unknown length (chunked) can be stored as the object's first slice when it
         // ends within a slice (1 MiB on a volume of whole objects): read it ahead to know.
         if resp.expected.is_none()
