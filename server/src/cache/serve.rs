@@ -1870,9 +1870,20 @@ impl Ctx<'_> {
         // A body of unknown length goes out chunked to an HTTP/1.1 client (its end, or that it
         // broke off, stays visible and the connection reusable); to an HTTP/1.0 client it ends
         // with the connection, reset if the origin's body broke off.
-        let with_body = !self.head_only && resp.status != 304 && resp.status != 204;
-        let chunked = with_body && resp.expected.is_none() && self.req.minor >= 1;
-        let keep_alive = self.keep_alive() && (resp.expected.is_some() || chunked);
+        // A HEAD answer's length is the one its GET would have (the origin's Content-Length);
+        // a body's, what will be sent.
+        let length = if self.head_only {
+            crate::origin::content_length(&resp.headers)
+        } else {
+            resp.expected
+        };
+        // A HEAD says how its GET would be framed (RFC 9110 §9.3.2) and, sending no body,
+        // keeps the connection.
+        let bodied = resp.status != 304 && resp.status != 204;
+        let with_body = !self.head_only && bodied;
+        let chunked_framing = bodied && length.is_none() && self.req.minor >= 1;
+        let chunked = with_body && chunked_framing;
+        let keep_alive = self.keep_alive() && (!with_body || resp.expected.is_some() || chunked);
         let ctype = resp
             .headers
             .get(http::header::CONTENT_TYPE)
@@ -1884,19 +1895,12 @@ impl Ctx<'_> {
         let fields = named.iter().map(|(n, v)| (n.as_str(), v.as_ref()));
         let mut head =
             self.with_fields(Head::new(resp.status), fields, ctype, unix_now_ms() / 1000);
-        // A HEAD answer's length is the one its GET would have (the origin's Content-Length);
-        // a body's, what will be sent.
-        let length = if self.head_only {
-            crate::origin::content_length(&resp.headers)
-        } else {
-            resp.expected
-        };
         match length {
             // A 304 or 204 has no body, and a Content-Length on it would describe another
             // answer's (RFC 9110 §8.6); a HEAD's is its GET's.
             _ if !self.head_only && !with_body => {}
             Some(n) => head = head.header("Content-Length", n),
-            None if chunked => head = head.header("Transfer-Encoding", "chunked"),
+            None if chunked_framing => head = head.header("Transfer-Encoding", "chunked"),
             None => {}
         }
         head = head.header("X-Cache", status.header());
