@@ -48,7 +48,7 @@ struct RunArgs {
     #[arg(long, env = "METRICS_LISTEN", default_value = "*:8080", value_parser = metrics::parse_listen)]
     metrics_listen: metrics::Listen,
     /// Disable Lease-based leader election (only for a single replica).
-    #[arg(long, env = "NO_LEADER_ELECTION")]
+    #[arg(long, env = "NO_LEADER_ELECTION", value_parser = clap::builder::BoolishValueParser::new())]
     no_leader_election: bool,
     /// Name of the Lease.
     #[arg(long, env = "LEASE_NAME", default_value = "content-operator", value_parser = lease_name_arg)]
@@ -71,7 +71,7 @@ struct RunArgs {
     /// default: a hostPath reads and writes the node's own files, so anyone who may create a
     /// ContentServer could mount any of them. A ContentServer still opts in with
     /// spec.allowHostPath.
-    #[arg(long, env = "ALLOW_HOST_PATH")]
+    #[arg(long, env = "ALLOW_HOST_PATH", value_parser = clap::builder::BoolishValueParser::new())]
     allow_host_path: bool,
 }
 

@@ -26,9 +26,19 @@ contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: 
 
 /// Runs the operator with `args` until it exits (at most `within`; then it is killed).
 fn operator(args: &[&str], within: Duration) -> (Option<i32>, String, String) {
+    operator_with_env(args, &[], within)
+}
+
+/// [`operator`] with environment variables.
+fn operator_with_env(
+    args: &[&str],
+    env: &[(&str, &str)],
+    within: Duration,
+) -> (Option<i32>, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_content-operator"))
         .args(args)
+        .envs(env.iter().copied())
         .env("KUBECONFIG", unreachable_kubeconfig(dir.path()))
         .env("RUST_BACKTRACE", "1")
         .env_remove("NO_COLOR")
@@ -185,6 +195,46 @@ fn names_the_api_would_refuse_are_flag_errors() {
     );
     assert_eq!(code, None, "it stopped: {err}");
     assert!(out.contains(r#"Namespaces(["media", "edge-1"])"#), "{out}");
+}
+
+/// `--allow-host-path` (off by default) is also `ALLOW_HOST_PATH`, read as a boolean the way
+/// environments spell one (`1`, `yes`, `on`, `true`; `0`, `no`, `off`, `false`), as is
+/// `NO_LEADER_ELECTION`; the start line says which policy runs. Anything else is a flag
+/// error naming the variable's flag.
+#[test]
+fn allow_host_path_is_off_unless_the_flag_or_its_variable_says_so() {
+    let started = |args: &[&str], env: &[(&str, &str)]| {
+        let mut all = vec!["run", "--metrics-listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let (code, out, err) = operator_with_env(&all, env, Duration::from_secs(4));
+        assert_eq!(code, None, "it stopped: {err}");
+        out
+    };
+    for (args, env, on) in [
+        (&[][..], &[][..], false),
+        (&["--allow-host-path"], &[], true),
+        (&[], &[("ALLOW_HOST_PATH", "1")], true),
+        (&[], &[("ALLOW_HOST_PATH", "yes")], true),
+        (&[], &[("ALLOW_HOST_PATH", "false")], false),
+        (
+            &[],
+            &[("ALLOW_HOST_PATH", "0"), ("NO_LEADER_ELECTION", "1")],
+            false,
+        ),
+    ] {
+        let out = started(args, env);
+        assert!(
+            out.contains(&format!("allow_host_path: {on}")),
+            "{args:?} {env:?}: {out}"
+        );
+    }
+    let (code, _, err) = operator_with_env(
+        &["run"],
+        &[("ALLOW_HOST_PATH", "maybe")],
+        Duration::from_secs(10),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--allow-host-path"), "{err}");
 }
 
 /// Logs written to a pipe carry no terminal colour codes.
