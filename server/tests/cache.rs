@@ -4661,6 +4661,11 @@ fn a_joiner_with_another_origin_is_not_given_one_origins_own_answer() {
         assert_eq!(r.body, pattern(500, 5));
         assert_eq!(r.header("Access-Control-Allow-Origin"), site, "{site:?}");
     }
+    // Each asked the origin itself: not counted as spared by collapsing.
+    assert_eq!(
+        volume_metric(&n, "contentserver_cache_collapsed_total", &[]),
+        0.0
+    );
 }
 
 /// An origin that ignores Range for a range past the object's end (RFC 9110 §14.2 allows it)

@@ -666,9 +666,14 @@ impl Ctx<'_> {
             },
         };
         let first = self.follow_fill(fill, joined, stale, now_ms).await;
-        // Collapsed: it waited on another request's fetch (one that found every byte there
-        // asked nothing and waited for nothing: a HIT).
-        if joined && !matches!(first, First::Serve(_, CacheStatus::Hit)) {
+        // Collapsed: it waited on another request's fetch and was answered by it (one that
+        // found every byte there asked nothing and waited for nothing: a HIT; one that asks
+        // the origin itself after all was not spared that).
+        let own_fetch = matches!(
+            first,
+            First::FetchThrough(_) | First::FetchThroughElseStale(_)
+        );
+        if joined && !own_fetch && !matches!(first, First::Serve(_, CacheStatus::Hit)) {
             self.cv.m.collapsed.inc();
         }
         first
