@@ -4499,9 +4499,13 @@ fn one_origins_own_answer_does_not_switch_caching_off_for_the_others() {
     let (o, n) = origin_and_node(SLICED);
     // Stored, and revalidated at every use (as a stale copy is).
     let plain = || Object::new(pattern(500, 3)).cache_control("no-cache");
+    // As S3 answers a request with an Origin: more than Origin in its Vary.
     let for_evil = |obj: Object| {
         obj.header("Access-Control-Allow-Origin", "https://evil.example")
-            .header("Vary", "Origin")
+            .header(
+                "Vary",
+                "Origin, Access-Control-Request-Headers, Access-Control-Request-Method",
+            )
     };
     o.put("/o.js", plain());
     o.put_for_origin("/o.js", "https://evil.example", for_evil(plain()));
@@ -4615,57 +4619,78 @@ fn a_private_answer_that_varies_by_origin_still_withdraws_the_stored_copy() {
 /// its request differs in).
 #[test]
 fn a_joiner_with_another_origin_is_not_given_one_origins_own_answer() {
-    let o = FaultOrigin::start();
-    let n = common::cache::temp_node(&[o.url()], "read_timeout_ms = 10000", SLICED);
-    for site in ["https://a.example", "https://b.example"] {
-        o.put_for_origin(
+    // Started for an Origin, and (an origin that says Vary: Origin to every request, as a
+    // content-server origin with a CORS list) for none.
+    for (starter, object_vary) in [(Some("https://a.example"), false), (None, true)] {
+        let o = FaultOrigin::start();
+        let n = common::cache::temp_node(&[o.url()], "read_timeout_ms = 10000", SLICED);
+        for site in ["https://a.example", "https://b.example"] {
+            o.put_for_origin(
+                "/j.js",
+                site,
+                Object::new(pattern(500, 5))
+                    .header("Access-Control-Allow-Origin", site)
+                    .header("Vary", "Origin"),
+            );
+        }
+        let plain = Object::new(pattern(500, 5)).cache_control("max-age=60");
+        o.put(
             "/j.js",
-            site,
-            Object::new(pattern(500, 5))
-                .header("Access-Control-Allow-Origin", site)
-                .header("Vary", "Origin"),
+            if object_vary {
+                plain.header("Vary", "Origin")
+            } else {
+                plain
+            },
+        );
+        // Every request joins the first one's fill before the origin answers it.
+        o.set_timing(Timing {
+            head_delay: Duration::from_millis(800),
+            ..Timing::default()
+        });
+        // The request that starts the fill goes away before the answer: the joiners are left
+        // with it (one of them would have taken it).
+        let addr = n.srv.addr;
+        let mut first = std::net::TcpStream::connect(addr).unwrap();
+        let origin_line = starter
+            .map(|s| format!("Origin: {s}\r\n"))
+            .unwrap_or_default();
+        std::io::Write::write_all(
+            &mut first,
+            format!("GET /j.js HTTP/1.1\r\nHost: t\r\n{origin_line}\r\n").as_bytes(),
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        drop(first);
+        let joiners: Vec<Option<&'static str>> =
+            [Some("https://a.example"), Some("https://b.example"), None]
+                .into_iter()
+                .filter(|site| *site != starter)
+                .collect();
+        let others: Vec<_> = joiners
+            .into_iter()
+            .map(|site| {
+                std::thread::spawn(move || {
+                    let h: Vec<(&str, &str)> = site.map(|s| ("Origin", s)).into_iter().collect();
+                    (site, common::http::request(addr, "GET", "/j.js", &h))
+                })
+            })
+            .collect();
+        for t in others {
+            let (site, r) = t.join().unwrap();
+            assert_eq!(r.status, 200);
+            assert_eq!(r.body, pattern(500, 5));
+            assert_eq!(
+                r.header("Access-Control-Allow-Origin"),
+                site,
+                "{site:?} after {starter:?}"
+            );
+        }
+        // Each asked the origin itself: not counted as spared by collapsing.
+        assert_eq!(
+            volume_metric(&n, "contentserver_cache_collapsed_total", &[]),
+            0.0
         );
     }
-    o.put(
-        "/j.js",
-        Object::new(pattern(500, 5)).cache_control("max-age=60"),
-    );
-    // Every request joins the first one's fill before the origin answers it.
-    o.set_timing(Timing {
-        head_delay: Duration::from_millis(800),
-        ..Timing::default()
-    });
-    // The request that starts the fill goes away before the answer: the joiners are left
-    // with it (one of them would have taken it).
-    let addr = n.srv.addr;
-    let mut first = std::net::TcpStream::connect(addr).unwrap();
-    std::io::Write::write_all(
-        &mut first,
-        b"GET /j.js HTTP/1.1\r\nHost: t\r\nOrigin: https://a.example\r\n\r\n",
-    )
-    .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    drop(first);
-    let others: Vec<_> = [Some("https://b.example"), None]
-        .into_iter()
-        .map(|site| {
-            std::thread::spawn(move || {
-                let h: Vec<(&str, &str)> = site.map(|s| ("Origin", s)).into_iter().collect();
-                (site, common::http::request(addr, "GET", "/j.js", &h))
-            })
-        })
-        .collect();
-    for t in others {
-        let (site, r) = t.join().unwrap();
-        assert_eq!(r.status, 200);
-        assert_eq!(r.body, pattern(500, 5));
-        assert_eq!(r.header("Access-Control-Allow-Origin"), site, "{site:?}");
-    }
-    // Each asked the origin itself: not counted as spared by collapsing.
-    assert_eq!(
-        volume_metric(&n, "contentserver_cache_collapsed_total", &[]),
-        0.0
-    );
 }
 
 /// An origin that ignores Range for a range past the object's end (RFC 9110 §14.2 allows it)
@@ -4693,6 +4718,34 @@ fn a_whole_answer_shorter_than_a_later_slice_start_is_a_416_not_a_pass() {
     assert!(r.body == body);
     wait_committed(&n);
     assert_eq!(xcache(&get(&n, "/short.bin", "")), "HIT");
+    // The same of unknown length (chunked) is read ahead to its end: a 416 too.
+    let mut chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nETag: \"v1\"\r\n\
+        Cache-Control: max-age=600\r\nConnection: close\r\n\r\n64\r\n"
+        .to_vec();
+    chunked.extend_from_slice(&body);
+    chunked.extend_from_slice(b"\r\n0\r\n\r\n");
+    o.put(
+        "/short2.bin",
+        Object::new(body.clone()).cache_control("max-age=600"),
+    );
+    o.fault_times("/short2.bin", Fault::Raw(chunked), 1);
+    let r = get(&n, "/short2.bin", "Range: bytes=99999999-\r\n");
+    assert_eq!(r.status, 416);
+    assert_eq!(
+        xcache(&get(&n, "/short2.bin", "")),
+        "MISS",
+        "not passed through"
+    );
+    // A 200 that is not the object (no validator: an error page) is no length of it: passed
+    // to the client as it is.
+    let page = b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbusy".to_vec();
+    o.put(
+        "/short3.bin",
+        Object::new(body.clone()).cache_control("max-age=600"),
+    );
+    o.fault_times("/short3.bin", Fault::Raw(page), 2);
+    let r = get(&n, "/short3.bin", "Range: bytes=99999999-\r\n");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"busy"[..]));
 }
 
 /// An answer passed through spells the origin's field names as stored and static answers do

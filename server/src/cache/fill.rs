@@ -253,13 +253,14 @@ pub struct Fill {
     /// moves on: a fill that cannot store keeps in memory only what a reader still needs.
     readers: Mutex<Vec<Option<u64>>>,
     moved: tokio::sync::Notify,
-    /// Set before the answer is published when it varies by the client's `Origin` this fill
-    /// forwarded (`Vary: Origin`): that `Origin`, and whether only that keeps the answer out of
-    /// the cache. Such an answer answers only requests forwarding the same `Origin`
-    /// ([`Fill::for_origin`]); kept out by `Vary: Origin` alone, it is that Origin's own and
-    /// marks and withdraws nothing ([`Fill::origins_own`]): one request with an `Origin` must
-    /// not switch caching off for every other.
-    for_origin: OnceLock<(Arc<str>, bool)>,
+    /// Set before the answer is published when it varies by `Origin` (`Vary: Origin`, on a
+    /// route that does not answer CORS itself): the `Origin` this fill forwarded (None: none),
+    /// and whether the answer is that Origin's own. Such an answer answers only requests
+    /// forwarding the same `Origin`, or none alike ([`Fill::made_for`]); one Origin's own (kept
+    /// out of the cache by nothing that holds whatever the Origin: no-store, private,
+    /// Set-Cookie) marks and withdraws nothing ([`Fill::origins_own`]): one request with an
+    /// `Origin` must not switch caching off for every other.
+    for_origin: OnceLock<(Option<Arc<str>>, bool)>,
 }
 
 /// One request reading a fill, and where it is: the fill may let go of the bytes every
@@ -330,47 +331,61 @@ impl Fill {
         })
     }
 
-    /// The `Origin` this fill's answer was made for (see the field), if it varies by it.
-    pub fn for_origin(&self) -> Option<&str> {
-        self.for_origin.get().map(|(o, _)| &**o)
+    /// When this fill's answer varies by `Origin`: the `Origin` it was made for (None: a
+    /// request without one).
+    pub fn made_for(&self) -> Option<Option<&str>> {
+        self.for_origin.get().map(|(o, _)| o.as_deref())
     }
 
-    /// Whether this fill's answer is one Origin's own: not stored only because it varies by
-    /// the `Origin` it was asked with, so it says nothing of the object for other requests.
+    /// The `Origin` this fill forwarded, when its answer varies by it.
+    pub fn for_origin(&self) -> Option<&str> {
+        self.made_for().flatten()
+    }
+
+    /// Whether this fill's answer is one Origin's own: made for the `Origin` it forwarded,
+    /// and kept out of the cache by nothing that would keep it out whatever the Origin, so it
+    /// says nothing of the object for other requests.
     pub fn origins_own(&self) -> bool {
-        self.for_origin.get().is_some_and(|(_, own)| *own)
+        self.for_origin
+            .get()
+            .is_some_and(|(o, own)| o.is_some() && *own)
     }
 
     /// Note whether the answer of `status` with `headers` (the one this fill uses) varies by
-    /// the `Origin` it forwarded, and whether only that keeps it out of the cache (no-store,
-    /// private or Set-Cookie keep it out whatever the Origin).
+    /// `Origin`, and whether it is the forwarded Origin's own (see the field).
     fn note_origin(&self, job: &FillJob, status: u16, headers: &http::HeaderMap, now_ms: i64) {
-        let varies = || {
-            headers
-                .get_all(http::header::VARY)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .any(|v| {
-                    v.split(',')
-                        .any(|f| f.trim().eq_ignore_ascii_case("origin"))
-                })
-        };
-        if let Some(o) = job.client_origin.as_deref().filter(|_| varies()) {
-            // Judged as for a route that answers CORS itself: `Vary: Origin` tolerated.
-            let own = matches!(
-                freshness::evaluate(
-                    status,
-                    headers,
-                    &job.policy,
-                    job.authorization.is_some(),
-                    true,
-                    now_ms / 1000,
-                    0,
-                ),
-                Freshness::Storable(_)
-            );
-            let _ = self.for_origin.set((Arc::from(o), own));
+        let varies = headers
+            .get_all(http::header::VARY)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| {
+                v.split(',')
+                    .any(|f| f.trim().eq_ignore_ascii_case("origin"))
+            });
+        // (A route answering CORS replaces the origin's, and forwards no `Origin`.)
+        if !varies || job.answers_cors {
+            return;
         }
+        // Judged without its Vary (S3 names Access-Control-Request-* too): what keeps it out of
+        // the cache whatever the request's fields.
+        let mut unvaried = headers.clone();
+        unvaried.remove(http::header::VARY);
+        use freshness::NotStorable as No;
+        let own = !matches!(
+            freshness::evaluate(
+                status,
+                &unvaried,
+                &job.policy,
+                job.authorization.is_some(),
+                true,
+                now_ms / 1000,
+                0,
+            ),
+            Freshness::NotStorable(No::NoStore | No::Private | No::SetCookie | No::Authorization)
+        );
+        let _ = self
+            .for_origin
+            .set((job.client_origin.as_deref().map(Arc::from), own));
     }
 
     fn reader_slots(&self) -> std::sync::MutexGuard<'_, Vec<Option<u64>>> {
@@ -600,13 +615,42 @@ impl Fill {
         }
         // An origin that ignores Range answers a later slice's range past the object's end
         // with the whole object, shorter than where the slice starts: that says what a 416
-        // says (not "Range ignored", which passes the object through for everyone).
-        if let (200, true, Some(len)) = (resp.status, s > 0, resp.expected) {
-            if job.slice > 0 && len <= u64::from(job.slice) * s {
-                tracing::debug!(volume = %cv.name, request = %job.target, len, "a later slice's range is past the object's end (a 200 of the whole)");
-                return self.publish(Progress::Failed(Arc::new(FillError::NotSatisfiable {
-                    total: Some(len),
-                })));
+        // says (not "Range ignored", which passes the object through for everyone). Only an
+        // answer that is the object (a strong validator, storable), not an error page of
+        // status 200; one of unknown length is read ahead to see whether it ends that soon.
+        if resp.status == 200 && s > 0 && job.slice > 0 {
+            let start = u64::from(job.slice) * s;
+            let is_the_object = conditional::strong_validator(
+                header(&resp, "etag").as_deref(),
+                header(&resp, "last-modified").as_deref(),
+                header(&resp, "date").as_deref(),
+            ) && matches!(
+                freshness::evaluate(
+                    200,
+                    &resp.headers,
+                    &job.policy,
+                    authorized,
+                    job.answers_cors,
+                    now / 1000,
+                    0,
+                ),
+                Freshness::Storable(_)
+            );
+            if is_the_object && resp.expected.is_none() {
+                if let Err(e) = resp
+                    .read_unknown_length(start.min(UNKNOWN_LENGTH_MAX))
+                    .await
+                {
+                    return self.publish(Progress::Failed(Arc::new(FillError::Origin(e))));
+                }
+            }
+            if let (true, Some(len)) = (is_the_object, resp.expected) {
+                if len <= start {
+                    tracing::debug!(volume = %cv.name, request = %job.target, len, "a later slice's range is past the object's end (a 200 of the whole)");
+                    return self.publish(Progress::Failed(Arc::new(FillError::NotSatisfiable {
+                        total: Some(len),
+                    })));
+                }
             }
         }
         // An answer of unknown length (chunked) can be stored as the object's first slice when it

@@ -708,10 +708,11 @@ impl Ctx<'_> {
                 .filter(|s| now_ms < s.meta.stale_if_error_until_ms)
                 .cloned()
         };
-        // An answer one Origin got for itself (`Vary: Origin`) is not another request's.
+        // An answer made for one Origin, or for none (`Vary: Origin`), is not a request's with
+        // another (RFC 9111 §4.1).
         let theirs = fill
-            .for_origin()
-            .is_some_and(|o| self.origin_to_forward().as_deref() != Some(o));
+            .made_for()
+            .is_some_and(|o| self.origin_to_forward().as_deref() != o);
         match p {
             Progress::Waiting => unreachable!("loop ends on another state"),
             // (The stored copy only while it is the version the origin last gave: a newer one
@@ -1882,12 +1883,13 @@ impl Ctx<'_> {
         } else {
             resp.expected
         };
-        // A HEAD says how its GET would be framed (RFC 9110 §9.3.2) and, sending no body,
-        // keeps the connection.
+        // A HEAD sends no body: it keeps the connection whatever its GET's framing, which it
+        // need not tell when unknown (RFC 9110 §9.3.2: a field determined only while
+        // generating the content may be left out; an origin's HEAD may lack a Content-Length
+        // its GET has).
         let bodied = resp.status != 304 && resp.status != 204;
         let with_body = !self.head_only && bodied;
-        let chunked_framing = bodied && length.is_none() && self.req.minor >= 1;
-        let chunked = with_body && chunked_framing;
+        let chunked = with_body && length.is_none() && self.req.minor >= 1;
         let keep_alive = self.keep_alive() && (!with_body || resp.expected.is_some() || chunked);
         let ctype = resp
             .headers
@@ -1902,10 +1904,10 @@ impl Ctx<'_> {
             self.with_fields(Head::new(resp.status), fields, ctype, unix_now_ms() / 1000);
         match length {
             // A 304 or 204 has no body, and a Content-Length on it would describe another
-            // answer's (RFC 9110 §8.6); a HEAD's is its GET's.
-            _ if !self.head_only && !with_body => {}
+            // answer's (RFC 9110 §8.6), to a HEAD too; a HEAD 200's is its GET's.
+            _ if !bodied => {}
             Some(n) => head = head.header("Content-Length", n),
-            None if chunked_framing => head = head.header("Transfer-Encoding", "chunked"),
+            None if chunked => head = head.header("Transfer-Encoding", "chunked"),
             None => {}
         }
         head = head.header("X-Cache", status.header());
