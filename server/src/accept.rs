@@ -7,8 +7,9 @@
 //! accept4 with SOCK_NONBLOCK on a non-blocking listener driven by epoll, up to
 //! [`ACCEPT_BATCH`] per turn. At `limits.max_connections` (counted across all workers) an
 //! eighth (1 to [`RECLAIM_BATCH`]) of the idle connections parked on this worker are closed to
-//! make room (nginx reuses keep-alive connections so); with none, a new connection is answered 503
-//! at once and closed ([`unavailable`]), counted in
+//! make room (nginx reuses keep-alive connections so), or else one of those idle in their tasks
+//! closes for it (taken over the limit until then: [`crate::idle::owe`]); with none idle, a new
+//! connection is answered 503 at once and closed ([`unavailable`]), counted in
 //! `connections_refused_total` and logged (at most once per second); so is a connection that
 //! cannot be accepted for want of descriptors, which is accepted with a spare one held for that
 //! and answered 503 at once. It must not parse HTTP.
@@ -232,21 +233,29 @@ static LAST_ACCEPT_ERROR_LOG: AtomicU64 = AtomicU64::new(0);
 /// Most idle connections closed at once to make room at `max_connections` (nginx: 32).
 const RECLAIM_BATCH: usize = 32;
 
-/// At `max_connections`: close idle connections of this worker ([`idle::reclaim`]) and take
-/// the new one's place; false when it has none (the new one is refused).
+/// At `max_connections`: close idle connections of this worker parked in its idle set
+/// ([`idle::reclaim`]) and take the new one's place; with none parked, take it over the limit
+/// when one of this worker's connections waiting for a request in its task can close for it
+/// ([`idle::owe`]; all are woken to see which); false when neither (the new one is refused).
 fn make_room(shared: &Shared, max: usize) -> bool {
     let closed = crate::idle::reclaim(RECLAIM_BATCH);
-    if closed == 0 {
+    let (taken, closing) = if closed > 0 {
+        (shared.lifecycle.try_add_connection(max), closed)
+    } else if crate::idle::owe() {
+        shared.lifecycle.wake_idle();
+        shared.lifecycle.add_connection();
+        (true, 1)
+    } else {
         return false;
-    }
-    if crate::logging::once_a_second(&LAST_REUSE_LOG) {
+    };
+    if taken && crate::logging::once_a_second(&LAST_REUSE_LOG) {
         tracing::warn!(
             max_connections = max,
-            closed,
+            closed = closing,
             "max_connections reached: closed idle keep-alive connections to make room"
         );
     }
-    shared.lifecycle.try_add_connection(max)
+    taken
 }
 
 /// Held back for when accept fails for want of descriptors: let go so that the waiting

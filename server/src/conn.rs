@@ -22,7 +22,7 @@ use crate::socket::Socket;
 use std::cell::RefCell;
 use std::future::Future;
 use std::io::Read;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -457,9 +457,10 @@ fn read_step(
 
 pin_project_lite::pin_project! {
     /// Waiting for (the rest of) a request head: the socket's readiness (its waker lives in the
-    /// socket's registration), one timer and, while idle, the drain. A hand-written future so
-    /// the waiting task holds little more than the timer and the drain waiter, both made only
-    /// when it has to wait (a head that is already there costs neither).
+    /// socket's registration), one timer and, while idle, the drain (or a call to give its
+    /// place at `max_connections`: [`idle::pay`]). A hand-written future so the waiting task
+    /// holds little more than the timer and that waiter, both made only when it has to wait (a
+    /// head that is already there costs neither).
     struct ReadHead<'a> {
         shared: &'a Shared,
         sock: &'a Socket,
@@ -478,6 +479,8 @@ pin_project_lite::pin_project! {
         sleep: Option<Sleep>,
         #[pin]
         drained: Option<Notified<'a>>,
+        // Counted as waiting with nothing of a request received (see [`idle::owe`]).
+        awaiting: Option<idle::Awaiting>,
     }
 }
 
@@ -516,6 +519,7 @@ impl Future for ReadHead<'_> {
                     // (Only empty lines, ignored: still idle.)
                     if idle && !this.pending.is_empty() {
                         // The first bytes of a head: the header timeout starts now.
+                        *this.awaiting = None;
                         let secs = this.shared.config.limits.header_read_timeout_secs;
                         let now = TokioInstant::now();
                         *this.since = now;
@@ -530,18 +534,31 @@ impl Future for ReadHead<'_> {
                 }
             }
             if idle {
-                if this.drained.is_none() {
-                    // Made before the flag is checked, so a drain starting in between wakes it.
-                    this.drained
-                        .set(Some(this.shared.lifecycle.drain_notified()));
+                if this.awaiting.is_none() {
+                    *this.awaiting = Some(idle::awaiting());
                 }
-                let drained = this
-                    .drained
-                    .as_mut()
-                    .as_pin_mut()
-                    .is_some_and(|d| d.poll(cx).is_ready());
-                if this.shared.lifecycle.is_draining() || drained {
-                    return Poll::Ready(Err(NoRequest::Close));
+                loop {
+                    if this.drained.is_none() {
+                        // Made before the flags are checked, so a drain or a call to give its
+                        // place in between wakes it.
+                        this.drained
+                            .set(Some(this.shared.lifecycle.idle_notified()));
+                    }
+                    let woken = this
+                        .drained
+                        .as_mut()
+                        .as_pin_mut()
+                        .is_some_and(|d| d.poll(cx).is_ready());
+                    if this.shared.lifecycle.is_draining()
+                        || woken && idle::pay(this.sock.stream().as_fd())
+                    {
+                        return Poll::Ready(Err(NoRequest::Close));
+                    }
+                    if !woken {
+                        break;
+                    }
+                    // Woken for another connection's sake: wait on.
+                    this.drained.set(None);
                 }
             }
             if this.sleep.is_none() {
@@ -625,6 +642,7 @@ impl<'a> ReadHead<'a> {
             ready,
             sleep: None,
             drained: None,
+            awaiting: None,
         }
     }
 }

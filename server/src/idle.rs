@@ -13,6 +13,12 @@
 //! deadline (closed silently, or handed back for its 408 when part of a head came); on drain
 //! (idle ones closed, partial heads handed back to finish). It must not read, parse or answer.
 //!
+//! A connection waiting in its own task (quiet for less than `idle_park_ms`, or parking off) is
+//! counted here while it waits with nothing of a request received ([`Awaiting`]). At
+//! `max_connections` with none parked to close, a new connection is taken over the limit when
+//! more of them wait than already owe a place ([`owe`]); the first of them to look next (all are
+//! woken) closes to pay for it ([`pay`]), unless its request is arriving.
+//!
 //! Syscalls per idle transition: park = epoll_ctl DEL (tokio) + epoll_ctl ADD (here); wake =
 //! one epoll_wait per batch + epoll_ctl DEL (here) + epoll_ctl ADD (tokio). Expiry is a close.
 
@@ -45,6 +51,59 @@ pub type Resume = fn(Arc<Shared>, Waiting);
 thread_local! {
     /// This worker's set (None: not started, or parking is off).
     static SET: RefCell<Option<Rc<Set>>> = const { RefCell::new(None) };
+    /// This worker's connections waiting for a request in their tasks with nothing of one
+    /// received, and how many of them owe their place to connections taken over the limit.
+    static AWAITING: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+}
+
+/// Counts a connection as waiting for a request in its task while it lives (see [`owe`]).
+pub struct Awaiting(());
+
+/// Count the current connection as waiting (until the returned value is dropped).
+pub fn awaiting() -> Awaiting {
+    let (n, owed) = AWAITING.get();
+    AWAITING.set((n + 1, owed));
+    Awaiting(())
+}
+
+impl Drop for Awaiting {
+    fn drop(&mut self) {
+        let (n, owed) = AWAITING.get();
+        let n = n.saturating_sub(1);
+        // What those left cannot pay is forgiven: no connection closes for it later.
+        AWAITING.set((n, owed.min(n)));
+    }
+}
+
+/// At `max_connections` with no parked connection to close: whether the new connection may be
+/// taken over the limit, one of this worker's connections waiting in their tasks to close for
+/// it ([`pay`]) once woken. False when none is left that does not owe its place already.
+pub fn owe() -> bool {
+    let (n, owed) = AWAITING.get();
+    if owed < n {
+        AWAITING.set((n, owed + 1));
+        true
+    } else {
+        false
+    }
+}
+
+/// Whether a connection waiting for a request in its task, woken after [`owe`], must close now
+/// to pay for the one taken over the limit: not when bytes of its request have arrived (it goes
+/// on to read them). Only those waiting when the newcomer came are woken to pay, never the
+/// newcomer itself.
+pub fn pay(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    let (n, owed) = AWAITING.get();
+    if owed == 0 {
+        return false;
+    }
+    let mut probe = [0u8; 1];
+    let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+    if matches!(rustix::net::recv(fd, &mut probe, flags), Ok((k, _)) if k > 0) {
+        return false;
+    }
+    AWAITING.set((n, owed - 1));
+    true
 }
 
 /// Park `w` in the current worker's set; gives it back when there is no set, the server is

@@ -16,6 +16,9 @@ pub struct Lifecycle {
     connections: AtomicUsize,
     drain_tx: watch::Sender<bool>,
     drain_notify: Notify,
+    /// Wakes the connections waiting for a request in their tasks: on drain, and when one of
+    /// them may have to give its place (the idle set's `owe`).
+    idle_notify: Notify,
     cut_tx: watch::Sender<bool>,
 }
 
@@ -36,6 +39,7 @@ impl Lifecycle {
             connections: AtomicUsize::new(0),
             drain_tx,
             drain_notify: Notify::new(),
+            idle_notify: Notify::new(),
             cut_tx,
         }
     }
@@ -66,12 +70,25 @@ impl Lifecycle {
         self.draining.store(true, Ordering::Release);
         self.drain_tx.send_replace(true);
         self.drain_notify.notify_waiters();
+        self.idle_notify.notify_waiters();
     }
 
     /// Completes when draining starts after this call (check [`Lifecycle::is_draining`] after
     /// creating it). Smaller than a [`Lifecycle::subscribe_drain`] wait: for idle connections.
     pub fn drain_notified(&self) -> Notified<'_> {
         self.drain_notify.notified()
+    }
+
+    /// Completes when draining starts or [`Lifecycle::wake_idle`] is called after this call:
+    /// what a connection waiting for a request in its task waits on besides its socket.
+    pub fn idle_notified(&self) -> Notified<'_> {
+        self.idle_notify.notified()
+    }
+
+    /// Wake every connection waiting for a request in its task, to see whether it must close
+    /// to make room (the idle set's `pay`).
+    pub fn wake_idle(&self) {
+        self.idle_notify.notify_waiters();
     }
 
     /// A receiver that changes to `true` when draining starts.
@@ -113,6 +130,12 @@ impl Lifecycle {
         } else {
             true
         }
+    }
+
+    /// Count a new connection over `max_connections`: one waiting connection owes its place
+    /// (the idle set's `owe`).
+    pub fn add_connection(&self) {
+        self.connections.fetch_add(1, Ordering::AcqRel);
     }
 
     pub fn remove_connection(&self) {

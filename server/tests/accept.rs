@@ -507,6 +507,89 @@ fn idle_keep_alive_connections_make_room_for_new_ones_at_max_connections() {
     );
 }
 
+/// Idle keep-alive connections still in their tasks (quiet for less than `idle_park_ms`, or
+/// parking off) make room too: one of them closes for each newcomer, as nginx reuses any of
+/// its keep-alive connections at once ("worker_connections are not enough, reusing
+/// connections"). One in the middle of a request head never does; and with none idle left, a
+/// newcomer is refused.
+#[test]
+fn idle_connections_in_their_tasks_make_room_at_max_connections() {
+    for park_ms in [0, 60_000] {
+        let (_d, s) = server(|c| {
+            c.workers = 1;
+            c.limits.max_connections = 3;
+            c.limits.idle_park_ms = park_ms;
+        });
+        let mut held: Vec<std::net::TcpStream> = (0..3)
+            .map(|_| {
+                let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+                c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                    .expect("request");
+                let mut buf = [0u8; 4096];
+                let n = c.read(&mut buf).expect("answer");
+                assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+                c.set_read_timeout(Some(Duration::from_millis(300)))
+                    .expect("timeout");
+                c
+            })
+            .collect();
+        held[2]
+            .write_all(b"GET /hello.txt HTTP/1.1\r\n")
+            .expect("half a head");
+        std::thread::sleep(Duration::from_millis(100));
+        let mut idle: Vec<std::net::TcpStream> = held.drain(..2).collect();
+        // Each newcomer stays (keep-alive, a request in the middle of its head) and holds its
+        // place.
+        let mut newcomers = Vec::new();
+        for round in 1..=2 {
+            let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
+            c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+                .expect("request");
+            let mut buf = [0u8; 4096];
+            let n = c.read(&mut buf).unwrap_or(0);
+            assert!(
+                buf[..n].starts_with(b"HTTP/1.1 200"),
+                "park_ms {park_ms}: newcomer {round} got {:?}",
+                String::from_utf8_lossy(&buf[..n])
+            );
+            c.write_all(b"GET /hello.txt HTTP/1.1\r\n")
+                .expect("half a head");
+            newcomers.push(c);
+            idle.retain_mut(|c| !matches!(c.read(&mut [0u8; 16]), Ok(0)));
+            assert_eq!(
+                idle.len(),
+                2 - round,
+                "park_ms {park_ms}: newcomer {round} {}",
+                s.logs()
+            );
+        }
+        assert!(s.wait_log(
+            "closed idle keep-alive connections to make room",
+            Duration::from_secs(5)
+        ));
+        // All three in the middle of a request: nothing idle is left to close for a newcomer.
+        assert!(wait_until(Duration::from_secs(5), || s
+            .metrics()
+            .get("contentserver_connections_active", &[])
+            == 3.0));
+        let r = get(s.addr, "/hello.txt");
+        assert_eq!(r.status, 503, "park_ms {park_ms}");
+        for c in newcomers.iter_mut().chain(held.iter_mut()) {
+            c.write_all(b"Host: t\r\n\r\n").expect("rest of the head");
+            c.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            let mut buf = [0u8; 4096];
+            let n = c.read(&mut buf).expect("answer to the half-sent request");
+            assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "park_ms {park_ms}");
+        }
+        assert_eq!(
+            s.metrics()
+                .get("contentserver_connections_refused_total", &[]),
+            1.0
+        );
+    }
+}
+
 /// One `GET /healthz` on the admin port, as a kubelet probe sends it (a fresh connection, one
 /// second to answer): its status, or why there was none, and how long it took.
 fn probe_health(admin: std::net::SocketAddr) -> (String, Duration) {

@@ -764,8 +764,8 @@ fn slow_reader_gets_the_whole_body() {
 #[test]
 fn max_connections_refuses_extra_connections() {
     let d = site();
-    // No parking: idle connections that never leave their task are not closed to make room
-    // (that is `accept.rs`'s idle_keep_alive_connections_make_room... test).
+    // Both held connections are in the middle of a request head: not idle, so neither is closed
+    // to make room (that is `accept.rs`'s idle_keep_alive_connections_make_room... tests).
     let s = serve_with(d.path(), "site", 1, |c| {
         c.limits.max_connections = 2;
         c.limits.idle_park_ms = 0;
@@ -776,6 +776,8 @@ fn max_connections_refuses_extra_connections() {
     b.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(a.response(false).unwrap().status, 200);
     assert_eq!(b.response(false).unwrap().status, 200);
+    a.send(b"GET /hello.txt HTTP/1.1\r\n");
+    b.send(b"GET /hello.txt HTTP/1.1\r\n");
     let mut c = s.connect();
     assert!(
         c.closed_within(Duration::from_secs(2)),

@@ -328,7 +328,6 @@ fn refused_connections_are_counted_and_active_follows_open_connections() {
             .pool(2, 4),
     );
     cfg.limits.max_connections = 1;
-    // Never parked, so never closed to make room for the extra ones.
     cfg.limits.idle_park_ms = 0;
     let server = Server::start(&cfg);
     // One keep-alive connection holds the only slot.
@@ -337,6 +336,9 @@ fn refused_connections_are_counted_and_active_follows_open_connections() {
     let mut buf = [0u8; 4096];
     let n = held.read(&mut buf).expect("response");
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    // In the middle of its next request head: not idle, so never closed to make room for the
+    // extra ones.
+    write!(held, "GET /f0.bin HTTP/1.1\r\n").expect("write");
 
     // A second connection is answered 503 at once and closed.
     for _ in 0..2 {

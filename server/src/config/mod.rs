@@ -116,8 +116,9 @@ pub struct Listener {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
-    /// Open client connections across all workers; more are refused (answered 503 at once and
-    /// closed) and counted.
+    /// Open client connections across all workers. At it, a new connection takes the place of an
+    /// idle keep-alive one, which closes (nginx's reuse); with none idle, it is refused (answered
+    /// 503 at once and closed) and counted.
     pub max_connections: usize,
     /// Idle time allowed between requests on a keep-alive connection.
     pub keepalive_timeout_secs: u64,
