@@ -1247,6 +1247,61 @@ fn a_background_refresh_that_finds_a_new_version_drops_the_old_slices() {
     assert!(r.body == v2);
 }
 
+/// An object that shrank, found by a background refresh of its first slice: the old version's
+/// slices past the new end are no slices of it any more. A range there is answered from the new
+/// first slice (416 with the new size, a HIT) and the old slice dropped, not asked of the
+/// origin on every seek (which answered 416 without `Content-Range` each time: S3 tester).
+#[test]
+fn a_range_into_an_old_slice_past_the_new_end_is_a_416_from_the_first_slice() {
+    let (o, n) = origin_and_node(SLICED);
+    let cc = "max-age=1, stale-while-revalidate=60";
+    let v1 = pattern(5 * SLICE, 1);
+    o.put("/sh.bin", Object::version(v1.clone(), 1).cache_control(cc));
+    assert!(get(&n, "/sh.bin", "").body == v1);
+    wait_committed(&n);
+    let v2 = pattern(3 * SLICE, 2);
+    o.put(
+        "/sh.bin",
+        Object::version(v2.clone(), 2).cache_control("max-age=600"),
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let r = get(&n, "/sh.bin", "");
+    assert_eq!(
+        (r.status, xcache(&r), r.body == v1),
+        (200, "UPDATING", true)
+    );
+    settle(&n);
+    let r = get(&n, "/sh.bin", "Range: bytes=0-9\r\n");
+    assert_eq!((r.status, xcache(&r)), (206, "HIT"));
+    assert_eq!(
+        r.header("Content-Range"),
+        Some(&*format!("bytes 0-9/{}", 3 * SLICE))
+    );
+    let stored = cache_files(&n.cache).1;
+    let before = o.requests("/sh.bin");
+    for range in [
+        format!("{}-", 4 * SLICE),
+        format!("{}-{}", 3 * SLICE, 3 * SLICE + 5),
+    ] {
+        for _ in 0..2 {
+            let r = get(&n, "/sh.bin", &format!("Range: bytes={range}\r\n"));
+            assert_eq!((r.status, xcache(&r)), (416, "HIT"), "{range}");
+            assert_eq!(
+                r.header("Content-Range"),
+                Some(&*format!("bytes */{}", 3 * SLICE)),
+                "{range}"
+            );
+        }
+    }
+    assert_eq!(o.requests("/sh.bin"), before, "the origin was asked");
+    settle(&n);
+    assert_eq!(
+        cache_files(&n.cache).1,
+        stored - 2,
+        "the old slices met past the end were not dropped"
+    );
+}
+
 /// A stale copy is served whole while a background refresh finds a new version: a client
 /// reading it slowly still gets every byte of the version it started with.
 #[test]

@@ -550,13 +550,29 @@ impl Ctx<'_> {
                 // Stored before the first slice's version was known: the origin is asked
                 // (conditionally) before it is served, so a seek never splices versions
                 // across requests.
-                Agreement::FirstIsNewer if !self.req.only_if_cached => {
+                // Of an older version past the end of the object as its fresh first slice has
+                // it now (it shrank): there is no such slice any more. Answered from the first
+                // slice (416) and dropped, not asked for again on every seek there.
+                Agreement::FirstIsNewer => {
+                    let old = s.meta.clone();
+                    if let Some(s0) = self.past_end(slice, now_ms).await {
+                        self.cv
+                            .remove_slices(&[s.id], |x| !x.meta.same_version(&old));
+                        return First::PastEnd(s0);
+                    }
+                    if self.req.only_if_cached {
+                        return First::Error(504, None);
+                    }
                     let fill = self.fill(slice, Some(s.clone()), Use::Head);
-                    let first = self.after_fill(fill, Some(s), now_ms).await;
+                    let first = self.after_fill(fill, Some(s.clone()), now_ms).await;
                     self.check_first_slice(slice, &first).await;
+                    if let First::Error(416, _) = first {
+                        // (The first slice stale: the origin said so instead.)
+                        self.cv
+                            .remove_slices(&[s.id], |x| !x.meta.same_version(&old));
+                    }
                     return first;
                 }
-                Agreement::FirstIsNewer => return First::Error(504, None),
                 Agreement::ThisIsNewer => self.first_slice_outdated(slice, Some(&s.meta)).await,
             }
         }
