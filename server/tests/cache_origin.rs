@@ -532,6 +532,52 @@ fn an_object_that_shrank_at_the_origin_is_fetched_whole_next() {
     assert!(r.body == v2);
 }
 
+/// An object deleted at the origin while it is read (a later slice answered 404): the response
+/// is cut, the stored slices are dropped, and the object is not passed through as an origin
+/// whose slices disagree: its 404 is stored, and so is the object once it is back (media
+/// tester: every request went to the origin for a minute, the 404 never stored).
+#[test]
+fn an_object_deleted_at_the_origin_mid_read_is_a_stored_404_not_a_pass() {
+    let (o, n) = origin_and_node(SLICED);
+    let p = "/gone.bin";
+    let v1 = pattern(3 * SLICE, 1);
+    o.put(
+        p,
+        Object::version(v1.clone(), 1).cache_control("max-age=600"),
+    );
+    let r = get(&n, p, "Range: bytes=0-9\r\n");
+    assert_eq!(r.status, 206);
+    wait_committed(&n);
+    o.put(
+        p,
+        Object::new(b"not here".to_vec())
+            .status(404)
+            .cache_control("max-age=600")
+            .no_validators(),
+    );
+    match try_get(&n, p, "") {
+        Ok(r) => assert!(r.status == 404 || r.status >= 500, "{}", r.status),
+        Err(e) => assert!(e.to_string().contains("body ended after"), "{e}"),
+    }
+    assert!(
+        n.srv
+            .wait_log("answered with another status now", Duration::from_secs(5)),
+        "{}",
+        n.srv.logs()
+    );
+    settle(&n);
+    let r = get(&n, p, "");
+    assert_eq!((r.status, xcache(&r)), (404, "MISS"));
+    wait_committed(&n);
+    let before = o.requests(p);
+    for _ in 0..3 {
+        let r = get(&n, p, "");
+        assert_eq!((r.status, xcache(&r)), (404, "HIT"));
+    }
+    assert_eq!(o.requests(p), before, "the stored 404 was not used");
+    assert!(!n.srv.logs().contains("passed through from now on"));
+}
+
 /// An origin whose answer for a later slice contradicts the first (here the whole body for a
 /// range that does not start at 0): that response is cut, and the object is passed through
 /// whole from then on, as for an origin without a strong validator, not cut every time.

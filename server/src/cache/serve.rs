@@ -262,6 +262,11 @@ async fn follow(fill: Arc<Fill>, reader: super::fill::FillReader) -> Result<Sour
             Progress::Bypass { .. } if fill.for_origin().is_some() => {
                 return Err(Unavailable::OriginsOwn)
             }
+            // Another status's whole answer (a 404, a 403, a redirect): the object is gone
+            // or moved, not an origin whose slices disagree.
+            Progress::Bypass { status, .. } if (300..500).contains(&status) => {
+                return Err(Unavailable::Gone(status))
+            }
             Progress::Bypass { status, .. } if status < 500 => return Err(Unavailable::NotASlice),
             Progress::Failed(e) if matches!(*e, FillError::NotSatisfiable { .. }) => {
                 return Err(Unavailable::PastTheEnd)
@@ -292,6 +297,9 @@ enum Unavailable {
     /// The origin says the slice is past the object's end: the object is shorter than the
     /// version being sent, so it changed.
     PastTheEnd,
+    /// The origin answers the slice with another status (404, 403, a redirect): the object
+    /// is not there any more, so it changed.
+    Gone(u16),
     /// The origin's answer cannot be this slice of the object (no strong validator on it, a
     /// whole body for a range, another total size): it contradicts the first slice.
     NotASlice,
@@ -911,7 +919,8 @@ impl Ctx<'_> {
     }
 
     /// A later slice of version `meta` could not be had. When the origin's answer says the
-    /// object is not that version any more (shorter: the slice is past its end) or contradicts
+    /// object is not that version any more (shorter: the slice is past its end; gone: another
+    /// status, a 404 say) or contradicts
     /// its first slice (an origin whose slices disagree), the stored slices are dropped, and
     /// for the latter its next requests are passed through whole (as for an origin without a
     /// strong validator): otherwise every request would be cut at the same place.
@@ -925,6 +934,11 @@ impl Ctx<'_> {
             Unavailable::Origin | Unavailable::OriginsOwn => "slice unavailable (origin failed)",
             Unavailable::PastTheEnd => {
                 tracing::warn!(volume = %self.cv.name, key = %self.target, slice, "object changed at the origin (now shorter); its stored slices are dropped");
+                self.drop_version(meta).await;
+                "object changed at the origin mid-response"
+            }
+            Unavailable::Gone(status) => {
+                tracing::warn!(volume = %self.cv.name, key = %self.target, slice, status, "object changed at the origin (answered with another status now); its stored slices are dropped");
                 self.drop_version(meta).await;
                 "object changed at the origin mid-response"
             }
