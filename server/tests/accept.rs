@@ -442,6 +442,21 @@ fn out_of_descriptors_is_503_for_content_and_the_admin_port_answers() {
     );
 }
 
+/// A new connection that got `200` for one request and stays open (keep-alive).
+fn kept_alive(addr: std::net::SocketAddr) -> std::net::TcpStream {
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .expect("request");
+    let mut buf = [0u8; 4096];
+    let n = c.read(&mut buf).unwrap_or(0);
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    c
+}
+
 /// At `max_connections`, a new client is not locked out by idle keep-alive connections for
 /// their whole `keepalive_timeout` (75 s): parked ones are closed to make room, as nginx reuses
 /// its keep-alive connections. A connection in the middle of a request is never one of them.
@@ -452,17 +467,7 @@ fn idle_keep_alive_connections_make_room_for_new_ones_at_max_connections() {
         c.limits.max_connections = 4;
         c.limits.idle_park_ms = 100;
     });
-    let mut held: Vec<std::net::TcpStream> = (0..4)
-        .map(|_| {
-            let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
-            c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
-                .expect("request");
-            let mut buf = [0u8; 4096];
-            let n = c.read(&mut buf).expect("answer");
-            assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
-            c
-        })
-        .collect();
+    let mut held: Vec<std::net::TcpStream> = (0..4).map(|_| kept_alive(s.addr)).collect();
     // One of them has sent half a request head: it is not idle, and must keep its place.
     held[3]
         .write_all(b"GET /hello.txt HTTP/1.1\r\n")
@@ -522,12 +527,7 @@ fn idle_connections_in_their_tasks_make_room_at_max_connections() {
         });
         let mut held: Vec<std::net::TcpStream> = (0..3)
             .map(|_| {
-                let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
-                c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
-                    .expect("request");
-                let mut buf = [0u8; 4096];
-                let n = c.read(&mut buf).expect("answer");
-                assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+                let c = kept_alive(s.addr);
                 c.set_read_timeout(Some(Duration::from_millis(300)))
                     .expect("timeout");
                 c
@@ -542,16 +542,7 @@ fn idle_connections_in_their_tasks_make_room_at_max_connections() {
         // place.
         let mut newcomers = Vec::new();
         for round in 1..=2 {
-            let mut c = std::net::TcpStream::connect(s.addr).expect("connect");
-            c.write_all(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n")
-                .expect("request");
-            let mut buf = [0u8; 4096];
-            let n = c.read(&mut buf).unwrap_or(0);
-            assert!(
-                buf[..n].starts_with(b"HTTP/1.1 200"),
-                "park_ms {park_ms}: newcomer {round} got {:?}",
-                String::from_utf8_lossy(&buf[..n])
-            );
+            let mut c = kept_alive(s.addr);
             c.write_all(b"GET /hello.txt HTTP/1.1\r\n")
                 .expect("half a head");
             newcomers.push(c);
