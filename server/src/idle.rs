@@ -26,7 +26,7 @@ use crate::shared::Shared;
 use rustix::event::epoll;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::Arc;
 use tokio::io::unix::AsyncFd;
@@ -97,13 +97,18 @@ pub fn pay(fd: std::os::fd::BorrowedFd<'_>) -> bool {
     if owed == 0 {
         return false;
     }
-    let mut probe = [0u8; 1];
-    let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
-    if matches!(rustix::net::recv(fd, &mut probe, flags), Ok((k, _)) if k > 0) {
+    if arriving(fd) {
         return false;
     }
     AWAITING.set((n, owed - 1));
     true
+}
+
+/// Whether bytes of a request wait unread on the connection `fd` (its close or an error: no).
+fn arriving(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    let mut probe = [0u8; 1];
+    let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
+    matches!(rustix::net::recv(fd, &mut probe, flags), Ok((k, _)) if k > 0)
 }
 
 /// Park `w` in the current worker's set; gives it back when there is no set, the server is
@@ -144,19 +149,14 @@ pub fn reclaim(max: usize) -> usize {
         let Some(w) = set.take(d.slot, d.token) else {
             continue;
         };
-        let mut probe = [0u8; 1];
-        let flags = rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT;
-        match rustix::net::recv(&w.fd, &mut probe, flags) {
+        if arriving(w.fd.as_fd()) {
             // Its request is arriving: it goes back to be woken (or, failing that, resumed).
-            Ok((n, _)) if n > 0 => {
-                if let Err(w) = set.insert(w) {
-                    (set.resume)(set.shared.clone(), w);
-                }
+            if let Err(w) = set.insert(w) {
+                (set.resume)(set.shared.clone(), w);
             }
-            _ => {
-                set.close(w);
-                closed += 1;
-            }
+        } else {
+            set.close(w);
+            closed += 1;
         }
     }
     closed

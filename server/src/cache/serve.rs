@@ -563,9 +563,12 @@ impl Ctx<'_> {
                 // slice (416) and dropped, not asked for again on every seek there.
                 Agreement::FirstIsNewer => {
                     let old = s.meta.clone();
-                    if let Some(s0) = self.past_end(slice, now_ms).await {
+                    let drop_this = || {
                         self.cv
-                            .remove_slices(&[s.id], |x| !x.meta.same_version(&old));
+                            .remove_slices(&[s.id], |x| !x.meta.same_version(&old))
+                    };
+                    if let Some(s0) = self.past_end(slice, now_ms).await {
+                        drop_this();
                         return First::PastEnd(s0);
                     }
                     if self.req.only_if_cached {
@@ -576,8 +579,7 @@ impl Ctx<'_> {
                     self.check_first_slice(slice, &first).await;
                     if let First::Error(416, _) = first {
                         // (The first slice stale: the origin said so instead.)
-                        self.cv
-                            .remove_slices(&[s.id], |x| !x.meta.same_version(&old));
+                        drop_this();
                     }
                     return first;
                 }
