@@ -354,14 +354,8 @@ impl Fill {
     /// Note whether the answer of `status` with `headers` (the one this fill uses) varies by
     /// `Origin`, and whether it is the forwarded Origin's own (see the field).
     fn note_origin(&self, job: &FillJob, status: u16, headers: &http::HeaderMap, now_ms: i64) {
-        let varies = headers
-            .get_all(http::header::VARY)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| {
-                v.split(',')
-                    .any(|f| f.trim().eq_ignore_ascii_case("origin"))
-            });
+        let vary = headers.get_all(http::header::VARY).iter();
+        let varies = freshness::varies_by(vary.filter_map(|v| v.to_str().ok()), "origin");
         // (A route answering CORS replaces the origin's, and forwards no `Origin`.)
         if !varies || job.answers_cors {
             return;

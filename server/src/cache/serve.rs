@@ -330,11 +330,6 @@ fn stored_values<'h>(
         .map(|(_, v)| v.as_str())
 }
 
-/// Whether `Vary` values name `field`.
-fn varies_by<'h>(mut vary: impl Iterator<Item = &'h str>, field: &str) -> bool {
-    vary.any(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(field)))
-}
-
 /// The values of field `name` of an origin's head that are text.
 fn head_values<'h>(h: &'h http::HeaderMap, name: &'static str) -> impl Iterator<Item = &'h str> {
     h.get_all(name).iter().filter_map(|v| v.to_str().ok())
@@ -389,7 +384,8 @@ impl Ctx<'_> {
     /// CORS itself) unless this route answers CORS too: the origin's own answer would depend on
     /// it (the route's CORS removed since, or another route's now).
     fn usable(&self, s: &Stored) -> bool {
-        (self.route.answers_cors || !varies_by(stored_values(&s.meta.headers, "vary"), "origin"))
+        (self.route.answers_cors
+            || !freshness::varies_by(stored_values(&s.meta.headers, "vary"), "origin"))
             && (self.auth.is_none()
                 || freshness::shared_with_authorization(
                     s.meta
@@ -1815,7 +1811,7 @@ impl Ctx<'_> {
         vary: impl Iterator<Item = &'h str>,
         encodings: impl Iterator<Item = &'h str>,
     ) -> bool {
-        if !varies_by(vary, "accept-encoding") {
+        if !freshness::varies_by(vary, "accept-encoding") {
             return true;
         }
         let codings: Vec<&str> = encodings.collect();

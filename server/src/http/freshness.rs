@@ -204,6 +204,11 @@ fn header_str(headers: &HeaderMap, name: http::header::HeaderName) -> Option<&st
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// Whether `Vary` values name `field` (no allocation: asked on hits).
+pub fn varies_by<'h>(mut vary: impl Iterator<Item = &'h str>, field: &str) -> bool {
+    vary.any(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(field)))
+}
+
 /// The `Vary` fields other than Accept-Encoding (and `Origin` with `cors_by_route`), if any.
 fn vary_blocker(headers: &HeaderMap, cors_by_route: bool) -> Option<String> {
     let mut other = Vec::new();
