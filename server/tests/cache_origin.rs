@@ -578,6 +578,39 @@ fn an_object_deleted_at_the_origin_mid_read_is_a_stored_404_not_a_pass() {
     assert!(!n.srv.logs().contains("passed through from now on"));
 }
 
+/// Seeks into an object the origin does not have: the 404 a later slice's range got is the
+/// object's answer, stored as its first slice, so the next seeks anywhere in it are hits, not
+/// one origin request each until somebody reads byte 0. (nginx's slice module stores a 404 per
+/// slice: a seek to another slice asks again.)
+#[test]
+fn seeks_into_a_missing_object_store_its_404_once() {
+    let (o, n) = origin_and_node(SLICED);
+    let p = "/missing.mp4";
+    let seek = |at: usize| get(&n, p, &format!("Range: bytes={at}-\r\n"));
+    let r = seek(5 * SLICE + 7);
+    assert_eq!((r.status, xcache(&r)), (404, "BYPASS"));
+    wait_committed(&n);
+    let before = o.requests(p);
+    assert!(before <= 2, "{before} origin requests for one seek");
+    for at in [5 * SLICE + 7, 9 * SLICE, 2 * SLICE + 1, 0] {
+        let r = seek(at);
+        assert_eq!((r.status, xcache(&r)), (404, "HIT"), "seek to {at}");
+    }
+    assert_eq!(o.requests(p), before, "the stored 404 was not used");
+    // An answer that may not be stored (a 403 without a lifetime) is not fetched again as
+    // the first slice: one origin request per seek.
+    let p = "/forbidden.mp4";
+    o.put(p, Object::new(pattern(3 * SLICE, 1)));
+    o.fault(p, Fault::Status(403));
+    for at in [5 * SLICE + 7, 9 * SLICE] {
+        let before = o.requests(p);
+        let r = get(&n, p, &format!("Range: bytes={at}-\r\n"));
+        assert_eq!((r.status, xcache(&r)), (403, "BYPASS"));
+        wait_committed(&n);
+        assert_eq!(o.requests(p) - before, 1, "seek to {at}");
+    }
+}
+
 /// An origin whose answer for a later slice contradicts the first (here the whole body for a
 /// range that does not start at 0): that response is cut, and the object is passed through
 /// whole from then on, as for an origin without a strong validator, not cut every time.

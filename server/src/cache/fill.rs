@@ -184,8 +184,14 @@ pub enum Progress {
     /// [`Fill::take_response`] streams the origin's answer through, the others ask the origin
     /// themselves (a private answer is never shared). `refused`: storable, but not stored this
     /// time (not admitted, or the pool had no room to create it) and too large to hold for
-    /// waiters: the next request tries again.
-    Bypass { status: u16, refused: bool },
+    /// waiters: the next request tries again. `object_answer`: the answer to a later slice's
+    /// range is of another status (a 404, a redirect), the object's whatever the range, and
+    /// would be stored as its first slice.
+    Bypass {
+        status: u16,
+        refused: bool,
+        object_answer: bool,
+    },
     /// The fill failed before or during the body.
     Failed(Arc<FillError>),
 }
@@ -529,6 +535,7 @@ impl Fill {
             Progress::Bypass {
                 status,
                 refused: false,
+                ..
             } if status < 500 => status,
             _ => return,
         };
@@ -660,7 +667,21 @@ impl Fill {
             }
         }
         let Some((body_len, total)) = self.body_shape(s, job.slice, &resp) else {
-            return self.bypass(resp);
+            let object_answer = job.slice > 0
+                && whole_answer_status(resp.status)
+                && matches!(
+                    freshness::evaluate(
+                        resp.status,
+                        &resp.headers,
+                        &job.policy,
+                        authorized,
+                        job.answers_cors,
+                        now / 1000,
+                        resp.response_delay.as_secs(),
+                    ),
+                    Freshness::Storable(_)
+                );
+            return self.hand_over(resp, false, object_answer);
         };
         // Slices of one object are served together, and resumed bodies joined to what came
         // before: both combine partial answers, which needs a strong validator (RFC 9111 §3.4).
@@ -747,13 +768,17 @@ impl Fill {
     }
 
     fn bypass(&self, resp: OriginResponse) {
-        self.hand_over(resp, false)
+        self.hand_over(resp, false, false)
     }
 
-    fn hand_over(&self, resp: OriginResponse, refused: bool) {
+    fn hand_over(&self, resp: OriginResponse, refused: bool, object_answer: bool) {
         let status = resp.status;
         *self.handoff.lock().unwrap_or_else(|p| p.into_inner()) = Some(resp);
-        self.publish(Progress::Bypass { status, refused });
+        self.publish(Progress::Bypass {
+            status,
+            refused,
+            object_answer,
+        });
     }
 
     async fn refreshed(
@@ -954,7 +979,7 @@ impl Fill {
         if creating.is_none() && body_len > MEMORY_MAX {
             // Too large to hold for the waiters: stream it through once, others fetch. Not a
             // pass: its next request may be admitted.
-            return self.hand_over(resp, true);
+            return self.hand_over(resp, true, false);
         }
         let mut temp: Option<TempEntry> = None;
         let meta = Arc::new(meta);

@@ -784,7 +784,11 @@ impl Ctx<'_> {
             Progress::Bypass { .. } if fill.origins_own() => {
                 self.handoff(&fill, CacheStatus::Bypass)
             }
-            Progress::Bypass { status, .. } => {
+            Progress::Bypass {
+                status,
+                object_answer,
+                ..
+            } => {
                 if let (Some(s), None, true) = (&stale, self.auth, joined) {
                     // The object is no longer cacheable: forget the stored version. (A fill
                     // that revalidated it does that itself; this one was joined, and may have
@@ -799,6 +803,12 @@ impl Ctx<'_> {
                     // answer to a later slice (a 404, say) may still be storable as the first
                     // slice.
                     self.marks().mark(self.key.hash(), unix_now_ms());
+                } else if object_answer && self.auth.is_none() {
+                    // The object's answer whatever the range, and storable: fetched as the
+                    // first slice in the background, where it is stored and answers every
+                    // later seek, not asked of the origin for each seek as long as nobody
+                    // reads byte 0.
+                    self.prefetch(0);
                 }
                 self.handoff(&fill, CacheStatus::Bypass)
             }
