@@ -611,6 +611,36 @@ fn seeks_into_a_missing_object_store_its_404_once() {
     }
 }
 
+/// A cold range across two slices: the second is prefetched while the first is sent, and it
+/// may be stored before the response gets there (here the first slice's body comes 600 ms
+/// after its head). Its bytes still came from the origin for this response, and are counted
+/// so; they were counted as served from the cache.
+#[test]
+fn a_prefetched_slice_stored_before_the_response_gets_there_counts_as_the_origins() {
+    let (o, n) = origin_and_node(SLICED);
+    let p = "/two.bin";
+    let body = pattern(3 * SLICE, 9);
+    o.put(p, Object::version(body.clone(), 1));
+    o.fault(p, Fault::SlowFromStart(Duration::from_millis(600)));
+    let served = |source| {
+        volume_metric(
+            &n,
+            "contentserver_cache_served_bytes_total",
+            &[("source", source)],
+        )
+    };
+    let (a, b) = (SLICE - 600, SLICE + 1399);
+    let r = get(&n, p, &format!("Range: bytes={a}-{b}\r\n"));
+    assert_eq!((r.status, xcache(&r)), (206, "MISS"));
+    assert!(r.body == body[a..=b]);
+    assert_eq!(o.requests(p), 2, "one request per slice");
+    // (Counted once the send returned, maybe after the client read the bytes.)
+    assert!(common::wait_until(Duration::from_secs(5), || served(
+        "origin"
+    ) >= 2000.0));
+    assert_eq!((served("origin"), served("cache")), (2000.0, 0.0));
+}
+
 /// An origin whose answer for a later slice contradicts the first (here the whole body for a
 /// range that does not start at 0): that response is cut, and the object is passed through
 /// whole from then on, as for an origin without a strong validator, not cut every time.

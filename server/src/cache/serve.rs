@@ -850,6 +850,22 @@ impl Ctx<'_> {
     /// there: found no more, the slice would be fetched twice).
     async fn source(&self, slice: u32, held: Option<Held>) -> Result<Source, Unavailable> {
         let id = self.key.slice(slice);
+        // The fill this response prefetched, even when it has committed since: its bytes came
+        // from the origin for this response (served bytes counted as the origin's), and they
+        // are this fill's, not a stored entry's found in its place.
+        if let Some((fill, reader)) = held {
+            match follow(fill.clone(), reader).await {
+                // A prefetch the origin failed (a 5xx, a reset) is a guess that went wrong,
+                // not the response's: the slice is asked for again, as it would be had nothing
+                // been held. So is one Origin's own answer (a seek of a request with its
+                // `Origin`, joined). Not that fill again (its task may not have unregistered
+                // it yet).
+                Err(Unavailable::Origin | Unavailable::OriginsOwn) => {
+                    self.cv.unregister_fill(id, &fill)
+                }
+                other => return other,
+            }
+        }
         let mut tries = 0;
         let found = loop {
             match self.cv.find(id, &self.key_bytes).await {
@@ -869,20 +885,7 @@ impl Ctx<'_> {
             // stays stored.)
             Ok(Found::Collision | Found::Unavailable) | Err(_) => return Err(Unavailable::Origin),
         }
-        match held {
-            // A prefetch the origin failed (a 5xx, a reset) is a guess that went wrong, not the
-            // response's: the slice is asked for again, as it would be had nothing been held.
-            // So is one Origin's own answer (a seek of a request with its `Origin`, joined).
-            Some((fill, reader)) => match follow(fill.clone(), reader).await {
-                Err(Unavailable::Origin | Unavailable::OriginsOwn) => {
-                    // Not that fill again (its task may not have unregistered it yet).
-                    self.cv.unregister_fill(id, &fill);
-                    self.later(slice, None).await
-                }
-                other => other,
-            },
-            None => self.later(slice, None).await,
-        }
+        self.later(slice, None).await
     }
 
     /// A later slice found stored as another version than the response's: ask the origin

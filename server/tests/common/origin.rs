@@ -111,6 +111,9 @@ pub enum Fault {
     /// Answer as usual, but with one ETag for a request that starts at byte 0 (no Range, or a
     /// range from 0) and another for every other (a stale first slice in a cache in front).
     EtagByStart,
+    /// Answer as usual, but pause this long between the head and the body of an answer that
+    /// starts at byte 0 (a first slice slower than the next).
+    SlowFromStart(Duration),
 }
 
 /// One request as the origin saw it.
@@ -749,6 +752,9 @@ fn answer(stream: &mut Box<dyn Stream>, raw: &TcpStream, req: &Seen, sh: &Shared
     }
     if req.method == "HEAD" {
         return !closes;
+    }
+    if let (Some(Fault::SlowFromStart(d)), 0) = (&fault, start) {
+        std::thread::sleep(*d);
     }
     let limit = match fault {
         Some(Fault::StallAfter(n)) | Some(Fault::ResetAfter(n)) | Some(Fault::TruncateAfter(n)) => {
