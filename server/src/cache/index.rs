@@ -25,6 +25,10 @@ use std::time::{Duration, Instant};
 
 /// Entries compared per eviction.
 pub const SAMPLES: usize = 8;
+
+/// Most victims an admission compares a new entry with (entries far smaller than it: past
+/// these, it is admitted on their account).
+const MAX_ADMISSION_VICTIMS: usize = 16;
 /// Sizes are kept in 4 KiB units (what the file occupies, about).
 const UNIT: u64 = 4096;
 
@@ -226,30 +230,41 @@ impl Index {
 
     /// Should a new entry of `bytes` for `id`'s object be stored? It must fit the cache on its
     /// own, its object must have been asked for `min_uses` times, and when storing it would
-    /// evict, at least as often as the entry that would go (TinyLFU).
+    /// evict, at least as often as each entry that would go to make room (TinyLFU; a small
+    /// victim that frees too little is followed by the next, as the eviction will be).
     pub fn admit(&self, id: EntryId, bytes: u64) -> bool {
         let mut st = self.lock();
         if units(bytes) as u64 > st.max_units {
             return false;
         }
-        let freq = st.sketch.frequency(sketch_hash(&id));
+        let own = sketch_hash(&id);
+        let freq = st.sketch.frequency(own);
         if freq < self.min_uses {
             return false;
         }
-        if st.units + units(bytes) as u64 <= st.max_units {
+        let total = st.units + units(bytes) as u64;
+        if total <= st.max_units {
             return true;
         }
-        match st.sample_victim(None) {
-            Some(pos) => {
-                let (vid, _) = st.map.get_index(pos).expect("sampled position exists");
-                let vh = sketch_hash(vid);
-                // Slices of the object itself are not a reason to refuse it.
-                // Ties admit (recency decides among equally popular objects, as LRU would).
-                vh == sketch_hash(&id) || freq >= st.sketch.frequency(vh)
+        let need = total - st.max_units;
+        let mut chosen = Vec::new();
+        let mut freed = 0u64;
+        while freed < need && chosen.len() < MAX_ADMISSION_VICTIMS {
+            // Nothing more to evict: it fits (checked above) once those go.
+            let Some(pos) = st.sample_victim(None, &chosen) else {
+                break;
+            };
+            let (vid, v) = st.map.get_index(pos).expect("sampled position exists");
+            let vh = sketch_hash(vid);
+            // Slices of the object itself are not a reason to refuse it.
+            // Ties admit (recency decides among equally popular objects, as LRU would).
+            if vh != own && freq < st.sketch.frequency(vh) {
+                return false;
             }
-            // Nothing to evict (it fits, checked above).
-            None => true,
+            freed += v.units as u64;
+            chosen.push(pos);
         }
+        true
     }
 
     /// Record a stored entry (a fill committed, or one found on disk) of `bytes` whose file has
@@ -426,7 +441,8 @@ impl State {
     /// The least recently used of [`SAMPLES`] random entries other than `keep`; among entries
     /// last used in the same second, the least often asked for (the clock counts whole seconds,
     /// so a burst would otherwise pick a popular entry as often as a one-hit one).
-    fn sample_victim(&mut self, keep: Option<EntryId>) -> Option<usize> {
+    /// `skip`: positions already chosen (an admission's victims so far).
+    fn sample_victim(&mut self, keep: Option<EntryId>, skip: &[usize]) -> Option<usize> {
         let n = self.map.len();
         if n == 0 || (n == 1 && keep.is_some_and(|k| self.map.contains_key(&k))) {
             return None;
@@ -441,7 +457,7 @@ impl State {
                 (self.next_rand() % n as u64) as usize
             };
             let (id, s) = self.map.get_index(pos).expect("in range");
-            if Some(*id) == keep {
+            if Some(*id) == keep || skip.contains(&pos) {
                 continue;
             }
             if best.is_some_and(|(_, lu, _)| s.last_use > lu) {
@@ -458,7 +474,7 @@ impl State {
     fn evict_to_fit(&mut self, keep: Option<EntryId>) -> Vec<Victim> {
         let mut out = Vec::new();
         while self.units > self.max_units {
-            let Some(pos) = self.sample_victim(keep) else {
+            let Some(pos) = self.sample_victim(keep, &[]) else {
                 break;
             };
             let (id, s) = self.map.swap_remove_index(pos).expect("in range");
@@ -702,6 +718,35 @@ mod tests {
             evicted[0].id == id(0),
             "the least recently used entry stayed"
         );
+    }
+
+    /// Room for a new entry made by more than one victim: it is compared with each. A small
+    /// one-hit victim came first, and the new one-hit object was admitted on its account; the
+    /// popular entry that had to go too was evicted without being compared with it.
+    #[test]
+    fn admission_compares_every_entry_that_would_go() {
+        // 100 units: two popular entries of 26, a one-hit entry of 1, a one-hit entry of 26.
+        let ix = idx(100 * UNIT);
+        let store = |i: u32, u: u64, asks: usize, at: u32| {
+            for _ in 0..asks {
+                ix.record_request(id(i));
+            }
+            assert!(ix.admit(id(i), u * UNIT));
+            assert!(ix.insert(id(i), u * UNIT, Stamp::UNKNOWN, at).is_empty());
+        };
+        store(0, 26, 6, 0);
+        store(1, 26, 6, 0);
+        store(2, 1, 1, 0);
+        store(3, 26, 1, 1);
+        // The least recently used (second 0) and least popular is the 1-unit entry: not room
+        // enough. The next is popular: a one-hit object is refused.
+        ix.record_request(id(4));
+        assert!(!ix.admit(id(4), 26 * UNIT), "admitted over a popular entry");
+        // One asked for as often as the popular entries is admitted.
+        for _ in 0..5 {
+            ix.record_request(id(4));
+        }
+        assert!(ix.admit(id(4), 26 * UNIT));
     }
 
     #[test]
