@@ -230,7 +230,9 @@ def cache_rows(lay, p):
         "Share of the volume's cache-route requests answered from a stored entry (X-Cache HIT, "
         "UPDATING, STALE or REVALIDATED), of every answer but BYPASS (answers the origin does "
         "not let be stored are left out; a miss whose origin request failed, a 502 or 504, "
-        "counts as a miss, so an origin outage lowers it too). Healthy: steady and high for your catalogue (often "
+        "counts as a miss, so an origin that cannot be reached or times out lowers it too; a 5xx the "
+        "origin answers is passed through as BYPASS and left out: watch Origin requests/s by outcome "
+        "for that). Healthy: steady and high for your catalogue (often "
         "above 90% on a warm edge). Unhealthy: a drop that stays (a purge, a config change that "
         "changed the keys, a catalogue that outgrew max_size); a new replica starts at 0% and "
         "climbs as it fills.",
@@ -347,6 +349,16 @@ def cache_rows(lay, p):
         "short",
         [(f"sum by (pod, origin) (contentserver_origin_connections{{{SEL}}})",
           "{{pod}} {{origin}}")], w=6))
+    p.append(timeseries(
+        lay, "Origin servers down",
+        "Pods that have an origin server marked down: a connect to it failed (refused, "
+        "unreachable, timed out), so it is tried after the origin's other servers until a "
+        "connect succeeds (every 10 s while requests come). Healthy: 0. Unhealthy: a server "
+        "down for minutes (its traffic is on the others; with none left, misses answer 502 "
+        "and expired entries are served STALE).",
+        "short",
+        [(f"sum by (origin, server) (contentserver_origin_server_down{{{SEL}}})",
+          "{{origin}} {{server}}")], w=6))
 
 
 def contentserver():

@@ -140,7 +140,7 @@ CACHE_PANELS = {
                        "Stale served/s", "Fills in flight and collapsed waiters/s",
                        "Cache bytes vs max", "Evictions/s by reason"],
     "Origin": ["Origin egress bytes/s", "Origin p99 latency", "Origin requests/s by outcome",
-               "Origin connections"],
+               "Origin connections", "Origin servers down"],
 }
 
 

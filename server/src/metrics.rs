@@ -3,7 +3,8 @@
 //! Owns the registry and the handles; the data path only increments them. Every series known to
 //! exist (per volume, per worker, per operation) is created at start-up so it reads 0 before the
 //! first event. Labels are bounded: `volume`, `op`, `worker`, `method`, `code`, `origin`,
-//! `status`, `source`, `reason`, `version` — never a URL.
+//! `server` (an origin server's configured URL), `status`, `source`, `reason`, `version` —
+//! never a request's URL.
 //! Dashboards and alert rules in `dashboards/` are written against these names; rename nothing
 //! without updating them (a lint test checks they match).
 
@@ -105,6 +106,7 @@ pub struct Metrics {
     pub origin_request_duration_seconds: HistogramVec,
     pub origin_received_bytes_total: IntCounterVec,
     pub origin_connections: IntGaugeVec,
+    pub origin_server_down: IntGaugeVec,
     // cache volumes (label volume; status, source, reason where noted)
     pub cache_requests_total: IntCounterVec,
     pub cache_served_bytes_total: IntCounterVec,
@@ -181,6 +183,7 @@ impl Metrics {
             origin_request_duration_seconds: reg(&r, HistogramVec::new(hopts("origin_request_duration_seconds", "Time from sending an origin request to its response head."), &["origin"]).unwrap()),
             origin_received_bytes_total: reg(&r, IntCounterVec::new(opts("origin_received_bytes_total", "Body bytes received from the origin."), &["origin"]).unwrap()),
             origin_connections: reg(&r, IntGaugeVec::new(opts("origin_connections", "Origin connections open now (busy and idle)."), &["origin"]).unwrap()),
+            origin_server_down: reg(&r, IntGaugeVec::new(opts("origin_server_down", "1 while an origin server is marked down (a connect to it failed; tried after the others until a connect succeeds), else 0."), &["origin", "server"]).unwrap()),
             cache_requests_total: reg(&r, IntCounterVec::new(opts("cache_requests_total", "Cache route requests by cache status (hit, miss, stale, updating, revalidated, bypass)."), &["volume", "status"]).unwrap()),
             cache_served_bytes_total: reg(&r, IntCounterVec::new(opts("cache_served_bytes_total", "Body bytes sent to clients of cache routes, by source (cache = stored entry or a complete fill, origin = a fill under way or a pass-through)."), &["volume", "source"]).unwrap()),
             cache_fills_in_flight: reg(&r, IntGaugeVec::new(opts("cache_fills_in_flight", "Origin fills (one per object slice) running now."), v).unwrap()),
@@ -243,8 +246,12 @@ impl Metrics {
         m
     }
 
-    /// Create the series of one origin at zero (called by the origin client at start-up).
-    pub fn init_origin(&self, origin: &str) {
+    /// Create the series of one origin and its servers at zero (called by the origin client at
+    /// start-up).
+    pub fn init_origin(&self, origin: &str, servers: &[String]) {
+        for server in servers {
+            self.origin_server_down.with_label_values(&[origin, server]);
+        }
         for code in ORIGIN_CODES {
             self.origin_requests_total
                 .with_label_values(&[origin, code]);
@@ -346,7 +353,7 @@ mod tests {
     #[test]
     fn every_series_exists_at_start() {
         let m = Metrics::new(&["disk1", "disk2"], 2);
-        m.init_origin("up");
+        m.init_origin("up", &["http://127.0.0.1:1".to_string()]);
         m.init_cache_volume("cache1");
         let text = m.render();
         for needle in [
@@ -362,6 +369,7 @@ mod tests {
             "contentserver_origin_request_duration_seconds_count{origin=\"up\"} 0",
             "contentserver_origin_received_bytes_total{origin=\"up\"} 0",
             "contentserver_origin_connections{origin=\"up\"} 0",
+            "contentserver_origin_server_down{origin=\"up\",server=\"http://127.0.0.1:1\"} 0",
             "contentserver_cache_requests_total{status=\"revalidated\",volume=\"cache1\"} 0",
             "contentserver_cache_served_bytes_total{source=\"origin\",volume=\"cache1\"} 0",
             "contentserver_cache_fills_in_flight{volume=\"cache1\"} 0",

@@ -11,7 +11,7 @@
 mod common;
 
 use common::cache::{
-    cache_files, config, get, metrics, node, origin_and_node, series, settle, try_get,
+    cache_files, config, get, metric, metrics, node, origin_and_node, series, settle, try_get,
     volume_metric, wait_committed, xcache, Node, SLICE, SLICED,
 };
 use common::origin::{pattern, refused_url, Fault, FaultOrigin, Object, TestCa, Timing};
@@ -1313,6 +1313,48 @@ fn a_recovered_server_gets_its_traffic_back_after_one_probe() {
         to_a >= 5,
         "{to_a} of 6 requests went to the recovered server"
     );
+}
+
+/// Servers that cannot be reached: each request tries them all while every one is down, but
+/// the log gets one line per server per 10 s (with the count of failures not logged), not one
+/// per server per request; `origin_server_down` names the servers marked down, from the first
+/// failure until one connects again.
+#[test]
+fn servers_down_are_logged_once_per_10_s_and_shown_per_server() {
+    let up = FaultOrigin::start();
+    up.put("/x", Object::new(b"x".to_vec()));
+    let (dead_a, dead_b) = (refused_url(), refused_url());
+    let d = common::tempdir();
+    let n = node(
+        d.path(),
+        &[dead_a.clone(), dead_b.clone()],
+        "",
+        "slice_size = 0",
+    );
+    let down = |n: &Node, server: &str| {
+        metric(
+            n,
+            &format!("contentserver_origin_server_down{{origin=\"origin\",server=\"{server}\"}}"),
+        )
+    };
+    assert_eq!((down(&n, &dead_a), down(&n, &dead_b)), (0.0, 0.0));
+    for i in 0..40 {
+        assert_eq!(get(&n, &format!("/r{i}"), "").status, 502);
+    }
+    assert_eq!((down(&n, &dead_a), down(&n, &dead_b)), (1.0, 1.0));
+    let lines = n.srv.logs();
+    let lines: Vec<_> = lines
+        .lines()
+        .filter(|l| l.contains("cannot be reached"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(lines[0].contains(&dead_a) && lines[0].contains("trying the next"));
+    assert!(lines[1].contains(&dead_b) && lines[1].contains("no other is left"));
+    // A partial outage: the second server answers, the first is shown down.
+    let d2 = common::tempdir();
+    let n = node(d2.path(), &[dead_a.clone(), up.url()], "", "slice_size = 0");
+    assert_eq!(get(&n, "/x", "").status, 200);
+    assert_eq!((down(&n, &dead_a), down(&n, &up.url())), (1.0, 0.0));
 }
 
 #[test]

@@ -41,6 +41,7 @@ const CACHE_FAMILIES: &[&str] = &[
     "contentserver_origin_request_duration_seconds",
     "contentserver_origin_received_bytes_total",
     "contentserver_origin_connections",
+    "contentserver_origin_server_down",
     "contentserver_cache_requests_total",
     "contentserver_cache_served_bytes_total",
     "contentserver_cache_fills_in_flight",
@@ -204,6 +205,19 @@ fn cache_and_origin_series_exist_at_start_with_zero_values() {
     );
     assert_eq!(m.get("contentserver_origin_received_bytes_total", &o), 0.0);
     assert_eq!(m.get("contentserver_origin_connections", &o), 0.0);
+    // (Its one server, by its URL: never asked, so not marked down.)
+    let down: Vec<_> = m
+        .text
+        .lines()
+        .filter(|l| l.starts_with("contentserver_origin_server_down{"))
+        .collect();
+    assert_eq!(down.len(), 1, "{down:?}");
+    assert!(
+        down[0].starts_with(
+            "contentserver_origin_server_down{origin=\"origin\",server=\"http://127.0.0.1:"
+        ) && down[0].ends_with("} 0"),
+        "{down:?}"
+    );
 
     let v = [("volume", "cache1")];
     for status in ["hit", "miss", "stale", "updating", "revalidated", "bypass"] {

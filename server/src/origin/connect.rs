@@ -130,7 +130,10 @@ pub(crate) async fn connect(inner: &Inner, first: usize) -> Result<Conn, OriginE
         .await
         {
             Ok(Ok(sender)) => {
-                server.down_until_ms.store(0, Ordering::Relaxed);
+                if server.down_until_ms.swap(0, Ordering::Relaxed) != 0 {
+                    server.down.set(0);
+                    tracing::info!(origin = %inner.name, server = %server.url, "origin server reached again");
+                }
                 return Ok(Conn { sender, server: i });
             }
             // The node's own limit: no server is to blame, none other would do better.
@@ -141,19 +144,42 @@ pub(crate) async fn connect(inner: &Inner, first: usize) -> Result<Conn, OriginE
             }
             Err(_) => inner.timeout(server, "connect", inner.connect_timeout),
         };
-        let until = now_ms() + FAIL_TIMEOUT.as_millis() as i64;
-        server.down_until_ms.store(until, Ordering::Relaxed);
-        if n + 1 < order.len() {
-            tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed (tried after the others for 10 s), trying the next");
-        } else {
-            tracing::warn!(origin = %inner.name, server = %server.url, error = %e, "origin server failed, and it was the last");
-        }
+        let now = now_ms();
+        server
+            .down_until_ms
+            .store(now + FAIL_TIMEOUT.as_millis() as i64, Ordering::Relaxed);
+        server.down.set(1);
+        log_failure(inner, server, &e, n + 1 == order.len(), now);
         last = Some(e);
     }
     Err(last.unwrap_or_else(|| OriginError::Setup {
         origin: inner.name.clone(),
         message: "no servers".into(),
     }))
+}
+
+/// Log a failed connect to `server`: the first at once, then at most one line per
+/// [`FAIL_TIMEOUT`] per server with the count of those not logged since (while every server is
+/// down each request tries them all: a line per server per request would flood the log).
+fn log_failure(inner: &Inner, server: &Server, e: &OriginError, last: bool, now: i64) {
+    server.unlogged.fetch_add(1, Ordering::Relaxed);
+    let prev = server.logged_ms.load(Ordering::Relaxed);
+    if prev != 0 && now - prev < FAIL_TIMEOUT.as_millis() as i64 {
+        return;
+    }
+    if server
+        .logged_ms
+        .compare_exchange(prev, now, Ordering::Relaxed, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    let also = server.unlogged.swap(0, Ordering::Relaxed).saturating_sub(1);
+    if last {
+        tracing::warn!(origin = %inner.name, server = %server.url, error = %e, failures_not_logged = also, "origin server cannot be reached, and no other is left to try (failures of a server are logged once per 10 s)");
+    } else {
+        tracing::warn!(origin = %inner.name, server = %server.url, error = %e, failures_not_logged = also, "origin server cannot be reached; trying the next (this one is tried after the others for 10 s; failures of a server are logged once per 10 s)");
+    }
 }
 
 async fn connect_one(

@@ -153,6 +153,12 @@ pub(crate) struct Server {
     /// tried after the others ([`connect::FAIL_TIMEOUT`]), or a probe of it keeps the others
     /// away; 0: up.
     pub(crate) down_until_ms: std::sync::atomic::AtomicI64,
+    /// `origin_server_down` of this server: 1 from a failed connect until one succeeds.
+    pub(crate) down: IntGauge,
+    /// When a failed connect to it was last logged (ms on the same clock; 0: never), and the
+    /// failures since that were not ([`connect::FAIL_TIMEOUT`] apart at most once).
+    pub(crate) logged_ms: std::sync::atomic::AtomicI64,
+    pub(crate) unlogged: std::sync::atomic::AtomicU64,
 }
 
 /// Metric handles of one origin, resolved once.
@@ -269,6 +275,11 @@ impl Origin {
                 host_header,
                 tls_name,
                 down_until_ms: std::sync::atomic::AtomicI64::new(0),
+                down: metrics
+                    .origin_server_down
+                    .with_label_values(&[o.name.as_str(), s.as_str()]),
+                logged_ms: std::sync::atomic::AtomicI64::new(0),
+                unlogged: std::sync::atomic::AtomicU64::new(0),
             });
         }
         let tls = if any_https {
@@ -276,7 +287,7 @@ impl Origin {
         } else {
             None
         };
-        metrics.init_origin(&o.name);
+        metrics.init_origin(&o.name, &o.servers);
         let label = [o.name.as_str()];
         let codes = crate::metrics::ORIGIN_CODES.map(|c| {
             metrics
