@@ -6035,6 +6035,37 @@ fn a_large_object_not_admitted_yet_is_stored_when_asked_again() {
     assert_eq!(o.requests("/big.bin"), 2);
 }
 
+/// `min_uses = 2` against a scan of 3,000 objects each asked for once (three times the
+/// admission sketch's 1,024 columns, as sized for a `max_size` of 64 MiB): none is stored;
+/// those asked for again are. The scan raised the
+/// sketch's shared counters, and objects asked for once were stored (61% in a tester's run).
+#[test]
+fn min_uses_2_stores_no_object_of_a_scan_asked_for_once() {
+    let (_o, n) = origin_and_node("slice_size = 0\nmin_uses = 2\nmax_size = \"64M\"");
+    let entries = |n: &Node| volume_metric(n, "contentserver_cache_entries", &[]);
+    let mut c = common::Conn::new(n.srv.addr);
+    // (Paths the origin does not have: 404s, storable for 60 s by the default rules.)
+    for i in 0..3000 {
+        let r = c.get(&format!("/scan/{i}"));
+        assert_eq!((r.status, xcache(&r)), (404, "MISS"), "/scan/{i}");
+    }
+    wait_committed(&n);
+    let stored = entries(&n);
+    assert!(
+        stored <= 30.0,
+        "{stored} of 3000 objects asked for once stored"
+    );
+    for i in 0..50 {
+        assert_eq!(c.get(&format!("/scan/{i}")).status, 404);
+    }
+    wait_committed(&n);
+    assert!(
+        entries(&n) >= stored + 50.0 - 2.0,
+        "{} entries",
+        entries(&n)
+    );
+}
+
 /// An origin that refuses the first slice's range without a length (416, no Content-Range)
 /// does not make a request without a range answer 416: the node asks for the object whole.
 #[test]

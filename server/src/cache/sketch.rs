@@ -1,6 +1,12 @@
 //! Admission frequency sketch (TinyLFU): a count-min sketch of 4-bit counters, four rows, aged by
 //! halving every counter after `10 × width` increments, so it estimates how often each object
-//! was asked for recently in about half a byte per counter (2 bytes per tracked object).
+//! was asked for recently in about half a byte per counter (2 bytes per tracked object), behind
+//! a doorkeeper: a Bloom filter of 32 bits per counter column (4 bytes) that takes an object's
+//! first request, so objects asked for once (a scan) never reach the counters. Without it, a scan of distinct
+//! objects raised every counter it shared, and an object never asked for was estimated at 2 or
+//! more (`min_uses = 2` stored objects asked for once). The doorkeeper is cleared at each aging,
+//! and when it has taken `4 × width` objects (8 bits each: its false positives stay near 3%), so
+//! a second request counts within the last `4 × width` objects asked for.
 //!
 //! The index asks it whether a new object is worth storing: a one-hit object does not evict an
 //! object that is asked for more often. It must not know about files or keys beyond a 64-bit hash.
@@ -13,7 +19,14 @@ pub struct FrequencySketch {
     words_per_row: usize,
     additions: usize,
     sample: usize,
+    /// The doorkeeper: `32 × width` bits (a power of two, so growing tiles it as the rows are).
+    door: Vec<u64>,
+    /// Objects the doorkeeper took since it was cleared.
+    door_taken: usize,
 }
+
+/// Bits set per object in the doorkeeper.
+const DOOR_HASHES: u64 = 3;
 
 const SEEDS: [u64; 4] = [
     0x9E37_79B9_7F4A_7C15,
@@ -33,7 +46,24 @@ impl FrequencySketch {
             words_per_row,
             additions: 0,
             sample: 10 * width,
+            door: vec![0; width / 2],
+            door_taken: 0,
         }
+    }
+
+    /// The doorkeeper's bits for `hash`: (word, bit mask) per hash.
+    fn door_bits(&self, hash: u64) -> [(usize, u64); DOOR_HASHES as usize] {
+        let bits = self.door.len() as u64 * 64;
+        [0, 1, 2].map(|k| {
+            let i = mix(hash ^ SEEDS[k as usize].rotate_left(17)) & (bits - 1);
+            ((i / 64) as usize, 1u64 << (i % 64))
+        })
+    }
+
+    fn door_has(&self, hash: u64) -> bool {
+        self.door_bits(hash)
+            .iter()
+            .all(|&(w, b)| self.door[w] & b != 0)
     }
 
     /// Counters per row.
@@ -43,11 +73,7 @@ impl FrequencySketch {
 
     fn slot(&self, hash: u64, row: usize) -> (usize, u32) {
         // splitmix64's finalizer per row, so rows collide independently.
-        let mut x = hash.wrapping_add(SEEDS[row]);
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        x ^= x >> 31;
-        let i = x & self.mask;
+        let i = mix(hash.wrapping_add(SEEDS[row])) & self.mask;
         (
             row * self.words_per_row + (i / 16) as usize,
             ((i % 16) * 4) as u32,
@@ -58,6 +84,22 @@ impl FrequencySketch {
     /// update: only the rows holding the current minimum are raised, which keeps estimates of
     /// rare keys close to their true counts when many keys share counters.
     pub fn increment(&mut self, hash: u64) {
+        self.additions += 1;
+        if self.additions >= self.sample {
+            self.age();
+        }
+        if !self.door_has(hash) {
+            // A first request (since the doorkeeper was cleared): the doorkeeper keeps it.
+            if self.door_taken >= 4 * self.width() {
+                self.door.fill(0);
+                self.door_taken = 0;
+            }
+            for (w, b) in self.door_bits(hash) {
+                self.door[w] |= b;
+            }
+            self.door_taken += 1;
+            return;
+        }
         let slots = [0, 1, 2, 3].map(|row| self.slot(hash, row));
         let count = |t: &[u64], (w, shift): (usize, u32)| (t[w] >> shift) & 0xF;
         let min = slots
@@ -73,22 +115,21 @@ impl FrequencySketch {
                 self.table[s.0] += 1 << s.1;
             }
         }
-        self.additions += 1;
-        if self.additions >= self.sample {
-            self.age();
-        }
     }
 
-    /// Estimated recent requests for `hash` (0..=15; never below the true count since the last
-    /// aging, possibly above it when counters are shared).
+    /// Estimated recent requests for `hash` (0..=15): its counters, plus the request the
+    /// doorkeeper holds. Possibly above the true count since the last aging when counters or
+    /// doorkeeper bits are shared; one below it when the doorkeeper was cleared between its
+    /// first and second request.
     pub fn frequency(&self, hash: u64) -> u8 {
-        (0..4)
+        let counted = (0..4)
             .map(|row| {
                 let (w, shift) = self.slot(hash, row);
                 ((self.table[w] >> shift) & 0xF) as u8
             })
             .min()
-            .unwrap_or(0)
+            .unwrap_or(0);
+        (counted + u8::from(self.door_has(hash))).min(15)
     }
 
     /// This sketch widened for about `capacity` objects, every estimate kept: a key's counter
@@ -105,6 +146,10 @@ impl FrequencySketch {
                 *w = old[i % old.len()];
             }
         }
+        for (i, w) in wider.door.iter_mut().enumerate() {
+            *w = self.door[i % self.door.len()];
+        }
+        wider.door_taken = self.door_taken;
         wider.additions = self.additions;
         wider
     }
@@ -115,12 +160,22 @@ impl FrequencySketch {
             *w = (*w >> 1) & 0x7777_7777_7777_7777;
         }
         self.additions /= 2;
+        self.door.fill(0);
+        self.door_taken = 0;
     }
 
     /// Bytes of counters.
     pub fn bytes(&self) -> usize {
-        self.table.len() * 8
+        (self.table.len() + self.door.len()) * 8
     }
+}
+
+/// splitmix64's finalizer: spreads a hash's bits (per row or doorkeeper hash, with a seed
+/// added), so rows and bits collide independently.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
 }
 
 #[cfg(test)]
@@ -179,6 +234,37 @@ mod tests {
             .count();
         assert!(popular >= 95, "popular keys estimated >= 4: {popular}/100");
         assert!(one_hit <= 40, "one-hit keys estimated >= 4: {one_hit}/2000");
+    }
+
+    /// A scan of distinct objects, each asked for once, four times as many as the counters'
+    /// columns: they are estimated at 1 (the doorkeeper), not more; objects never asked for at
+    /// 0. Without the doorkeeper the scan raised the counters it shared and most objects asked
+    /// for once were estimated at 2 or more.
+    #[test]
+    fn a_scan_of_one_hit_objects_is_estimated_at_one() {
+        let mut s = FrequencySketch::new(1024);
+        let key = |k: u64| k.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        for k in 0..4000 {
+            s.increment(key(k));
+        }
+        let over = (0..4000).filter(|&k| s.frequency(key(k)) >= 2).count();
+        assert!(
+            over <= 40,
+            "{over} of 4000 one-hit objects estimated at 2 or more"
+        );
+        assert!((0..4000).all(|k| s.frequency(key(k)) >= 1));
+        let unseen = (10_000..14_000)
+            .filter(|&k| s.frequency(key(k)) >= 1)
+            .count();
+        assert!(
+            unseen <= 200,
+            "{unseen} of 4000 objects never asked for estimated at 1+"
+        );
+        // Asked for a second time: 2.
+        for k in 0..100 {
+            s.increment(key(k));
+        }
+        assert!((0..100).all(|k| s.frequency(key(k)) >= 2));
     }
 
     #[test]
