@@ -955,8 +955,11 @@ fn stale_if_error_covers_every_origin_fault() {
     assert_eq!(get(&n, "/never.bin", "").status, 502);
 }
 
+/// Servers are tried in order on a connect error, and when a server took the request on a new
+/// connection and closed it without an answer head; a request a server answered (here a 503)
+/// is never sent elsewhere.
 #[test]
-fn origin_servers_fail_over_on_connect_errors_only() {
+fn origin_servers_fail_over_on_connect_errors_and_unanswered_requests() {
     let good = FaultOrigin::start();
     good.put("/a", Object::new(pattern(1000, 5)));
     let d = common::tempdir();
@@ -966,28 +969,32 @@ fn origin_servers_fail_over_on_connect_errors_only() {
     assert!(r.body == pattern(1000, 5));
     assert_eq!(good.requests("/a"), 1);
 
-    // The first server accepts the request and fails it: the second is not asked.
+    // The first server takes the request and closes the connection unanswered: the second
+    // answers it.
     let first = FaultOrigin::start();
     let second = FaultOrigin::start();
     for o in [&first, &second] {
         o.put("/b", Object::new(pattern(1000, 6)));
+        o.put("/c", Object::new(pattern(1000, 7)));
     }
     first.fault_times("/b", Fault::CloseBeforeHead, 1);
     let d = common::tempdir();
     let n = node(d.path(), &[first.url(), second.url()], "", "");
-    assert_eq!(get(&n, "/b", "").status, 502);
-    assert_eq!(
-        second.requests("/b"),
-        0,
-        "a sent request is never retried elsewhere"
-    );
     let r = get(&n, "/b", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == pattern(1000, 6));
+    assert_eq!((first.requests("/b"), second.requests("/b")), (1, 1));
+    // An answer is the answer: a 503 of the second (the first is marked down now) is not
+    // sent to the first.
+    second.fault_times("/c", Fault::Status(503), 1);
+    assert_eq!(get(&n, "/c", "").status, 503);
+    assert_eq!((first.requests("/c"), second.requests("/c")), (0, 1));
+    let r = get(&n, "/c", "");
     assert_eq!(
         (r.status, xcache(&r)),
         (200, "MISS"),
         "the next request retries"
     );
-    assert_eq!((first.requests("/b"), second.requests("/b")), (2, 0));
 }
 
 /// A node out of descriptors cannot open an origin connection: that is its own limit, so the
@@ -1345,7 +1352,7 @@ fn servers_down_are_logged_once_per_10_s_and_shown_per_server() {
     let lines = n.srv.logs();
     let lines: Vec<_> = lines
         .lines()
-        .filter(|l| l.contains("cannot be reached"))
+        .filter(|l| l.contains("origin server failed"))
         .collect();
     assert_eq!(lines.len(), 2, "{lines:#?}");
     assert!(lines[0].contains(&dead_a) && lines[0].contains("trying the next"));
@@ -1355,6 +1362,55 @@ fn servers_down_are_logged_once_per_10_s_and_shown_per_server() {
     let n = node(d2.path(), &[dead_a.clone(), up.url()], "", "slice_size = 0");
     assert_eq!(get(&n, "/x", "").status, 200);
     assert_eq!((down(&n, &dead_a), down(&n, &up.url())), (1.0, 0.0));
+}
+
+/// A first server that takes connections but never answers: the request goes to the next
+/// server after `read_timeout_ms` (nginx's default `proxy_next_upstream error timeout`), and
+/// the first is marked down as for a failed connect, so the next requests go to the second at
+/// once. Every miss was a 504 for as long as the first server hung.
+#[test]
+fn a_hanging_first_server_fails_over_to_the_next() {
+    let (a, b) = (FaultOrigin::start(), FaultOrigin::start());
+    for o in [&a, &b] {
+        o.put("/h.bin", Object::new(pattern(5000, 3)));
+        o.put("/x.bin", Object::new(pattern(3000, 4)));
+    }
+    a.fault("/h.bin", Fault::Hang);
+    let d = common::tempdir();
+    let n = node(
+        d.path(),
+        &[a.url(), b.url()],
+        "read_timeout_ms = 500",
+        "slice_size = 0",
+    );
+    let t = Instant::now();
+    let r = get(&n, "/h.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "MISS"));
+    assert!(r.body == pattern(5000, 3));
+    assert!(
+        t.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!((a.requests("/h.bin"), b.requests("/h.bin")), (1, 1));
+    let t = Instant::now();
+    assert_eq!(get(&n, "/x.bin", "").status, 200);
+    assert!(
+        t.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!((a.requests("/x.bin"), b.requests("/x.bin")), (0, 1));
+    let down = format!(
+        "contentserver_origin_server_down{{origin=\"origin\",server=\"{}\"}}",
+        a.url()
+    );
+    assert_eq!(metric(&n, &down), 1.0);
+    assert!(
+        n.srv.logs().contains("no response head within 500 ms"),
+        "{}",
+        n.srv.logs()
+    );
 }
 
 #[test]
@@ -1656,10 +1712,12 @@ fn waiting_for_a_free_origin_connection_ends_at_the_read_timeout() {
     let took = t.elapsed();
     assert_eq!(r.status, 504, "{:?}", r.headers);
     assert!(took < Duration::from_secs(4), "answered after {took:?}");
+    // (The line may reach the log file after the answer reached the client.)
     assert!(
-        n.srv
-            .logs()
-            .contains("no free connection (all max_connections busy) within 1000 ms"),
+        n.srv.wait_log(
+            "no free connection (all max_connections busy) within 1000 ms",
+            Duration::from_secs(5)
+        ),
         "{}",
         n.srv.logs()
     );

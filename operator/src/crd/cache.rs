@@ -28,7 +28,8 @@ pub const PURGE_TOKEN_FILE: &str = "token";
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OriginSpec {
-    /// `http://HOST[:PORT]` or `https://HOST[:PORT]`, tried in order on connect errors.
+    /// `http://HOST[:PORT]` or `https://HOST[:PORT]`, tried in order: the next on a connect
+    /// error, or when one took a request and gave no answer head (timeout, closed).
     #[schemars(
         length(min = 1, max = 16),
         inner(regex(pattern = r"^https?://[^/?#@\s]+/?$"))

@@ -17,7 +17,8 @@ use std::path::PathBuf;
 pub struct Origin {
     /// Unique name (a-z, 0-9, '-'); routes refer to it and it is the metrics label `origin`.
     pub name: String,
-    /// `http://HOST[:PORT]` or `https://HOST[:PORT]` URLs, tried in order on connect errors
+    /// `http://HOST[:PORT]` or `https://HOST[:PORT]` URLs, tried in order: the next on a connect
+    /// error, or when one took a request and gave no answer head (timeout, closed)
     /// (refused, timeout, TLS handshake failure); a request once sent is never retried.
     pub servers: Vec<String>,
     /// Host header sent to the origin (S3-style buckets); default: the server URL's authority.

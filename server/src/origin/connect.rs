@@ -1,6 +1,7 @@
 //! Opening one origin connection: servers in order, each with `connect_timeout_ms` for DNS +
-//! TCP + TLS; the next server is tried only when this step failed (nothing was sent yet). A
-//! server whose connect failed is tried after the others for [`FAIL_TIMEOUT`] (nginx
+//! TCP + TLS; the next server is tried when this step failed (nothing was sent yet). A
+//! server whose connect failed (or that took a request and gave no answer head: [`mark_down`],
+//! called by [`super::fetch`]) is tried after the others for [`FAIL_TIMEOUT`] (nginx
 //! `max_fails=1 fail_timeout=10s`), so a dead or hanging first server does not cost every new
 //! connection its timeout; then one request at a time tries it again (a probe) while the
 //! others keep to the next server, until one connects. When every server is down they are all
@@ -144,18 +145,32 @@ pub(crate) async fn connect(inner: &Inner, first: usize) -> Result<Conn, OriginE
             }
             Err(_) => inner.timeout(server, "connect", inner.connect_timeout),
         };
-        let now = now_ms();
-        server
-            .down_until_ms
-            .store(now + FAIL_TIMEOUT.as_millis() as i64, Ordering::Relaxed);
-        server.down.set(1);
-        log_failure(inner, server, &e, n + 1 == order.len(), now);
+        mark_down(inner, i, &e, n + 1 < order.len());
         last = Some(e);
     }
     Err(last.unwrap_or_else(|| OriginError::Setup {
         origin: inner.name.clone(),
         message: "no servers".into(),
     }))
+}
+
+/// Mark server `i` down for [`FAIL_TIMEOUT`] after `e` (a failed connect, or a request on a
+/// new connection that got no answer head), and log it; `next`: another server is tried now.
+pub(crate) fn mark_down(inner: &Inner, i: usize, e: &OriginError, next: bool) {
+    let server = &inner.servers[i];
+    let now = now_ms();
+    server
+        .down_until_ms
+        .store(now + FAIL_TIMEOUT.as_millis() as i64, Ordering::Relaxed);
+    server.down.set(1);
+    log_failure(inner, server, e, !next, now);
+}
+
+/// Whether a server other than `i` is up (not marked down): where a request that got no
+/// answer from `i` may go instead.
+pub(crate) fn another_up(inner: &Inner, i: usize) -> bool {
+    let now = now_ms();
+    (0..inner.servers.len()).any(|j| j != i && !matches!(mark(inner, j, now), Mark::Down))
 }
 
 /// Log a failed connect to `server`: the first at once, then at most one line per
@@ -176,9 +191,9 @@ fn log_failure(inner: &Inner, server: &Server, e: &OriginError, last: bool, now:
     }
     let also = server.unlogged.swap(0, Ordering::Relaxed).saturating_sub(1);
     if last {
-        tracing::warn!(origin = %inner.name, server = %server.url, error = %e, failures_not_logged = also, "origin server cannot be reached, and no other is left to try (failures of a server are logged once per 10 s)");
+        tracing::warn!(origin = %inner.name, server = %server.url, error = %e, failures_not_logged = also, "origin server failed, and no other is left to try (failures of a server are logged once per 10 s)");
     } else {
-        tracing::warn!(origin = %inner.name, server = %server.url, error = %e, failures_not_logged = also, "origin server cannot be reached; trying the next (this one is tried after the others for 10 s; failures of a server are logged once per 10 s)");
+        tracing::warn!(origin = %inner.name, server = %server.url, error = %e, failures_not_logged = also, "origin server failed; trying the next (this one is tried after the others for 10 s; failures of a server are logged once per 10 s)");
     }
 }
 

@@ -1,9 +1,10 @@
 //! One origin request, on the origin runtime: take a permit, reuse an idle connection or open
 //! one, send the request, wait for the head within `read_timeout_ms`, check what the head
 //! announces about the body, and start the body task. A request that went out is sent again
-//! only when it went on a reused idle connection that closed without answering (the origin's
-//! keep-alive timeout; once, on a new connection: GET and HEAD are idempotent); it must not
-//! know about caching.
+//! only before an answer head: when it went on a reused idle connection that closed without
+//! answering (the origin's keep-alive timeout; once, on a new connection), or to the next
+//! server up when its server gave no head (a timeout, or a new connection closed) — GET and
+//! HEAD are idempotent; it must not know about caching.
 
 use super::body::{self, OriginResponse};
 use super::connect::{self, Conn};
@@ -83,6 +84,11 @@ async fn fetch_head(
     // it (its keep-alive timeout) as the request went out. GET and HEAD are idempotent (RFC
     // 9110 §9.2.2), so, as nginx does, the request goes again on a new connection; once.
     let mut race_retried = false;
+    // Servers left for a request that a server did not answer (a head timeout, or a new
+    // connection closed unanswered): it goes to the next one up, as nginx's default
+    // `proxy_next_upstream error timeout` does, and that server is marked down as for a
+    // failed connect. Once per other server.
+    let mut failovers = inner.servers.len() - 1;
     loop {
         // A probe of a server whose down mark ended connects anew: only a connect clears the
         // mark (an idle connection kept from before would answer and leave it probing).
@@ -107,7 +113,13 @@ async fn fetch_head(
                 // The slowest answers count too (as the time waited), or a stalled origin
                 // would vanish from the latency histogram.
                 inner.metrics.duration.observe(sent.elapsed().as_secs_f64());
-                return Err(inner.timeout(server, "response head", inner.read_timeout));
+                let e = inner.timeout(server, "response head", inner.read_timeout);
+                if failovers > 0 && connect::another_up(inner, conn.server) {
+                    failovers -= 1;
+                    connect::mark_down(inner, conn.server, &e, true);
+                    continue;
+                }
+                return Err(e);
             }
             Ok(Err(e)) if reused && e.message().is_some() => {
                 // The idle connection was closed before the request went out: nothing was
@@ -121,14 +133,21 @@ async fn fetch_head(
                 continue;
             }
             Ok(Err(e)) => {
-                return Err(OriginError::Protocol {
+                let unanswered = closed_unanswered(e.error());
+                let e = OriginError::Protocol {
                     origin: inner.name.clone(),
                     server: server.url.clone(),
                     message: format!(
                         "no response: {}",
                         super::error::error_chain(&e.into_error())
                     ),
-                })
+                };
+                if unanswered && failovers > 0 && connect::another_up(inner, conn.server) {
+                    failovers -= 1;
+                    connect::mark_down(inner, conn.server, &e, true);
+                    continue;
+                }
+                return Err(e);
             }
             Ok(Ok(resp)) => resp,
         };
