@@ -626,15 +626,7 @@ impl Fill {
                 header(&resp, "last-modified").as_deref(),
                 header(&resp, "date").as_deref(),
             ) && matches!(
-                freshness::evaluate(
-                    200,
-                    &resp.headers,
-                    &job.policy,
-                    authorized,
-                    job.answers_cors,
-                    now / 1000,
-                    0,
-                ),
+                freshness_of(&job, authorized, now, 200, &resp),
                 Freshness::Storable(_)
             );
             if is_the_object && resp.expected.is_none() {
@@ -670,15 +662,7 @@ impl Fill {
             let object_answer = job.slice > 0
                 && whole_answer_status(resp.status)
                 && matches!(
-                    freshness::evaluate(
-                        resp.status,
-                        &resp.headers,
-                        &job.policy,
-                        authorized,
-                        job.answers_cors,
-                        now / 1000,
-                        resp.response_delay.as_secs(),
-                    ),
+                    freshness_of(&job, authorized, now, resp.status, &resp),
                     Freshness::Storable(_)
                 );
             return self.hand_over(resp, false, object_answer);
@@ -699,15 +683,7 @@ impl Fill {
             tracing::debug!(volume = %cv.name, request = %job.target, "not storable as slices: no strong validator");
             return self.bypass(resp);
         }
-        let fresh = match freshness::evaluate(
-            status,
-            &resp.headers,
-            &job.policy,
-            authorized,
-            job.answers_cors,
-            now / 1000,
-            resp.response_delay.as_secs(),
-        ) {
+        let fresh = match freshness_of(&job, authorized, now, status, &resp) {
             Freshness::Storable(f) => f,
             Freshness::NotStorable(why) => {
                 tracing::debug!(volume = %cv.name, request = %job.target, why = why.as_str(), "not storable");
@@ -1263,6 +1239,26 @@ async fn resume(
 /// A status whose answer is stored whole, as the object's slice 0, when its freshness allows
 /// (the route's `valid` rules or the origin's headers): any answer other than the object's
 /// bytes (200/206) that `config::never_stored` does not exclude (1xx, 304, 416, 5xx).
+/// RFC 9111 freshness of the origin's answer `resp` as of status `status` (a slice's 206 is
+/// judged as the object's 200), for `job`'s route and request, at `now_ms`.
+fn freshness_of(
+    job: &FillJob,
+    authorized: bool,
+    now_ms: i64,
+    status: u16,
+    resp: &OriginResponse,
+) -> Freshness {
+    freshness::evaluate(
+        status,
+        &resp.headers,
+        &job.policy,
+        authorized,
+        job.answers_cors,
+        now_ms / 1000,
+        resp.response_delay.as_secs(),
+    )
+}
+
 fn whole_answer_status(status: u16) -> bool {
     (201..600).contains(&status) && status != 206 && config::never_stored(status).is_none()
 }
