@@ -352,10 +352,11 @@ def cache_rows(lay, p):
     p.append(timeseries(
         lay, "Origin servers down",
         "Pods that have an origin server marked down: a connect to it failed (refused, "
-        "unreachable, timed out), so it is tried after the origin's other servers until a "
-        "connect succeeds (every 10 s while requests come). Healthy: 0. Unhealthy: a server "
-        "down for minutes (its traffic is on the others; with none left, misses answer 502 "
-        "and expired entries are served STALE).",
+        "unreachable, timed out) or it took a request and gave no answer head (timeout, "
+        "closed), within the last 10 s, so it is tried after the origin's other servers (one "
+        "request probes it every 10 s; its answer ends the mark). Healthy: 0. Unhealthy: a "
+        "server down for minutes (its traffic is on the others; with none left, misses answer "
+        "502 or 504 and expired entries are served STALE).",
         "short",
         [(f"sum by (origin, server) (contentserver_origin_server_down{{{SEL}}})",
           "{{origin}} {{server}}")], w=6))

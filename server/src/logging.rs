@@ -92,3 +92,24 @@ pub fn once_a_second(slot: &std::sync::atomic::AtomicU64) -> bool {
             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
 }
+
+/// A kind of log line a flood would repeat, written at most once a second with the count of
+/// those left out since (`None`: leave this one out).
+#[derive(Default)]
+pub struct EverySecond {
+    last: std::sync::atomic::AtomicU64,
+    left_out: std::sync::atomic::AtomicU64,
+}
+
+impl EverySecond {
+    /// `Some(lines left out since the last one written)` when this one is to be written.
+    pub fn allow(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        if once_a_second(&self.last) {
+            Some(self.left_out.swap(0, Ordering::Relaxed))
+        } else {
+            self.left_out.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}

@@ -183,7 +183,7 @@ impl Metrics {
             origin_request_duration_seconds: reg(&r, HistogramVec::new(hopts("origin_request_duration_seconds", "Time from sending an origin request to its response head."), &["origin"]).unwrap()),
             origin_received_bytes_total: reg(&r, IntCounterVec::new(opts("origin_received_bytes_total", "Body bytes received from the origin."), &["origin"]).unwrap()),
             origin_connections: reg(&r, IntGaugeVec::new(opts("origin_connections", "Origin connections open now (busy and idle)."), &["origin"]).unwrap()),
-            origin_server_down: reg(&r, IntGaugeVec::new(opts("origin_server_down", "1 while an origin server is marked down (a connect to it failed; tried after the others until a connect succeeds), else 0."), &["origin", "server"]).unwrap()),
+            origin_server_down: reg(&r, IntGaugeVec::new(opts("origin_server_down", "1 while an origin server is marked down (a connect to it failed, or it gave a request no answer head, within the last 10 s; tried after the others, one request probing it after that), else 0."), &["origin", "server"]).unwrap()),
             cache_requests_total: reg(&r, IntCounterVec::new(opts("cache_requests_total", "Cache route requests by cache status (hit, miss, stale, updating, revalidated, bypass)."), &["volume", "status"]).unwrap()),
             cache_served_bytes_total: reg(&r, IntCounterVec::new(opts("cache_served_bytes_total", "Body bytes sent to clients of cache routes, by source (cache = stored entry or a complete fill, origin = a fill under way or a pass-through)."), &["volume", "source"]).unwrap()),
             cache_fills_in_flight: reg(&r, IntGaugeVec::new(opts("cache_fills_in_flight", "Origin fills (one per object slice) running now."), v).unwrap()),

@@ -1413,6 +1413,84 @@ fn a_hanging_first_server_fails_over_to_the_next() {
     );
 }
 
+/// A hung first server whose 10 s mark ended is tried again by one request (a probe), not by
+/// every miss that comes while it waits: its connect succeeding does not end its mark, only an
+/// answer does. Every miss in the probe's `read_timeout_ms` went to it and waited.
+#[test]
+fn a_hung_server_is_probed_by_one_request_at_a_time() {
+    let (a, b) = (FaultOrigin::start(), FaultOrigin::start());
+    for i in 0..8 {
+        for o in [&a, &b] {
+            o.put(&format!("/p{i}"), Object::new(pattern(2000, i)));
+        }
+        a.fault(&format!("/p{i}"), Fault::Hang);
+    }
+    let d = common::tempdir();
+    let n = node(
+        d.path(),
+        &[a.url(), b.url()],
+        "read_timeout_ms = 800",
+        "slice_size = 0",
+    );
+    let down = format!(
+        "contentserver_origin_server_down{{origin=\"origin\",server=\"{}\"}}",
+        a.url()
+    );
+    assert_eq!(get(&n, "/p0", "").status, 200);
+    let failed = Instant::now();
+    assert_eq!(metric(&n, &down), 1.0);
+    std::thread::sleep(Duration::from_millis(10_300).saturating_sub(failed.elapsed()));
+    let addr = n.srv.addr;
+    let misses: Vec<_> = (1..7)
+        .map(|i| {
+            std::thread::sleep(Duration::from_millis(60));
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let r = common::Conn::new(addr).request("GET", &format!("/p{i}"), &[]);
+                (r.map(|r| r.status).ok(), t.elapsed())
+            })
+        })
+        .collect();
+    // (While the probe waits, the server is still shown down.)
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(metric(&n, &down), 1.0);
+    let slow = misses
+        .into_iter()
+        .map(|m| m.join().expect("client"))
+        .inspect(|(status, _)| assert_eq!(*status, Some(200)))
+        .filter(|(_, took)| *took >= Duration::from_millis(700))
+        .count();
+    assert_eq!(slow, 1, "misses that waited for the hung server");
+    assert_eq!(metric(&n, &down), 1.0);
+    assert!(!n.srv.logs().contains("answers again"), "{}", n.srv.logs());
+}
+
+/// An origin that resets every request before its head: the node logs one line a second with
+/// the count of those left out, not one per request.
+#[test]
+fn request_failures_are_logged_once_a_second() {
+    let (o, n) = origin_and_node("slice_size = 0");
+    for i in 0..30 {
+        o.put(&format!("/r{i}"), Object::new(pattern(100, 1)));
+        o.fault(&format!("/r{i}"), Fault::CloseBeforeHead);
+    }
+    let t = Instant::now();
+    for i in 0..30 {
+        assert_eq!(get(&n, &format!("/r{i}"), "").status, 502);
+    }
+    let secs = t.elapsed().as_secs() as usize;
+    let logs = n.srv.logs();
+    let lines = logs
+        .lines()
+        .filter(|l| l.contains("origin request failed"))
+        .count();
+    assert!(
+        (1..=secs + 2).contains(&lines),
+        "{lines} lines in {secs} s:\n{logs}"
+    );
+    assert!(logs.contains("left_out="), "{logs}");
+}
+
 #[test]
 fn an_https_origin_with_a_test_ca_and_host_sni_overrides() {
     let ca = TestCa::new("node test CA");

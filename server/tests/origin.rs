@@ -230,7 +230,9 @@ async fn a_request_goes_elsewhere_only_before_an_answer() {
     let (up, m) = client(cfg.clone());
     assert_eq!(status(&up).await, 200, "answered by the second server");
     assert_eq!((a.requests("/x"), b.requests("/x")), (1, 1));
+    // (Brought to the marks when the metrics are rendered.)
     let down = |m: &Metrics, server: &str| {
+        let _ = m.render();
         m.origin_server_down
             .with_label_values(&["up", server])
             .get()

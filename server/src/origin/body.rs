@@ -306,7 +306,9 @@ async fn pump(
     };
     let fail = |e: OriginError| {
         inner.metrics.count(None);
-        tracing::warn!(origin = %inner.name, request = %target, error = %e, "origin body failed");
+        if let Some(left_out) = inner.body_failed_log.allow() {
+            tracing::warn!(origin = %inner.name, request = %target, error = %e, left_out, "origin body failed (at most one such line a second; left_out: those not logged since)");
+        }
         Err(e)
     };
     let outcome: Result<(), OriginError> = loop {

@@ -39,8 +39,8 @@ impl Drop for OpenGuard {
 /// How long a server whose connect failed is tried after the others.
 pub(crate) const FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How much longer than its connect timeout a probe of a server whose mark ended keeps the
-/// other requests away from it.
+/// How much longer than its connect and read timeouts a probe of a server whose mark ended
+/// keeps the other requests away from it.
 const PROBE_SLACK: Duration = Duration::from_secs(1);
 
 /// Milliseconds on a monotonic clock (from the first call, plus one: a mark is never 0).
@@ -80,13 +80,14 @@ fn order(inner: &Inner, first: usize) -> Vec<usize> {
 /// The server a request goes to now, and whether this request probes it: the first in
 /// configured order that is up, or whose down mark ended and that this request claims to probe
 /// (one request at a time: the others go on to the next server meanwhile, as nginx's
-/// `fail_timeout` lets one request try the server; the probe must connect anew, which clears
-/// the mark); every one down: the first. An idle connection to another one (kept from a
+/// `fail_timeout` lets one request try the server; the probe must connect anew, and its answer
+/// head clears the mark, [`mark_up`]); every one down: the first. An idle connection to another one (kept from a
 /// failover) is not reused, so traffic goes back to a server that recovered once a probe
 /// connects, as nginx picks the server before the kept-alive connection.
 pub(crate) fn pick(inner: &Inner) -> (usize, bool) {
     let now = now_ms();
-    let probing = now + (inner.connect_timeout + PROBE_SLACK).as_millis() as i64;
+    let probing =
+        now + (inner.connect_timeout + inner.read_timeout + PROBE_SLACK).as_millis() as i64;
     for i in 0..inner.servers.len() {
         match mark(inner, i, now) {
             Mark::Up => return (i, false),
@@ -130,13 +131,9 @@ pub(crate) async fn connect(inner: &Inner, first: usize) -> Result<Conn, OriginE
         )
         .await
         {
-            Ok(Ok(sender)) => {
-                if server.down_until_ms.swap(0, Ordering::Relaxed) != 0 {
-                    server.down.set(0);
-                    tracing::info!(origin = %inner.name, server = %server.url, "origin server reached again");
-                }
-                return Ok(Conn { sender, server: i });
-            }
+            // (Its mark, if any, ends with an answer head: [`mark_up`]. A server that takes
+            // connections and never answers is not back.)
+            Ok(Ok(sender)) => return Ok(Conn { sender, server: i }),
             // The node's own limit: no server is to blame, none other would do better.
             Ok(Err(e @ OriginError::NoDescriptors { .. })) => return Err(e),
             Ok(Err(e)) => e,
@@ -162,8 +159,28 @@ pub(crate) fn mark_down(inner: &Inner, i: usize, e: &OriginError, next: bool) {
     server
         .down_until_ms
         .store(now + FAIL_TIMEOUT.as_millis() as i64, Ordering::Relaxed);
-    server.down.set(1);
     log_failure(inner, server, e, !next, now);
+}
+
+/// Server `i` answered a request's head: a mark it had ends (logged).
+pub(crate) fn mark_up(inner: &Inner, i: usize) {
+    let server = &inner.servers[i];
+    if server.down_until_ms.load(Ordering::Relaxed) != 0
+        && server.down_until_ms.swap(0, Ordering::Relaxed) != 0
+    {
+        tracing::info!(origin = %inner.name, server = %server.url, "origin server answers again");
+    }
+}
+
+/// Bring each server's `origin_server_down` to its mark now (1 while marked down; called before
+/// every metrics render, as marks end by time).
+pub(crate) fn show_marks(inner: &Inner) {
+    let now = now_ms();
+    for (i, server) in inner.servers.iter().enumerate() {
+        server
+            .down
+            .set(i64::from(matches!(mark(inner, i, now), Mark::Down)));
+    }
 }
 
 /// Whether a server other than `i` is up (not marked down): where a request that got no

@@ -47,7 +47,9 @@ pub(crate) async fn fetch(
             inner.metrics.count(None);
             // Connect and TLS failures are logged per server by `connect`.
             if !e.is_connect() {
-                tracing::warn!(origin = %inner.name, request = %described(&req), error = %e, "origin request failed");
+                if let Some(left_out) = inner.request_failed_log.allow() {
+                    tracing::warn!(origin = %inner.name, request = %described(&req), error = %e, left_out, "origin request failed (at most one such line a second; left_out: those not logged since)");
+                }
             }
         }
         Ok(_) => {}
@@ -114,9 +116,10 @@ async fn fetch_head(
                 // would vanish from the latency histogram.
                 inner.metrics.duration.observe(sent.elapsed().as_secs_f64());
                 let e = inner.timeout(server, "response head", inner.read_timeout);
-                if failovers > 0 && connect::another_up(inner, conn.server) {
+                let next = failovers > 0 && connect::another_up(inner, conn.server);
+                connect::mark_down(inner, conn.server, &e, next);
+                if next {
                     failovers -= 1;
-                    connect::mark_down(inner, conn.server, &e, true);
                     continue;
                 }
                 return Err(e);
@@ -142,14 +145,20 @@ async fn fetch_head(
                         super::error::error_chain(&e.into_error())
                     ),
                 };
-                if unanswered && failovers > 0 && connect::another_up(inner, conn.server) {
-                    failovers -= 1;
-                    connect::mark_down(inner, conn.server, &e, true);
-                    continue;
+                if unanswered {
+                    let next = failovers > 0 && connect::another_up(inner, conn.server);
+                    connect::mark_down(inner, conn.server, &e, next);
+                    if next {
+                        failovers -= 1;
+                        continue;
+                    }
                 }
                 return Err(e);
             }
-            Ok(Ok(resp)) => resp,
+            Ok(Ok(resp)) => {
+                connect::mark_up(inner, conn.server);
+                resp
+            }
         };
         let response_delay = sent.elapsed();
         inner.metrics.duration.observe(response_delay.as_secs_f64());

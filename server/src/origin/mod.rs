@@ -153,7 +153,7 @@ pub(crate) struct Server {
     /// tried after the others ([`connect::FAIL_TIMEOUT`]), or a probe of it keeps the others
     /// away; 0: up.
     pub(crate) down_until_ms: std::sync::atomic::AtomicI64,
-    /// `origin_server_down` of this server: 1 from a failed connect until one succeeds.
+    /// `origin_server_down` of this server: 1 while it is marked down ([`connect::show_marks`]).
     pub(crate) down: IntGauge,
     /// When a failed connect to it was last logged (ms on the same clock; 0: never), and the
     /// failures since that were not ([`connect::FAIL_TIMEOUT`] apart at most once).
@@ -201,6 +201,10 @@ pub(crate) struct Inner {
     pub(crate) idle: pool::IdlePool,
     pub(crate) metrics: OriginMetrics,
     pub(crate) rt: Arc<runtime::OriginRuntime>,
+    /// `origin request failed` and `origin body failed` lines, at most one a second each
+    /// (an origin that resets every request would log one per request).
+    pub(crate) request_failed_log: crate::logging::EverySecond,
+    pub(crate) body_failed_log: crate::logging::EverySecond,
 }
 
 impl Inner {
@@ -317,6 +321,15 @@ impl Origin {
             idle: pool::IdlePool::new(o.max_connections),
             metrics: om,
             rt,
+            request_failed_log: crate::logging::EverySecond::default(),
+            body_failed_log: crate::logging::EverySecond::default(),
+        });
+        // `origin_server_down` as the marks are when scraped (they end by time).
+        let weak = Arc::downgrade(&inner);
+        metrics.on_render(move || {
+            if let Some(inner) = weak.upgrade() {
+                connect::show_marks(&inner);
+            }
         });
         // Idle connections are closed once expired even when no request comes to take them.
         let weak = Arc::downgrade(&inner);
