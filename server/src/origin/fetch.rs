@@ -90,7 +90,7 @@ async fn fetch_head(
     // connection closed unanswered): it goes to the next one up, as nginx's default
     // `proxy_next_upstream error timeout` does, and that server is marked down as for a
     // failed connect. Once per other server.
-    let mut failovers = inner.servers.len() - 1;
+    let mut failovers = inner.servers.len().saturating_sub(1);
     loop {
         // A probe of a server whose down mark ended connects anew: only a connect clears the
         // mark (an idle connection kept from before would answer and leave it probing).
