@@ -91,6 +91,14 @@ async fn fetch_head(
     // `proxy_next_upstream error timeout` does, and that server is marked down as for a
     // failed connect. Once per other server.
     let mut failovers = inner.servers.len().saturating_sub(1);
+    // Server `i` took the request and gave no head (`e`): it is marked down; true when the
+    // request goes on to the next server up.
+    let mut fail_over = |i: usize, e: &OriginError| {
+        let next = failovers > 0 && connect::another_up(inner, i);
+        connect::mark_down(inner, i, e, next);
+        failovers -= usize::from(next);
+        next
+    };
     loop {
         // A probe of a server whose down mark ended connects anew: only a connect clears the
         // mark (an idle connection kept from before would answer and leave it probing).
@@ -116,10 +124,7 @@ async fn fetch_head(
                 // would vanish from the latency histogram.
                 inner.metrics.duration.observe(sent.elapsed().as_secs_f64());
                 let e = inner.timeout(server, "response head", inner.read_timeout);
-                let next = failovers > 0 && connect::another_up(inner, conn.server);
-                connect::mark_down(inner, conn.server, &e, next);
-                if next {
-                    failovers -= 1;
+                if fail_over(conn.server, &e) {
                     continue;
                 }
                 return Err(e);
@@ -145,13 +150,8 @@ async fn fetch_head(
                         super::error::error_chain(&e.into_error())
                     ),
                 };
-                if unanswered {
-                    let next = failovers > 0 && connect::another_up(inner, conn.server);
-                    connect::mark_down(inner, conn.server, &e, next);
-                    if next {
-                        failovers -= 1;
-                        continue;
-                    }
+                if unanswered && fail_over(conn.server, &e) {
+                    continue;
                 }
                 return Err(e);
             }
