@@ -358,24 +358,12 @@ impl Index {
                 st.cursor = 0;
             }
             let pos = st.cursor;
-            let (id, s) = st
-                .map
-                .get_index(pos)
-                .map(|(k, v)| (*k, *v))
-                .expect("in range");
+            let last_use = st.map.get_index(pos).expect("in range").1.last_use;
             // Whole seconds: more than `inactive` apart, so an entry is kept at least its
             // `inactive` (a use at 10.9 s and a sweep at 11.4 s are 1 apart, 0.5 s really).
-            if now.saturating_sub(s.last_use) > self.inactive_secs {
+            if now.saturating_sub(last_use) > self.inactive_secs {
                 // The last entry moves into `pos`: look at it next (cursor stays).
-                st.map.swap_remove_index(pos);
-                st.dropped(id);
-                st.units -= s.units as u64;
-                out.push(Victim {
-                    id,
-                    bytes: s.units as u64 * UNIT,
-                    reason: Reason::Inactive,
-                    stamp: s.stamp,
-                });
+                out.push(st.victim_at(pos, Reason::Inactive));
             } else {
                 st.cursor += 1;
             }
@@ -524,17 +512,22 @@ impl State {
             let Some(pos) = self.sample_victim(keep, &[], newcomer) else {
                 break;
             };
-            let (id, s) = self.map.swap_remove_index(pos).expect("in range");
-            self.dropped(id);
-            self.units -= s.units as u64;
-            out.push(Victim {
-                id,
-                bytes: s.units as u64 * UNIT,
-                reason: Reason::Size,
-                stamp: s.stamp,
-            });
+            out.push(self.victim_at(pos, Reason::Size));
         }
         out
+    }
+
+    /// Take the entry at `pos` out (its size out of the total) as a victim for `reason`.
+    fn victim_at(&mut self, pos: usize, reason: Reason) -> Victim {
+        let (id, s) = self.map.swap_remove_index(pos).expect("in range");
+        self.dropped(id);
+        self.units -= s.units as u64;
+        Victim {
+            id,
+            bytes: s.units as u64 * UNIT,
+            reason,
+            stamp: s.stamp,
+        }
     }
 }
 
