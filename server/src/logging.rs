@@ -93,19 +93,46 @@ pub fn once_a_second(slot: &std::sync::atomic::AtomicU64) -> bool {
             .is_ok()
 }
 
-/// A kind of log line a flood would repeat, written at most once a second with the count of
-/// those left out since (`None`: leave this one out).
-#[derive(Default)]
-pub struct EverySecond {
+/// A kind of log line a flood would repeat, written at most once per period with the count of
+/// those left out since (the first at once).
+pub struct Throttle {
+    period_ms: u64,
+    /// When one was last written (ms since [`Throttle::now_ms`]'s epoch, plus one; 0: never).
     last: std::sync::atomic::AtomicU64,
     left_out: std::sync::atomic::AtomicU64,
 }
 
-impl EverySecond {
+impl Throttle {
+    pub fn new(period: std::time::Duration) -> Throttle {
+        Throttle {
+            period_ms: period.as_millis() as u64,
+            last: Default::default(),
+            left_out: Default::default(),
+        }
+    }
+
+    /// Milliseconds on a monotonic clock, plus one (never 0).
+    fn now_ms() -> u64 {
+        static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        EPOCH
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_millis() as u64
+            + 1
+    }
+
     /// `Some(lines left out since the last one written)` when this one is to be written.
     pub fn allow(&self) -> Option<u64> {
         use std::sync::atomic::Ordering;
-        if once_a_second(&self.last) {
+        let now = Self::now_ms();
+        let last = self.last.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= self.period_ms;
+        if due
+            && self
+                .last
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
             Some(self.left_out.swap(0, Ordering::Relaxed))
         } else {
             self.left_out.fetch_add(1, Ordering::Relaxed);

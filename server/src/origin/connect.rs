@@ -155,11 +155,11 @@ pub(crate) async fn connect(inner: &Inner, first: usize) -> Result<Conn, OriginE
 /// new connection that got no answer head), and log it; `next`: another server is tried now.
 pub(crate) fn mark_down(inner: &Inner, i: usize, e: &OriginError, next: bool) {
     let server = &inner.servers[i];
-    let now = now_ms();
-    server
-        .down_until_ms
-        .store(now + FAIL_TIMEOUT.as_millis() as i64, Ordering::Relaxed);
-    log_failure(inner, server, e, !next, now);
+    server.down_until_ms.store(
+        now_ms() + FAIL_TIMEOUT.as_millis() as i64,
+        Ordering::Relaxed,
+    );
+    log_failure(inner, server, e, !next);
 }
 
 /// Server `i` answered a request's head: a mark it had ends (logged).
@@ -193,20 +193,10 @@ pub(crate) fn another_up(inner: &Inner, i: usize) -> bool {
 /// Log a failed connect to `server`: the first at once, then at most one line per
 /// [`FAIL_TIMEOUT`] per server with the count of those not logged since (while every server is
 /// down each request tries them all: a line per server per request would flood the log).
-fn log_failure(inner: &Inner, server: &Server, e: &OriginError, last: bool, now: i64) {
-    server.unlogged.fetch_add(1, Ordering::Relaxed);
-    let prev = server.logged_ms.load(Ordering::Relaxed);
-    if prev != 0 && now - prev < FAIL_TIMEOUT.as_millis() as i64 {
+fn log_failure(inner: &Inner, server: &Server, e: &OriginError, last: bool) {
+    let Some(also) = server.failure_log.allow() else {
         return;
-    }
-    if server
-        .logged_ms
-        .compare_exchange(prev, now, Ordering::Relaxed, Ordering::Relaxed)
-        .is_err()
-    {
-        return;
-    }
-    let also = server.unlogged.swap(0, Ordering::Relaxed).saturating_sub(1);
+    };
     if last {
         tracing::warn!(origin = %inner.name, server = %server.url, error = %e, failures_not_logged = also, "origin server failed, and no other is left to try (failures of a server are logged once per 10 s)");
     } else {

@@ -155,10 +155,8 @@ pub(crate) struct Server {
     pub(crate) down_until_ms: std::sync::atomic::AtomicI64,
     /// `origin_server_down` of this server: 1 while it is marked down ([`connect::show_marks`]).
     pub(crate) down: IntGauge,
-    /// When a failed connect to it was last logged (ms on the same clock; 0: never), and the
-    /// failures since that were not ([`connect::FAIL_TIMEOUT`] apart at most once).
-    pub(crate) logged_ms: std::sync::atomic::AtomicI64,
-    pub(crate) unlogged: std::sync::atomic::AtomicU64,
+    /// Its failures' log lines, one per [`connect::FAIL_TIMEOUT`] at most.
+    pub(crate) failure_log: crate::logging::Throttle,
 }
 
 /// Metric handles of one origin, resolved once.
@@ -203,8 +201,8 @@ pub(crate) struct Inner {
     pub(crate) rt: Arc<runtime::OriginRuntime>,
     /// `origin request failed` and `origin body failed` lines, at most one a second each
     /// (an origin that resets every request would log one per request).
-    pub(crate) request_failed_log: crate::logging::EverySecond,
-    pub(crate) body_failed_log: crate::logging::EverySecond,
+    pub(crate) request_failed_log: crate::logging::Throttle,
+    pub(crate) body_failed_log: crate::logging::Throttle,
 }
 
 impl Inner {
@@ -282,8 +280,7 @@ impl Origin {
                 down: metrics
                     .origin_server_down
                     .with_label_values(&[o.name.as_str(), s.as_str()]),
-                logged_ms: std::sync::atomic::AtomicI64::new(0),
-                unlogged: std::sync::atomic::AtomicU64::new(0),
+                failure_log: crate::logging::Throttle::new(connect::FAIL_TIMEOUT),
             });
         }
         let tls = if any_https {
@@ -321,8 +318,8 @@ impl Origin {
             idle: pool::IdlePool::new(o.max_connections),
             metrics: om,
             rt,
-            request_failed_log: crate::logging::EverySecond::default(),
-            body_failed_log: crate::logging::EverySecond::default(),
+            request_failed_log: crate::logging::Throttle::new(Duration::from_secs(1)),
+            body_failed_log: crate::logging::Throttle::new(Duration::from_secs(1)),
         });
         // `origin_server_down` as the marks are when scraped (they end by time).
         let weak = Arc::downgrade(&inner);
