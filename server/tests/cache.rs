@@ -3815,6 +3815,13 @@ fn a_hit_on_a_complete_fill_is_counted_as_a_hit() {
     assert!(r.body == pattern(5000, 7));
     assert_eq!(o.requests("/h.bin"), 1);
     assert_eq!(collapsed(&n), c0, "a HIT counted as collapsed");
+    // (Counted once the send returned, as the MISS's were: maybe after the client read them.)
+    assert!(
+        common::wait_until(Duration::from_secs(5), || served(&n, "cache") - cache0
+            >= 5000.0),
+        "the HIT's bytes were not counted as served from the cache: {}",
+        served(&n, "cache") - cache0
+    );
     assert_eq!(served(&n, "cache") - cache0, 5000.0);
     assert_eq!(served(&n, "origin"), origin0);
     settle(&n);
