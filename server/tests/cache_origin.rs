@@ -1413,6 +1413,62 @@ fn a_hanging_first_server_fails_over_to_the_next() {
     );
 }
 
+/// A stale entry (stale-if-error) of an origin known down is served at once: the request that
+/// found the origin hanging waited its read timeout and marked it down; the next ones, within
+/// the 10 s mark, ask nothing and wait for nothing (each waited the whole read timeout). Once
+/// the mark ends one request asks again (the probe) and revalidates the entry.
+#[test]
+fn stale_if_error_answers_at_once_while_the_origin_is_known_down() {
+    let o = FaultOrigin::start();
+    let body = pattern(3000, 5);
+    o.put(
+        "/s.bin",
+        Object::new(body.clone())
+            .cache_control("max-age=1, stale-while-revalidate=0, stale-if-error=600"),
+    );
+    let d = common::tempdir();
+    let n = node(
+        d.path(),
+        &[o.url()],
+        "read_timeout_ms = 800",
+        "slice_size = 0",
+    );
+    assert_eq!(xcache(&get(&n, "/s.bin", "")), "MISS");
+    wait_committed(&n);
+    std::thread::sleep(Duration::from_millis(1100));
+    o.fault("/s.bin", Fault::Hang);
+    let t = Instant::now();
+    let r = get(&n, "/s.bin", "");
+    let failed = Instant::now();
+    assert_eq!((r.status, xcache(&r)), (200, "STALE"));
+    assert!(r.body == body);
+    assert!(
+        t.elapsed() >= Duration::from_millis(750),
+        "{:?}",
+        t.elapsed()
+    );
+    let asked = o.requests("/s.bin");
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = get(&n, "/s.bin", "");
+        assert_eq!((r.status, xcache(&r)), (200, "STALE"));
+        assert!(r.body == body);
+        assert!(
+            t.elapsed() < Duration::from_millis(400),
+            "waited for an origin known down: {:?}",
+            t.elapsed()
+        );
+    }
+    assert_eq!(o.requests("/s.bin"), asked, "asked an origin known down");
+    // The mark ended: one request asks again, and the origin answers now.
+    o.clear_fault("/s.bin");
+    std::thread::sleep(Duration::from_millis(10_300).saturating_sub(failed.elapsed()));
+    let r = get(&n, "/s.bin", "");
+    assert_eq!((r.status, xcache(&r)), (200, "REVALIDATED"));
+    assert!(r.body == body);
+    assert_eq!(o.requests("/s.bin"), asked + 1);
+}
+
 /// A hung first server whose 10 s mark ended is tried again by one request (a probe), not by
 /// every miss that comes while it waits: its connect succeeding does not end its mark, only an
 /// answer does. Every miss in the probe's `read_timeout_ms` went to it and waited.

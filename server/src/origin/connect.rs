@@ -183,6 +183,13 @@ pub(crate) fn show_marks(inner: &Inner) {
     }
 }
 
+/// Whether every server is marked down now, none due for a probe (one being probed counts as
+/// down until its answer head): the origin is known not to answer for the moment.
+pub(crate) fn all_down(inner: &Inner) -> bool {
+    let now = now_ms();
+    (0..inner.servers.len()).all(|i| matches!(mark(inner, i, now), Mark::Down))
+}
+
 /// Whether a server other than `i` is up (not marked down): where a request that got no
 /// answer from `i` may go instead.
 pub(crate) fn another_up(inner: &Inner, i: usize) -> bool {

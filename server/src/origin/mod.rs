@@ -397,6 +397,14 @@ impl Origin {
         }
     }
 
+    /// Whether every server of this origin is known not to answer now: each failed a connect
+    /// or left a request unanswered within the last `FAIL_TIMEOUT` (10 s), and none is due
+    /// for a probe (one under way counts as down until it answers). A request that would only
+    /// wait for the same timeout may answer without the origin (stale-if-error).
+    pub fn all_down(&self) -> bool {
+        connect::all_down(&self.inner)
+    }
+
     /// Idle keep-alive connections now (for tests of connection reuse).
     pub fn idle_connections(&self) -> usize {
         self.inner.idle.len()
