@@ -5258,6 +5258,56 @@ fn the_next_slice_is_prefetched_while_one_is_sent() {
     assert!(r.body == body, "the slow object differs");
 }
 
+/// A seek into a missing object (`bytes=N-`, as a player sends while its user drags the seek
+/// bar) that the client drops after a few bytes has fetched its slice, not the one after it:
+/// the next slice is asked for once the seek's first quarter slice went out. One that reads
+/// on gets its whole range, each slice fetched once. Each such seek fetched two slices.
+#[test]
+fn a_dropped_seek_into_a_missing_object_fetches_only_its_slice() {
+    let (o, n) = origin_and_node(SLICED);
+    let body = pattern(4 * SLICE, 11);
+    o.put("/seek.bin", Object::new(body.clone()));
+    o.set_timing(Timing {
+        rate: 64 * 1024,
+        ..Timing::default()
+    });
+    let slice = |k: usize| Some(format!("bytes={}-{}", k * SLICE, (k + 1) * SLICE - 1));
+    let from = SLICE + 1000;
+    let range = format!("Range: bytes={from}-\r\n");
+    // (The head and a few body bytes: the body's first bytes arrive at once.)
+    let c = common::http::partly_read(n.srv.addr, "/seek.bin", &range, None, 300);
+    assert!(
+        c.1.starts_with(b"HTTP/1.1 206"),
+        "{:?}",
+        String::from_utf8_lossy(&c.1)
+    );
+    drop(c);
+    // The slice goes on arriving (a fill runs detached), at 64 KiB/s: a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    let asked = o.ranges("/seek.bin");
+    assert!(asked.contains(&slice(1)), "{asked:?}");
+    assert!(
+        !asked.contains(&slice(2)),
+        "a dropped seek fetched the next slice: {asked:?}"
+    );
+
+    let r = get(
+        &n,
+        "/seek.bin",
+        &format!("Range: bytes={}-\r\n", 2 * SLICE + 5),
+    );
+    assert_eq!(r.status, 206);
+    assert!(r.body == body[2 * SLICE + 5..], "the seek's bytes differ");
+    let asked = o.ranges("/seek.bin");
+    for k in 1..4 {
+        assert_eq!(
+            asked.iter().filter(|r| **r == slice(k)).count(),
+            1,
+            "{asked:?}"
+        );
+    }
+}
+
 /// A miss is sent from memory as its bytes arrive, whatever the pool storing it is doing: with
 /// every cache file operation taking 600 ms (its temporary file's creation included), the
 /// client has the whole answer long before the entry is stored; then it is a hit.

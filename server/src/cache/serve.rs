@@ -1489,10 +1489,15 @@ impl Ctx<'_> {
             // (a miss is origin-bound: the two fetches overlap), and after a stored slice's
             // first three quarters went out (the socket buffer still holds more than the
             // fetch takes, and a download that stops before that fetched nothing it never
-            // reads).
+            // reads). A seek's first slice (a range starting past the object's start, as a
+            // player sends while its user drags the seek bar, often to close it at once) is
+            // given its first quarter first even as it arrives: a seek dropped before that
+            // has not fetched the slice after it.
             let next = (s > 0 && k < k1).then_some(k + 1);
+            let seek = k == k0 && start > 0;
             let split = match (&src, next) {
                 (Source::Stored(_), Some(_)) => b - (b - a).min(s / 4),
+                (_, Some(_)) if seek => a + (b - a).min(s / 4),
                 _ => a,
             };
             sent += self
