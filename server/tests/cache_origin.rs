@@ -1413,6 +1413,87 @@ fn a_hanging_first_server_fails_over_to_the_next() {
     );
 }
 
+/// A request is sent to each server once: the first hangs, the second refuses connections, and
+/// the request ends after one read timeout with the first asked once. It went back to the
+/// first server (marked down, still in the connect order) and waited a second read timeout.
+#[test]
+fn a_request_no_server_answers_is_sent_to_each_once() {
+    let a = FaultOrigin::start();
+    a.put("/h.bin", Object::new(pattern(5000, 3)));
+    a.fault("/h.bin", Fault::Hang);
+    let d = common::tempdir();
+    let n = node(
+        d.path(),
+        &[a.url(), refused_url()],
+        "read_timeout_ms = 700",
+        "slice_size = 0",
+    );
+    let t = Instant::now();
+    let r = get(&n, "/h.bin", "");
+    assert!(r.status == 502 || r.status == 504, "{}", r.status);
+    assert!(
+        t.elapsed() < Duration::from_millis(1300),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        a.requests("/h.bin"),
+        1,
+        "the hanging server was asked again"
+    );
+}
+
+/// Within stale-while-revalidate, no background refresh starts while every origin server is
+/// known down: the entry is served STALE (each such request started one, and a hanging server
+/// held a connection per object for its read timeout).
+#[test]
+fn no_background_refresh_starts_while_the_origin_is_known_down() {
+    let o = FaultOrigin::start();
+    for p in ["/a.bin", "/b.bin"] {
+        o.put(
+            p,
+            Object::new(pattern(2000, 6))
+                .cache_control("max-age=1, stale-while-revalidate=600, stale-if-error=600"),
+        );
+    }
+    let d = common::tempdir();
+    let n = node(
+        d.path(),
+        &[o.url()],
+        "read_timeout_ms = 600",
+        "slice_size = 0",
+    );
+    for p in ["/a.bin", "/b.bin"] {
+        assert_eq!(xcache(&get(&n, p, "")), "MISS");
+    }
+    wait_committed(&n);
+    std::thread::sleep(Duration::from_millis(1100));
+    for p in ["/a.bin", "/b.bin"] {
+        o.fault(p, Fault::Hang);
+    }
+    // The refresh this starts finds the server hanging, and marks it down.
+    assert_eq!(xcache(&get(&n, "/a.bin", "")), "UPDATING");
+    let down = format!(
+        "contentserver_origin_server_down{{origin=\"origin\",server=\"{}\"}}",
+        o.url()
+    );
+    assert!(common::wait_until(Duration::from_secs(5), || metric(
+        &n, &down
+    ) == 1.0));
+    let asked = (o.requests("/a.bin"), o.requests("/b.bin"));
+    for p in ["/b.bin", "/a.bin", "/b.bin"] {
+        let r = get(&n, p, "");
+        assert_eq!((r.status, xcache(&r)), (200, "STALE"), "{p}");
+        assert!(r.body == pattern(2000, 6));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        (o.requests("/a.bin"), o.requests("/b.bin")),
+        asked,
+        "a refresh went to an origin known down"
+    );
+}
+
 /// A stale entry (stale-if-error) of an origin known down is served at once: the request that
 /// found the origin hanging waited its read timeout and marked it down; the next ones, within
 /// the 10 s mark, ask nothing and wait for nothing (each waited the whole read timeout). Once

@@ -592,6 +592,12 @@ impl Ctx<'_> {
             if self.req.only_if_cached {
                 return First::Serve(Source::Stored(s), CacheStatus::Stale);
             }
+            // Every origin server known down: a refresh would fail the same way (a hanging
+            // server holding a connection per object for its read timeout); STALE, nothing
+            // started. The probe once a mark ends (one request) refreshes it.
+            if self.route.origin.all_down() {
+                return First::Serve(Source::Stored(s), CacheStatus::Stale);
+            }
             // (Any fill of it: one for a request with Authorization is not joinable, yet one
             // refresh is enough, not one per such request.)
             if !self.cv.any_running(|f| f.id == id) {

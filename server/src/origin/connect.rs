@@ -66,14 +66,15 @@ fn mark(inner: &Inner, i: usize, now: i64) -> Mark {
 }
 
 /// The servers in the order they are tried after `first`: in their configured order, those
-/// up first.
-fn order(inner: &Inner, first: usize) -> Vec<usize> {
+/// up first; none in `skip`.
+fn order(inner: &Inner, first: usize, skip: &[usize]) -> Vec<usize> {
     let now = now_ms();
     let up = |i: usize| matches!(mark(inner, i, now), Mark::Up);
     let n = inner.servers.len();
     std::iter::once(first)
         .chain((0..n).filter(|&i| i != first && up(i)))
         .chain((0..n).filter(|&i| i != first && !up(i)))
+        .filter(|i| !skip.contains(i))
         .collect()
 }
 
@@ -116,9 +117,14 @@ pub(crate) fn first_up(inner: &Inner) -> usize {
 }
 
 /// Connect to `first` ([`pick`]'s) or else the first other server that accepts, those marked
-/// down last (must run on the origin runtime).
-pub(crate) async fn connect(inner: &Inner, first: usize) -> Result<Conn, OriginError> {
-    let order = order(inner, first);
+/// down last, none in `skip` (the servers that left this request unanswered; must run on the
+/// origin runtime).
+pub(crate) async fn connect(
+    inner: &Inner,
+    first: usize,
+    skip: &[usize],
+) -> Result<Conn, OriginError> {
+    let order = order(inner, first, skip);
     let mut last = None;
     for (n, &i) in order.iter().enumerate() {
         let server = &inner.servers[i];
@@ -190,11 +196,12 @@ pub(crate) fn all_down(inner: &Inner) -> bool {
     (0..inner.servers.len()).all(|i| matches!(mark(inner, i, now), Mark::Down))
 }
 
-/// Whether a server other than `i` is up (not marked down): where a request that got no
-/// answer from `i` may go instead.
-pub(crate) fn another_up(inner: &Inner, i: usize) -> bool {
+/// Whether a server not in `unanswered` is up (not marked down): where a request those
+/// servers left unanswered may go instead.
+pub(crate) fn another_up(inner: &Inner, unanswered: &[usize]) -> bool {
     let now = now_ms();
-    (0..inner.servers.len()).any(|j| j != i && !matches!(mark(inner, j, now), Mark::Down))
+    (0..inner.servers.len())
+        .any(|j| !unanswered.contains(&j) && !matches!(mark(inner, j, now), Mark::Down))
 }
 
 /// Log a failed connect to `server`: the first at once, then at most one line per

@@ -90,28 +90,25 @@ async fn fetch_head(
     // connection closed unanswered): it goes to the next one up, as nginx's default
     // `proxy_next_upstream error timeout` does, and that server is marked down as for a
     // failed connect. Once per other server.
-    let mut failovers = inner.servers.len().saturating_sub(1);
-    // Server `i` took the request and gave no head (`e`): it is marked down; true when the
-    // request goes on to the next server up.
-    let mut fail_over = |i: usize, e: &OriginError| {
-        let next = failovers > 0 && connect::another_up(inner, i);
-        connect::mark_down(inner, i, e, next);
-        failovers -= usize::from(next);
-        next
-    };
+    // Each server is sent the request once: one that left it unanswered is not tried again
+    // for it (with every server down, the next one's failed connect would bring it back).
+    let mut unanswered: Vec<usize> = Vec::new();
     loop {
         // A probe of a server whose down mark ended connects anew: only a connect clears the
         // mark (an idle connection kept from before would answer and leave it probing).
         let (preferred, probe) = connect::pick(inner);
         // The race's retry connects anew too (an idle connection taken would be closed
-        // unused).
-        let idle = match probe || race_retried {
+        // unused), and so does a request one server left unanswered.
+        let idle = match probe || race_retried || !unanswered.is_empty() {
             true => None,
             false => inner.idle.take(inner.connect_timeout, preferred).await,
         };
         let (mut conn, reused) = match idle {
             Some(c) => (c, true),
-            None => (connect::connect(inner, preferred).await?, false),
+            None => (
+                connect::connect(inner, preferred, &unanswered).await?,
+                false,
+            ),
         };
         let server = &inner.servers[conn.server];
         let request = build(inner, req, conn.server)?;
@@ -124,7 +121,7 @@ async fn fetch_head(
                 // would vanish from the latency histogram.
                 inner.metrics.duration.observe(sent.elapsed().as_secs_f64());
                 let e = inner.timeout(server, "response head", inner.read_timeout);
-                if fail_over(conn.server, &e) {
+                if fail_over(inner, conn.server, &e, &mut unanswered) {
                     continue;
                 }
                 return Err(e);
@@ -141,7 +138,7 @@ async fn fetch_head(
                 continue;
             }
             Ok(Err(e)) => {
-                let unanswered = closed_unanswered(e.error());
+                let closed = closed_unanswered(e.error());
                 let e = OriginError::Protocol {
                     origin: inner.name.clone(),
                     server: server.url.clone(),
@@ -150,7 +147,7 @@ async fn fetch_head(
                         super::error::error_chain(&e.into_error())
                     ),
                 };
-                if unanswered && fail_over(conn.server, &e) {
+                if closed && fail_over(inner, conn.server, &e, &mut unanswered) {
                     continue;
                 }
                 return Err(e);
@@ -191,6 +188,16 @@ async fn fetch_head(
             incoming,
         ));
     }
+}
+
+/// Server `i` took the request and gave no head (`e`): it is marked down and added to the
+/// servers that left this request unanswered; true when the request goes on to another server
+/// (one up that has not had it: nginx's default `proxy_next_upstream error timeout`).
+fn fail_over(inner: &Inner, i: usize, e: &OriginError, unanswered: &mut Vec<usize>) -> bool {
+    unanswered.push(i);
+    let next = connect::another_up(inner, unanswered);
+    connect::mark_down(inner, i, e, next);
+    next
 }
 
 /// The size of an answer's head as sent, at least (status line without its reason phrase,
