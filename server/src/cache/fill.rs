@@ -896,7 +896,7 @@ impl Fill {
         let stored = match written {
             Ok(Ok((fd, len))) => {
                 let s = Arc::new(Stored::new(id, fd, Arc::new(meta)));
-                cv.committed(s.clone(), len);
+                cv.committed(s.clone(), len, 0);
                 s
             }
             // Removed meanwhile: the waiters get the old body they were promised, and it is not
@@ -938,7 +938,11 @@ impl Fill {
         // slice stored now (a seek, the rest of a full read, from an origin whose 206s say
         // otherwise than its 304) would be served to seeks while full reads pass through.
         let admitted = !cv.passes.shared.passing(id.hash(), unix_now_ms())
-            && cv.index.admit(id, meta.file_len());
+            && cv.index.admit(id, meta.file_len())
+            && (!cv.disk_full_lately() || cv.index.fits(meta.file_len()));
+        // Its temporary file counts against `max_size` from now on, until it is committed or
+        // removed.
+        let mut reservation = admitted.then(|| Reservation::new(cv, id, meta.file_len()));
         // The temporary file is created on the pool while the first bytes are already sent
         // from memory: a pool queued behind slow writes delays the storing, not the clients.
         let mut creating = None;
@@ -949,7 +953,10 @@ impl Fill {
                 .submit_optional(PoolOp::Open, move || store.create_temp(id, m))
             {
                 Some(rx) => creating = Some(rx),
-                None => tracing::debug!(volume = %cv.name, "fill not stored: pool busy"),
+                None => {
+                    reservation = None;
+                    tracing::debug!(volume = %cv.name, "fill not stored: pool busy")
+                }
             }
         }
         if creating.is_none() && body_len > MEMORY_MAX {
@@ -1061,7 +1068,10 @@ impl Fill {
                             temp = Some(t);
                         }
                         // The rest stays in memory; nothing is stored.
-                        Ok(Err(e)) => self.store_failed(cv, &e),
+                        Ok(Err(e)) => {
+                            reservation = None;
+                            self.store_failed(cv, &e)
+                        }
                         Err(_) => tracing::error!(volume = %cv.name, "fill: the pool lost a file creation"),
                     }
                 }
@@ -1077,6 +1087,7 @@ impl Fill {
                             self.written(done);
                             self.store_failed(cv, &e);
                             abort(cv, t);
+                            reservation = None;
                         }
                         Err(_) => tracing::error!(volume = %cv.name, "fill: the pool lost a write"),
                     }
@@ -1147,7 +1158,8 @@ impl Fill {
                         cv.count_replaced();
                     }
                     // (Made after the rename, which changes the file's change time.)
-                    cv.committed(Arc::new(Stored::new(id, fd, meta.clone())), len);
+                    let reserved = reservation.take().map_or(0, Reservation::into_committed);
+                    cv.committed(Arc::new(Stored::new(id, fd, meta.clone())), len, reserved);
                 }
                 Ok(Err(e)) => self.store_failed(cv, &e),
                 Err(e) => tracing::warn!(volume = %cv.name, error = %e, "fill: cannot commit"),
@@ -1200,6 +1212,36 @@ pub async fn withdraw_object(cv: &CacheVolume<Fill>, hash: u128, pass: bool) {
     } else {
         cv.remove_object(hash).await
     };
+}
+
+/// Space reserved in the index for an entry being written (its temporary file takes disk as
+/// the entry will); released when dropped, unless it became the committed entry's.
+struct Reservation {
+    cv: Arc<CacheVolume<Fill>>,
+    bytes: u64,
+}
+
+impl Reservation {
+    fn new(cv: &Arc<CacheVolume<Fill>>, id: EntryId, bytes: u64) -> Reservation {
+        cv.delete(cv.index.reserve(id, bytes));
+        Reservation {
+            cv: cv.clone(),
+            bytes,
+        }
+    }
+
+    /// The bytes reserved, now the committed entry's (nothing is released).
+    fn into_committed(mut self) -> u64 {
+        std::mem::take(&mut self.bytes)
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.cv.index.release(self.bytes);
+        }
+    }
 }
 
 /// Remove a temporary file on the pool (never on the event loop).

@@ -1,7 +1,8 @@
 //! The in-memory index of one cache volume: which entries (files) exist, their sizes, when each
 //! was last used, and the admission sketch.
 //!
-//! Owns size accounting against `max_size`, `inactive` expiry, eviction and admission. Eviction is
+//! Owns size accounting against `max_size` (stored entries plus the space reserved by fills
+//! writing theirs: temporary files take disk too), `inactive` expiry, eviction and admission. Eviction is
 //! sampled LRU (Redis-style: the least recently used of [`SAMPLES`] random entries goes first;
 //! among those last used in the same second, the least popular), possible in O(1) because entries
 //! live in an `IndexMap` (a dense vector plus a table of positions, so a random position is one
@@ -121,6 +122,10 @@ struct State {
     /// every lookup waited).
     later: std::collections::HashMap<u128, (u32, u32)>,
     units: u64,
+    /// Reserved by fills writing an admitted entry ([`Index::reserve`]): their temporary files
+    /// are on the disk too, and a disk slower than the origin holds many (a 40 MiB volume
+    /// filled its 55 MB disk with 18 MB of them).
+    reserved: u64,
     max_units: u64,
     sketch: FrequencySketch,
     rng: u64,
@@ -165,6 +170,7 @@ impl Index {
             st: Mutex::new(State {
                 map: IndexMap::new(),
                 units: 0,
+                reserved: 0,
                 max_units: max_bytes / UNIT,
                 sketch: FrequencySketch::new((expected_entries * 4).min(1 << 20)),
                 rng: 0x853C_49E6_748F_EA9B,
@@ -239,13 +245,14 @@ impl Index {
         st.take(id)
     }
 
-    /// Should a new entry of `bytes` for `id`'s object be stored? It must fit the cache on its
-    /// own, its object must have been asked for `min_uses` times, and when storing it would
-    /// evict, at least as often as each entry that would go to make room (TinyLFU; a small
-    /// victim that frees too little is followed by the next, as the eviction will be).
+    /// Should a new entry of `bytes` for `id`'s object be stored? It must fit the cache beside
+    /// the entries being written, its object must have been asked for `min_uses` times, and
+    /// when storing it would evict, at least as often as each entry that would go to make room
+    /// (TinyLFU; a small victim that frees too little is followed by the next, as the eviction
+    /// will be). An admitted entry is then [`Index::reserve`]d while it is written.
     pub fn admit(&self, id: EntryId, bytes: u64) -> bool {
         let mut st = self.lock();
-        if units(bytes) as u64 > st.max_units {
+        if st.reserved + units(bytes) as u64 > st.max_units {
             return false;
         }
         let own = sketch_hash(&id);
@@ -253,7 +260,7 @@ impl Index {
         if freq < self.min_uses {
             return false;
         }
-        let total = st.units + units(bytes) as u64;
+        let total = st.units + st.reserved + units(bytes) as u64;
         if total <= st.max_units {
             return true;
         }
@@ -276,6 +283,48 @@ impl Index {
             chosen.push(pos);
         }
         true
+    }
+
+    /// Reserve `bytes` for an entry of `id` being written (its temporary file): counted against
+    /// `max_size` until [`Index::insert_reserved`] or [`Index::release`]. Returns the entries to
+    /// evict to make room (the caller deletes their files).
+    pub fn reserve(&self, id: EntryId, bytes: u64) -> Vec<Victim> {
+        let mut st = self.lock();
+        st.reserved += units(bytes) as u64;
+        st.evict_to_fit(Some(id))
+    }
+
+    /// A reservation of `bytes` ended without an entry (the fill failed or was purged).
+    pub fn release(&self, bytes: u64) {
+        let mut st = self.lock();
+        st.reserved = st.reserved.saturating_sub(units(bytes) as u64);
+    }
+
+    /// [`Index::insert`] of an entry written under a reservation of `reserved` bytes, which
+    /// ends with it.
+    pub fn insert_reserved(
+        &self,
+        id: EntryId,
+        bytes: u64,
+        reserved: u64,
+        stamp: Stamp,
+        now: u32,
+    ) -> Vec<Victim> {
+        let mut st = self.lock();
+        st.reserved = st.reserved.saturating_sub(units(reserved) as u64);
+        Self::insert_locked(&mut st, id, bytes, stamp, now)
+    }
+
+    /// Whether an entry of `bytes` fits beside what is stored and being written, evicting
+    /// nothing.
+    pub fn fits(&self, bytes: u64) -> bool {
+        let st = self.lock();
+        st.units + st.reserved + units(bytes) as u64 <= st.max_units
+    }
+
+    /// Space reserved by entries being written, in bytes (as accounted).
+    pub fn reserved_bytes(&self) -> u64 {
+        self.lock().reserved * UNIT
     }
 
     /// Record a stored entry (a fill committed, or one found on disk) of `bytes` whose file has
@@ -503,12 +552,13 @@ impl State {
         best.map(|(p, ..)| p)
     }
 
-    /// Evict until the entries fit `max_units`, never `keep` (the entry being inserted, whose
-    /// estimated requests make entries asked for more often go last).
+    /// Evict until the entries and the reservations fit `max_units`, never `keep` (the entry
+    /// being inserted or reserved, whose estimated requests make entries asked for more often
+    /// go last).
     fn evict_to_fit(&mut self, keep: Option<EntryId>) -> Vec<Victim> {
         let newcomer = keep.map(|k| self.sketch.frequency(sketch_hash(&k)));
         let mut out = Vec::new();
-        while self.units > self.max_units {
+        while self.units + self.reserved > self.max_units {
             let Some(pos) = self.sample_victim(keep, &[], newcomer) else {
                 break;
             };
@@ -643,6 +693,46 @@ mod tests {
             }
         }
         assert_eq!(ix.entries(), 1300);
+    }
+
+    /// Entries being written count against the limit: reserving evicts stored entries to make
+    /// room, an admission that would not fit beside the reservations is refused, and a
+    /// reservation ends with its entry (counted once) or without one.
+    #[test]
+    fn entries_being_written_count_against_the_limit() {
+        let ix = idx(10 * MIB);
+        for i in 0..8 {
+            assert!(ix.insert(id(i), MIB, Stamp::UNKNOWN, i).is_empty());
+        }
+        // Three fills at once: the oldest stored entry goes for the third.
+        for i in 100..105 {
+            ix.record_request(id(i));
+        }
+        for i in 100..102 {
+            assert!(ix.admit(id(i), MIB));
+            assert!(ix.reserve(id(i), MIB).is_empty());
+        }
+        assert!(ix.admit(id(102), MIB));
+        let v = ix.reserve(id(102), MIB);
+        assert_eq!(v.iter().map(|v| v.id).collect::<Vec<_>>(), vec![id(0)]);
+        assert_eq!((ix.size_bytes(), ix.reserved_bytes()), (7 * MIB, 3 * MIB));
+        // Committed under its reservation: counted once.
+        assert!(ix
+            .insert_reserved(id(100), MIB, MIB, Stamp::UNKNOWN, 9)
+            .is_empty());
+        assert_eq!((ix.size_bytes(), ix.reserved_bytes()), (8 * MIB, 2 * MIB));
+        ix.release(MIB);
+        assert_eq!((ix.size_bytes(), ix.reserved_bytes()), (8 * MIB, MIB));
+        // Fills that alone would fill the cache: the next is not stored.
+        ix.reserve(id(103), 9 * MIB);
+        assert_eq!((ix.size_bytes(), ix.reserved_bytes()), (0, 10 * MIB));
+        assert!(
+            !ix.admit(id(104), MIB),
+            "admitted past the fills being written"
+        );
+        ix.release(9 * MIB);
+        assert!(ix.admit(id(104), MIB));
+        assert!(ix.size_bytes() + ix.reserved_bytes() <= 10 * MIB);
     }
 
     #[test]

@@ -696,11 +696,12 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
         lock(&self.open).swap_remove(&id);
     }
 
-    /// A new entry was committed: account it (deleting what must make room) and keep it open.
-    pub fn committed(&self, s: Arc<Stored>, file_len: u64) {
-        let victims = self
-            .index
-            .insert(s.id, file_len, s.stamp(), self.index.now());
+    /// A new entry was committed: account it (deleting what must make room; `reserved`: the
+    /// space reserved while it was written, which ends now) and keep it open.
+    pub fn committed(&self, s: Arc<Stored>, file_len: u64, reserved: u64) {
+        let victims =
+            self.index
+                .insert_reserved(s.id, file_len, reserved, s.stamp(), self.index.now());
         self.remember(s);
         self.delete(victims);
         self.update_gauges();
@@ -876,6 +877,17 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
         self.m.fills.set(running.len() as i64);
     }
 
+    /// Whether the disk was found full within [`DISK_FULL_SETTLE_MS`]: only new entries that
+    /// fit without evicting are stored meanwhile (the writes of others would fail too, and the
+    /// space they reserve would be taken from the stored entries: a burst of misses emptied
+    /// the cache).
+    pub fn disk_full_lately(&self) -> bool {
+        let last = self
+            .last_disk_full_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        last != 0 && crate::http::date::unix_now_ms() - last < DISK_FULL_SETTLE_MS
+    }
+
     /// The disk is full: lower the limit below what is stored so eviction frees space now (once
     /// per [`DISK_FULL_SETTLE_MS`]).
     pub fn disk_full(&self) {
@@ -890,9 +902,12 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
         {
             return;
         }
+        // A tenth of what is stored goes; the space of the entries being written stays theirs
+        // (those that met the full disk give theirs back as they fail).
         let size = self.index.size_bytes();
-        let v = self.index.set_max_bytes(size - size / 10);
-        tracing::warn!(volume = %self.name, stored_bytes = size, evicting = v.len(), "cache disk full; evicting");
+        let writing = self.index.reserved_bytes();
+        let v = self.index.set_max_bytes(size + writing - size / 10);
+        tracing::warn!(volume = %self.name, stored_bytes = size, writing_bytes = writing, evicting = v.len(), "cache disk full; evicting");
         self.delete(v);
         self.update_gauges();
     }
@@ -1129,7 +1144,7 @@ mod tests {
         // Fill 1 commits, then unregisters (the order `Fill::run` and `fill_done` keep).
         let fd = std::fs::File::open(dir.path()).unwrap().into();
         let meta = Arc::new(sample_meta(b"/a", 0, 10));
-        cv.committed(Arc::new(Stored::new(id, Arc::new(fd), meta)), 4106);
+        cv.committed(Arc::new(Stored::new(id, Arc::new(fd), meta)), 4106, 0);
         let fill1 = cv.fill_running(id, b"/a").unwrap();
         cv.fill_done(id, &fill1);
 
