@@ -301,14 +301,20 @@ def cache_rows(lay, p):
     p.append(timeseries(
         lay, "Evictions/s by reason",
         "Entries deleted per second: size (room for new entries at the max), inactive (unused "
-        "for inactive_secs), invalid (unreadable or corrupt files), replaced (older versions of objects that changed at the origin). Healthy: size evictions "
-        "at a rate the hit ratio does not notice, inactive steady, invalid 0. Unhealthy: size "
+        "for inactive_secs), invalid (unreadable or corrupt files), replaced (older versions of objects that changed at the origin); "
+        "and entries not stored (served all the same): not stored disk_full (ENOSPC: the max "
+        "is lowered and eviction frees space), not stored error (anything else). Healthy: size evictions "
+        "at a rate the hit ratio does not notice, inactive steady, invalid 0, nothing not "
+        "stored. Unhealthy: size "
         "evictions close to the miss rate (each fill pushes out something still wanted: give "
         "the volume more space or the ContentServer more replicas), any invalid evictions "
-        "(a failing disk).",
+        "(a failing disk), not stored disk_full (something else writes to the disk, or the "
+        "claim is smaller than maxSize), not stored error (the pod's log says why).",
         "ops",
         [(f"sum by (pod, reason) ({rate('contentserver_cache_evictions_total', VSEL)})",
-          "{{pod}} {{reason}}")]))
+          "{{pod}} {{reason}}"),
+         (f"sum by (pod, reason) ({rate('contentserver_cache_store_failures_total', VSEL)})",
+          "{{pod}} not stored {{reason}}")]))
 
     p.append(row(lay, ORIGIN_ROW,
                  "The origins the cache volumes fill from (label origin)."))

@@ -27,6 +27,7 @@ REQUIRED_ALERTS = {
     "ContentServerCacheHitRatioCollapsed",
     "ContentServerCacheFull",
     "ContentServerCacheServingStale",
+    "ContentServerCacheNotStoring",
     # The operator.
     "ContentOperatorCannotWatch",
 }

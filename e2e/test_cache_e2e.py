@@ -10,7 +10,8 @@ by the real content-server in front of a real origin, scraped by a real Promethe
   the purge token Secret, the ConfigMap), the pod's `*` listeners (every address) become 127.0.0.1, and
   nothing else of the rendered config changes (checked).
 - The origin is Debian's nginx serving a temporary directory (lib/nginx_origin.py).
-- Bounded load from Python: misses that fill and evict, hits, a fill that others join, an entry
+- Bounded load from Python: misses while one volume's directory is a file (answered, not
+  stored: counted as store failures), misses that fill and evict, hits, a fill that others join, an entry
   revalidated with 304, one served while it revalidates in the background, origin 503s, and at
   the end the origin stopped, so expired entries are served stale and misses fail.
 - The Debian `prometheus` scrapes the server every second with the target labels a Kubernetes
@@ -25,6 +26,7 @@ import http.client
 import math
 import pathlib
 import re
+import shutil
 import sys
 import threading
 import time
@@ -45,6 +47,7 @@ MAX_SIZE = "1Mi"  # the least the operator accepts: one slice (the example's sli
 BODY = 8 * 1024  # with its header, three 4 KiB units: 85 entries fill 1 MiB
 CHURN = 360  # distinct objects, each asked once: about 120 per volume, more than 85 fit
 HOT = 30  # enough that each volume gets some of the hot set
+NODIR = 30  # misses while disk1's directory is a file: about 10 of them disk1's
 PURGE_TOKEN = "e2e-purge-token"
 # Grafana's $__rate_interval for a 1 s scrape interval: max($__interval + 1s, 4 * 1s).
 RATE_INTERVAL = "4s"
@@ -163,7 +166,14 @@ class Client:
                    if (status is None or s == status) and (xcache is None or x == xcache))
 
 
-def run_load(client, origin):
+def run_load(client, origin, disk1):
+    # disk1's cache directory replaced by a file: its misses are answered, not stored (store
+    # failures); then the node makes the directory again.
+    shutil.rmtree(disk1)  # (nothing stored yet: its lock and .tmp)
+    disk1.write_bytes(b"not a directory")
+    client.many([f"/nodir/n{i}.bin" for i in range(NODIR)])
+    disk1.unlink()
+    stack.wait_until("disk1's cache directory made again", (disk1 / ".lock").exists, timeout=20)
     # Misses that fill every volume past its max_size (evictions by size).
     client.many([f"/media/obj{i}.bin" for i in range(CHURN)])
     # A hot set, asked again and again (hits).
@@ -191,6 +201,7 @@ def env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cache-e2e")
     docroot = tmp / "origin"
     files = ([f"media/obj{i}.bin" for i in range(CHURN)] + [f"hot/h{i}.bin" for i in range(HOT)]
+             + [f"nodir/n{i}.bin" for i in range(NODIR)]
              + [f"short/s{i}.bin" for i in range(3)] + [f"swr/w{i}.bin" for i in range(3)])
     for i, f in enumerate(files):
         (docroot / f).parent.mkdir(parents=True, exist_ok=True)
@@ -212,7 +223,10 @@ def env(tmp_path_factory):
         rendered = configmap["data"]["config.toml"]
         config_dir = mounts[next(m["mountPath"] for m in container["volumeMounts"]
                                  if m["name"] == "config")]
-        (config_dir / "config.toml").write_text(local_config(rendered, mounts))
+        local = local_config(rendered, mounts)
+        (config_dir / "config.toml").write_text(local)
+        (disk1,) = [pathlib.Path(v["path"]) for v in tomllib.loads(local)["volumes"]
+                    if v["name"] == "disk1"]
         assert container["args"][:2] == ["serve", "--config"], container["args"]
         config = pathlib.Path(map_paths(f'"{container["args"][2]}"', mounts)[1:-1])
         assert config == config_dir / "config.toml"
@@ -225,7 +239,7 @@ def env(tmp_path_factory):
                          timeout=20, proc=prom.proc.p, log=prom.proc.log)
         client = Client(port)
         start = time.time()
-        run_load(client, origin)
+        run_load(client, origin, disk1)
         time.sleep(4)  # the last scrapes and rule evaluations
         end = time.time()
         yield {"prom": prom, "start": start, "end": end, "client": client, "labels": labels,
@@ -253,7 +267,7 @@ def test_load_went_through_the_cache(env):
     c = env["client"]
     print("client-side (status, X-Cache) counts:", c.seen)
     print("short-lived entries:", [e for e in c.log if e[1].startswith(("/short/", "/swr/"))])
-    assert c.count(200, "MISS") >= CHURN
+    assert c.count(200, "MISS") >= CHURN + NODIR
     assert c.count(200, "HIT") >= HOT * 5
     assert c.count(200, "REVALIDATED") >= 3
     assert c.count(200, "UPDATING") >= 3
@@ -316,6 +330,9 @@ def test_cache_panels_show_the_load(env):
         assert 0 < ratio <= 1, (vol, ratio)
         assert 0 < show("Hit ratio by bytes", "pod", vol)["edge-0"] <= 1
         assert show("Evictions/s by reason", "reason", vol)["size"] > 0, vol
+        not_stored = show("Evictions/s by reason", "reason", vol, ref="B")
+        assert not_stored["error"] > 0 if vol == "disk1" else not_stored["error"] == 0, \
+            (vol, not_stored)
         stored = show("Cache bytes vs max", "pod", vol)["edge-0"]
         limit = show("Cache bytes vs max", "pod", vol, ref="B")["edge-0"]
         assert limit == 1024 * 1024 and 0.95 * limit <= stored <= limit, (vol, stored, limit)
@@ -340,7 +357,7 @@ def cache_rules():
 def test_every_cache_alert_expression_returns_data(env):
     prom = env["prom"]
     rules = cache_rules()
-    assert len(rules) == 4
+    assert len(rules) == 5
     empty = [r["alert"] for r in rules if not D.has_data(series(prom, r["expr"], env))]
     assert not empty, f"cache alert expressions without data: {empty}"
     loaded = [r for g in prom.api("rules")["groups"] if g["name"] == D.CACHE_ALERT_GROUP
@@ -355,3 +372,4 @@ def test_every_cache_alert_expression_returns_data(env):
     assert active["ContentServerOriginErrors"]["labels"]["origin"] == "origin"
     assert active["ContentServerCacheHitRatioCollapsed"]["labels"]["contentserver"] == "edge"
     assert active["ContentServerCacheFull"]["labels"]["pod"] == "edge-0"
+    assert active["ContentServerCacheNotStoring"]["labels"]["volume"] == "disk1"

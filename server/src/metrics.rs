@@ -118,6 +118,7 @@ pub struct Metrics {
     pub cache_entries: IntGaugeVec,
     pub cache_evictions_total: IntCounterVec,
     pub cache_purges_total: IntCounterVec,
+    pub cache_store_failures_total: IntCounterVec,
     /// Synced from the log writer's count at each scrape ([`Metrics::sync_log_lines_dropped`]).
     pub log_lines_dropped_total: IntCounter,
     /// `http_requests_total` children of the common (method, code) pairs, resolved once.
@@ -194,6 +195,7 @@ impl Metrics {
             cache_entries: reg(&r, IntGaugeVec::new(opts("cache_entries", "Stored entries (one per object slice) in the index."), v).unwrap()),
             cache_evictions_total: reg(&r, IntCounterVec::new(opts("cache_evictions_total", "Entries deleted, by reason (size, inactive, invalid, replaced)."), &["volume", "reason"]).unwrap()),
             cache_purges_total: reg(&r, IntCounterVec::new(opts("cache_purges_total", "Entries deleted by POST /cache/purge."), v).unwrap()),
+            cache_store_failures_total: reg(&r, IntCounterVec::new(opts("cache_store_failures_total", "Entries that could not be stored (served all the same), by reason (disk_full: ENOSPC; error: any other failure to create, write or commit the file)."), &["volume", "reason"]).unwrap()),
             log_lines_dropped_total: reg(&r, IntCounter::with_opts(opts("log_lines_dropped_total", "Log lines dropped because the log writer thread was behind (stderr slow or not drained); the server never waits for it.")).unwrap()),
             common_responses: Default::default(),
             registry: r,
@@ -288,6 +290,10 @@ impl Metrics {
         self.cache_collapsed_total.with_label_values(&[volume]);
         self.cache_fill_resumes_total.with_label_values(&[volume]);
         self.cache_purges_total.with_label_values(&[volume]);
+        for reason in ["disk_full", "error"] {
+            self.cache_store_failures_total
+                .with_label_values(&[volume, reason]);
+        }
     }
 
     /// Count one response in `http_requests_total`. The common (method, code) pairs use
@@ -380,6 +386,7 @@ mod tests {
             "contentserver_cache_entries{volume=\"cache1\"} 0",
             "contentserver_cache_evictions_total{reason=\"invalid\",volume=\"cache1\"} 0",
             "contentserver_cache_purges_total{volume=\"cache1\"} 0",
+            "contentserver_cache_store_failures_total{reason=\"disk_full\",volume=\"cache1\"} 0",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

@@ -3373,6 +3373,16 @@ fn a_full_disk_keeps_requests_succeeding_without_storing() {
     }
     assert_eq!(cache_files(&cache), (0, 0));
     assert!(n.srv.logs().contains("cache disk full"), "{}", n.srv.logs());
+    let failed = |reason| {
+        volume_metric(
+            &n,
+            "contentserver_cache_store_failures_total",
+            &[("reason", reason)],
+        )
+    };
+    // (The first lowers the limit below what it stored, nothing: the others are not stored.)
+    assert!(failed("disk_full") >= 1.0, "{}", failed("disk_full"));
+    assert_eq!(failed("error"), 0.0);
 }
 
 /// A fill whose storing failed on a slice too large to hold (paced by its readers) commits
@@ -5628,6 +5638,46 @@ fn a_temporary_directory_removed_at_run_time_is_made_again() {
     assert_eq!((r.status, xcache(&r)), (200, "HIT"));
     assert!(r.body == body);
     assert_eq!(o.requests("/b.bin"), 1);
+}
+
+/// A cache directory replaced by a file at run time: every request still gets its whole
+/// answer from the origin; what could not be stored is counted
+/// (`contentserver_cache_store_failures_total{reason="error"}`) and logged once a second at
+/// most per volume, not once per slice of every request.
+#[test]
+fn entries_that_cannot_be_stored_are_counted_and_logged_once_a_second() {
+    let (o, n) = origin_and_node(SLICED);
+    let failed = |n: &Node, reason| {
+        volume_metric(
+            n,
+            "contentserver_cache_store_failures_total",
+            &[("reason", reason)],
+        )
+    };
+    assert_eq!((failed(&n, "error"), failed(&n, "disk_full")), (0.0, 0.0));
+    std::fs::remove_dir_all(&n.cache).expect("remove the cache directory");
+    std::fs::write(&n.cache, b"not a directory").expect("a file in its place");
+    let t = Instant::now();
+    for i in 0..6 {
+        let p = format!("/nf/{i}");
+        let body = pattern(3 * SLICE, i as u8);
+        o.put(&p, Object::new(body.clone()));
+        let r = get(&n, &p, "");
+        assert_eq!(r.status, 200, "{p}");
+        assert!(r.body == body, "{p} differs");
+    }
+    settle(&n);
+    assert!(failed(&n, "error") >= 6.0, "{}", failed(&n, "error"));
+    assert_eq!(failed(&n, "disk_full"), 0.0);
+    let lines = n.srv.logs().matches("cannot store cache entry").count() as u64;
+    let most = t.elapsed().as_secs() + 1;
+    assert!(
+        (1..=most).contains(&lines),
+        "{lines} lines in {:?}:\n{}",
+        t.elapsed(),
+        n.srv.logs()
+    );
+    let _ = std::fs::remove_file(&n.cache);
 }
 
 /// The cache directory itself removed while the node runs (`rm -rf DIR`, not `DIR/*`) is made

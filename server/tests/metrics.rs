@@ -52,6 +52,7 @@ const CACHE_FAMILIES: &[&str] = &[
     "contentserver_cache_entries",
     "contentserver_cache_evictions_total",
     "contentserver_cache_purges_total",
+    "contentserver_cache_store_failures_total",
 ];
 
 /// A static volume `disk1` at `/disk1` and a cache volume `cache1` (max_size 1 MiB) serving `/`
@@ -231,6 +232,10 @@ fn cache_and_origin_series_exist_at_start_with_zero_values() {
     for reason in ["size", "inactive", "invalid", "replaced"] {
         let vr = [("volume", "cache1"), ("reason", reason)];
         assert_eq!(m.get("contentserver_cache_evictions_total", &vr), 0.0);
+    }
+    for reason in ["disk_full", "error"] {
+        let vr = [("volume", "cache1"), ("reason", reason)];
+        assert_eq!(m.get("contentserver_cache_store_failures_total", &vr), 0.0);
     }
     for zero in [
         "contentserver_cache_fills_in_flight",

@@ -38,9 +38,6 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::watch;
 
-/// When "cannot store cache entry" was last logged.
-static LAST_STORE_FAILED_LOG: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// Longest answer of unknown length (no Content-Length) stored on a volume of whole objects:
 /// it is read into memory before its head goes to anyone, to learn its length. Longer ones are
 /// passed through (a sliced volume's cap is its slice size).
@@ -909,6 +906,7 @@ impl Fill {
             other => {
                 if let Ok(Err(e)) = &other {
                     if e.raw_os_error() == Some(libc::ENOSPC) {
+                        cv.m.store_failed[0].inc();
                         cv.disk_full();
                     }
                 }
@@ -1183,12 +1181,14 @@ impl Fill {
 
     fn store_failed(&self, cv: &CacheVolume<Fill>, e: &std::io::Error) {
         if e.raw_os_error() == Some(libc::ENOSPC) {
+            cv.m.store_failed[0].inc();
             cv.disk_full();
         } else {
-            // (Out of descriptors, once a second at most: every fill meets it then.)
-            let shortage = crate::descriptors::out_of_descriptors(e);
-            if !shortage || crate::logging::once_a_second(&LAST_STORE_FAILED_LOG) {
-                tracing::warn!(volume = %cv.name, entry = %self.id.rel_path(), error = %e, "cannot store cache entry");
+            cv.m.store_failed[1].inc();
+            // (Once a second at most: out of descriptors, or a cache directory that is not
+            // one, every fill meets it.)
+            if let Some(left_out) = cv.store_failed_log.allow() {
+                tracing::warn!(volume = %cv.name, entry = %self.id.rel_path(), error = %e, left_out, "cannot store cache entry (served all the same; at most one such line a second per volume, left_out: those not logged since)");
             }
         }
     }

@@ -140,6 +140,8 @@ pub struct CacheMetrics {
     pub entries: IntGauge,
     pub evicted: [IntCounter; 4],
     pub purges: IntCounter,
+    /// Entries not stored: the disk full (ENOSPC), any other error.
+    pub store_failed: [IntCounter; 2],
 }
 
 /// The cache status of one response (`X-Cache`, and the `status` label).
@@ -250,6 +252,9 @@ pub struct CacheVolume<F> {
     pub passes: Passes,
     /// When the last full disk lowered the limit (ms since the Unix epoch; 0: never).
     last_disk_full_ms: std::sync::atomic::AtomicI64,
+    /// "cannot store cache entry" lines: one a second at most (a cache directory replaced by
+    /// a file failed every slice of every request).
+    pub store_failed_log: crate::logging::Throttle,
 }
 
 /// After a full disk lowered the limit, more fills failing for the same full disk (they were
@@ -349,6 +354,11 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
                 ev(Reason::Replaced.as_str()),
             ],
             purges: metrics.cache_purges_total.with_label_values(&n),
+            store_failed: ["disk_full", "error"].map(|reason| {
+                metrics
+                    .cache_store_failures_total
+                    .with_label_values(&[v.name.as_str(), reason])
+            }),
         };
         m.max.set(limit as i64);
         let open_max = OPEN_ENTRIES.min(crate::descriptors::volume_share(volumes));
@@ -376,6 +386,7 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
             max_size,
             passes: Passes::default(),
             last_disk_full_ms: std::sync::atomic::AtomicI64::new(0),
+            store_failed_log: crate::logging::Throttle::new(Duration::from_secs(1)),
         }))
     }
 
