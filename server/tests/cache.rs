@@ -2281,6 +2281,10 @@ fn purge_needs_the_bearer_token() {
         let r = admin(&n, "POST", "/cache/purge?key=/p/a.bin", auth);
         assert_eq!(r.status, 401, "{auth:?}");
     }
+    // Logged, once a second at most (three refusals within one: one or two lines).
+    let refused = n.srv.logs().matches("cache purge refused (401)").count();
+    assert!((1..=2).contains(&refused), "{}", n.srv.logs());
+    assert!(n.srv.logs().contains("no bearer token"), "{}", n.srv.logs());
     // Two credentials, the right one first: which is meant would be a guess.
     let r = admin(
         &n,

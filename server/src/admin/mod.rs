@@ -289,6 +289,16 @@ async fn purge(
     match p.check(auth).await {
         Ok(()) => {}
         Err(Refused::Unauthorized) => {
+            // Logged (a guess at the token, or a caller with an old one), at most once a second
+            // with the count of those not logged since.
+            static REFUSED_LOG: std::sync::OnceLock<crate::logging::Throttle> =
+                std::sync::OnceLock::new();
+            let log = REFUSED_LOG
+                .get_or_init(|| crate::logging::Throttle::new(std::time::Duration::from_secs(1)));
+            if let Some(left_out) = log.allow() {
+                let with = if auth.is_some() { "a wrong" } else { "no" };
+                tracing::warn!(left_out, "cache purge refused (401): {with} bearer token (at most one such line a second; left_out: those not logged since)");
+            }
             return (
                 StatusCode::UNAUTHORIZED,
                 [(header::WWW_AUTHENTICATE, "Bearer")],
