@@ -4071,6 +4071,9 @@ fn a_really_full_disk_keeps_requests_succeeding_and_eviction_reclaims_space() {
     // a MISS again, and now that it fits it is stored and the next request is a HIT.
     let p = format!("/full/{full}");
     assert_eq!(o.requests(&p), 1);
+    // (For 2 s after a full disk, only entries that fit without evicting are stored: a burst
+    // of misses must not evict for writes failing on the same disk.)
+    std::thread::sleep(Duration::from_millis(2100));
     let what = "after the disk was full: it must not have been stored";
     fetch(&p, &body(full), "MISS", what);
     assert_eq!(o.requests(&p), 2);

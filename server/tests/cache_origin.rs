@@ -1494,6 +1494,100 @@ fn no_background_refresh_starts_while_the_origin_is_known_down() {
     );
 }
 
+/// A prefetched later slice that failed because the only server hangs (marked down by it) is
+/// not asked for again: the response is cut after one read timeout. It was asked for twice,
+/// each waiting the whole read timeout.
+#[test]
+fn a_prefetch_failed_on_a_server_now_down_is_not_asked_again() {
+    let o = FaultOrigin::start();
+    let body = pattern(3 * SLICE, 8);
+    o.put("/p.bin", Object::new(body.clone()));
+    let d = common::tempdir();
+    let n = node(d.path(), &[o.url()], "read_timeout_ms = 800", SLICED);
+    assert_eq!(get(&n, "/p.bin", "Range: bytes=0-99\r\n").status, 206);
+    wait_committed(&n);
+    o.fault("/p.bin", Fault::Hang);
+    let second = Some(format!("bytes={SLICE}-{}", 2 * SLICE - 1));
+    let t = Instant::now();
+    match try_get(&n, "/p.bin", "") {
+        Ok(r) => panic!("a whole answer without its second slice: {}", r.status),
+        Err(e) => assert!(e.to_string().contains("body ended after"), "{e}"),
+    }
+    assert!(
+        t.elapsed() < Duration::from_millis(1400),
+        "{:?}",
+        t.elapsed()
+    );
+    let asked = o.ranges("/p.bin").iter().filter(|r| **r == second).count();
+    assert_eq!(asked, 1, "{:?}", o.ranges("/p.bin"));
+}
+
+/// When an origin server's down mark ends, one request probes it: the requests arriving with
+/// it for stale copies (stale-if-error) are answered STALE at once, none asks the origin too.
+/// All those arriving in the same few milliseconds asked.
+#[test]
+fn requests_arriving_together_when_a_mark_ends_send_one_probe() {
+    let o = FaultOrigin::start();
+    let paths: Vec<String> = (0..5).map(|i| format!("/t{i}.bin")).collect();
+    for p in &paths {
+        o.put(
+            p,
+            Object::new(pattern(3000, 2))
+                .cache_control("max-age=1, stale-while-revalidate=0, stale-if-error=600"),
+        );
+    }
+    let d = common::tempdir();
+    let n = node(
+        d.path(),
+        &[o.url()],
+        "read_timeout_ms = 1500",
+        "slice_size = 0",
+    );
+    for p in &paths {
+        assert_eq!(xcache(&get(&n, p, "")), "MISS");
+    }
+    wait_committed(&n);
+    std::thread::sleep(Duration::from_millis(1100));
+    for p in &paths {
+        o.fault(p, Fault::Hang);
+    }
+    let r = get(&n, &paths[0], "");
+    let failed = Instant::now();
+    assert_eq!(xcache(&r), "STALE");
+    let asked = |o: &FaultOrigin| paths.iter().map(|p| o.requests(p)).sum::<usize>();
+    let before = asked(&o);
+    std::thread::sleep(Duration::from_millis(10_200).saturating_sub(failed.elapsed()));
+    let addr = n.srv.addr;
+    let go = std::sync::Arc::new(std::sync::Barrier::new(20));
+    let clients: Vec<_> = (0..20)
+        .map(|i| {
+            let (p, go) = (paths[i % 5].clone(), go.clone());
+            std::thread::spawn(move || {
+                let mut c = common::Conn::new(addr);
+                go.wait();
+                let t = Instant::now();
+                let r = c.request("GET", &p, &[]).expect("an answer");
+                (r.status, xcache(&r).to_string(), t.elapsed(), p)
+            })
+        })
+        .collect();
+    let answers: Vec<_> = clients
+        .into_iter()
+        .map(|c| c.join().expect("client"))
+        .collect();
+    assert!(
+        answers.iter().all(|(s, x, ..)| *s == 200 && x == "STALE"),
+        "{answers:?}"
+    );
+    assert_eq!(asked(&o) - before, 1, "more than one probe: {answers:?}");
+    // Only the requests for the probed object waited (they joined its refetch).
+    let waited: std::collections::HashSet<_> = (answers.iter())
+        .filter(|(_, _, t, _)| *t > Duration::from_millis(500))
+        .map(|(.., p)| p)
+        .collect();
+    assert!(waited.len() <= 1, "{answers:?}");
+}
+
 /// A stale entry (stale-if-error) of an origin known down is served at once: the request that
 /// found the origin hanging waited its read timeout and marked it down; the next ones, within
 /// the 10 s mark, ask nothing and wait for nothing (each waited the whole read timeout). Once

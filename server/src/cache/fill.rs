@@ -567,6 +567,8 @@ impl Fill {
         if let Some(old) = &job.revalidate {
             req.if_none_match = old.meta.etag.clone();
             req.if_modified_since = old.meta.last_modified.clone();
+            // A copy to serve if the origin fails: not sent while it is known to.
+            req.only_if_up = unix_now_ms() < old.meta.stale_if_error_until_ms;
         }
         req.authorization = job.authorization.clone();
         req.origin = job.client_origin.clone();
@@ -935,12 +937,14 @@ impl Fill {
         // Not while the object is passed through (withdrawn, or its answers not storable): a
         // slice stored now (a seek, the rest of a full read, from an origin whose 206s say
         // otherwise than its 304) would be served to seeks while full reads pass through.
-        let admitted = !cv.passes.shared.passing(id.hash(), unix_now_ms())
-            && cv.index.admit(id, meta.file_len())
+        let storable = !cv.passes.shared.passing(id.hash(), unix_now_ms())
             && (!cv.disk_full_lately() || cv.index.fits(meta.file_len()));
-        // Its temporary file counts against `max_size` from now on, until it is committed or
-        // removed.
-        let mut reservation = admitted.then(|| Reservation::new(cv, id, meta.file_len()));
+        // Admitted, its temporary file counts against `max_size` from now on, until it is
+        // committed or removed.
+        let mut reservation = storable
+            .then(|| Reservation::admit(cv, id, meta.file_len()))
+            .flatten();
+        let admitted = reservation.is_some();
         // The temporary file is created on the pool while the first bytes are already sent
         // from memory: a pool queued behind slow writes delays the storing, not the clients.
         let mut creating = None;
@@ -1222,12 +1226,13 @@ struct Reservation {
 }
 
 impl Reservation {
-    fn new(cv: &Arc<CacheVolume<Fill>>, id: EntryId, bytes: u64) -> Reservation {
-        cv.delete(cv.index.reserve(id, bytes));
-        Reservation {
+    /// Admitted (the index's admission), its space reserved; None when not admitted.
+    fn admit(cv: &Arc<CacheVolume<Fill>>, id: EntryId, bytes: u64) -> Option<Reservation> {
+        cv.delete(cv.index.admit_and_reserve(id, bytes)?);
+        Some(Reservation {
             cv: cv.clone(),
             bytes,
-        }
+        })
     }
 
     /// The bytes reserved, now the committed entry's (nothing is released).

@@ -249,27 +249,50 @@ impl Index {
     /// the entries being written, its object must have been asked for `min_uses` times, and
     /// when storing it would evict, at least as often as each entry that would go to make room
     /// (TinyLFU; a small victim that frees too little is followed by the next, as the eviction
-    /// will be). An admitted entry is then [`Index::reserve`]d while it is written.
+    /// will be). [`Index::admit_and_reserve`] stores it.
     pub fn admit(&self, id: EntryId, bytes: u64) -> bool {
+        self.admission(&mut self.lock(), id, bytes).is_some()
+    }
+
+    /// [`Index::admit`], and when admitted, reserve `bytes` for the entry while it is written
+    /// (its temporary file): counted against `max_size` until [`Index::insert_reserved`] or
+    /// [`Index::release`]. Returns the entries to evict to make room (the caller deletes their
+    /// files): those the admission compared it with, so none more popular than it goes (two
+    /// samples, one to admit and one to evict, took popular entries the first had spared).
+    pub fn admit_and_reserve(&self, id: EntryId, bytes: u64) -> Option<Vec<Victim>> {
         let mut st = self.lock();
+        let mut chosen = self.admission(&mut st, id, bytes)?;
+        // Highest first: a swap-remove moves the last entry, never one of the lower positions.
+        chosen.sort_unstable_by(|a, b| b.cmp(a));
+        let mut out: Vec<Victim> = (chosen.into_iter())
+            .map(|pos| st.victim_at(pos, Reason::Size))
+            .collect();
+        st.reserved += units(bytes) as u64;
+        out.extend(st.evict_to_fit(Some(id)));
+        Some(out)
+    }
+
+    /// The admission of [`Index::admit`]: `Some(positions of the entries to evict)` when
+    /// admitted.
+    fn admission(&self, st: &mut State, id: EntryId, bytes: u64) -> Option<Vec<usize>> {
         if st.reserved + units(bytes) as u64 > st.max_units {
-            return false;
+            return None;
         }
         let own = sketch_hash(&id);
         let freq = st.sketch.frequency(own);
         if freq < self.min_uses {
-            return false;
+            return None;
         }
         let total = st.units + st.reserved + units(bytes) as u64;
+        let mut chosen = Vec::new();
         if total <= st.max_units {
-            return true;
+            return Some(chosen);
         }
         let need = total - st.max_units;
-        let mut chosen = Vec::new();
         let mut freed = 0u64;
         while freed < need && chosen.len() < MAX_ADMISSION_VICTIMS {
             // Nothing more to evict: it fits (checked above) once those go.
-            let Some(pos) = st.sample_victim(None, &chosen, Some(freq)) else {
+            let Some(pos) = st.sample_victim(Some(id), &chosen, Some(freq)) else {
                 break;
             };
             let (vid, v) = st.map.get_index(pos).expect("sampled position exists");
@@ -277,21 +300,12 @@ impl Index {
             // Slices of the object itself are not a reason to refuse it.
             // Ties admit (recency decides among equally popular objects, as LRU would).
             if vh != own && freq < st.sketch.frequency(vh) {
-                return false;
+                return None;
             }
             freed += v.units as u64;
             chosen.push(pos);
         }
-        true
-    }
-
-    /// Reserve `bytes` for an entry of `id` being written (its temporary file): counted against
-    /// `max_size` until [`Index::insert_reserved`] or [`Index::release`]. Returns the entries to
-    /// evict to make room (the caller deletes their files).
-    pub fn reserve(&self, id: EntryId, bytes: u64) -> Vec<Victim> {
-        let mut st = self.lock();
-        st.reserved += units(bytes) as u64;
-        st.evict_to_fit(Some(id))
+        Some(chosen)
     }
 
     /// A reservation of `bytes` ended without an entry (the fill failed or was purged).
@@ -426,6 +440,23 @@ impl Index {
         let mut st = self.lock();
         st.max_units = max / UNIT;
         st.evict_to_fit(None)
+    }
+
+    /// The disk is full: the limit becomes a tenth less than what is stored, and that tenth is
+    /// evicted. The entries being written are not counted: they are failing on the same disk
+    /// (their reservations end as they do), and counting them evicted every stored entry, or,
+    /// added to the limit, left it far above what the disk holds. Returns what must be evicted.
+    pub fn lower_max_below_stored(&self) -> Vec<Victim> {
+        let mut st = self.lock();
+        st.max_units = st.units - st.units / 10;
+        let mut out = Vec::new();
+        while st.units > st.max_units {
+            let Some(pos) = st.sample_victim(None, &[], None) else {
+                break;
+            };
+            out.push(st.victim_at(pos, Reason::Size));
+        }
+        out
     }
 
     /// Stored bytes (in 4 KiB units, as accounted).
@@ -704,16 +735,14 @@ mod tests {
         for i in 0..8 {
             assert!(ix.insert(id(i), MIB, Stamp::UNKNOWN, i).is_empty());
         }
-        // Three fills at once: the oldest stored entry goes for the third.
         for i in 100..105 {
             ix.record_request(id(i));
         }
+        // Three fills at once: the oldest stored entry goes for the third.
         for i in 100..102 {
-            assert!(ix.admit(id(i), MIB));
-            assert!(ix.reserve(id(i), MIB).is_empty());
+            assert_eq!(ix.admit_and_reserve(id(i), MIB).map(|v| v.len()), Some(0));
         }
-        assert!(ix.admit(id(102), MIB));
-        let v = ix.reserve(id(102), MIB);
+        let v = ix.admit_and_reserve(id(102), MIB).expect("admitted");
         assert_eq!(v.iter().map(|v| v.id).collect::<Vec<_>>(), vec![id(0)]);
         assert_eq!((ix.size_bytes(), ix.reserved_bytes()), (7 * MIB, 3 * MIB));
         // Committed under its reservation: counted once.
@@ -724,15 +753,66 @@ mod tests {
         ix.release(MIB);
         assert_eq!((ix.size_bytes(), ix.reserved_bytes()), (8 * MIB, MIB));
         // Fills that alone would fill the cache: the next is not stored.
-        ix.reserve(id(103), 9 * MIB);
+        let v = ix.admit_and_reserve(id(103), 9 * MIB).expect("admitted");
+        assert_eq!(v.len(), 8);
         assert_eq!((ix.size_bytes(), ix.reserved_bytes()), (0, 10 * MIB));
         assert!(
-            !ix.admit(id(104), MIB),
+            ix.admit_and_reserve(id(104), MIB).is_none(),
             "admitted past the fills being written"
         );
+        assert_eq!(ix.reserved_bytes(), 10 * MIB);
         ix.release(9 * MIB);
         assert!(ix.admit(id(104), MIB));
         assert!(ix.size_bytes() + ix.reserved_bytes() <= 10 * MIB);
+    }
+
+    /// The entries evicted for a reservation are those its admission compared it with: an
+    /// entry asked for more often than the newcomer stays, however old.
+    #[test]
+    fn a_reservation_evicts_only_entries_no_more_popular_than_the_newcomer() {
+        let ix = idx(20 * MIB);
+        for round in 0..200 {
+            ix.clear();
+            // Two popular old entries among eighteen newer ones asked for once.
+            for i in 0..20 {
+                let e = id(round * 100 + i);
+                for _ in 0..if i < 2 { 6 } else { 1 } {
+                    ix.record_request(e);
+                }
+                ix.insert(e, MIB, Stamp::UNKNOWN, if i < 2 { 0 } else { 5 });
+            }
+            let newcomer = id(round * 100 + 50);
+            ix.record_request(newcomer);
+            ix.record_request(newcomer);
+            if let Some(v) = ix.admit_and_reserve(newcomer, 3 * MIB) {
+                for victim in v {
+                    assert!(
+                        victim.id != id(round * 100) && victim.id != id(round * 100 + 1),
+                        "round {round}: a popular entry went"
+                    );
+                }
+            }
+            ix.release(3 * MIB);
+        }
+    }
+
+    /// A full disk lowers the limit to a tenth below what is stored, the entries being written
+    /// left out (they fail on the same disk): a tenth goes, not every entry, and the limit is
+    /// not raised by what is being written.
+    #[test]
+    fn a_full_disk_lowers_the_limit_below_what_is_stored() {
+        let ix = idx(100 * MIB);
+        for i in 0..10 {
+            ix.insert(id(i), MIB, Stamp::UNKNOWN, i);
+        }
+        for i in 100..130 {
+            ix.record_request(id(i));
+            assert!(ix.admit_and_reserve(id(i), MIB).is_some());
+        }
+        let v = ix.lower_max_below_stored();
+        assert_eq!(v.len(), 1);
+        assert_eq!(ix.max_bytes(), 9 * MIB);
+        assert_eq!((ix.size_bytes(), ix.entries()), (9 * MIB, 9));
     }
 
     #[test]

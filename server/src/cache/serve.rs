@@ -872,6 +872,12 @@ impl Ctx<'_> {
         // are this fill's, not a stored entry's found in its place.
         if let Some((fill, reader)) = held {
             match follow(fill.clone(), reader).await {
+                // Failed as every origin server is now marked down (a hang, a refused
+                // connect): asking again would wait for the same failure (a hanging server:
+                // its read timeout twice).
+                Err(Unavailable::Origin) if self.route.origin.all_down() => {
+                    return Err(Unavailable::Origin)
+                }
                 // A prefetch the origin failed (a 5xx, a reset) is a guess that went wrong,
                 // not the response's: the slice is asked for again, as it would be had nothing
                 // been held. So is one Origin's own answer (a seek of a request with its

@@ -913,11 +913,9 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
         {
             return;
         }
-        // A tenth of what is stored goes; the space of the entries being written stays theirs
-        // (those that met the full disk give theirs back as they fail).
         let size = self.index.size_bytes();
         let writing = self.index.reserved_bytes();
-        let v = self.index.set_max_bytes(size + writing - size / 10);
+        let v = self.index.lower_max_below_stored();
         tracing::warn!(volume = %self.name, stored_bytes = size, writing_bytes = writing, evicting = v.len(), "cache disk full; evicting");
         self.delete(v);
         self.update_gauges();

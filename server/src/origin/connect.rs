@@ -82,16 +82,17 @@ fn order(inner: &Inner, first: usize, skip: &[usize]) -> Vec<usize> {
 /// configured order that is up, or whose down mark ended and that this request claims to probe
 /// (one request at a time: the others go on to the next server meanwhile, as nginx's
 /// `fail_timeout` lets one request try the server; the probe must connect anew, and its answer
-/// head clears the mark, [`mark_up`]); every one down: the first. An idle connection to another one (kept from a
+/// head clears the mark, [`mark_up`]); every one down: None (the caller tries the first, or
+/// gives up). An idle connection to another one (kept from a
 /// failover) is not reused, so traffic goes back to a server that recovered once a probe
 /// connects, as nginx picks the server before the kept-alive connection.
-pub(crate) fn pick(inner: &Inner) -> (usize, bool) {
+pub(crate) fn pick(inner: &Inner) -> Option<(usize, bool)> {
     let now = now_ms();
     let probing =
         now + (inner.connect_timeout + inner.read_timeout + PROBE_SLACK).as_millis() as i64;
     for i in 0..inner.servers.len() {
         match mark(inner, i, now) {
-            Mark::Up => return (i, false),
+            Mark::Up => return Some((i, false)),
             Mark::Down => {}
             Mark::Ended(m) => {
                 let claimed = inner.servers[i]
@@ -99,12 +100,12 @@ pub(crate) fn pick(inner: &Inner) -> (usize, bool) {
                     .compare_exchange(m, probing, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok();
                 if claimed {
-                    return (i, true);
+                    return Some((i, true));
                 }
             }
         }
     }
-    (0, false)
+    None
 }
 
 /// The first server that is up (or, none, the first): one to name in an error, without

@@ -88,6 +88,10 @@ pub enum OriginError {
     /// The origin is misconfigured (unreadable or empty `ca_file`, bad URL): start-up only.
     #[error("origin {origin:?}: {message}")]
     Setup { origin: String, message: String },
+    /// Not sent ([`super::OriginRequest::only_if_up`]): every server is marked down, none due
+    /// for a probe, or its probe taken by another request.
+    #[error("origin {origin:?}: not asked: every server is marked down (failed within the last 10 s; one request at a time probes)")]
+    AllDown { origin: String },
     /// The origin client's runtime is gone (server shutting down).
     #[error("origin {origin:?}: the origin client has shut down")]
     Shutdown { origin: String },

@@ -37,6 +37,8 @@ pub(crate) async fn fetch(
         Err(e @ OriginError::Request { .. }) => {
             tracing::warn!(origin = %inner.name, request = %described(&req), error = %e, "origin request not sent")
         }
+        // Not sent (every server down): the caller answers without it.
+        Err(OriginError::AllDown { .. }) => {}
         // (Once a second at most: while it lasts, every origin request meets it.)
         Err(e @ OriginError::NoDescriptors { .. }) => {
             if crate::logging::once_a_second(&LAST_NO_DESCRIPTORS_LOG) {
@@ -96,7 +98,18 @@ async fn fetch_head(
     loop {
         // A probe of a server whose down mark ended connects anew: only a connect clears the
         // mark (an idle connection kept from before would answer and leave it probing).
-        let (preferred, probe) = connect::pick(inner);
+        let (preferred, probe) = match connect::pick(inner) {
+            Some(p) => p,
+            // Every server down: a request with an answer of its own (a stale copy) is not
+            // sent (each waited for the same failure, and at a mark's end all those arriving
+            // together probed the server, not one).
+            None if req.only_if_up => {
+                return Err(OriginError::AllDown {
+                    origin: inner.name.clone(),
+                })
+            }
+            None => (0, false),
+        };
         // The race's retry connects anew too (an idle connection taken would be closed
         // unused), and so does a request one server left unanswered.
         let idle = match probe || race_retried || !unanswered.is_empty() {

@@ -79,6 +79,10 @@ pub struct OriginRequest {
     /// The client's `Accept-Encoding`, forwarded as received by a pass-through (a fill asks
     /// without one: its answer is for every client).
     pub accept_encoding: Option<String>,
+    /// Not sent while every server is marked down and none is due for a probe (or another
+    /// request probes it): [`OriginError::AllDown`] at once, for a request that has an answer
+    /// of its own then (a stale copy). Otherwise such a request tries the servers anyway.
+    pub only_if_up: bool,
 }
 
 impl OriginRequest {
@@ -96,6 +100,7 @@ impl OriginRequest {
             client_range: None,
             origin: None,
             accept_encoding: None,
+            only_if_up: false,
         }
     }
 }
