@@ -5351,6 +5351,35 @@ fn a_dropped_seek_into_a_missing_object_fetches_only_its_slice() {
         !asked.contains(&slice(2)),
         "a dropped seek fetched the next slice: {asked:?}"
     );
+    // Nor one that starts at the end of a slice: the next slice is sent, not prefetched from
+    // (the slice after it was fetched at once, as the seek's bytes were all but sent).
+    // (Dropped once it has the slice's 200 bytes, the next slice's first byte on its way.)
+    o.put("/near.bin", Object::new(body.clone()));
+    let mut c = std::net::TcpStream::connect(n.srv.addr).expect("connect");
+    let req = format!(
+        "GET /near.bin HTTP/1.1\r\nHost: t\r\nRange: bytes={}-\r\n\r\n",
+        2 * SLICE - 200
+    );
+    std::io::Write::write_all(&mut c, req.as_bytes()).expect("request");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .is_none_or(|h| got.len() < h + 4 + 201)
+    {
+        let k = c.read(&mut buf).expect("read");
+        assert!(k > 0, "closed early");
+        got.extend_from_slice(&buf[..k]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 206"));
+    drop(c);
+    std::thread::sleep(Duration::from_millis(1500));
+    let asked = o.ranges("/near.bin");
+    assert!(
+        !asked.contains(&slice(3)),
+        "a dropped seek fetched two slices ahead: {asked:?}"
+    );
 
     let r = get(
         &n,

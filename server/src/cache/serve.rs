@@ -115,6 +115,11 @@ const UNAVAILABLE_TRIES: u32 = 100;
 /// The pause between two of those tries.
 const UNAVAILABLE_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// Bytes of a seek's response that go out before any slice after them is prefetched (a
+/// quarter slice when that is more): more than what leaves with its head in the first writes
+/// (64 KiB and more), so a seek dropped at once fetches no slice past those it was sent.
+const SEEK_GATE: u64 = 256 * 1024;
+
 /// The first slice, decided.
 enum First {
     Serve(Source, CacheStatus),
@@ -1505,16 +1510,20 @@ impl Ctx<'_> {
             // (a miss is origin-bound: the two fetches overlap), and after a stored slice's
             // first three quarters went out (the socket buffer still holds more than the
             // fetch takes, and a download that stops before that fetched nothing it never
-            // reads). A seek's first slice (a range starting past the object's start, as a
-            // player sends while its user drags the seek bar, often to close it at once) is
-            // given its first quarter first even as it arrives: a seek dropped before that
-            // has not fetched the slice after it.
+            // reads). A seek (a range starting past the object's start, as a player sends
+            // while its user drags the seek bar, often to close it at once) prefetches nothing
+            // before its first [`SEEK_GATE`] bytes (a quarter slice, if more) went out, however
+            // they are spread over slices: a seek dropped before that has fetched no slice
+            // past those it sent.
             let next = (s > 0 && k < k1).then_some(k + 1);
-            let seek = k == k0 && start > 0;
+            let gate = match start > 0 {
+                true => SEEK_GATE.max(s / 4).saturating_sub(sent),
+                false => 0,
+            };
             let split = match (&src, next) {
-                (Source::Stored(_), Some(_)) => b - (b - a).min(s / 4),
-                (_, Some(_)) if seek => a + (b - a).min(s / 4),
-                _ => a,
+                (_, None) => a,
+                (Source::Stored(_), Some(_)) => (b - (b - a).min(s / 4)).max(a + (b - a).min(gate)),
+                (_, Some(_)) => a + (b - a).min(gate),
             };
             sent += self
                 .send_part(&src, a, split)
