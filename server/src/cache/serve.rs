@@ -115,6 +115,10 @@ const UNAVAILABLE_TRIES: u32 = 100;
 /// The pause between two of those tries.
 const UNAVAILABLE_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// How often a request joined to a fill that has no head yet, with a stale copy to fall back
+/// on, looks whether every origin server is marked down (then it answers STALE).
+const JOINER_LOOK: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Bytes of a seek's response that go out before any slice after them is prefetched (a
 /// quarter slice when that is more): more than what leaves with its head in the first writes
 /// (64 KiB and more), so a seek dropped at once fetches no slice past those it was sent.
@@ -735,22 +739,34 @@ impl Ctx<'_> {
         // Whether this request was there before the origin's answer: only then may it share
         // an answer that is stale at once (RFC 9111 §4: a later request must not reuse it).
         let mut before_head = false;
+        let stale_ok = |s: &Option<Arc<Stored>>| {
+            s.as_ref()
+                .filter(|s| now_ms < s.meta.stale_if_error_until_ms)
+                .cloned()
+        };
+        // A joiner with a stale copy to fall back on does not wait for the head of a fill
+        // asking an origin whose every server is marked down (the probe of one whose mark
+        // ended, for its whole read timeout): STALE, as the requests that came while the
+        // mark lasted were.
+        let fallback = stale_ok(&stale).filter(|_| joined);
         let p = loop {
             let p = rx.borrow_and_update().clone();
             if !matches!(p, Progress::Waiting) {
                 break p;
             }
             before_head = true;
-            if rx.changed().await.is_err() {
-                break Progress::Failed(Arc::new(FillError::Origin(OriginError::Shutdown {
-                    origin: self.route.origin.name().to_string(),
-                })));
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() {
+                    break Progress::Failed(Arc::new(FillError::Origin(OriginError::Shutdown {
+                        origin: self.route.origin.name().to_string(),
+                    })));
+                },
+                () = tokio::time::sleep(JOINER_LOOK), if fallback.is_some() => {
+                    if let Some(s) = fallback.clone().filter(|_| self.route.origin.all_down()) {
+                        return First::Serve(Source::Stored(s), CacheStatus::Stale);
+                    }
+                }
             }
-        };
-        let stale_ok = |s: &Option<Arc<Stored>>| {
-            s.as_ref()
-                .filter(|s| now_ms < s.meta.stale_if_error_until_ms)
-                .cloned()
         };
         // An answer made for one Origin, or for none (`Vary: Origin`), is not a request's with
         // another (RFC 9111 §4.1).
