@@ -24,6 +24,7 @@ pub const LAYERS: &[&[&str]] = &[
     &["origin", "pool", "resolve"],
     &["bind", "fs", "http", "logging"],
     &[
+        "clock",
         "config",
         "descriptors",
         "lifecycle",

@@ -14,6 +14,7 @@ pub mod admin;
 pub mod bind;
 pub mod cache;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod conn;
 pub mod descriptors;

@@ -97,7 +97,7 @@ pub fn once_a_second(slot: &std::sync::atomic::AtomicU64) -> bool {
 /// those left out since (the first at once).
 pub struct Throttle {
     period_ms: u64,
-    /// When one was last written (ms since [`Throttle::now_ms`]'s epoch, plus one; 0: never).
+    /// When one was last written ([`crate::clock::monotonic_ms`]; 0: never).
     last: std::sync::atomic::AtomicU64,
     left_out: std::sync::atomic::AtomicU64,
 }
@@ -111,20 +111,10 @@ impl Throttle {
         }
     }
 
-    /// Milliseconds on a monotonic clock, plus one (never 0).
-    fn now_ms() -> u64 {
-        static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        EPOCH
-            .get_or_init(std::time::Instant::now)
-            .elapsed()
-            .as_millis() as u64
-            + 1
-    }
-
     /// `Some(lines left out since the last one written)` when this one is to be written.
     pub fn allow(&self) -> Option<u64> {
         use std::sync::atomic::Ordering;
-        let now = Self::now_ms();
+        let now = crate::clock::monotonic_ms() as u64;
         let last = self.last.load(Ordering::Relaxed);
         let due = last == 0 || now.saturating_sub(last) >= self.period_ms;
         if due

@@ -19,15 +19,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// its connection may be evicted).
 pub const ANSWER_MAX: Duration = Duration::from_secs(10);
 
-/// Milliseconds on a monotonic clock (since the first call; never 0).
-pub fn now_ms() -> i64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_millis() as i64
-        + 1
-}
+/// Milliseconds on a monotonic clock (never 0).
+pub use crate::clock::monotonic_ms as now_ms;
 
 /// What one admin connection is doing.
 #[derive(Default)]

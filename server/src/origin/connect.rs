@@ -16,8 +16,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::net::TcpStream;
 
 /// A new connection, ready for its first request.
@@ -43,11 +42,8 @@ pub(crate) const FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 /// keeps the other requests away from it.
 const PROBE_SLACK: Duration = Duration::from_secs(1);
 
-/// Milliseconds on a monotonic clock (from the first call, plus one: a mark is never 0).
-fn now_ms() -> i64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as i64 + 1
-}
+// Marks are kept on a monotonic clock (never 0: 0 is "up").
+use crate::clock::monotonic_ms as now_ms;
 
 /// A server's down mark now.
 enum Mark {
