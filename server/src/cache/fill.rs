@@ -567,7 +567,10 @@ impl Fill {
         if let Some(old) = &job.revalidate {
             req.if_none_match = old.meta.etag.clone();
             req.if_modified_since = old.meta.last_modified.clone();
-            // A copy to serve if the origin fails: not sent while it is known to.
+            // A copy to serve if the origin fails: not sent while every server is marked
+            // down (each request waited for the same failure: a hanging server's whole read
+            // timeout), as nginx answers stale with no live upstream; the requests waiting on
+            // this fill get the stale copy at once.
             req.only_if_up = unix_now_ms() < old.meta.stale_if_error_until_ms;
         }
         req.authorization = job.authorization.clone();
@@ -908,7 +911,6 @@ impl Fill {
             other => {
                 if let Ok(Err(e)) = &other {
                     if e.raw_os_error() == Some(libc::ENOSPC) {
-                        cv.m.store_failed[0].inc();
                         cv.disk_full();
                     }
                 }
@@ -1185,7 +1187,6 @@ impl Fill {
 
     fn store_failed(&self, cv: &CacheVolume<Fill>, e: &std::io::Error) {
         if e.raw_os_error() == Some(libc::ENOSPC) {
-            cv.m.store_failed[0].inc();
             cv.disk_full();
         } else {
             cv.m.store_failed[1].inc();
@@ -1283,9 +1284,6 @@ async fn resume(
     same.then_some(resp)
 }
 
-/// A status whose answer is stored whole, as the object's slice 0, when its freshness allows
-/// (the route's `valid` rules or the origin's headers): any answer other than the object's
-/// bytes (200/206) that `config::never_stored` does not exclude (1xx, 304, 416, 5xx).
 /// RFC 9111 freshness of the origin's answer `resp` as of status `status` (a slice's 206 is
 /// judged as the object's 200), for `job`'s route and request, at `now_ms`.
 fn freshness_of(
@@ -1306,6 +1304,9 @@ fn freshness_of(
     )
 }
 
+/// A status whose answer is stored whole, as the object's slice 0, when its freshness allows
+/// (the route's `valid` rules or the origin's headers): any answer other than the object's
+/// bytes (200/206) that `config::never_stored` does not exclude (1xx, 304, 416, 5xx).
 fn whole_answer_status(status: u16) -> bool {
     (201..600).contains(&status) && status != 206 && config::never_stored(status).is_none()
 }

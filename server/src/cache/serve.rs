@@ -617,17 +617,6 @@ impl Ctx<'_> {
             }
             return First::Serve(Source::Stored(s), CacheStatus::Updating);
         }
-        if now_ms < m.stale_if_error_until_ms
-            && self.route.origin.all_down()
-            && !self.cv.any_running(|f| f.id == id)
-        {
-            // Every origin server failed within its fail timeout and none is due for a probe:
-            // asking would only wait for the same error (a hanging server: its whole read
-            // timeout, per request). stale-if-error answers at once, as nginx does with no
-            // live upstream; the probe once a mark ends (one request) refreshes the entry. (A
-            // refetch under way is joined as before: it may have brought a new version.)
-            return First::Serve(Source::Stored(s), CacheStatus::Stale);
-        }
         let fill = self.fill(slice, Some(s.clone()), Use::Head);
         let first = self.after_fill(fill, Some(s.clone()), now_ms).await;
         if let (true, First::Serve(Source::Fill(_, head), _)) = (slice > 0, &first) {

@@ -899,9 +899,10 @@ impl<F: FillKey + Send + Sync + 'static> CacheVolume<F> {
         last != 0 && crate::http::date::unix_now_ms() - last < DISK_FULL_SETTLE_MS
     }
 
-    /// The disk is full: lower the limit below what is stored so eviction frees space now (once
-    /// per [`DISK_FULL_SETTLE_MS`]).
+    /// A write failed with ENOSPC (counted): lower the limit below what is stored so eviction
+    /// frees space now (once per [`DISK_FULL_SETTLE_MS`]).
     pub fn disk_full(&self) {
+        self.m.store_failed[0].inc();
         use std::sync::atomic::Ordering;
         let now = crate::http::date::unix_now_ms();
         let last = self.last_disk_full_ms.load(Ordering::Relaxed);
