@@ -88,12 +88,10 @@ async fn fetch_head(
     // it (its keep-alive timeout) as the request went out. GET and HEAD are idempotent (RFC
     // 9110 §9.2.2), so, as nginx does, the request goes again on a new connection; once.
     let mut race_retried = false;
-    // Servers left for a request that a server did not answer (a head timeout, or a new
-    // connection closed unanswered): it goes to the next one up, as nginx's default
-    // `proxy_next_upstream error timeout` does, and that server is marked down as for a
-    // failed connect. Once per other server.
-    // Each server is sent the request once: one that left it unanswered is not tried again
-    // for it (with every server down, the next one's failed connect would bring it back).
+    // The servers that left this request unanswered (a head timeout, or a new connection
+    // closed unanswered): it goes to the next one up ([`fail_over`]), and none of those is
+    // tried again for it (with every server down, the next one's failed connect would bring
+    // it back).
     let mut unanswered: Vec<usize> = Vec::new();
     loop {
         // A probe of a server whose down mark ended connects anew: only a connect clears the
